@@ -1,0 +1,3 @@
+from lms_refresh.cli import main
+
+main()

@@ -1,0 +1,197 @@
+"""The command line: parse options, call plain functions, map domain errors to exit codes.
+
+This module is the only one that knows about click and process exit codes.
+"""
+
+import datetime as dt
+import json
+import logging
+import os
+import sys
+
+import click
+
+from lms_refresh import __version__, errors
+from lms_refresh.config import DEFAULT_CONFIG_PATH, load_config
+from lms_refresh.logs import Progress, configure_logging
+from lms_refresh.refresh import refresh
+from lms_refresh.status import collect_status, format_status, run_checks
+from lms_refresh.window import parse_user_time
+
+logger = logging.getLogger("lms_refresh")
+
+
+class Settings:
+    def __init__(self, config_path, now):
+        self.config_path = config_path
+        self.now = now
+
+    def config(self):
+        return load_config(self.config_path, os.environ)
+
+
+def _parse_now(ctx, param, value):
+    if value is None:
+        return dt.datetime.now(dt.timezone.utc)
+    try:
+        return parse_user_time(value, "UTC")
+    except ValueError as error:
+        raise click.BadParameter(str(error))
+
+
+@click.group(
+    epilog="Example: lms-refresh --config /etc/lms-refresh/config.toml run",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@click.option(
+    "--config", "config_path", envvar="LMS_REFRESH_CONFIG", default=DEFAULT_CONFIG_PATH,
+    show_default=True, help="TOML configuration file (also $LMS_REFRESH_CONFIG).",
+)
+@click.option("-v", "--verbose", count=True, help="More detail (repeat for debug).")
+@click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors.")
+@click.option("--now", callback=_parse_now, hidden=True, help="Pretend the current time is this (UTC; tests).")
+@click.version_option(__version__, prog_name="lms-refresh")
+@click.pass_context
+def cli(ctx, config_path, verbose, quiet, now):
+    """Keep an LMS metrics store fresh: pull new activity, recompute daily metrics, suppress small cells."""
+    configure_logging(-1 if quiet else verbose, os.environ)
+    ctx.obj = Settings(config_path, now)
+
+
+def _do_refresh(settings, since=None, until=None, dry_run=False):
+    config = settings.config()
+    report = refresh(
+        config, settings.now, os.environ, os.geteuid(), Progress(os.environ),
+        since=since, until=until, dry_run=dry_run,
+    )
+    if report.outcome == "success":
+        logger.info(
+            "%s: read %d statements, staged %d, voided %d, quarantined %d; rebuilt %d partitions "
+            "(%d rows, %d suppressed cells).",
+            "Dry run (nothing written)" if dry_run else "Refresh committed",
+            report.statements_read, report.staged, report.voided, report.quarantined,
+            len(report.partitions), report.rows_written, report.suppressed,
+            extra=report.journal_fields(),
+        )
+    if dry_run:
+        window = report.window
+        click.echo(f"window:      {window.since_cursor} .. {window.until_cursor}" if window else "window:      -")
+        click.echo(f"outcome:     {report.outcome}")
+        click.echo(f"read:        {report.statements_read} statements ({report.quarantined} would be quarantined)")
+        click.echo(f"partitions:  {', '.join(report.partitions) or '-'}")
+        click.echo(f"would write: {report.rows_written} metric rows, {report.suppressed} suppressed")
+    return errors.OK
+
+
+@cli.command()
+@click.option("--dry-run", is_flag=True, help="Show the window, partitions and row counts; write nothing.")
+@click.pass_obj
+def run(settings, dry_run):
+    """Refresh from the last successful run's watermark to now (the timer's entrypoint).
+
+    Example: lms-refresh run --dry-run
+    """
+    return _do_refresh(settings, dry_run=dry_run)
+
+
+class UserTime(click.ParamType):
+    name = "DATE|DATETIME"
+
+    def convert(self, value, param, ctx):
+        return value  # parsed once the configured time zone is known
+
+
+@cli.command()
+@click.option("--since", required=True, type=UserTime(), help="Start (inclusive): ISO date or datetime.")
+@click.option("--until", required=True, type=UserTime(), help="End (exclusive): ISO date or datetime.")
+@click.option("--dry-run", is_flag=True, help="Show what would be done; write nothing.")
+@click.pass_obj
+def backfill(settings, since, until, dry_run):
+    """Refresh an explicit window of arrival times [SINCE, UNTIL).
+
+    Dates mean local midnight and datetimes without an offset are local time,
+    in the configured time zone. The watermark never moves backwards; it moves
+    forward only if the window starts at or before it (no gap is skipped).
+
+    Example: lms-refresh backfill --since 2026-09-01 --until 2026-10-01
+    """
+    timezone = settings.config().timezone
+    try:
+        since_time = parse_user_time(since, timezone)
+        until_time = parse_user_time(until, timezone)
+    except ValueError as error:
+        raise click.BadParameter(str(error))
+    return _do_refresh(settings, since_time, until_time, dry_run)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def status(settings, as_json):
+    """Show the watermark, the last run, the lock and the store.
+
+    Example: lms-refresh status --json
+    """
+    report = collect_status(settings.config())
+    click.echo(json.dumps(report, indent=2) if as_json else format_status(report))
+    return errors.OK
+
+
+@cli.command()
+@click.pass_obj
+def check(settings):
+    """Validate the configuration and reach the source and store; write nothing.
+
+    Example: lms-refresh --config ./config.toml check
+    """
+    for line in run_checks(settings.config(), os.geteuid()):
+        click.echo(f"ok  {line}")
+    return errors.OK
+
+
+@cli.command()
+@click.option("--dir", "directory", type=click.Path(file_okay=False), help="Where to put the sample (default: a new temporary directory).")
+@click.option("--learners", default=2000, show_default=True, help="Number of learners.")
+@click.option("--days", default=21, show_default=True, help="Days of activity.")
+@click.option("--seed", default=7, show_default=True, help="Random seed (same seed, same sample).")
+@click.pass_obj
+def demo(settings, directory, learners, days, seed):
+    """Generate realistic sample xAPI data, refresh a local SQLite store, print the metrics.
+
+    Example: lms-refresh demo --dir /tmp/lms-demo
+    """
+    from lms_refresh.demo import run_demo
+
+    run_demo(directory, learners, days, seed, settings.now, os.environ, click.echo)
+    return errors.OK
+
+
+def main(argv=None):
+    """Entry point: run the CLI and exit with the documented code."""
+    try:
+        code = cli.main(args=argv, prog_name="lms-refresh", standalone_mode=False)
+    except click.ClickException as error:
+        error.show()
+        code = error.exit_code
+    except click.Abort:
+        click.echo("Aborted.", err=True)
+        code = errors.FAILURE
+    except errors.RefreshError as error:
+        _ensure_logging()
+        logger.error("%s", error, extra={"EXIT_STATUS": error.exit_code, "ERROR_KIND": type(error).__name__})
+        code = error.exit_code
+    except KeyboardInterrupt:
+        code = 130
+    except Exception as error:  # the last resort: one sentence first, then the details
+        _ensure_logging()
+        logger.error(
+            "Unexpected failure (%s: %s); nothing was committed.", type(error).__name__, error,
+            exc_info=True, extra={"EXIT_STATUS": errors.FAILURE},
+        )
+        code = errors.FAILURE
+    sys.exit(code if isinstance(code, int) else errors.OK)
+
+
+def _ensure_logging():
+    if not logging.getLogger().handlers:
+        configure_logging(0, os.environ)

@@ -1,0 +1,231 @@
+"""Load and validate the TOML configuration.
+
+Every key is declared once in `SCHEMA`; unknown keys, wrong types and
+impossible values are refused with one sentence naming the file and the key.
+"""
+
+import dataclasses
+import os
+import re
+import tomllib
+import zoneinfo
+
+from lms_refresh.errors import ConfigError
+
+DEFAULT_CONFIG_PATH = "/etc/lms-refresh/config.toml"
+DEFAULT_STATE_DIRECTORY = "/var/lib/lms-refresh"
+SOURCE_TYPES = ("xapi-ndjson",)
+STORE_TYPES = ("sqlite",)
+
+_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def parse_duration(value):
+    """Given an int (seconds) or a string like '90s', '5m', '1h30m', '2d', return seconds."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("a duration cannot be negative")
+        return value
+    if not isinstance(value, str):
+        raise ValueError("expected a duration such as \"5m\" or a number of seconds")
+    match = _DURATION.match(value.strip())
+    if not value.strip() or not match:
+        raise ValueError(f"{value!r} is not a duration such as \"90s\", \"5m\", \"1h30m\" or \"2d\"")
+    days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def _timezone(value):
+    if not isinstance(value, str):
+        raise ValueError("expected a time zone name such as \"Europe/Paris\"")
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"{value!r} is not a known time zone (see timedatectl list-timezones)")
+    return value
+
+
+def _typed(kind, low=None, high=None):
+    def check(value):
+        if isinstance(value, bool) or not isinstance(value, kind):
+            if kind is float and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+            else:
+                raise ValueError(f"expected {'a number' if kind is float else kind.__name__}")
+        if low is not None and value < low:
+            raise ValueError(f"must be at least {low}")
+        if high is not None and value > high:
+            raise ValueError(f"must be at most {high}")
+        return value
+
+    return check
+
+
+def _choice(*choices):
+    def check(value):
+        if value not in choices:
+            raise ValueError(f"must be one of {', '.join(repr(c) for c in choices)}")
+        return value
+
+    return check
+
+
+def _regex(value):
+    if not isinstance(value, str):
+        raise ValueError("expected a regular expression")
+    try:
+        compiled = re.compile(value)
+    except re.error as error:
+        raise ValueError(f"is not a valid regular expression ({error})")
+    if compiled.groups > 1:
+        raise ValueError("may have at most one capturing group")
+    return value
+
+
+_path = _typed(str)
+
+# section -> key -> (validator, default). A default of `None` means "derived"
+# (or, for REQUIRED, that the key must be given).
+REQUIRED = object()
+SCHEMA = {
+    "": {
+        "timezone": (_timezone, "UTC"),
+        "min_cell_size": (_typed(int, 1, 1000), 10),
+        "max_quarantine_share": (_typed(float, 0.0, 1.0), 0.01),
+        "state_directory": (_path, None),
+    },
+    "window": {
+        "bootstrap_days": (_typed(int, 1, 3660), 7),
+        "safety_lag": (parse_duration, 300),
+        "lookback": (parse_duration, 0),
+    },
+    "source": {
+        "type": (_choice(*SOURCE_TYPES), REQUIRED),
+        "path": (_path, REQUIRED),
+        "batch_size": (_typed(int, 1, 100_000), 5000),
+        "course_pattern": (_regex, r"^(.+?/course/[^/?#]+)"),
+    },
+    "store": {
+        "type": (_choice(*STORE_TYPES), "sqlite"),
+        "path": (_path, None),
+    },
+    "pseudonymisation": {
+        "key_file": (_path, None),
+    },
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """A validated configuration; `origin` names the file it came from."""
+
+    origin: str
+    timezone: str
+    min_cell_size: int
+    max_quarantine_share: float
+    state_directory: str
+    bootstrap_days: int
+    safety_lag: int
+    lookback: int
+    source: dict
+    store_type: str
+    store_path: str
+    key_file: str
+
+
+def resolve_state_directory(configured, environ):
+    """Return the state directory: systemd's $STATE_DIRECTORY, else the configured one, else the default."""
+    from_systemd = environ.get("STATE_DIRECTORY", "")
+    if from_systemd:
+        # StateDirectory= with several names sets a colon-separated list; ours is the first.
+        return from_systemd.split(":")[0]
+    return configured or DEFAULT_STATE_DIRECTORY
+
+
+def read_toml(path):
+    """Given a path, return the parsed TOML document or raise ConfigError saying what is wrong."""
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"No configuration file at {path}; create it (see README, 'Configuration') "
+            "or pass --config / set LMS_REFRESH_CONFIG."
+        )
+    except PermissionError:
+        raise ConfigError(f"Cannot read the configuration file {path}: permission denied.")
+    except IsADirectoryError:
+        raise ConfigError(f"The configuration path {path} is a directory, not a TOML file.")
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path} is not valid TOML: {error}.")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not valid UTF-8 text.")
+
+
+def validate(document, origin, environ):
+    """Given a parsed TOML document, return a Config or raise ConfigError naming the key."""
+    values = {}
+    for key, value in document.items():
+        if key in SCHEMA and key != "":
+            if not isinstance(value, dict):
+                raise ConfigError(f"{origin}: '{key}' must be a table ([{key}]).")
+        elif key not in SCHEMA[""]:
+            raise ConfigError(f"{origin}: unknown key '{key}' (known: {', '.join(_known_keys())}).")
+    for section, keys in SCHEMA.items():
+        table = {k: v for k, v in document.items() if k in keys} if section == "" else document.get(section, {})
+        for key in table:
+            if key not in keys:
+                raise ConfigError(
+                    f"{origin}: unknown key '{_dotted(section, key)}' "
+                    f"(known in [{section}]: {', '.join(sorted(keys))})."
+                )
+        for key, (check, default) in keys.items():
+            name = _dotted(section, key)
+            if key in table:
+                try:
+                    values[name] = check(table[key])
+                except ValueError as error:
+                    raise ConfigError(f"{origin}: key '{name}' {_phrase(error)}.")
+            elif default is REQUIRED:
+                raise ConfigError(f"{origin}: key '{name}' is required.")
+            else:
+                values[name] = default
+
+    state_directory = resolve_state_directory(values["state_directory"], environ)
+    source = {key: values[f"source.{key}"] for key in SCHEMA["source"]}
+    return Config(
+        origin=origin,
+        timezone=values["timezone"],
+        min_cell_size=values["min_cell_size"],
+        max_quarantine_share=values["max_quarantine_share"],
+        state_directory=state_directory,
+        bootstrap_days=values["window.bootstrap_days"],
+        safety_lag=values["window.safety_lag"],
+        lookback=values["window.lookback"],
+        source=source,
+        store_type=values["store.type"],
+        store_path=values["store.path"] or os.path.join(state_directory, "metrics.sqlite"),
+        key_file=values["pseudonymisation.key_file"] or os.path.join(state_directory, "pseudonymisation.key"),
+    )
+
+
+def load_config(path, environ):
+    """Given a config path and the process environment, return a validated Config."""
+    return validate(read_toml(path), path, environ)
+
+
+def _dotted(section, key):
+    return f"{section}.{key}" if section else key
+
+
+def _known_keys():
+    return sorted(set(SCHEMA[""]) | {name for name in SCHEMA if name})
+
+
+def _phrase(error):
+    text = str(error)
+    if text.startswith(("expected", "must", "may", "is ")):
+        return text
+    return f"is invalid: {text}"

@@ -1,0 +1,57 @@
+"""Exit codes and the domain errors that map to them.
+
+This is the one place that defines what an exit status means; the CLI turns
+every `RefreshError` into its `exit_code`, and the README documents the table.
+"""
+
+OK = 0  # success, nothing to do, or another run holds the lock
+FAILURE = 1  # unexpected failure; nothing committed
+USAGE = 2  # usage error (click's own code)
+BAD_INPUT = 65  # EX_DATAERR: bad input beyond the configured tolerance
+UNAVAILABLE = 69  # EX_UNAVAILABLE: source or store unreachable (transient)
+CONFIG = 78  # EX_CONFIG: configuration or state an operator must fix
+TERMINATED = 143  # 128 + SIGTERM: stopped and rolled back
+
+MEANINGS = {
+    OK: "success, nothing to do, or lock held by another run",
+    FAILURE: "unexpected failure; nothing committed",
+    USAGE: "usage error",
+    BAD_INPUT: "bad input beyond the configured tolerance; nothing committed",
+    UNAVAILABLE: "source or store unreachable (transient); nothing committed",
+    CONFIG: "configuration or state error; fix it before the next run",
+    TERMINATED: "stopped by SIGTERM; rolled back",
+}
+
+
+class RefreshError(Exception):
+    """A failure with a one-sentence message meant for the operator."""
+
+    exit_code = FAILURE
+
+
+class ConfigError(RefreshError):
+    """The configuration (or the state it points to) is wrong; retrying won't help."""
+
+    exit_code = CONFIG
+
+
+class StateError(ConfigError):
+    """The state directory or store is unreadable, corrupt or owned by someone else."""
+
+
+class BadInputError(RefreshError):
+    """Too much of the input was malformed; nothing was committed."""
+
+    exit_code = BAD_INPUT
+
+
+class UnavailableError(RefreshError):
+    """A source or the store could not be reached; a later retry may succeed."""
+
+    exit_code = UNAVAILABLE
+
+
+class Terminated(RefreshError):
+    """SIGTERM arrived; the transaction was rolled back."""
+
+    exit_code = TERMINATED

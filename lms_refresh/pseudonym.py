@@ -1,0 +1,69 @@
+"""Keyed pseudonymisation of actor identifiers (HMAC-SHA256 with a secret key file)."""
+
+import hashlib
+import hmac
+import os
+import secrets
+
+from lms_refresh.errors import StateError
+
+KEY_BYTES = 32
+
+
+def read_key(path):
+    """Return the key in `path`, None if the file does not exist, or raise StateError."""
+    try:
+        with open(path, "rb") as handle:
+            text = handle.read().strip()
+    except FileNotFoundError:
+        return None
+    except PermissionError:
+        raise StateError(f"Cannot read the pseudonymisation key {path}: permission denied.")
+    try:
+        key = bytes.fromhex(text.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        key = b""
+    if len(key) < 16:
+        raise StateError(
+            f"The pseudonymisation key {path} is damaged (expected at least 32 hex digits); "
+            "restore it from a backup — a new key would count every learner twice."
+        )
+    return key
+
+
+def create_key(path):
+    """Write a new random key to `path` (mode 0600, atomically) and return it."""
+    key = secrets.token_bytes(KEY_BYTES)
+    temporary = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, key.hex().encode() + b"\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)
+    return key
+
+
+def fingerprint(key):
+    """Return a short public fingerprint of `key`, stored to detect a swapped key."""
+    return hmac.new(key, b"lms-refresh key fingerprint", hashlib.sha256).hexdigest()[:16]
+
+
+class Pseudonymiser:
+    """Map actor identifiers to stable keyed hashes, caching the recent ones."""
+
+    CACHE_LIMIT = 200_000
+
+    def __init__(self, key):
+        self._key = key
+        self._cache = {}
+
+    def __call__(self, identifier):
+        cached = self._cache.get(identifier)
+        if cached is None:
+            if len(self._cache) >= self.CACHE_LIMIT:
+                self._cache.clear()  # bounded memory; learners recur, so it refills cheaply
+            cached = hmac.new(self._key, identifier.encode(), hashlib.sha256).hexdigest()[:32]
+            self._cache[identifier] = cached
+        return cached

@@ -1,0 +1,257 @@
+"""One refresh: lock → window → pull → stage → recompute → commit.
+
+`refresh()` is the only code path for both `run` and `backfill`; they differ
+only in how the window is chosen. Everything the run depends on (config,
+clock, environment, effective uid) is passed in.
+"""
+
+import contextlib
+import dataclasses
+import datetime as dt
+import logging
+import os
+import signal
+import sqlite3
+import time
+import uuid
+
+from lms_refresh import window as windows
+from lms_refresh.errors import BadInputError, StateError, Terminated, UnavailableError
+from lms_refresh.lock import LOCK_NAME, LockHeld, RunLock
+from lms_refresh.pseudonym import Pseudonymiser, create_key, fingerprint, read_key
+from lms_refresh.sources import build_source
+from lms_refresh.sources.xapi import StatementMapper
+from lms_refresh.statedir import check_writable_file, prepare_state_directory
+from lms_refresh.store import open_store
+
+logger = logging.getLogger(__name__)
+
+QUARANTINE_KEPT_ON_FAILURE = 1000  # records kept in memory to record after a rollback
+
+
+@dataclasses.dataclass
+class Report:
+    """What a run did (or, for a dry run, would do)."""
+
+    run_id: str
+    kind: str
+    dry_run: bool
+    outcome: str = "success"
+    window: windows.Window = None
+    statements_read: int = 0
+    staged: int = 0
+    voided: int = 0
+    quarantined: int = 0
+    partitions: list = dataclasses.field(default_factory=list)
+    rows_written: int = 0
+    suppressed: int = 0
+    lock_holder: str = ""
+    started: float = dataclasses.field(default_factory=time.monotonic)
+
+    def journal_fields(self):
+        fields = {"RUN_ID": self.run_id, "RUN_KIND": self.kind, "OUTCOME": self.outcome}
+        if self.window is not None:
+            fields.update(WINDOW_SINCE=self.window.since_cursor, WINDOW_UNTIL=self.window.until_cursor)
+        fields.update(
+            STATEMENTS_READ=self.statements_read, ROWS_STAGED=self.staged, VOIDED=self.voided,
+            QUARANTINED=self.quarantined, PARTITIONS=len(self.partitions),
+            ROWS_WRITTEN=self.rows_written, SUPPRESSED=self.suppressed,
+        )
+        return fields
+
+
+@contextlib.contextmanager
+def sigterm_raises():
+    """Turn SIGTERM into a Terminated exception so the transaction rolls back on the way out."""
+
+    def handler(signum, frame):
+        raise Terminated("Stopped by SIGTERM; the run was rolled back and nothing was committed.")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def refresh(config, now, environ, euid, progress, since=None, until=None, dry_run=False):
+    """Run one refresh of the window [since, until) (or the scheduled one if both are None).
+
+    Returns a Report; raises a RefreshError subclass on failure, after rolling back.
+    """
+    kind = "run" if since is None else "backfill"
+    report = Report(run_id=str(uuid.uuid4()), kind=kind, dry_run=dry_run)
+    state_directory = config.state_directory
+    if not dry_run or os.path.isdir(state_directory):
+        prepare_state_directory(state_directory, euid)
+    lock_path = os.path.join(state_directory, LOCK_NAME)
+    if dry_run and not os.path.isdir(state_directory):
+        lock = contextlib.nullcontext()  # nothing to protect, and a dry run creates nothing
+    else:
+        check_writable_file(lock_path, euid)
+        lock = RunLock(lock_path)
+    try:
+        with lock, sigterm_raises():
+            for path in (config.store_path, config.key_file):
+                if not dry_run:
+                    check_writable_file(path, euid)
+            return _locked_refresh(config, now, environ, progress, report, since, until)
+    except LockHeld as held:
+        report.outcome = "lock-held"
+        report.lock_holder = held.holder
+        logger.info(
+            "Another refresh holds the lock (held by pid %s); nothing to do.", held.holder,
+            extra={"RUN_ID": report.run_id, "LOCK_HOLDER": held.holder},
+        )
+        return report
+
+
+def _open_key(config, store, dry_run):
+    """Return the pseudonymisation key, refusing one that does not match the store's data."""
+    meta = store.meta()
+    key = read_key(config.key_file)
+    recorded = meta.get("key_fingerprint")
+    if key is None:
+        if recorded is not None or store.has_events():
+            raise StateError(
+                f"The pseudonymisation key {config.key_file} is missing but the store already holds "
+                "pseudonymised learners; restore the key from a backup (a new key would count every learner twice)."
+            )
+        key = os.urandom(32) if dry_run else create_key(config.key_file)
+        logger.info("Created a new pseudonymisation key at %s", config.key_file)
+    elif recorded is not None and recorded != fingerprint(key):
+        raise StateError(
+            f"The pseudonymisation key {config.key_file} is not the key this store was built with; "
+            "restore the original key file."
+        )
+    return key
+
+
+def _check_timezone(config, store):
+    recorded = store.meta().get("timezone")
+    if recorded is not None and recorded != config.timezone and store.has_events():
+        raise StateError(
+            f"The store's days were computed in time zone {recorded} but the configuration ({config.origin}) "
+            f"says {config.timezone}; keep {recorded}, or move the store aside and rebuild with 'lms-refresh backfill'."
+        )
+
+
+def _choose_window(config, now, store, source, since, until):
+    meta = store.meta()
+    watermark = meta.get("watermark")
+    watermark = windows.from_cursor(watermark) if watermark is not None else None
+    complete = source.complete_through(now)
+    if since is None:
+        return watermark, windows.run_window(watermark, now, config, complete)
+    return watermark, windows.backfill_window(since, until, now, config, complete)
+
+
+def _locked_refresh(config, now, environ, progress, report, since, until):
+    store = open_store(config, create=not report.dry_run)
+    try:
+        key = _open_key(config, store, report.dry_run)
+        _check_timezone(config, store)
+        mapper = StatementMapper(config.timezone, Pseudonymiser(key), config.source["course_pattern"])
+        source = build_source(config.source, mapper)
+        watermark, window = _choose_window(config, now, store, source, since, until)
+        report.window = window
+        if window.empty:
+            report.outcome = "nothing-to-do"
+            logger.info(
+                "Nothing to do: the window %s .. %s is empty.", window.since_cursor, window.until_cursor,
+                extra=report.journal_fields(),
+            )
+            return report
+        logger.info(
+            "Refreshing %s from %s, window %s .. %s", config.store_path, source.describe(),
+            window.since_cursor, window.until_cursor, extra=report.journal_fields(),
+        )
+        try:
+            _transaction(config, now, store, source, key, watermark, window, report, progress)
+        except sqlite3.OperationalError as error:
+            raise UnavailableError(f"The store {config.store_path} could not be written ({error}); nothing was committed.")
+        except sqlite3.DatabaseError as error:
+            raise StateError(f"The store {config.store_path} is damaged ({error}); restore it from a backup.")
+        return report
+    finally:
+        progress.done()
+        store.close()
+
+
+def _transaction(config, now, store, source, key, watermark, window, report, progress):
+    now_text = windows.to_cursor(now)
+    days = set()
+    kept_quarantine = []
+    store.begin()
+    try:
+        for batch in source.batches(window, store.source_index()):
+            days |= store.stage(batch.events, batch.voids)
+            if batch.quarantined:
+                store.quarantine(report.run_id, batch.quarantined, now_text)
+                room = QUARANTINE_KEPT_ON_FAILURE - len(kept_quarantine)
+                kept_quarantine.extend(batch.quarantined[:max(room, 0)])
+            store.save_source_state(batch.state)
+            report.statements_read += batch.read
+            report.staged += len(batch.events)
+            report.voided += len(batch.voids)
+            report.quarantined += len(batch.quarantined)
+            progress(f"Read {report.statements_read} statements in the window, {report.quarantined} quarantined")
+        _check_tolerance(config, report)
+        days.update(window.local_days(config.timezone))
+        report.partitions = sorted(days)
+        progress(f"Recomputing {len(days)} daily partitions", force=True)
+        store.set_meta("min_cell_size", config.min_cell_size)
+        report.rows_written, report.suppressed = store.recompute(days)
+        store.set_meta("watermark", windows.to_cursor(
+            windows.next_watermark(watermark, window, report.kind == "backfill")))
+        store.set_meta("timezone", config.timezone)
+        store.set_meta("key_fingerprint", fingerprint(key))
+        store.record_run(_run_row(report, now, 0, ""))
+        if report.dry_run:
+            store.rollback()
+        else:
+            store.commit()
+    except BaseException as error:
+        store.rollback()
+        if not report.dry_run:
+            _record_failure(store, report, now, error, kept_quarantine)
+        raise
+
+
+def _check_tolerance(config, report):
+    if report.quarantined and report.quarantined > config.max_quarantine_share * report.statements_read:
+        share = report.quarantined / report.statements_read
+        raise BadInputError(
+            f"{report.quarantined} of {report.statements_read} records in the window were malformed "
+            f"({share:.1%}, more than max_quarantine_share = {config.max_quarantine_share:.1%}); "
+            "nothing was committed. See the quarantine table (lms-refresh status) and fix the source."
+        )
+
+
+def _run_row(report, now, exit_code, message):
+    finished = now + dt.timedelta(seconds=time.monotonic() - report.started)
+    return {
+        "run_id": report.run_id, "kind": report.kind, "started_at": windows.to_cursor(now),
+        "finished_at": windows.to_cursor(finished), "outcome": report.outcome,
+        "exit_code": exit_code,
+        "window_since": report.window.since_cursor if report.window else None,
+        "window_until": report.window.until_cursor if report.window else None,
+        "statements_read": report.statements_read, "staged": report.staged, "voided": report.voided,
+        "quarantined": report.quarantined, "partitions": len(report.partitions),
+        "rows_written": report.rows_written, "suppressed": report.suppressed, "message": message,
+    }
+
+
+def _record_failure(store, report, now, error, kept_quarantine):
+    """After a rollback, note the failed run (and what was quarantined) in its own transaction."""
+    exit_code = getattr(error, "exit_code", 1)
+    report.outcome = "failed"
+    try:
+        store.begin()
+        if kept_quarantine:
+            store.quarantine(report.run_id, kept_quarantine, windows.to_cursor(now))
+        store.record_run(_run_row(report, now, exit_code, str(error)[:1000]))
+        store.commit()
+    except (sqlite3.Error, Terminated):
+        store.rollback()
+        logger.warning("Could not record the failed run in the store", exc_info=True)

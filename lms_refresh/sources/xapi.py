@@ -1,0 +1,156 @@
+"""Map xAPI statements to canonical events.
+
+Course rule, in order: a context activity (parent, then grouping) whose
+definition type is the ADL course type; else the first capturing group (or
+whole match) of `course_pattern` against the object id, then the parent and
+grouping ids; else "unknown".
+"""
+
+import datetime as dt
+import re
+import zoneinfo
+
+from lms_refresh.window import CURSOR_FORMAT
+
+UTC = dt.timezone.utc
+ADL = "http://adlnet.gov/expapi/verbs/"
+VOIDED = ADL + "voided"
+ATTEMPTED, COMPLETED, PASSED, FAILED = (ADL + v for v in ("attempted", "completed", "passed", "failed"))
+COURSE_TYPE = "http://adlnet.gov/expapi/activities/course"
+
+EVENT_FIELDS = (
+    "event_id", "stored", "day", "course", "actor", "verb",
+    "is_attempt", "is_completion", "is_passed", "is_failed", "score_micro", "duration_ms",
+)
+
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+_DURATION = re.compile(
+    r"P(?:(\d+(?:\.\d+)?)D)?(?:T(?:(\d+(?:\.\d+)?)H)?(?:(\d+(?:\.\d+)?)M)?(?:(\d+(?:\.\d+)?)S)?)?"
+)
+
+
+class InvalidStatement(ValueError):
+    """The statement cannot be used; the message is the quarantine reason."""
+
+
+def stored_cursor(text):
+    """Given an ISO 8601 time, return its cursor text (fixed-width UTC) or raise InvalidStatement."""
+    if len(text) == 27 and text[26] == "Z" and text[10] == "T" and text[19] == ".":
+        return text  # already canonical: the common case, kept cheap
+    return parse_time(text, "stored").astimezone(UTC).strftime(CURSOR_FORMAT)
+
+
+def parse_time(text, field):
+    if not isinstance(text, str):
+        raise InvalidStatement(f"{field} is not a string")
+    try:
+        moment = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidStatement(f"{field} {text[:40]!r} is not an ISO 8601 time")
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)  # xAPI: a time without offset is read as UTC
+    return moment
+
+
+def parse_duration_ms(text):
+    """Given an ISO 8601 duration such as 'PT1H2M3.5S', return whole milliseconds."""
+    match = _DURATION.fullmatch(text) if isinstance(text, str) and text != "P" and text != "PT" else None
+    if not match or not any(match.groups()):
+        raise InvalidStatement(f"result.duration {str(text)[:40]!r} is not an ISO 8601 duration")
+    days, hours, minutes, seconds = (float(part or 0) for part in match.groups())
+    return round((((days * 24 + hours) * 60 + minutes) * 60 + seconds) * 1000)
+
+
+def actor_identifier(actor):
+    """Return the actor's inverse functional identifier as text, or raise InvalidStatement."""
+    if not isinstance(actor, dict):
+        raise InvalidStatement("actor is missing or not an object")
+    for key in ("mbox", "mbox_sha1sum", "openid"):
+        value = actor.get(key)
+        if isinstance(value, str) and value:
+            return f"{key}:{value}"
+    account = actor.get("account")
+    if isinstance(account, dict) and account.get("homePage") and account.get("name"):
+        return f"account:{account['homePage']}|{account['name']}"
+    raise InvalidStatement("actor has no inverse functional identifier (mbox, mbox_sha1sum, openid, account)")
+
+
+def _as_list(value):
+    if isinstance(value, list):
+        return value
+    return [value] if isinstance(value, dict) else []
+
+
+class StatementMapper:
+    """Turn parsed statements into ('event', tuple) or ('void', tuple)."""
+
+    def __init__(self, timezone, pseudonymise, course_pattern):
+        self.zone = zoneinfo.ZoneInfo(timezone)
+        self.pseudonymise = pseudonymise
+        self.course_pattern = re.compile(course_pattern)
+
+    def course_of(self, statement, object_id):
+        activities = (statement.get("context") or {}).get("contextActivities") or {}
+        related = _as_list(activities.get("parent")) + _as_list(activities.get("grouping"))
+        for activity in related:
+            if (activity.get("definition") or {}).get("type") == COURSE_TYPE and activity.get("id"):
+                return activity["id"]
+        for candidate in [object_id] + [a.get("id") for a in related]:
+            if isinstance(candidate, str):
+                match = self.course_pattern.search(candidate)
+                if match:
+                    return match.group(1) if match.re.groups else match.group(0)
+        return "unknown"
+
+    def map(self, statement):
+        if not isinstance(statement, dict):
+            raise InvalidStatement("not a JSON object")
+        event_id = statement.get("id")
+        if not isinstance(event_id, str) or not _UUID.fullmatch(event_id):
+            raise InvalidStatement("id is missing or not a UUID")
+        stored = statement.get("stored")
+        if stored is None:
+            raise InvalidStatement("stored is missing (export statements from an LRS)")
+        stored = stored_cursor(stored)
+        verb = statement.get("verb")
+        verb_id = verb.get("id") if isinstance(verb, dict) else None
+        if not isinstance(verb_id, str) or not verb_id:
+            raise InvalidStatement("verb.id is missing")
+        target = statement.get("object")
+        if not isinstance(target, dict):
+            raise InvalidStatement("object is missing or not an object")
+        if verb_id == VOIDED:
+            if target.get("objectType") != "StatementRef" or not isinstance(target.get("id"), str):
+                raise InvalidStatement("a voiding statement's object must be a StatementRef")
+            return "void", (target["id"].lower(), event_id.lower(), stored)
+        actor = self.pseudonymise(actor_identifier(statement.get("actor")))
+        object_id = target.get("id")
+        if not isinstance(object_id, str) or not object_id:
+            raise InvalidStatement("object.id is missing")
+        timestamp = statement.get("timestamp")
+        moment = parse_time(timestamp if timestamp is not None else stored, "timestamp")
+        day = moment.astimezone(self.zone).date().isoformat()
+
+        result = statement.get("result") or {}
+        if not isinstance(result, dict):
+            raise InvalidStatement("result is not an object")
+        success = result.get("success")
+        completion = result.get("completion")
+        score_micro = duration_ms = None
+        score = result.get("score")
+        if isinstance(score, dict) and "scaled" in score:
+            scaled = score["scaled"]
+            if isinstance(scaled, bool) or not isinstance(scaled, (int, float)) or not -1 <= scaled <= 1:
+                raise InvalidStatement("result.score.scaled is not a number between -1 and 1")
+            # Integers keep sums exact, so a partition rebuilt in any order is byte-identical.
+            score_micro = round(scaled * 1_000_000)
+        if "duration" in result:
+            duration_ms = parse_duration_ms(result["duration"])
+        return "event", (
+            event_id.lower(), stored, day, self.course_of(statement, object_id), actor, verb_id,
+            int(verb_id == ATTEMPTED),
+            int(verb_id == COMPLETED or completion is True),
+            int(verb_id == PASSED or success is True),
+            int(verb_id == FAILED or success is False),
+            score_micro, duration_ms,
+        )

@@ -1,0 +1,67 @@
+"""The state directory: created if missing, refused if using it would corrupt ownership."""
+
+import os
+import pwd
+
+from lms_refresh.errors import StateError
+
+
+def user_name(uid):
+    """Return the login name for `uid`, or the number when it has none."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _run_as_hint(owner):
+    return f"run it as that user, e.g. 'sudo -u {owner} lms-refresh ...'"
+
+
+def prepare_state_directory(path, euid):
+    """Given the state directory and our effective uid, make sure it exists and is safely ours.
+
+    Root running against a directory owned by the service user would leave
+    root-owned files (store, key, lock) behind that the next timer run cannot
+    open, so that is refused rather than silently breaking the service.
+    """
+    try:
+        os.makedirs(path, mode=0o750, exist_ok=True)
+        info = os.stat(path)
+    except PermissionError:
+        raise StateError(
+            f"Cannot create or open the state directory {path}: permission denied; "
+            "create it for the service user or run as that user."
+        )
+    except NotADirectoryError:
+        raise StateError(f"The state directory {path} is not a directory.")
+    owner = user_name(info.st_uid)
+    if euid == 0 and info.st_uid != 0:
+        raise StateError(
+            f"The state directory {path} belongs to user '{owner}'; running as root would leave "
+            f"root-owned files that break the next timer run: {_run_as_hint(owner)}."
+        )
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise StateError(
+            f"The state directory {path} belongs to user '{owner}' and is not writable by "
+            f"'{user_name(euid)}': {_run_as_hint(owner)}."
+        )
+
+
+def check_writable_file(path, euid):
+    """Refuse a state file (lock, store, key) that exists but we may not write, naming its owner."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return
+    owner = user_name(info.st_uid)
+    if euid == 0 and info.st_uid != 0:
+        raise StateError(
+            f"{path} belongs to user '{owner}'; running as root would leave root-owned files "
+            f"behind: {_run_as_hint(owner)}."
+        )
+    if not os.access(path, os.R_OK | os.W_OK):
+        raise StateError(
+            f"{path} belongs to user '{owner}' and cannot be written by '{user_name(euid)}': "
+            f"{_run_as_hint(owner)}."
+        )

@@ -1,0 +1,98 @@
+"""`status` and `check`: read-only views of the state, the store and the source."""
+
+import os
+
+from lms_refresh.errors import StateError
+from lms_refresh.lock import LOCK_NAME, probe
+from lms_refresh.pseudonym import Pseudonymiser
+from lms_refresh.sources import build_source
+from lms_refresh.sources.xapi import StatementMapper
+from lms_refresh.statedir import user_name
+from lms_refresh.store import open_store
+
+
+def collect_status(config):
+    """Given a Config, return a JSON-ready dict describing watermark, runs, lock and store."""
+    lock_path = os.path.join(config.state_directory, LOCK_NAME)
+    holder = probe(lock_path)
+    status = {
+        "config": config.origin,
+        "state_directory": config.state_directory,
+        "lock": {"path": lock_path, "held": holder is not None, "holder": holder},
+        "store": {"type": config.store_type, "location": config.store_path,
+                  "exists": os.path.exists(config.store_path), "size_bytes": 0},
+        "watermark": None, "last_run": None, "last_success": None, "quarantined_records": 0,
+    }
+    if status["store"]["exists"]:
+        store = open_store(config, create=False, read_only=True)
+        try:
+            meta = store.meta()
+            status["store"]["size_bytes"] = store.size_bytes()
+            status["store"]["schema_version"] = int(meta["schema_version"])
+            status["watermark"] = meta.get("watermark")
+            status["last_run"], status["last_success"] = store.last_runs()
+            status["quarantined_records"] = store.db.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
+        finally:
+            store.close()
+    return status
+
+
+def format_status(status):
+    """Return the human-readable status text."""
+    lock = status["lock"]
+    store = status["store"]
+    lines = [
+        f"config:       {status['config']}",
+        f"state:        {status['state_directory']}",
+        f"store:        {store['type']} {store['location']}"
+        + (f" ({store['size_bytes']:,} bytes, schema v{store.get('schema_version')})" if store["exists"] else " (not created yet)"),
+        f"watermark:    {status['watermark'] or 'none (the next run bootstraps)'}",
+        f"lock:         {'held by ' + lock['holder'] if lock['held'] else 'free'}",
+    ]
+    for label, run in (("last run", status["last_run"]), ("last success", status["last_success"])):
+        if run is None:
+            lines.append(f"{label + ':':<14}never")
+            continue
+        lines.append(
+            f"{label + ':':<14}{run['outcome']} (exit {run['exit_code']}) {run['kind']} "
+            f"started {run['started_at']} finished {run['finished_at']}"
+        )
+        lines.append(
+            f"{'':<14}window {run['window_since']} .. {run['window_until']}; read {run['statements_read']}, "
+            f"rows written {run['rows_written']}, quarantined {run['quarantined']}, suppressed {run['suppressed']}"
+        )
+        if run["message"]:
+            lines.append(f"{'':<14}{run['message']}")
+    lines.append(f"quarantine:   {status['quarantined_records']} record(s) kept")
+    return "\n".join(lines)
+
+
+def run_checks(config, euid):
+    """Check configuration, state directory, source and store without writing; return report lines.
+
+    Raises the RefreshError of the first check that fails.
+    """
+    lines = [f"configuration {config.origin}: valid"]
+    directory = config.state_directory
+    if os.path.isdir(directory):
+        if not os.access(directory, os.W_OK | os.X_OK) or (euid == 0 and os.stat(directory).st_uid != 0):
+            owner = user_name(os.stat(directory).st_uid)
+            raise StateError(
+                f"The state directory {directory} belongs to '{owner}' and must not be written by "
+                f"'{user_name(euid)}'; run as that user, e.g. 'sudo -u {owner} lms-refresh check'."
+            )
+        lines.append(f"state directory {directory}: writable")
+    else:
+        lines.append(f"state directory {directory}: will be created on the first run")
+    mapper = StatementMapper(config.timezone, Pseudonymiser(b"check"), config.source["course_pattern"])
+    source = build_source(config.source, mapper)
+    lines.append(f"source: {source.check()}")
+    if os.path.exists(config.store_path):
+        store = open_store(config, create=False, read_only=True)
+        try:
+            lines.append(f"store {config.store_path}: schema v{store.meta()['schema_version']}, readable")
+        finally:
+            store.close()
+    else:
+        lines.append(f"store {config.store_path}: will be created on the first run")
+    return lines

@@ -1,0 +1,75 @@
+"""The SQLite store's schema, as ordered migrations.
+
+Migration N brings a store from version N-1 to N. Each runs in its own
+transaction together with the version bump, so a crash leaves either version.
+"""
+
+# Suppression lives in the view, reading min_cell_size from meta, so changing
+# the setting re-suppresses every published day at once. A value is withheld
+# when 0 < (distinct learners it derives from) < min_cell_size; a whole row is
+# withheld when the day's active learners are fewer than min_cell_size.
+_SERVING_VIEW = """
+CREATE VIEW serving_daily_metrics AS
+SELECT m.day, m.course,
+  CASE WHEN m.learners >= k THEN m.learners END AS active_learners,
+  CASE WHEN m.learners >= k THEN m.statements END AS statements,
+  CASE WHEN m.learners >= k AND (m.attempt_learners = 0 OR m.attempt_learners >= k) THEN m.attempts END AS attempts,
+  CASE WHEN m.learners >= k AND (m.completion_learners = 0 OR m.completion_learners >= k) THEN m.completions END AS completions,
+  CASE WHEN m.learners >= k AND (m.passed_learners = 0 OR m.passed_learners >= k) THEN m.passed END AS passed,
+  CASE WHEN m.learners >= k AND (m.failed_learners = 0 OR m.failed_learners >= k) THEN m.failed END AS failed,
+  CASE WHEN m.learners >= k AND m.score_learners >= k
+       THEN ROUND(m.score_sum_micro * 1.0 / m.score_count / 1000000.0, 6) END AS avg_scaled_score,
+  CASE WHEN m.learners >= k AND m.duration_learners >= k THEN m.duration_ms / 1000.0 END AS total_duration_seconds,
+  CASE WHEN m.learners < k
+         OR m.attempt_learners BETWEEN 1 AND k - 1 OR m.completion_learners BETWEEN 1 AND k - 1
+         OR m.passed_learners BETWEEN 1 AND k - 1 OR m.failed_learners BETWEEN 1 AND k - 1
+         OR m.score_learners BETWEEN 1 AND k - 1 OR m.duration_learners BETWEEN 1 AND k - 1
+       THEN 1 ELSE 0 END AS suppressed
+FROM daily_metrics AS m
+CROSS JOIN (SELECT CAST(value AS INTEGER) AS k FROM meta WHERE key = 'min_cell_size') AS settings
+"""
+
+MIGRATIONS = [
+    # 1: the first schema
+    [
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
+        "INSERT INTO meta (key, value) VALUES ('min_cell_size', '10')",
+        # Canonical events keyed by the source's own id: pulling a record twice is a no-op.
+        """CREATE TABLE staged_events (
+            event_id TEXT NOT NULL UNIQUE, stored TEXT NOT NULL, day TEXT NOT NULL,
+            course TEXT NOT NULL, actor TEXT NOT NULL, verb TEXT NOT NULL,
+            is_attempt INTEGER NOT NULL, is_completion INTEGER NOT NULL,
+            is_passed INTEGER NOT NULL, is_failed INTEGER NOT NULL,
+            score_micro INTEGER, duration_ms INTEGER)""",
+        "CREATE INDEX staged_events_day ON staged_events (day, course)",
+        # Voided ids stay here so a re-pulled target is never staged again.
+        """CREATE TABLE voided_events (
+            event_id TEXT PRIMARY KEY, voided_by TEXT NOT NULL, stored TEXT NOT NULL) WITHOUT ROWID""",
+        """CREATE TABLE daily_metrics (
+            day TEXT NOT NULL, course TEXT NOT NULL, learners INTEGER NOT NULL,
+            statements INTEGER NOT NULL, attempts INTEGER NOT NULL, attempt_learners INTEGER NOT NULL,
+            completions INTEGER NOT NULL, completion_learners INTEGER NOT NULL,
+            passed INTEGER NOT NULL, passed_learners INTEGER NOT NULL,
+            failed INTEGER NOT NULL, failed_learners INTEGER NOT NULL,
+            score_sum_micro INTEGER, score_count INTEGER NOT NULL, score_learners INTEGER NOT NULL,
+            duration_ms INTEGER, duration_learners INTEGER NOT NULL,
+            PRIMARY KEY (day, course)) WITHOUT ROWID""",
+        _SERVING_VIEW,
+        """CREATE TABLE runs (
+            run_id TEXT PRIMARY KEY, kind TEXT NOT NULL, started_at TEXT NOT NULL,
+            finished_at TEXT NOT NULL, outcome TEXT NOT NULL, exit_code INTEGER NOT NULL,
+            window_since TEXT, window_until TEXT, statements_read INTEGER NOT NULL DEFAULT 0,
+            staged INTEGER NOT NULL DEFAULT 0, voided INTEGER NOT NULL DEFAULT 0,
+            quarantined INTEGER NOT NULL DEFAULT 0, partitions INTEGER NOT NULL DEFAULT 0,
+            rows_written INTEGER NOT NULL DEFAULT 0, suppressed INTEGER NOT NULL DEFAULT 0,
+            message TEXT NOT NULL DEFAULT '')""",
+        """CREATE TABLE quarantine (
+            id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, origin TEXT NOT NULL,
+            reason TEXT NOT NULL, raw TEXT NOT NULL, digest TEXT NOT NULL,
+            recorded_at TEXT NOT NULL,
+            UNIQUE (origin, digest))""",
+        "CREATE TABLE source_state (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
+    ],
+]
+
+SCHEMA_VERSION = len(MIGRATIONS)

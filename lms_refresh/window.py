@@ -1,0 +1,112 @@
+"""Refresh windows: the explicit [since, until) interval a run reads, and the days it touches.
+
+Times inside the engine are timezone-aware UTC datetimes. A window's ends
+are written as cursors: fixed-width UTC strings whose text order is their
+time order, so sources can compare them without parsing.
+"""
+
+import dataclasses
+import datetime as dt
+import zoneinfo
+
+from lms_refresh.errors import StateError
+
+UTC = dt.timezone.utc
+CURSOR_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def to_cursor(moment):
+    """Given an aware datetime, return its fixed-width UTC cursor text."""
+    return moment.astimezone(UTC).strftime(CURSOR_FORMAT)
+
+
+def from_cursor(text, what="watermark"):
+    """Given cursor text from the store, return an aware UTC datetime or raise StateError."""
+    try:
+        moment = dt.datetime.strptime(text, CURSOR_FORMAT)
+    except (TypeError, ValueError):
+        raise StateError(
+            f"The stored {what} {text!r} is not a valid time; the store is damaged — restore it "
+            "from a backup or set an explicit window with 'lms-refresh backfill'."
+        )
+    return moment.replace(tzinfo=UTC)
+
+
+def parse_user_time(text, timezone):
+    """Given an ISO date or datetime from the command line, return it in UTC.
+
+    A date means local midnight; a datetime without an offset is local time in
+    the configured zone. Raises ValueError with a readable message.
+    """
+    try:
+        moment = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not an ISO date or datetime (e.g. 2026-11-02 or 2026-11-02T04:15)")
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=zoneinfo.ZoneInfo(timezone))
+    return moment.astimezone(UTC)
+
+
+@dataclasses.dataclass(frozen=True)
+class Window:
+    """The half-open interval [since, until) of source arrival times a run reads."""
+
+    since: dt.datetime
+    until: dt.datetime
+
+    @property
+    def empty(self):
+        return self.since >= self.until
+
+    @property
+    def since_cursor(self):
+        return to_cursor(self.since)
+
+    @property
+    def until_cursor(self):
+        return to_cursor(self.until)
+
+    def local_days(self, timezone):
+        """Return the local calendar days (ISO text) that [since, until) touches."""
+        if self.empty:
+            return []
+        zone = zoneinfo.ZoneInfo(timezone)
+        first = self.since.astimezone(zone).date()
+        last = (self.until - dt.timedelta(microseconds=1)).astimezone(zone).date()
+        return [(first + dt.timedelta(days=n)).isoformat() for n in range((last - first).days + 1)]
+
+
+def upper_bound(now, safety_lag, complete_through):
+    """Return the latest `until` a run may use: now less the lag, never past what the source has complete."""
+    bound = now - dt.timedelta(seconds=safety_lag)
+    if complete_through is not None and complete_through < bound:
+        bound = complete_through
+    return bound
+
+
+def run_window(watermark, now, config, complete_through):
+    """Given the stored watermark (or None), return the window of a scheduled run."""
+    if watermark is None:
+        since = now - dt.timedelta(days=config.bootstrap_days)
+    else:
+        since = watermark - dt.timedelta(seconds=config.lookback)
+    return Window(since, upper_bound(now, config.safety_lag, complete_through))
+
+
+def backfill_window(since, until, now, config, complete_through):
+    """Given an operator's explicit window, return it clamped to what is complete."""
+    return Window(since, min(until, upper_bound(now, config.safety_lag, complete_through)))
+
+
+def next_watermark(current, window, is_backfill):
+    """Return the watermark after a successful run of `window`.
+
+    A scheduled run moves it to `until`. A backfill never moves it backwards and
+    moves it forward only when its window starts at or before the current
+    watermark (so no gap is skipped) — or when there is no watermark yet.
+    """
+    if not is_backfill or current is None:
+        return window.until if current is None or window.until > current else current
+    if window.since <= current < window.until:
+        return window.until
+    return current
