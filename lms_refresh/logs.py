@@ -29,9 +29,7 @@ def configure_logging(verbosity, environ, stream=None):
     warning = None
     if under_systemd(environ):
         try:
-            from systemd.journal import JournalHandler
-
-            handler = JournalHandler(SYSLOG_IDENTIFIER=IDENTIFIER)
+            handler = journal_handler()
             handler.setFormatter(logging.Formatter("%(message)s"))
         except ImportError:
             warning = "python3-systemd is not installed; logging to stderr instead of the journal"
@@ -41,6 +39,13 @@ def configure_logging(verbosity, environ, stream=None):
     root.addHandler(handler)
     if warning:
         logging.getLogger(__name__).warning(warning)
+
+
+def journal_handler():
+    """Return a handler that sends records to the journal with structured fields."""
+    from systemd.journal import JournalHandler
+
+    return JournalHandler(SYSLOG_IDENTIFIER=IDENTIFIER)
 
 
 def sd_notify(message, environ):

@@ -1,0 +1,140 @@
+"""Shared fixtures: a configured project directory and the installed CLI as a subprocess."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from lms_refresh.sources.xapi import ADL, COURSE_TYPE
+
+HOME = "https://lms.example.edu"
+
+
+def cli_command():
+    """The installed console script next to this interpreter, else `python -m lms_refresh`."""
+    script = os.path.join(os.path.dirname(sys.executable), "lms-refresh")
+    return [script] if os.path.exists(script) else [sys.executable, "-m", "lms_refresh"]
+
+
+def statement(learner="u1", verb="experienced", course="BIO101", timestamp="2026-11-02T10:00:00Z",
+              stored=None, score=None, success=None, completion=None, duration=None, id=None):
+    """Return one xAPI statement dict with the given facts."""
+    result = {}
+    if score is not None:
+        result["score"] = {"scaled": score}
+    if success is not None:
+        result["success"] = success
+    if completion is not None:
+        result["completion"] = completion
+    if duration is not None:
+        result["duration"] = duration
+    body = {
+        "id": id or str(uuid.uuid4()),
+        "actor": {"objectType": "Agent", "account": {"homePage": HOME, "name": learner}},
+        "verb": {"id": ADL + verb},
+        "object": {"objectType": "Activity", "id": f"{HOME}/course/{course}/quiz/1"},
+        "context": {"contextActivities": {"parent": [{"id": f"{HOME}/course/{course}",
+                                                      "definition": {"type": COURSE_TYPE}}]}},
+        "timestamp": timestamp,
+        "stored": stored or timestamp,
+    }
+    if result:
+        body["result"] = result
+    return body
+
+
+def voiding(target, stored):
+    return {"id": str(uuid.uuid4()), "actor": {"mbox": "mailto:teacher@example.edu"},
+            "verb": {"id": ADL + "voided"}, "object": {"objectType": "StatementRef", "id": target},
+            "stored": stored, "timestamp": stored}
+
+
+class Project:
+    """A temporary installation: config, source directory, state directory."""
+
+    def __init__(self, root):
+        self.root = root
+        self.source = root / "inbox"
+        self.state = root / "state"
+        self.config = root / "config.toml"
+        self.source.mkdir(parents=True)
+        self.configure()
+
+    def configure(self, extra_top="", **window):
+        settings = {"bootstrap_days": 30, "safety_lag": '"0s"', "lookback": '"0s"'}
+        settings.update(window)
+        lines = [f'timezone = "Europe/Paris"', f'state_directory = "{self.state}"', extra_top, "[window]"]
+        lines += [f"{k} = {v}" for k, v in settings.items()]
+        lines += ["[source]", 'type = "xapi-ndjson"', f'path = "{self.source}"', "batch_size = 500"]
+        self.config.write_text("\n".join(lines) + "\n")
+
+    @property
+    def store(self):
+        return self.state / "metrics.sqlite"
+
+    def write(self, name, statements):
+        """Write statements (dicts or raw strings) as one NDJSON file in the source directory."""
+        path = self.source / name
+        with open(path, "a", encoding="utf-8") as handle:
+            for item in statements:
+                handle.write((item if isinstance(item, str) else json.dumps(item)) + "\n")
+        return path
+
+    def cli(self, *args, now=None, env=None, check=None, **kwargs):
+        """Run the installed CLI with this project's config; return the CompletedProcess."""
+        command = cli_command() + ["--config", str(self.config)]
+        if now:
+            command += ["--now", now]
+        environment = {k: v for k, v in os.environ.items()
+                       if k not in ("STATE_DIRECTORY", "JOURNAL_STREAM", "INVOCATION_ID", "NOTIFY_SOCKET")}
+        environment.update(env or {})
+        result = subprocess.run(command + list(args), capture_output=True, text=True, env=environment,
+                                timeout=300, **kwargs)
+        if check is not None:
+            assert result.returncode == check, (result.returncode, result.stdout, result.stderr)
+        return result
+
+    def start(self, *args, now=None):
+        command = cli_command() + ["--config", str(self.config)] + (["--now", now] if now else []) + list(args)
+        environment = {k: v for k, v in os.environ.items() if k not in ("STATE_DIRECTORY", "JOURNAL_STREAM", "INVOCATION_ID")}
+        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
+
+    def serving(self):
+        """Return the serving view's rows (all columns, ordered) or [] if no store yet."""
+        import sqlite3
+
+        if not self.store.exists():
+            return []
+        from lms_refresh.store import SERVING_COLUMNS
+
+        with sqlite3.connect(f"file:{self.store}?mode=ro", uri=True) as db:
+            return db.execute(f"SELECT {', '.join(SERVING_COLUMNS)} FROM serving_daily_metrics ORDER BY day, course").fetchall()
+
+    def meta(self):
+        import sqlite3
+
+        with sqlite3.connect(f"file:{self.store}?mode=ro", uri=True) as db:
+            return dict(db.execute("SELECT key, value FROM meta"))
+
+    def dump(self):
+        """Return the serving view as text, for byte-identical comparisons."""
+        return "\n".join(repr(row) for row in self.serving())
+
+    def copy_to(self, root):
+        """Copy this project's state (not its source) into another project at `root`."""
+        other = Project(root)
+        other.source.rmdir()
+        other.source = self.source
+        other.configure()
+        if self.state.exists():
+            shutil.copytree(self.state, other.state)
+        return other
+
+
+@pytest.fixture
+def project(tmp_path):
+    return Project(tmp_path / "p")

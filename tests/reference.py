@@ -1,0 +1,72 @@
+"""An independent, deliberately naive computation of the serving table from raw statements.
+
+Used to check the engine end to end: mapping, voiding, late arrivals, local
+days and suppression. It shares no code with lms_refresh's engine.
+"""
+
+import collections
+import datetime as dt
+import json
+import zoneinfo
+
+ADL = "http://adlnet.gov/expapi/verbs/"
+
+
+def _iso(text):
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _seconds(duration):
+    import re
+
+    h, m, s = re.fullmatch(r"PT(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?", duration).groups()
+    return int(h or 0) * 3600 + int(m or 0) * 60 + float(s or 0)
+
+
+def expected_serving(lines, since, until, timezone, k):
+    """Given NDJSON lines (all valid), return the serving rows for statements stored in [since, until)."""
+    zone = zoneinfo.ZoneInfo(timezone)
+    statements = [json.loads(line) for line in lines]
+    in_window = [s for s in statements if since <= _iso(s["stored"]) < until]
+    voided = {s["object"]["id"] for s in in_window if s["verb"]["id"] == ADL + "voided"}
+    cells = collections.defaultdict(list)
+    for s in in_window:
+        if s["verb"]["id"] == ADL + "voided" or s["id"] in voided:
+            continue
+        day = _iso(s["timestamp"]).astimezone(zone).date().isoformat()
+        course = s["context"]["contextActivities"]["parent"][0]["id"]
+        cells[(day, course)].append(s)
+    rows = []
+    for (day, course), items in sorted(cells.items()):
+        def learners(predicate):
+            return {s["actor"]["account"]["name"] for s in items if predicate(s)}
+
+        verb = lambda s: s["verb"]["id"].rsplit("/", 1)[-1]  # noqa: E731
+        result = lambda s: s.get("result", {})  # noqa: E731
+        groups = {
+            "attempts": lambda s: verb(s) == "attempted",
+            "completions": lambda s: verb(s) == "completed" or result(s).get("completion") is True,
+            "passed": lambda s: verb(s) == "passed" or result(s).get("success") is True,
+            "failed": lambda s: verb(s) == "failed" or result(s).get("success") is False,
+        }
+        everyone = learners(lambda s: True)
+        visible = len(everyone) >= k
+        row = [day, course, len(everyone) if visible else None, len(items) if visible else None]
+        suppressed = not visible
+        for predicate in groups.values():
+            who = learners(predicate)
+            ok = visible and (len(who) == 0 or len(who) >= k)
+            suppressed |= 0 < len(who) < k
+            row.append(sum(1 for s in items if predicate(s)) if ok else None)
+        scored = [s for s in items if "score" in result(s)]
+        score_ok = visible and len(learners(lambda s: "score" in result(s))) >= k
+        suppressed |= 0 < len(learners(lambda s: "score" in result(s))) < k
+        row.append(round(sum(s["result"]["score"]["scaled"] for s in scored) / len(scored), 6) if score_ok else None)
+        timed = [s for s in items if "duration" in result(s)]
+        timed_learners = len(learners(lambda s: "duration" in result(s)))
+        suppressed |= 0 < timed_learners < k
+        row.append(sum(round(_seconds(s["result"]["duration"]) * 1000) for s in timed) / 1000
+                   if visible and timed_learners >= k else None)
+        row.append(1 if suppressed else 0)
+        rows.append(tuple(row))
+    return rows

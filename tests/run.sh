@@ -1,0 +1,18 @@
+#!/bin/bash
+# The whole test suite on a fresh Debian 12 machine (as root, or with sudo):
+# installs what the tests need from Debian and runs pytest with Debian's own
+# Python and libraries — the versions the .deb depends on.
+# Extra arguments go to pytest, e.g. `bash tests/run.sh -k lock -x`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+PACKAGES=(
+  python3 python3-venv python3-setuptools python3-click python3-systemd python3-pytest
+  util-linux
+)
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" >/dev/null
+/usr/bin/python3 -m venv --system-site-packages .venv
+.venv/bin/python -m pip install -q --no-build-isolation --no-deps -e .
+exec .venv/bin/python -m pytest -p no:cacheprovider "$@"

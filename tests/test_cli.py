@@ -1,0 +1,127 @@
+"""status, check, help texts, logging to the journal, progress."""
+
+import json
+import logging
+import subprocess
+import sys
+
+import click
+import click.testing
+import pytest
+
+from conftest import statement
+from lms_refresh.cli import cli
+from lms_refresh.logs import configure_logging
+
+NOW = "2026-11-03T04:15:00+01:00"
+
+
+def capture_journal(monkeypatch):
+    """Route the journal handler's output into a list, as python-systemd's own tests do."""
+    from systemd.journal import JournalHandler
+
+    from lms_refresh import logs
+
+    sent = []
+    monkeypatch.setattr(logs, "journal_handler", lambda: JournalHandler(
+        SYSLOG_IDENTIFIER=logs.IDENTIFIER, sender_function=lambda MESSAGE, **fields: sent.append((MESSAGE, fields))))
+    return sent
+
+
+@pytest.mark.parametrize("command", [None] + sorted(cli.commands))
+def test_every_command_has_help_with_an_example(command):
+    runner = click.testing.CliRunner()
+    result = runner.invoke(cli, ([command] if command else []) + ["--help"])
+    assert result.exit_code == 0
+    assert "Example: lms-refresh" in result.output
+
+
+def test_status_before_and_after_a_run(project):
+    before = project.cli("status", check=0).stdout
+    assert "watermark:    none (the next run bootstraps)" in before and "not created yet" in before
+    project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
+    project.cli("run", now=NOW, check=0)
+    report = json.loads(project.cli("status", "--json", check=0).stdout)
+    assert report["watermark"] == "2026-11-03T03:15:00.000000Z"
+    assert report["lock"] == {"path": str(project.state / "refresh.lock"), "held": False, "holder": None}
+    assert report["last_run"]["outcome"] == "success" and report["last_run"]["rows_written"] == 1
+    assert report["last_run"]["window_until"] == "2026-11-03T03:15:00.000000Z"
+    assert report["store"]["exists"] and report["store"]["size_bytes"] > 0 and report["store"]["schema_version"] == 1
+    text = project.cli("status", check=0).stdout
+    assert "last success: success (exit 0) run" in text and "lock:         free" in text
+
+
+def test_check_writes_nothing_and_reports_each_part(project):
+    result = project.cli("check", check=0)
+    assert "ok  configuration" in result.stdout and "ok  source: 0 export file(s) readable" in result.stdout
+    assert "will be created on the first run" in result.stdout
+    assert not project.state.exists()
+    project.source.rmdir()
+    missing = project.cli("check")
+    assert missing.returncode == 69 and "does not exist" in missing.stderr
+
+
+def test_journal_fields_are_structured_and_each_message_is_sent_once(project, monkeypatch):
+    sent = capture_journal(monkeypatch)
+    project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
+    from lms_refresh import cli as cli_module
+
+    monkeypatch.setenv("INVOCATION_ID", "0123456789abcdef")
+    monkeypatch.delenv("STATE_DIRECTORY", raising=False)
+    with pytest.raises(SystemExit) as stopped:
+        cli_module.main(["--config", str(project.config), "--now", NOW, "run"])
+    assert stopped.value.code == 0
+    committed = [fields for message, fields in sent if message.startswith("Refresh committed")]
+    assert len(committed) == 1
+    fields = committed[0]
+    assert fields["SYSLOG_IDENTIFIER"] == "lms-refresh" and fields["PRIORITY"] == "6"
+    assert fields["WINDOW_UNTIL"] == "2026-11-03T03:15:00.000000Z" and fields["ROWS_WRITTEN"] == 1
+    assert fields["RUN_ID"] and fields["STATEMENTS_READ"] == 12
+    messages = [message for message, _ in sent]
+    assert len(messages) == len(set(messages))
+    logging.getLogger().handlers.clear()
+
+
+def test_errors_go_to_the_journal_with_error_priority(project, monkeypatch):
+    sent = capture_journal(monkeypatch)
+    monkeypatch.setenv("JOURNAL_STREAM", "8:1234")
+    project.config.write_text("bogus = 1\n")
+    from lms_refresh import cli as cli_module
+
+    with pytest.raises(SystemExit) as stopped:
+        cli_module.main(["--config", str(project.config), "run"])
+    assert stopped.value.code == 78
+    assert [(f["PRIORITY"], f["EXIT_STATUS"]) for m, f in sent if "unknown key 'bogus'" in m] == [("3", 78)]
+    logging.getLogger().handlers.clear()
+
+
+def test_without_systemd_logs_are_human_lines_on_stderr(project):
+    project.write("a.ndjson", [statement()])
+    result = project.cli("run", now=NOW, check=0)
+    assert " INFO Refresh committed: read 1 statements" in result.stderr
+    assert result.stdout == ""
+
+
+def test_sd_notify_status_reaches_the_notify_socket(project, tmp_path):
+    import socket
+
+    address = str(tmp_path / "notify")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as server:
+        server.bind(address)
+        server.settimeout(10)
+        project.write("a.ndjson", [statement()])
+        project.cli("run", now=NOW, env={"NOTIFY_SOCKET": address}, check=0)
+        received = []
+        server.settimeout(0.5)
+        try:
+            while True:
+                received.append(server.recv(4096).decode())
+        except socket.timeout:
+            pass
+    assert "STATUS=Recomputing 31 daily partitions" in received  # bootstrap_days = 30, so 31 local days
+    assert received[-1] == "STATUS="
+
+
+def test_version():
+    result = subprocess.run([sys.executable, "-m", "lms_refresh", "--version"], capture_output=True, text=True)
+    assert result.stdout.strip() == "lms-refresh, version 0.1.0"

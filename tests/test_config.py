@@ -1,0 +1,67 @@
+"""Configuration: every mistake is refused with one sentence naming the file and the key."""
+
+import pytest
+
+from lms_refresh.config import load_config, parse_duration
+from lms_refresh.errors import ConfigError
+
+MINIMAL = '[source]\ntype = "xapi-ndjson"\npath = "/srv/xapi"\n'
+
+
+def load(tmp_path, text, environ=None):
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    return load_config(str(path), environ or {})
+
+
+def test_defaults(tmp_path):
+    config = load(tmp_path, MINIMAL)
+    assert (config.timezone, config.min_cell_size, config.bootstrap_days, config.safety_lag) == ("UTC", 10, 7, 300)
+    assert config.store_path == "/var/lib/lms-refresh/metrics.sqlite"
+    assert config.key_file == "/var/lib/lms-refresh/pseudonymisation.key"
+
+
+def test_state_directory_from_systemd_wins(tmp_path):
+    config = load(tmp_path, 'state_directory = "/srv/state"\n' + MINIMAL, {"STATE_DIRECTORY": "/var/lib/lms-refresh"})
+    assert config.store_path == "/var/lib/lms-refresh/metrics.sqlite"
+    assert load(tmp_path, 'state_directory = "/srv/state"\n' + MINIMAL).state_directory == "/srv/state"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("colour = 1\n" + MINIMAL, "unknown key 'colour'"),
+    (MINIMAL + "batchsize = 10\n", "unknown key 'source.batchsize'"),
+    ("min_cell_size = 0\n" + MINIMAL, "key 'min_cell_size' must be at least 1"),
+    ('min_cell_size = "10"\n' + MINIMAL, "key 'min_cell_size' expected int"),
+    ('timezone = "Mars/Olympus"\n' + MINIMAL, "key 'timezone' is invalid: 'Mars/Olympus' is not a known time zone"),
+    ("[window]\nsafety_lag = \"5 minutes\"\n" + MINIMAL, "key 'window.safety_lag'"),
+    ("max_quarantine_share = 1.5\n" + MINIMAL, "key 'max_quarantine_share' must be at most 1.0"),
+    ('[source]\ntype = "csv"\npath = "x"\n', "key 'source.type' must be one of 'xapi-ndjson'"),
+    ('[source]\ntype = "xapi-ndjson"\n', "key 'source.path' is required"),
+    ("", "key 'source.type' is required"),
+    ('source = "x"\n', "'source' must be a table"),
+    (MINIMAL + 'course_pattern = "(a)(b)"\n', "may have at most one capturing group"),
+    ("this is = not toml", "is not valid TOML"),
+])
+def test_mistakes_name_the_file_and_key(tmp_path, text, message):
+    with pytest.raises(ConfigError) as error:
+        load(tmp_path, text)
+    assert message in str(error.value)
+    assert str(tmp_path / "config.toml") in str(error.value)
+
+
+def test_missing_file_says_how_to_fix(tmp_path):
+    with pytest.raises(ConfigError, match="No configuration file at .*; create it"):
+        load_config(str(tmp_path / "absent.toml"), {})
+
+
+@pytest.mark.parametrize("text, seconds", [("90s", 90), ("5m", 300), ("1h30m", 5400), ("2d", 172800), (15, 15)])
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+def test_cli_reports_config_errors_with_exit_78(project):
+    project.config.write_text("min_cell_size = -3\n")
+    result = project.cli("check")
+    assert result.returncode == 78
+    assert f"{project.config}: key 'min_cell_size' must be at least 1." in result.stderr
+    assert "Traceback" not in result.stderr

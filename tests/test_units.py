@@ -1,0 +1,103 @@
+"""Small pure functions: windows, days, statement mapping."""
+
+import datetime as dt
+
+import pytest
+
+from conftest import statement
+from lms_refresh.config import validate
+from lms_refresh.sources.xapi import InvalidStatement, StatementMapper, parse_duration_ms
+from lms_refresh.window import Window, next_watermark, parse_user_time, run_window
+
+UTC = dt.timezone.utc
+CONFIG = validate({"source": {"type": "xapi-ndjson", "path": "/x"}, "window": {"safety_lag": "10m",
+                  "lookback": "1h"}}, "test.toml", {})
+
+
+def t(text):
+    return dt.datetime.fromisoformat(text).astimezone(UTC)
+
+
+def test_local_days_of_a_window_across_the_dst_change():
+    window = Window(t("2026-10-24T04:15:00+02:00"), t("2026-10-26T04:15:00+01:00"))
+    assert window.local_days("Europe/Paris") == ["2026-10-24", "2026-10-25", "2026-10-26"]
+    one_day = Window(t("2026-10-25T00:00:00+02:00"), t("2026-10-26T00:00:00+01:00"))
+    assert one_day.until - one_day.since == dt.timedelta(hours=25)
+    assert one_day.local_days("Europe/Paris") == ["2026-10-25"]
+
+
+def test_run_window_bootstrap_lag_lookback_and_completeness():
+    now = t("2026-11-03T04:15:00+01:00")
+    assert run_window(None, now, CONFIG, None) == Window(now - dt.timedelta(days=7), now - dt.timedelta(minutes=10))
+    mark = t("2026-11-02T03:05:00+00:00")
+    assert run_window(mark, now, CONFIG, None).since == mark - dt.timedelta(hours=1)
+    assert run_window(mark, now, CONFIG, t("2026-11-03T01:00:00+00:00")).until == t("2026-11-03T01:00:00+00:00")
+
+
+def test_next_watermark_rules():
+    mark = t("2026-11-02T00:00:00+00:00")
+    later = Window(t("2026-11-01T00:00:00+00:00"), t("2026-11-03T00:00:00+00:00"))
+    gap = Window(t("2026-11-02T12:00:00+00:00"), t("2026-11-03T00:00:00+00:00"))
+    earlier = Window(t("2026-10-01T00:00:00+00:00"), t("2026-10-03T00:00:00+00:00"))
+    assert next_watermark(mark, later, is_backfill=True) == later.until
+    assert next_watermark(mark, gap, is_backfill=True) == mark
+    assert next_watermark(mark, earlier, is_backfill=True) == mark
+    assert next_watermark(None, earlier, is_backfill=True) == earlier.until
+    assert next_watermark(mark, earlier, is_backfill=False) == mark
+
+
+def test_user_times_are_local_unless_they_carry_an_offset():
+    assert parse_user_time("2026-11-02", "Europe/Paris") == t("2026-11-01T23:00:00+00:00")
+    assert parse_user_time("2026-07-02T04:15", "Europe/Paris") == t("2026-07-02T02:15:00+00:00")
+    assert parse_user_time("2026-07-02T04:15Z", "Europe/Paris") == t("2026-07-02T04:15:00+00:00")
+    with pytest.raises(ValueError):
+        parse_user_time("last tuesday", "UTC")
+
+
+MAPPER = StatementMapper("Europe/Paris", lambda actor: "h:" + actor, r"^(.+?/course/[^/?#]+)")
+
+
+def test_mapping_of_a_complete_statement():
+    kind, row = MAPPER.map(statement(learner="ann", verb="passed", timestamp="2026-11-02T23:30:00Z",
+                                     stored="2026-11-03T00:00:00.5+00:00", score=0.875, duration="PT1H2M3.5S"))
+    assert kind == "event"
+    assert row[1:] == ("2026-11-03T00:00:00.500000Z", "2026-11-03", "https://lms.example.edu/course/BIO101",
+                       "h:account:https://lms.example.edu|ann", "http://adlnet.gov/expapi/verbs/passed",
+                       0, 0, 1, 0, 875000, 3723500)
+
+
+def test_course_falls_back_to_the_pattern_then_unknown():
+    body = statement()
+    del body["context"]
+    assert MAPPER.map(body)[1][3] == "https://lms.example.edu/course/BIO101"
+    body["object"]["id"] = "https://elsewhere.example/activity/9"
+    assert MAPPER.map(body)[1][3] == "unknown"
+
+
+@pytest.mark.parametrize("change, reason", [
+    (lambda s: s.pop("actor"), "actor is missing"),
+    (lambda s: s["actor"].pop("account"), "no inverse functional identifier"),
+    (lambda s: s.update(id="42"), "not a UUID"),
+    (lambda s: s.update(stored="tuesday"), "stored 'tuesday' is not an ISO 8601 time"),
+    (lambda s: s.pop("stored"), "stored is missing"),
+    (lambda s: s.update(verb={}), "verb.id is missing"),
+    (lambda s: s.update(result={"duration": "1 hour"}), "is not an ISO 8601 duration"),
+    (lambda s: s.update(result={"score": {"scaled": "high"}}), "score.scaled is not a number"),
+])
+def test_invalid_statements_say_why(change, reason):
+    body = statement()
+    change(body)
+    with pytest.raises(InvalidStatement, match=reason):
+        MAPPER.map(body)
+
+
+def test_voiding_statement():
+    kind, row = MAPPER.map({"id": "8f0e9b3c-1d2e-4f5a-9b8c-7d6e5f4a3b2c", "stored": "2026-11-02T10:00:00Z",
+                            "verb": {"id": "http://adlnet.gov/expapi/verbs/voided"},
+                            "object": {"objectType": "StatementRef", "id": "ABC"}})
+    assert (kind, row) == ("void", ("abc", "8f0e9b3c-1d2e-4f5a-9b8c-7d6e5f4a3b2c", "2026-11-02T10:00:00.000000Z"))
+
+
+@pytest.mark.parametrize("text, ms", [("PT0S", 0), ("PT1.25S", 1250), ("P1DT1H", 90000000), ("PT90M", 5400000)])
+def test_durations(text, ms):
+    assert parse_duration_ms(text) == ms
