@@ -196,6 +196,7 @@ def _transaction(config, now, store, source, key, watermark, window, report, pro
             report.voided += len(batch.voids)
             report.quarantined += len(batch.quarantined)
             progress(f"Read {report.statements_read} statements in the window, {report.quarantined} quarantined")
+        days |= store.finish_staging()
         _check_tolerance(config, report)
         days.update(window.local_days(config.timezone))
         report.partitions = sorted(days)

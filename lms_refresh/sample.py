@@ -50,20 +50,19 @@ def statement(rng, learner, course, moment, stored, verb):
                   "account": {"homePage": HOME, "name": f"u{learner:06d}"}},
         "verb": {"id": ADL + verb, "display": {"en-US": verb}},
         "object": {"objectType": "Activity", "id": f"{course_iri}/activity/{activity}",
-                   "definition": {"type": "http://adlnet.gov/expapi/activities/assessment",
-                                  "name": {"en-US": f"{course} activity {activity}"}}},
+                   "definition": {"type": "http://adlnet.gov/expapi/activities/assessment"}},
         "result": result,
         "context": {
-            "registration": _uuid(rng), "platform": "Moodle 4.3", "language": "en-US",
+            "registration": _uuid(rng), "platform": "Moodle 4.3",
             "contextActivities": {
                 "parent": [{"objectType": "Activity", "id": course_iri,
-                            "definition": {"type": COURSE_TYPE, "name": {"en-US": course}}}],
+                            "definition": {"type": COURSE_TYPE}}],
                 "grouping": [{"objectType": "Activity", "id": f"{HOME}/programme/{course[:3].lower()}"}],
             },
         },
         "timestamp": _time(moment),
         "stored": _time(stored),
-        "authority": {"objectType": "Agent", "name": "LRS", "mbox": "mailto:lrs@example.edu"},
+        "authority": {"mbox": "mailto:lrs@example.edu"},
         "version": "1.0.3",
     }
 

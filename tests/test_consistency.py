@@ -70,7 +70,8 @@ def test_no_published_value_derives_from_fewer_than_min_cell_size_learners(tmp_p
             SELECT s.active_learners, m.learners, s.attempts, m.attempt_learners, s.completions,
                    m.completion_learners, s.passed, m.passed_learners, s.failed, m.failed_learners,
                    s.avg_scaled_score, m.score_learners, s.total_duration_seconds, m.duration_learners
-            FROM serving_daily_metrics s JOIN daily_metrics m USING (day, course)""").fetchall()
+            FROM serving_daily_metrics s JOIN courses c ON c.iri = s.course
+            JOIN daily_metrics m ON m.day = s.day AND m.course_id = c.course_id""").fetchall()
     assert rows
     published = 0
     for row in rows:

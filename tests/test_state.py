@@ -112,7 +112,7 @@ def test_malformed_records_are_quarantined_with_reason_and_origin(project):
     with sqlite3.connect(project.store) as db:
         rows = db.execute("SELECT origin, reason, raw FROM quarantine ORDER BY origin").fetchall()
         logged = db.execute("SELECT quarantined, statements_read FROM runs").fetchone()
-    assert rows[0][0] == f"{path}:13" and rows[0][1].startswith("not valid JSON") and rows[0][2] == '{"id": "truncated\n'
+    assert rows[0][0] == f"{path}:13" and rows[0][1].startswith("not valid JSON") and rows[0][2] == '{"id": "truncated'
     assert rows[1][0] == f"{path}:14" and "score.scaled is not a number between -1 and 1" in rows[1][1]
     assert logged == (2, 14)
 

@@ -61,17 +61,18 @@ def test_mapping_of_a_complete_statement():
     kind, row = MAPPER.map(statement(learner="ann", verb="passed", timestamp="2026-11-02T23:30:00Z",
                                      stored="2026-11-03T00:00:00.5+00:00", score=0.875, duration="PT1H2M3.5S"))
     assert kind == "event"
-    assert row[1:] == ("2026-11-03T00:00:00.500000Z", "2026-11-03", "https://lms.example.edu/course/BIO101",
-                       "h:account:https://lms.example.edu|ann", "http://adlnet.gov/expapi/verbs/passed",
+    assert row[:3] == ("2026-11-03", "https://lms.example.edu/course/BIO101", "h:account:https://lms.example.edu|ann")
+    assert len(row[3]) == 16
+    assert row[4:] == ("2026-11-03T00:00:00.500000Z", "2026-11-02T23:30:00Z", "http://adlnet.gov/expapi/verbs/passed",
                        0, 0, 1, 0, 875000, 3723500)
 
 
 def test_course_falls_back_to_the_pattern_then_unknown():
     body = statement()
     del body["context"]
-    assert MAPPER.map(body)[1][3] == "https://lms.example.edu/course/BIO101"
+    assert MAPPER.map(body)[1][1] == "https://lms.example.edu/course/BIO101"
     body["object"]["id"] = "https://elsewhere.example/activity/9"
-    assert MAPPER.map(body)[1][3] == "unknown"
+    assert MAPPER.map(body)[1][1] == "unknown"
 
 
 @pytest.mark.parametrize("change, reason", [
@@ -92,10 +93,25 @@ def test_invalid_statements_say_why(change, reason):
 
 
 def test_voiding_statement():
+    target = "0A1B2C3D-4E5F-4A6B-8C7D-8E9F0A1B2C3D"
     kind, row = MAPPER.map({"id": "8f0e9b3c-1d2e-4f5a-9b8c-7d6e5f4a3b2c", "stored": "2026-11-02T10:00:00Z",
                             "verb": {"id": "http://adlnet.gov/expapi/verbs/voided"},
-                            "object": {"objectType": "StatementRef", "id": "ABC"}})
-    assert (kind, row) == ("void", ("abc", "8f0e9b3c-1d2e-4f5a-9b8c-7d6e5f4a3b2c", "2026-11-02T10:00:00.000000Z"))
+                            "object": {"objectType": "StatementRef", "id": target}})
+    assert kind == "void"
+    assert row == (bytes.fromhex("0a1b2c3d4e5f4a6b8c7d8e9f0a1b2c3d"), bytes.fromhex("8f0e9b3c1d2e4f5a9b8c7d6e5f4a3b2c"),
+                   "2026-11-02T10:00:00.000000Z")
+
+
+@pytest.mark.parametrize("text, cursor", [
+    ("2026-11-02T10:00:00Z", "2026-11-02T10:00:00.000000Z"),
+    ("2026-11-02T10:00:00.5Z", "2026-11-02T10:00:00.500000Z"),
+    ("2026-11-02T11:00:00.123456+01:00", "2026-11-02T10:00:00.123456Z"),
+    ("2026-11-02T10:00:00.1234567Z", "2026-11-02T10:00:00.123456Z"),
+])
+def test_stored_cursors_are_fixed_width_utc(text, cursor):
+    from lms_refresh.sources.xapi import stored_cursor
+
+    assert stored_cursor(text) == cursor
 
 
 @pytest.mark.parametrize("text, ms", [("PT0S", 0), ("PT1.25S", 1250), ("P1DT1H", 90000000), ("PT90M", 5400000)])

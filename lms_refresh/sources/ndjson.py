@@ -1,15 +1,24 @@
 """xAPI statements from NDJSON export files (`*.ndjson`, `*.jsonl`, optionally `.gz`).
 
+Plain files are cut into chunks at line boundaries and parsed by a small pool
+of worker processes (JSON parsing is the costly part and these machines have
+several cores); the main process only stages what they return. At most a few
+chunks are in flight, so memory does not grow with the window. Compressed
+files cannot be cut and are streamed in the main process.
+
 Export files only grow in number, so each file's size, mtime, inode and the
 range of `stored` times it holds are remembered (committed with the run).
 An unchanged file whose range lies outside the window is not read again,
 which keeps a one-day refresh cheap however much history sits beside it.
 """
 
+import collections
 import gzip
 import json
+import multiprocessing
 import os
 import re
+import signal
 
 from lms_refresh.errors import BadInputError, ConfigError, UnavailableError
 from lms_refresh.sources import Batch
@@ -17,15 +26,143 @@ from lms_refresh.sources.xapi import InvalidStatement, stored_cursor
 
 SUFFIXES = (".ndjson", ".jsonl", ".ndjson.gz", ".jsonl.gz")
 _STORED = re.compile(rb'"stored"\s*:\s*"([^"]{1,64})"')
+_decode = json.JSONDecoder().raw_decode  # str in, no encoding sniffing per line
+BYTES_PER_STATEMENT = 1024  # sizes chunks: batch_size statements of about this size
+
+
+class ChunkResult:
+    """What one chunk of one file held: a Batch plus line count and `stored` range."""
+
+    __slots__ = ("batch", "lines", "low", "high")
+
+    def __init__(self):
+        self.batch = Batch()
+        self.lines = 0
+        self.low = self.high = None
+
+
+def parse_lines(mapper, lines, since, until, result):
+    """Parse (number, raw line) pairs into `result`; lines outside [since, until) are skipped."""
+    batch = result.batch
+    events, voids, quarantined = batch.events, batch.voids, batch.quarantined
+    low, high = result.low, result.high
+    for number, line in lines:
+        result.lines = number
+        if not line.strip():
+            continue
+        cursor = None
+        # Cheap pre-filter: lines outside the window are skipped without parsing. Only
+        # trusted when "stored" occurs once, so a nested key of that name cannot mislead it.
+        if line.count(b'"stored"') == 1:
+            match = _STORED.search(line)
+            if match:
+                try:
+                    cursor = stored_cursor(match.group(1).decode("ascii"))
+                except (InvalidStatement, UnicodeDecodeError):
+                    cursor = None
+        if cursor is not None:
+            if low is None or cursor < low:
+                low = cursor
+            if high is None or cursor > high:
+                high = cursor
+            if not since <= cursor < until:
+                continue
+        try:
+            text = line.decode()
+            if text[0] in " \t":
+                text = text.strip()
+            parsed, end = _decode(text)
+            if end != len(text) and text[end:].strip():
+                raise ValueError(f"extra data after the JSON value at character {end}")
+            kind, row = mapper.map(parsed, cursor)
+        except (ValueError, InvalidStatement) as error:
+            reason = str(error) if isinstance(error, InvalidStatement) else f"not valid JSON: {error}"
+            quarantined.append((number, reason, line.rstrip(b"\r\n").decode("utf-8", "replace")))
+            batch.read += 1
+            continue
+        if cursor is None:  # the pre-filter could not tell; decide on the parsed value
+            cursor = row[2] if kind == "void" else row[4]
+            if low is None or cursor < low:
+                low = cursor
+            if high is None or cursor > high:
+                high = cursor
+            if not since <= cursor < until:
+                continue
+        (voids if kind == "void" else events).append(row)
+        batch.read += 1
+    result.low, result.high = low, high
+    return result
+
+
+def read_chunk(mapper, path, start, end, since, until):
+    """Return the ChunkResult of the lines of `path` that start in [start, end) (end None: to EOF)."""
+    try:
+        with open(path, "rb") as handle:
+            if end is None:  # the whole file, which may be a pipe that cannot seek
+                return parse_lines(mapper, enumerate(handle, 1), since, until, ChunkResult())
+            if start:
+                handle.seek(start - 1)
+                handle.readline()  # finish the line that straddles `start`; it is the previous chunk's
+            position = handle.tell()
+            data = handle.read(max(end - position, 0)) if position < end else b""
+            if data and not data.endswith(b"\n"):
+                data += handle.readline()  # the last line starts in this chunk, so it is ours
+            lines = data.split(b"\n")
+            if lines[-1] == b"":
+                lines.pop()
+            result = parse_lines(mapper, enumerate(lines, 1), since, until, ChunkResult())
+            result.lines = len(lines)
+            return result
+    except PermissionError:
+        raise ConfigError(f"Cannot read {path}: permission denied.")
+    except OSError as error:
+        raise BadInputError(f"Cannot read {path} ({error}); fix or move the file and run again.")
+
+
+_worker_mapper = None
+
+
+def _worker_init(mapper):
+    global _worker_mapper
+    _worker_mapper = mapper
+    # The parent owns the run: it turns SIGTERM into a rollback and ends the pool.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _worker_read(path, start, end, since, until):
+    return read_chunk(_worker_mapper, path, start, end, since, until)
+
+
+class _FileTracker:
+    """Line numbers and the `stored` range of one file, across its chunks."""
+
+    def __init__(self, path):
+        self.path = path
+        self.lines = 0
+        self.low = self.high = None
+
+    def add(self, result):
+        batch = result.batch
+        batch.quarantined = [(f"{self.path}:{self.lines + n}", reason, raw) for n, reason, raw in batch.quarantined]
+        self.lines += result.lines
+        if result.low is not None and (self.low is None or result.low < self.low):
+            self.low = result.low
+        if result.high is not None and (self.high is None or result.high > self.high):
+            self.high = result.high
+        return batch
 
 
 class NdjsonSource:
     name = "xapi-ndjson"
 
-    def __init__(self, path, mapper, batch_size):
+    def __init__(self, path, mapper, batch_size, workers=2, parallel_min_bytes=16 << 20):
         self.path = path
         self.mapper = mapper
         self.batch_size = batch_size
+        self.chunk_bytes = batch_size * BYTES_PER_STATEMENT
+        self.workers = workers
+        self.parallel_min_bytes = parallel_min_bytes
 
     def describe(self):
         return f"xAPI NDJSON files at {self.path}"
@@ -53,14 +190,10 @@ class NdjsonSource:
             raise ConfigError(f"Cannot read {unreadable[0]} (and {len(unreadable) - 1} more): permission denied.")
         return f"{len(files)} export file(s) readable under {self.path}"
 
-    def batches(self, window, index):
-        """Yield Batches of the statements whose `stored` lies in the window.
-
-        `index` maps a file path to the [size, mtime_ns, inode, min, max] list
-        recorded by an earlier committed run.
-        """
+    def _plan(self, window, index):
+        """Return [(path, signature, chunks)] for the files that must be read."""
         since, until = window.since_cursor, window.until_cursor
-        batch = Batch()
+        plan = []
         for path in self.files():
             try:
                 info = os.stat(path)
@@ -70,57 +203,76 @@ class NdjsonSource:
             known = index.get(path)
             if known and known[:3] == signature and (known[3] is None or known[4] < since or known[3] >= until):
                 continue
-            low = high = None
-            for kind, row, cursor in self._read(path, since, until):
-                if cursor is not None:
-                    if low is None or cursor < low:
-                        low = cursor
-                    if high is None or cursor > high:
-                        high = cursor
-                    if kind == "skip" or not since <= cursor < until:
-                        continue
-                if kind == "event":
-                    batch.events.append(row)
-                elif kind == "void":
-                    batch.voids.append(row)
-                else:
-                    batch.quarantined.append(row)
-                batch.read += 1
-                if len(batch) >= self.batch_size:
-                    yield batch
-                    batch = Batch()
-            batch.state[path] = signature + [low, high]
-        yield batch
+            if path.endswith(".gz") or not os.path.isfile(path):
+                chunks = [(0, None)]  # streamed, not cut (compressed, or a pipe)
+            else:
+                starts = range(0, max(info.st_size, 1), self.chunk_bytes)
+                chunks = [(s, min(s + self.chunk_bytes, info.st_size)) for s in starts]
+            plan.append((path, signature, chunks))
+        return plan
 
-    def _read(self, path, since, until):
-        """Yield (kind, row, stored cursor or None) per line; "skip" marks a line outside the window."""
-        opener = gzip.open if path.endswith(".gz") else open
-        mapper = self.mapper
+    def batches(self, window, index):
+        """Yield Batches of the statements whose `stored` lies in the window.
+
+        `index` maps a file path to the [size, mtime_ns, inode, min, max] list
+        recorded by an earlier committed run; each file's new entry travels in
+        the `state` of a batch yielded after the file's last chunk.
+        """
+        since, until = window.since_cursor, window.until_cursor
+        plan = self._plan(window, index)
+        tasks = [(path, start, end) for path, _, chunks in plan if not path.endswith(".gz") for start, end in chunks]
+        total = sum(signature[0] for _, signature, _ in plan)
+        pool = None
+        if self.workers > 1 and len(tasks) > 1 and total >= self.parallel_min_bytes:
+            pool = multiprocessing.get_context("fork").Pool(self.workers, _worker_init, (self.mapper,))
         try:
-            with opener(path, "rb") as handle:
-                for number, line in enumerate(handle, 1):
-                    if not line.strip():
-                        continue
-                    # Cheap pre-filter: lines outside the window are skipped without parsing.
-                    # Only trusted when "stored" occurs once, so a nested key of that name
-                    # cannot mislead it.
-                    if line.count(b'"stored"') == 1:
-                        match = _STORED.search(line)
-                        if match:
-                            try:
-                                cursor = stored_cursor(match.group(1).decode("ascii"))
-                            except (InvalidStatement, UnicodeDecodeError):
-                                cursor = None
-                            if cursor is not None and not since <= cursor < until:
-                                yield "skip", None, cursor
-                                continue
-                    try:
-                        kind, row = mapper.map(json.loads(line))
-                    except (ValueError, InvalidStatement) as error:
-                        reason = str(error) if isinstance(error, InvalidStatement) else f"not valid JSON: {error}"
-                        yield "quarantine", (f"{path}:{number}", reason, line.decode("utf-8", "replace")), None
-                        continue
-                    yield kind, row, row[2] if kind == "void" else row[1]
+            results = self._results(pool, tasks, since, until)
+            for path, signature, chunks in plan:
+                if path.endswith(".gz"):
+                    continue
+                tracker = _FileTracker(path)
+                for _ in chunks:
+                    yield tracker.add(next(results))
+                yield Batch(state={path: signature + [tracker.low, tracker.high]})
+            for path, signature, _ in plan:
+                if path.endswith(".gz"):
+                    tracker = _FileTracker(path)
+                    for result in self._stream_gzip(path, since, until):
+                        yield tracker.add(result)
+                    yield Batch(state={path: signature + [tracker.low, tracker.high]})
+        finally:
+            if pool is not None:
+                pool.terminate()
+                pool.join()
+
+    def _results(self, pool, tasks, since, until):
+        """Yield the ChunkResult of each task, in order."""
+        if pool is None:
+            for path, start, end in tasks:
+                yield read_chunk(self.mapper, path, start, end, since, until)
+            return
+        # A bounded pipeline across files: a few chunks in flight, results taken in order.
+        pending = collections.deque()
+        for path, start, end in tasks:
+            pending.append(pool.apply_async(_worker_read, (path, start, end, since, until)))
+            if len(pending) >= 2 * self.workers:
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()
+
+    def _stream_gzip(self, path, since, until):
+        try:
+            with gzip.open(path, "rb") as handle:
+                numbered = enumerate(handle, 1)
+                while True:
+                    result = ChunkResult()
+                    lines = [item for _, item in zip(range(self.batch_size), numbered)]
+                    if not lines:
+                        return
+                    offset = lines[0][0] - 1
+                    parse_lines(self.mapper, ((n - offset, line) for n, line in lines), since, until, result)
+                    result.lines = len(lines)
+                    yield result
         except PermissionError:
             raise ConfigError(f"Cannot read {path}: permission denied.")
         except (OSError, EOFError) as error:

@@ -4,6 +4,10 @@ Course rule, in order: a context activity (parent, then grouping) whose
 definition type is the ADL course type; else the first capturing group (or
 whole match) of `course_pattern` against the object id, then the parent and
 grouping ids; else "unknown".
+
+This runs once per statement, so the common cases are kept cheap: canonical
+times are recognised without parsing, and days, durations and pseudonyms are
+cached (bounded).
 """
 
 import datetime as dt
@@ -18,25 +22,36 @@ VOIDED = ADL + "voided"
 ATTEMPTED, COMPLETED, PASSED, FAILED = (ADL + v for v in ("attempted", "completed", "passed", "failed"))
 COURSE_TYPE = "http://adlnet.gov/expapi/activities/course"
 
+# A canonical event, as a tuple in this order (the staging table's column order).
 EVENT_FIELDS = (
-    "event_id", "stored", "day", "course", "actor", "verb",
+    "day", "course", "actor", "event_id", "stored", "occurred", "verb",
     "is_attempt", "is_completion", "is_passed", "is_failed", "score_micro", "duration_ms",
 )
 
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+_UTC_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.(\d{1,6}))?Z")
 _DURATION = re.compile(
     r"P(?:(\d+(?:\.\d+)?)D)?(?:T(?:(\d+(?:\.\d+)?)H)?(?:(\d+(?:\.\d+)?)M)?(?:(\d+(?:\.\d+)?)S)?)?"
 )
+CACHE_LIMIT = 100_000
 
 
 class InvalidStatement(ValueError):
     """The statement cannot be used; the message is the quarantine reason."""
 
 
+def event_key(statement_id):
+    """Return the 16-byte key of a statement id (a UUID in any letter case)."""
+    return bytes.fromhex(statement_id.replace("-", ""))
+
+
 def stored_cursor(text):
     """Given an ISO 8601 time, return its cursor text (fixed-width UTC) or raise InvalidStatement."""
-    if len(text) == 27 and text[26] == "Z" and text[10] == "T" and text[19] == ".":
-        return text  # already canonical: the common case, kept cheap
+    if isinstance(text, str) and text.endswith("Z"):
+        match = _UTC_TIME.fullmatch(text)
+        if match:  # already UTC: only the fraction needs padding to six digits
+            fraction = match.group(1) or ""
+            return f"{text[:19]}.{fraction:0<6}Z"
     return parse_time(text, "stored").astimezone(UTC).strftime(CURSOR_FORMAT)
 
 
@@ -54,8 +69,8 @@ def parse_time(text, field):
 
 def parse_duration_ms(text):
     """Given an ISO 8601 duration such as 'PT1H2M3.5S', return whole milliseconds."""
-    match = _DURATION.fullmatch(text) if isinstance(text, str) and text != "P" and text != "PT" else None
-    if not match or not any(match.groups()):
+    match = _DURATION.fullmatch(text) if isinstance(text, str) and text not in ("P", "PT") else None
+    if not match or not any(match.groups()) or text.endswith("T"):
         raise InvalidStatement(f"result.duration {str(text)[:40]!r} is not an ISO 8601 duration")
     days, hours, minutes, seconds = (float(part or 0) for part in match.groups())
     return round((((days * 24 + hours) * 60 + minutes) * 60 + seconds) * 1000)
@@ -81,13 +96,39 @@ def _as_list(value):
     return [value] if isinstance(value, dict) else []
 
 
+def _bounded(cache):
+    if len(cache) >= CACHE_LIMIT:
+        cache.clear()
+    return cache
+
+
 class StatementMapper:
-    """Turn parsed statements into ('event', tuple) or ('void', tuple)."""
+    """Turn parsed statements into ('event', tuple) or ('void', (target, voiding id, stored))."""
 
     def __init__(self, timezone, pseudonymise, course_pattern):
         self.zone = zoneinfo.ZoneInfo(timezone)
         self.pseudonymise = pseudonymise
         self.course_pattern = re.compile(course_pattern)
+        self._days = {}
+        self._durations = {}
+        self._strings = {}  # one object per course/verb text, so batches pickle small
+
+    def day_of(self, timestamp):
+        """Return the local calendar day of an ISO time; cached per UTC minute."""
+        # Offsets are whole minutes, so every UTC time in the same minute has the same local day.
+        key = timestamp[:16] if timestamp.endswith("Z") and _UTC_TIME.fullmatch(timestamp) else timestamp
+        day = self._days.get(key)
+        if day is None:
+            day = parse_time(timestamp, "timestamp").astimezone(self.zone).date().isoformat()
+            _bounded(self._days)[key] = day
+        return day
+
+    def duration_of(self, text):
+        duration = self._durations.get(text) if isinstance(text, str) else None
+        if duration is None:
+            duration = parse_duration_ms(text)
+            _bounded(self._durations)[text] = duration
+        return duration
 
     def course_of(self, statement, object_id):
         activities = (statement.get("context") or {}).get("contextActivities") or {}
@@ -102,16 +143,18 @@ class StatementMapper:
                     return match.group(1) if match.re.groups else match.group(0)
         return "unknown"
 
-    def map(self, statement):
+    def map(self, statement, stored=None):
+        """Map one statement; `stored` is its already-normalised cursor when the caller has it."""
         if not isinstance(statement, dict):
             raise InvalidStatement("not a JSON object")
-        event_id = statement.get("id")
-        if not isinstance(event_id, str) or not _UUID.fullmatch(event_id):
+        statement_id = statement.get("id")
+        if not isinstance(statement_id, str) or not _UUID.fullmatch(statement_id):
             raise InvalidStatement("id is missing or not a UUID")
-        stored = statement.get("stored")
-        if stored is None:
+        raw_stored = statement.get("stored")
+        if raw_stored is None:
             raise InvalidStatement("stored is missing (export statements from an LRS)")
-        stored = stored_cursor(stored)
+        if stored is None or not isinstance(raw_stored, str):
+            stored = stored_cursor(raw_stored)
         verb = statement.get("verb")
         verb_id = verb.get("id") if isinstance(verb, dict) else None
         if not isinstance(verb_id, str) or not verb_id:
@@ -120,16 +163,20 @@ class StatementMapper:
         if not isinstance(target, dict):
             raise InvalidStatement("object is missing or not an object")
         if verb_id == VOIDED:
-            if target.get("objectType") != "StatementRef" or not isinstance(target.get("id"), str):
-                raise InvalidStatement("a voiding statement's object must be a StatementRef")
-            return "void", (target["id"].lower(), event_id.lower(), stored)
+            target_id = target.get("id")
+            if target.get("objectType") != "StatementRef" or not isinstance(target_id, str) or not _UUID.fullmatch(target_id):
+                raise InvalidStatement("a voiding statement's object must be a StatementRef to a UUID")
+            return "void", (event_key(target_id), event_key(statement_id), stored)
         actor = self.pseudonymise(actor_identifier(statement.get("actor")))
         object_id = target.get("id")
         if not isinstance(object_id, str) or not object_id:
             raise InvalidStatement("object.id is missing")
         timestamp = statement.get("timestamp")
-        moment = parse_time(timestamp if timestamp is not None else stored, "timestamp")
-        day = moment.astimezone(self.zone).date().isoformat()
+        if timestamp is None:
+            timestamp = raw_stored  # xAPI: the LRS sets timestamp to stored when absent
+        if not isinstance(timestamp, str):
+            raise InvalidStatement("timestamp is not a string")
+        day = self.day_of(timestamp)
 
         result = statement.get("result") or {}
         if not isinstance(result, dict):
@@ -145,9 +192,15 @@ class StatementMapper:
             # Integers keep sums exact, so a partition rebuilt in any order is byte-identical.
             score_micro = round(scaled * 1_000_000)
         if "duration" in result:
-            duration_ms = parse_duration_ms(result["duration"])
+            duration_ms = self.duration_of(result["duration"])
+        strings = self._strings
+        course = self.course_of(statement, object_id)
+        course = strings.setdefault(course, course)
+        verb_id = strings.setdefault(verb_id, verb_id)
+        if len(strings) > CACHE_LIMIT:
+            strings.clear()
         return "event", (
-            event_id.lower(), stored, day, self.course_of(statement, object_id), actor, verb_id,
+            day, course, actor, event_key(statement_id), stored, timestamp, verb_id,
             int(verb_id == ATTEMPTED),
             int(verb_id == COMPLETED or completion is True),
             int(verb_id == PASSED or success is True),

@@ -10,7 +10,7 @@ transaction together with the version bump, so a crash leaves either version.
 # withheld when the day's active learners are fewer than min_cell_size.
 _SERVING_VIEW = """
 CREATE VIEW serving_daily_metrics AS
-SELECT m.day, m.course,
+SELECT m.day, c.iri AS course,
   CASE WHEN m.learners >= k THEN m.learners END AS active_learners,
   CASE WHEN m.learners >= k THEN m.statements END AS statements,
   CASE WHEN m.learners >= k AND (m.attempt_learners = 0 OR m.attempt_learners >= k) THEN m.attempts END AS attempts,
@@ -26,6 +26,7 @@ SELECT m.day, m.course,
          OR m.score_learners BETWEEN 1 AND k - 1 OR m.duration_learners BETWEEN 1 AND k - 1
        THEN 1 ELSE 0 END AS suppressed
 FROM daily_metrics AS m
+JOIN courses AS c USING (course_id)
 CROSS JOIN (SELECT CAST(value AS INTEGER) AS k FROM meta WHERE key = 'min_cell_size') AS settings
 """
 
@@ -34,26 +35,30 @@ MIGRATIONS = [
     [
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
         "INSERT INTO meta (key, value) VALUES ('min_cell_size', '10')",
-        # Canonical events keyed by the source's own id: pulling a record twice is a no-op.
+        "CREATE TABLE courses (course_id INTEGER PRIMARY KEY, iri TEXT NOT NULL UNIQUE)",
+        "CREATE TABLE verbs (verb_id INTEGER PRIMARY KEY, iri TEXT NOT NULL UNIQUE)",
+        # Canonical events, clustered by partition so a day is rebuilt from one contiguous
+        # range. The key ends with the source's own id; the columns before it are functions
+        # of that (immutable) record, so pulling a record twice is a no-op.
         """CREATE TABLE staged_events (
-            event_id TEXT NOT NULL UNIQUE, stored TEXT NOT NULL, day TEXT NOT NULL,
-            course TEXT NOT NULL, actor TEXT NOT NULL, verb TEXT NOT NULL,
-            is_attempt INTEGER NOT NULL, is_completion INTEGER NOT NULL,
+            day TEXT NOT NULL, course_id INTEGER NOT NULL, actor INTEGER NOT NULL,
+            event_id BLOB NOT NULL, stored TEXT NOT NULL, occurred TEXT NOT NULL,
+            verb_id INTEGER NOT NULL, is_attempt INTEGER NOT NULL, is_completion INTEGER NOT NULL,
             is_passed INTEGER NOT NULL, is_failed INTEGER NOT NULL,
-            score_micro INTEGER, duration_ms INTEGER)""",
-        "CREATE INDEX staged_events_day ON staged_events (day, course)",
+            score_micro INTEGER, duration_ms INTEGER,
+            PRIMARY KEY (day, course_id, actor, event_id)) WITHOUT ROWID""",
         # Voided ids stay here so a re-pulled target is never staged again.
         """CREATE TABLE voided_events (
-            event_id TEXT PRIMARY KEY, voided_by TEXT NOT NULL, stored TEXT NOT NULL) WITHOUT ROWID""",
+            event_id BLOB PRIMARY KEY, voided_by BLOB NOT NULL, stored TEXT NOT NULL) WITHOUT ROWID""",
         """CREATE TABLE daily_metrics (
-            day TEXT NOT NULL, course TEXT NOT NULL, learners INTEGER NOT NULL,
+            day TEXT NOT NULL, course_id INTEGER NOT NULL, learners INTEGER NOT NULL,
             statements INTEGER NOT NULL, attempts INTEGER NOT NULL, attempt_learners INTEGER NOT NULL,
             completions INTEGER NOT NULL, completion_learners INTEGER NOT NULL,
             passed INTEGER NOT NULL, passed_learners INTEGER NOT NULL,
             failed INTEGER NOT NULL, failed_learners INTEGER NOT NULL,
             score_sum_micro INTEGER, score_count INTEGER NOT NULL, score_learners INTEGER NOT NULL,
             duration_ms INTEGER, duration_learners INTEGER NOT NULL,
-            PRIMARY KEY (day, course)) WITHOUT ROWID""",
+            PRIMARY KEY (day, course_id)) WITHOUT ROWID""",
         _SERVING_VIEW,
         """CREATE TABLE runs (
             run_id TEXT PRIMARY KEY, kind TEXT NOT NULL, started_at TEXT NOT NULL,

@@ -15,25 +15,24 @@ from lms_refresh.errors import StateError, UnavailableError
 from lms_refresh.store import SERVING_COLUMNS, SERVING_VIEW
 from lms_refresh.store.schema import MIGRATIONS, SCHEMA_VERSION
 
-_EVENT_INSERT = """
-INSERT INTO staged_events (event_id, stored, day, course, actor, verb, is_attempt,
-    is_completion, is_passed, is_failed, score_micro, duration_ms)
-SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
-WHERE NOT EXISTS (SELECT 1 FROM voided_events WHERE event_id = ?1)
-ON CONFLICT (event_id) DO NOTHING
-"""
+_EVENT_INSERT = "INSERT OR IGNORE INTO staged_events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
+# Per learner first, then per cell: the inner GROUP BY follows the primary key, so
+# distinct-learner counts need no sorting or per-group hash tables.
 _RECOMPUTE = """
 INSERT INTO daily_metrics
-SELECT day, course, COUNT(DISTINCT actor), COUNT(*),
-    SUM(is_attempt), COUNT(DISTINCT CASE WHEN is_attempt THEN actor END),
-    SUM(is_completion), COUNT(DISTINCT CASE WHEN is_completion THEN actor END),
-    SUM(is_passed), COUNT(DISTINCT CASE WHEN is_passed THEN actor END),
-    SUM(is_failed), COUNT(DISTINCT CASE WHEN is_failed THEN actor END),
-    SUM(score_micro), COUNT(score_micro), COUNT(DISTINCT CASE WHEN score_micro IS NOT NULL THEN actor END),
-    SUM(duration_ms), COUNT(DISTINCT CASE WHEN duration_ms IS NOT NULL THEN actor END)
-FROM staged_events WHERE day IN (SELECT value FROM json_each(?))
-GROUP BY day, course
+SELECT day, course_id, COUNT(*), SUM(n),
+    SUM(attempts), SUM(attempts > 0), SUM(completions), SUM(completions > 0),
+    SUM(passed), SUM(passed > 0), SUM(failed), SUM(failed > 0),
+    SUM(score_sum), SUM(scores), SUM(scores > 0), SUM(duration), SUM(durations > 0)
+FROM (
+    SELECT day, course_id, actor, COUNT(*) AS n, SUM(is_attempt) AS attempts,
+        SUM(is_completion) AS completions, SUM(is_passed) AS passed, SUM(is_failed) AS failed,
+        SUM(score_micro) AS score_sum, COUNT(score_micro) AS scores,
+        SUM(duration_ms) AS duration, COUNT(duration_ms) AS durations
+    FROM staged_events WHERE day IN (SELECT value FROM json_each(?))
+    GROUP BY day, course_id, actor)
+GROUP BY day, course_id
 """
 
 RUN_FIELDS = (
@@ -54,6 +53,9 @@ class SqliteStore:
     def __init__(self, connection, path):
         self.db = connection
         self.path = path
+        self._ids = {}  # (table, iri) -> id, for courses and verbs
+        self._voided = None
+        self._void_targets = set()
 
     @classmethod
     def open(cls, path, create, read_only=False):
@@ -168,6 +170,10 @@ class SqliteStore:
     def rollback(self):
         if self.db.in_transaction:
             self.db.execute("ROLLBACK")
+        # Ids and voids learned inside the transaction are gone with it.
+        self._ids.clear()
+        self._voided = None
+        self._void_targets.clear()
 
     def set_meta(self, key, value):
         self.db.execute(
@@ -175,17 +181,58 @@ class SqliteStore:
             (key, str(value)),
         )
 
+    def _id(self, table, iri):
+        """Return the id of a course or verb IRI, adding it inside the current transaction."""
+        key = (table, iri)
+        found = self._ids.get(key)
+        if found is None:
+            column = "course_id" if table == "courses" else "verb_id"
+            self.db.execute(f"INSERT INTO {table} (iri) VALUES (?) ON CONFLICT DO NOTHING", (iri,))
+            found = self.db.execute(f"SELECT {column} FROM {table} WHERE iri = ?", (iri,)).fetchone()[0]
+            self._ids[key] = found
+        return found
+
     def stage(self, events, voids):
-        """Upsert events and apply voids; return the days whose partitions they touch."""
-        days = {row[2] for row in events}
-        self.db.executemany(_EVENT_INSERT, events)
+        """Upsert events and record voids; return the days whose partitions the events touch.
+
+        Voided targets are removed by `finish_staging`, once per run, so a target
+        staged earlier in the same run (or in an earlier run) goes too.
+        """
+        if self._voided is None:
+            # Voids are rare; their ids are kept in memory so each event is checked cheaply.
+            self._voided = {row[0] for row in self.db.execute("SELECT event_id FROM voided_events")}
+        voided = self._voided
         for target, voiding, stored in voids:
             self.db.execute(
                 "INSERT INTO voided_events (event_id, voided_by, stored) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                 (target, voiding, stored),
             )
-            days.update(r[0] for r in self.db.execute(
-                "DELETE FROM staged_events WHERE event_id = ? RETURNING day", (target,)))
+            voided.add(target)
+            self._void_targets.add(target)
+        ids, course_id, verb_id = self._ids, self._id, self._id
+        rows = []
+        days = set()
+        for row in events:
+            if row[3] in voided:
+                continue
+            course = ids.get(("courses", row[1])) or course_id("courses", row[1])
+            verb = ids.get(("verbs", row[6])) or verb_id("verbs", row[6])
+            rows.append((row[0], course, row[2], row[3], row[4], row[5], verb) + row[7:])
+            days.add(row[0])
+        self.db.executemany(_EVENT_INSERT, rows)
+        return days
+
+    def finish_staging(self):
+        """Delete the targets of this run's voiding statements; return the days they were in."""
+        if not self._void_targets:
+            return set()
+        self.db.execute("CREATE TEMP TABLE IF NOT EXISTS void_targets (event_id BLOB PRIMARY KEY)")
+        self.db.execute("DELETE FROM temp.void_targets")
+        self.db.executemany("INSERT OR IGNORE INTO temp.void_targets VALUES (?)", [(t,) for t in self._void_targets])
+        # One scan of staging for all of a run's voids, instead of an index on every event.
+        days = {r[0] for r in self.db.execute(
+            "DELETE FROM staged_events WHERE event_id IN (SELECT event_id FROM temp.void_targets) RETURNING day")}
+        self._void_targets.clear()
         return days
 
     def quarantine(self, run_id, rows, now_text):

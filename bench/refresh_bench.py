@@ -1,0 +1,113 @@
+"""Benchmark: statements/s and peak RSS of real refreshes through the installed CLI.
+
+    python bench/refresh_bench.py [--statements 1000000] [--per-day 20000] [--work DIR]
+
+Scenarios (each a separate `lms-refresh` process, timed end to end from
+export files to the committed serving table; peak RSS from wait4):
+  full      one refresh of --statements statements spread over 30 days
+  inc-1     a one-day refresh on top of 1 day of history
+  inc-60    a one-day refresh on top of 60 days of history
+"""
+
+import argparse
+import datetime as dt
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from lms_refresh.sample import COURSES, _VERB_CHOICES, statement  # noqa: E402
+
+UTC = dt.timezone.utc
+START = dt.datetime(2026, 6, 1, tzinfo=UTC)
+CLI = [sys.executable, "-m", "lms_refresh"]
+
+
+def write_days(directory, first_day, days, per_day, seed, learners=20000):
+    """Write `per_day` statements for each of `days` days (one file a day); return bytes written."""
+    rng = random.Random(seed)
+    os.makedirs(directory, exist_ok=True)
+    courses = [c for c, _, _ in COURSES]
+    total = 0
+    for offset in range(first_day, first_day + days):
+        day = START + dt.timedelta(days=offset)
+        path = os.path.join(directory, f"export-{day:%Y-%m-%d}.ndjson")
+        with open(path, "w", encoding="utf-8") as handle:
+            for _ in range(per_day):
+                moment = day + dt.timedelta(seconds=rng.randint(0, 86399), microseconds=rng.randint(0, 999999))
+                line = json.dumps(statement(rng, rng.randrange(learners), rng.choice(courses), moment,
+                                            moment + dt.timedelta(seconds=rng.randint(1, 60)),
+                                            rng.choice(_VERB_CHOICES)))
+                handle.write(line + "\n")
+                total += len(line) + 1
+    return total
+
+
+def configure(root, source):
+    config = os.path.join(root, "config.toml")
+    with open(config, "w") as handle:
+        handle.write(f'timezone = "Europe/Paris"\nstate_directory = "{root}/state"\n'
+                     f'max_quarantine_share = 0.0\n[window]\nbootstrap_days = 3660\nsafety_lag = "0s"\n'
+                     f'[source]\ntype = "xapi-ndjson"\npath = "{source}"\n')
+    return config
+
+
+def timed_run(config, now, *args):
+    """Run the CLI once; return (seconds, peak RSS in MiB, stderr)."""
+    began = time.monotonic()
+    process = subprocess.Popen(CLI + ["--config", config, "--now", now.isoformat()] + list(args),
+                               stderr=subprocess.PIPE, text=True)
+    _, status, usage = os.wait4(process.pid, 0)
+    elapsed = time.monotonic() - began
+    err = process.stderr.read()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"refresh failed:\n{err}")
+    return elapsed, usage.ru_maxrss / 1024, err
+
+
+def report(name, count, seconds, rss):
+    print(f"{name:<8} {count:>9,} statements  {seconds:8.2f} s  {count / seconds:>9,.0f} statements/s  "
+          f"peak RSS {rss:6.1f} MiB", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--statements", type=int, default=1_000_000)
+    parser.add_argument("--per-day", type=int, default=20_000)
+    parser.add_argument("--work", default=None, help="work directory (default: a temporary one, removed)")
+    parser.add_argument("--only", choices=["full", "inc"], default=None)
+    options = parser.parse_args()
+    work = options.work or tempfile.mkdtemp(prefix="lmsr-bench-")
+    try:
+        if options.only in (None, "full"):
+            days = 30
+            per_day = options.statements // days
+            source = os.path.join(work, "full", "src")
+            size = write_days(source, 0, days, per_day, seed=1)
+            count = per_day * days
+            print(f"generated {count:,} statements, {size / count:.0f} bytes each on average", flush=True)
+            config = configure(os.path.join(work, "full"), source)
+            seconds, rss, _ = timed_run(config, START + dt.timedelta(days=days + 1), "run")
+            report("full", count, seconds, rss)
+        if options.only in (None, "inc"):
+            for history in (1, 60):
+                root = os.path.join(work, f"inc{history}")
+                source = os.path.join(root, "src")
+                write_days(source, 0, history, options.per_day, seed=history)
+                config = configure(root, source)
+                timed_run(config, START + dt.timedelta(days=history), "run")  # build the history
+                write_days(source, history, 1, options.per_day, seed=1000 + history)
+                seconds, rss, _ = timed_run(config, START + dt.timedelta(days=history + 1), "run")
+                report(f"inc-{history}", options.per_day, seconds, rss)
+    finally:
+        if not options.work:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
