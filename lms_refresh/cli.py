@@ -149,6 +149,25 @@ def check(settings):
     return errors.OK
 
 
+@cli.command("is-configured")
+@click.pass_obj
+def is_configured(settings):
+    """Exit 0 if the configuration has a [source] (the service's ExecCondition=), else 1.
+
+    A configuration that exists but is invalid counts as configured, so the
+    run itself fails loudly with exit 78 instead of being skipped.
+
+    Example: lms-refresh is-configured && echo configured
+    """
+    from lms_refresh.config import has_source
+
+    if has_source(settings.config_path):
+        return errors.OK
+    logger.warning("%s has no [source] table yet; the refresh is skipped until it is configured.",
+                   settings.config_path)
+    return errors.FAILURE
+
+
 @cli.command()
 @click.option("--dir", "directory", type=click.Path(file_okay=False), help="Where to put the sample (default: a new temporary directory).")
 @click.option("--learners", default=2000, show_default=True, help="Number of learners.")

@@ -43,7 +43,7 @@ def _timezone(value):
     try:
         zoneinfo.ZoneInfo(value)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"{value!r} is not a known time zone (see timedatectl list-timezones)")
+        raise ValueError(f"{value!r} is not a known time zone (see timedatectl list-timezones; is tzdata installed?)")
     return value
 
 
@@ -192,6 +192,11 @@ def validate(document, origin, environ):
                 raise ConfigError(f"{origin}: key '{name}' is required.")
             else:
                 values[name] = default
+        if "timezone" in keys and "timezone" not in table:
+            try:  # the default zone needs the time zone database too
+                _timezone(values["timezone"])
+            except ValueError as error:
+                raise ConfigError(f"{origin}: key 'timezone' {_phrase(error)}.")
 
     state_directory = resolve_state_directory(values["state_directory"], environ)
     source = {key: values[f"source.{key}"] for key in SCHEMA["source"]}
@@ -209,6 +214,15 @@ def validate(document, origin, environ):
         store_path=values["store.path"] or os.path.join(state_directory, "metrics.sqlite"),
         key_file=values["pseudonymisation.key_file"] or os.path.join(state_directory, "pseudonymisation.key"),
     )
+
+
+def has_source(path):
+    """Return False only if `path` is missing or valid TOML without a [source] table."""
+    try:
+        document = read_toml(path)
+    except ConfigError as error:
+        return "No configuration file" not in str(error)
+    return "source" in document
 
 
 def load_config(path, environ):

@@ -182,6 +182,7 @@ def _transaction(config, now, store, source, key, watermark, window, report, pro
     now_text = windows.to_cursor(now)
     days = set()
     kept_quarantine = []
+    progress(f"Reading {source.describe()}, window {window.since_cursor} .. {window.until_cursor}", force=True)
     store.begin()
     try:
         for batch in source.batches(window, store.source_index()):

@@ -1,0 +1,90 @@
+"""Boot Debian with systemd as PID 1 in systemd-nspawn and run commands inside it.
+
+Follows ../shared/recipes/real-systemd.md: mmdebstrap a root, boot it with
+--register=no, enter the namespaces of the container's PID 1 with nsenter.
+"""
+
+import os
+import shutil
+import subprocess
+import time
+
+HOST_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"  # Debian's own tools, not a virtualenv's or pyenv's
+
+
+def host(*command, check=True, timeout=900, **kwargs):
+    """Run a command on the host with Debian's PATH; return the CompletedProcess."""
+    env = dict(os.environ, PATH=HOST_PATH)
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout, **kwargs)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{command} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+class Container:
+    def __init__(self, suite, workdir, binds):
+        self.suite = suite
+        self.root = os.path.join(workdir, f"root-{suite}")
+        self.log = os.path.join(workdir, f"nspawn-{suite}.log")
+        self.binds = binds  # {host path: (container path, read_only)}
+        self.process = None
+        self.leader = None
+
+    def create(self):
+        host("mmdebstrap", "--variant=apt", "--include=systemd,systemd-sysv,dbus,python3,sudo,ca-certificates,man-db,tzdata",
+             self.suite, self.root, timeout=900)
+
+    def boot(self):
+        command = ["systemd-nspawn", "-D", self.root, "--boot", "--register=no", "--keep-unit",
+                   f"--machine=lmsr-{self.suite}-{os.getpid()}"]
+        for source, (target, read_only) in self.binds.items():
+            command.append(f"--bind{'-ro' if read_only else ''}={source}:{target}")
+        with open(self.log, "w") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            env=dict(os.environ, PATH=HOST_PATH))
+        deadline = time.monotonic() + 120
+        while self.leader is None:
+            assert self.process.poll() is None, open(self.log).read()
+            assert time.monotonic() < deadline, "the container did not start"
+            children = subprocess.run(["pgrep", "-P", str(self.process.pid)], capture_output=True, text=True).stdout.split()
+            self.leader = children[0] if children else None
+            time.sleep(0.1)
+        while True:
+            state = self.run("systemctl", "is-system-running", "--wait", check=False, timeout=120).stdout.strip()
+            if state in ("running", "degraded"):
+                break
+            assert time.monotonic() < deadline, f"system state {state!r}"
+            time.sleep(0.5)
+
+    def run(self, *command, check=True, timeout=300, input=None):
+        """Run a command inside the container (as root); return the CompletedProcess."""
+        result = subprocess.run(["nsenter", "-t", self.leader, "-a", "--", "env", "-i", f"PATH={HOST_PATH}",
+                                 "LANG=C.UTF-8", *command], capture_output=True, text=True, timeout=timeout,
+                                input=input)
+        if check and result.returncode != 0:
+            raise AssertionError(f"{command} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+        return result
+
+    def shell(self, script, **kwargs):
+        return self.run("sh", "-c", script, **kwargs)
+
+    def show(self, unit, *properties):
+        out = self.run("systemctl", "show", unit, *[f"-p{p}" for p in properties]).stdout
+        return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+    def wait_for(self, predicate, what, seconds=120):
+        deadline = time.monotonic() + seconds
+        while not predicate():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.2)
+
+    def destroy(self):
+        if self.process is not None and self.process.poll() is None:
+            if self.leader:
+                self.run("systemctl", "poweroff", check=False, timeout=30)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        shutil.rmtree(self.root, ignore_errors=True)

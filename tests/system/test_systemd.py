@@ -1,0 +1,269 @@
+"""End to end under a real systemd: build the .deb, boot Debian in systemd-nspawn, install, assert.
+
+Runs once per Debian release (12 bookworm, 13 trixie). Needs root, network
+access to Debian's archive, systemd-nspawn and mmdebstrap (tests/run.sh
+installs them). The tests of one release share one booted container and run
+in file order; the last one purges the package.
+"""
+
+import datetime as dt
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+
+import pytest
+
+from container import Container, host
+from lms_refresh.sample import generate, write_daily_files
+
+pytestmark = pytest.mark.system
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+UNIT = "lms-refresh.service"
+CONFIG = """\
+timezone = "Europe/Paris"
+max_quarantine_share = 0.05
+[window]
+bootstrap_days = 30
+safety_lag = "0s"
+[source]
+type = "xapi-ndjson"
+path = "{path}"
+"""
+
+
+@pytest.fixture(scope="session")
+def workdir():
+    path = tempfile.mkdtemp(prefix="lmsr-system-")
+    os.chmod(path, 0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def debs(workdir):
+    """Build the package from the tracked files, as a clean clone would."""
+    source = os.path.join(workdir, "src", "lms-refresh")
+    os.makedirs(source)
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
+                           text=True, check=True).stdout.split()
+    for name in files:
+        if os.path.isfile(os.path.join(REPO, name)):
+            os.makedirs(os.path.join(source, os.path.dirname(name)), exist_ok=True)
+            shutil.copy2(os.path.join(REPO, name), os.path.join(source, name))
+    host("dpkg-buildpackage", "-us", "-uc", "-b", cwd=source)
+    out = os.path.join(workdir, "debs")
+    os.makedirs(out)
+    for built in glob.glob(os.path.join(workdir, "src", "lms-refresh_*")):
+        shutil.move(built, out)
+    return out
+
+
+def test_package_builds_and_passes_lintian(debs):
+    changes = glob.glob(os.path.join(debs, "*.changes"))[0]
+    result = host("lintian", "--fail-on", "error,warning", changes, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.search(r"^[EW]: ", result.stdout, re.M) is None, result.stdout
+
+
+@pytest.fixture(scope="module", params=["bookworm", "trixie"])
+def system(request, debs, workdir):
+    data = os.path.join(workdir, f"xapi-{request.param}")
+    os.makedirs(data)
+    today = dt.date.today()
+    write_daily_files(data, generate(3, today - dt.timedelta(days=10), 10, 300, "Europe/Paris", malformed_share=0))
+    os.chmod(data, 0o755)
+    for name in os.listdir(data):
+        os.chmod(os.path.join(data, name), 0o644)
+    box = Container(request.param, workdir, {debs: ("/mnt/debs", True), data: ("/srv/xapi", False)})
+    box.data = data
+    try:
+        box.create()
+        box.boot()
+        box.run("apt-get", "update", timeout=600)
+        deb = os.path.basename(glob.glob(os.path.join(debs, "*.deb"))[0])
+        box.run("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", f"/mnt/debs/{deb}", timeout=900)
+        box.deb = f"/mnt/debs/{deb}"
+        yield box
+    finally:
+        box.destroy()
+
+
+def as_service_user(box, *args, check=True):
+    """The supported manual command: the service user, the same state and lock."""
+    return box.run("sudo", "-u", "lms-refresh", "lms-refresh", *args, check=check)
+
+
+def status(box):
+    return json.loads(as_service_user(box, "status", "--json").stdout)
+
+
+def configure(box, path="/srv/xapi"):
+    box.run("tee", "/etc/lms-refresh/config.toml", input=CONFIG.format(path=path))
+
+
+def start_blocked_run(box):
+    """Start the service on a source with a named pipe: the run holds the lock until we write to it."""
+    fifo = os.path.join(box.data, "slow.ndjson")
+    os.mkfifo(fifo)
+    os.chmod(fifo, 0o644)
+    box.run("systemctl", "start", "--no-block", UNIT)
+    box.wait_for(lambda: "Reading" in box.show(UNIT, "StatusText")["StatusText"], "the run's STATUS=")
+    return fifo
+
+
+def release(fifo):
+    def feed():
+        with open(fifo, "w") as writer:
+            writer.write("\n")
+
+    thread = threading.Thread(target=feed, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_units_verify_and_the_timer_fires_on_weekdays_at_0415(system):
+    verify = system.run("systemd-analyze", "verify", f"/lib/systemd/system/{UNIT}", "/lib/systemd/system/lms-refresh.timer",
+                        check=False)
+    assert verify.returncode == 0 and verify.stderr.strip() == "" and verify.stdout.strip() == "", verify
+    assert system.run("systemctl", "is-enabled", "lms-refresh.timer").stdout.strip() == "enabled"
+    assert system.run("systemctl", "is-active", "lms-refresh.timer").stdout.strip() == "active"
+    assert system.run("systemctl", "is-enabled", UNIT, check=False).stdout.strip() == "static"
+    timers = system.run("systemctl", "list-timers", "lms-refresh.timer", "--no-pager").stdout
+    assert "lms-refresh.timer" in timers and "lms-refresh.service" in timers
+    next_elapse = system.show("lms-refresh.timer", "NextElapseUSecRealtime")["NextElapseUSecRealtime"]
+    assert re.match(r"(Mon|Tue|Wed|Thu|Fri) \d{4}-\d\d-\d\d 04:15:00", next_elapse), next_elapse
+    calendar = system.run("systemd-analyze", "calendar", "--iterations=12", "Mon..Fri *-*-* 04:15:00").stdout
+    elapses = re.findall(r"(?:Next elapse|Iter\. #\d+): (\w{3}) \S+ (\d\d:\d\d:\d\d)", calendar)
+    assert len(elapses) == 12 and {day for day, _ in elapses} <= {"Mon", "Tue", "Wed", "Thu", "Fri"}
+    assert {time for _, time in elapses} == {"04:15:00"}
+    assert "OnCalendar=Mon..Fri *-*-* 04:15:00" in system.run("systemctl", "cat", "lms-refresh.timer").stdout
+
+
+def test_unconfigured_package_is_skipped_not_failed(system):
+    system.run("systemctl", "start", UNIT)
+    assert system.show(UNIT, "Result", "ActiveState") == {"Result": "exec-condition", "ActiveState": "inactive"}
+    assert system.run("systemctl", "is-failed", UNIT, check=False).stdout.strip() != "failed"
+    assert "has no [source] table yet" in system.run("journalctl", "-u", UNIT, "--no-pager").stdout
+
+
+def test_start_runs_as_the_service_user_and_fills_the_store(system):
+    configure(system)
+    system.run("systemctl", "start", UNIT)
+    assert system.show(UNIT, "Result", "ExecMainStatus") == {"Result": "success", "ExecMainStatus": "0"}
+    listing = system.run("stat", "-c", "%U %n", "/var/lib/lms-refresh", "/var/lib/lms-refresh/metrics.sqlite",
+                         "/var/lib/lms-refresh/pseudonymisation.key", "/var/lib/lms-refresh/refresh.lock").stdout
+    assert [line.split()[0] for line in listing.splitlines()] == ["lms-refresh"] * 4
+    report = status(system)
+    assert report["last_run"]["outcome"] == "success" and report["last_run"]["rows_written"] > 10
+    assert report["store"]["location"] == "/var/lib/lms-refresh/metrics.sqlite"
+    root = system.run("lms-refresh", "run", check=False)
+    assert root.returncode == 78 and "sudo -u lms-refresh lms-refresh" in root.stderr
+
+
+def test_journal_has_structured_fields_once(system):
+    invocation = system.show(UNIT, "InvocationID")["InvocationID"]
+    lines = system.run("journalctl", f"_SYSTEMD_INVOCATION_ID={invocation}", "-o", "json", "--no-pager").stdout
+    records = [json.loads(line) for line in lines.splitlines()]
+    ours = [r for r in records if r.get("SYSLOG_IDENTIFIER") == "lms-refresh"]
+    committed = [r for r in ours if r["MESSAGE"].startswith("Refresh committed")]
+    assert len(committed) == 1
+    fields = committed[0]
+    assert fields["PRIORITY"] == "6" and fields["RUN_ID"] and int(fields["ROWS_WRITTEN"]) > 10
+    assert fields["WINDOW_SINCE"] < fields["WINDOW_UNTIL"] and fields["OUTCOME"] == "success"
+    messages = [r["MESSAGE"] for r in ours]
+    assert len(messages) == len(set(messages)), messages
+    assert not [r for r in records if r.get("_TRANSPORT") == "stdout" and "Refresh committed" in r.get("MESSAGE", "")]
+
+
+def test_overlap_manual_run_and_second_start_do_nothing(system):
+    fifo = start_blocked_run(system)
+    try:
+        running = system.show(UNIT, "MainPID", "InvocationID")
+        assert "Status:" in system.run("systemctl", "status", UNIT, "--no-pager", check=False).stdout
+        manual = as_service_user(system, "run", check=False)
+        assert manual.returncode == 0 and "Another refresh holds the lock" in manual.stderr
+        system.run("systemctl", "start", "--no-block", UNIT)
+        assert system.show(UNIT, "MainPID", "InvocationID") == running
+        release(fifo).join(timeout=60)
+        system.wait_for(lambda: system.show(UNIT, "ActiveState")["ActiveState"] == "inactive", "the run to end")
+        assert system.show(UNIT, "Result", "ExecMainStatus") == {"Result": "success", "ExecMainStatus": "0"}
+        assert system.show(UNIT, "InvocationID") == {"InvocationID": running["InvocationID"]}
+    finally:
+        os.unlink(fifo)
+
+
+def test_bad_data_fails_with_65_and_changes_nothing(system):
+    before = status(system)
+    garbage = os.path.join(system.data, "garbage.ndjson")
+    with open(garbage, "w") as handle:
+        handle.write("{not json\n" * 100)
+    os.chmod(garbage, 0o644)
+    try:
+        assert system.run("systemctl", "start", UNIT, check=False).returncode != 0
+        assert system.show(UNIT, "Result", "ExecMainStatus", "NRestarts") == {
+            "Result": "exit-code", "ExecMainStatus": "65", "NRestarts": "0"}
+        after = status(system)
+        assert after["watermark"] == before["watermark"] and after["last_success"] == before["last_success"]
+        assert after["last_run"]["exit_code"] == 65
+    finally:
+        os.unlink(garbage)
+        system.run("systemctl", "reset-failed", UNIT)
+
+
+def test_unreachable_source_exits_69_and_is_retried(system):
+    system.run("mkdir", "-p", f"/run/systemd/system/{UNIT}.d")
+    system.run("tee", f"/run/systemd/system/{UNIT}.d/fast-retry.conf", input="[Service]\nRestartSec=2s\n")
+    system.run("systemctl", "daemon-reload")
+    configure(system, "/srv/missing")
+    try:
+        system.run("systemctl", "start", "--no-block", UNIT)
+        system.wait_for(lambda: int(system.show(UNIT, "NRestarts")["NRestarts"]) >= 2, "two retries")
+        journal = system.run("journalctl", "-u", UNIT, "--no-pager", "-o", "cat").stdout
+        assert len(re.findall(r"Main process exited, code=exited, status=69/", journal)) >= 2, journal
+        configure(system)  # the source comes back: the next retry succeeds
+        system.wait_for(lambda: system.show(UNIT, "ActiveState", "Result") ==
+                        {"ActiveState": "inactive", "Result": "success"}, "the retry to succeed")
+    finally:
+        configure(system)
+        system.run("rm", "-r", f"/run/systemd/system/{UNIT}.d")
+        system.run("systemctl", "daemon-reload")
+        system.run("systemctl", "reset-failed", UNIT, check=False)
+    assert "does not exist (is the export share mounted?)" in system.run("journalctl", "-u", UNIT, "--no-pager").stdout
+
+
+def test_stop_rolls_back_with_143_and_the_next_start_converges(system):
+    before = status(system)
+    fifo = start_blocked_run(system)
+    try:
+        system.run("systemctl", "stop", UNIT)
+        assert system.show(UNIT, "ExecMainStatus")["ExecMainStatus"] == "143"
+        after = status(system)
+        assert after["watermark"] == before["watermark"] and after["last_run"]["exit_code"] == 143
+    finally:
+        os.unlink(fifo)
+    system.run("systemctl", "reset-failed", UNIT, check=False)
+    system.run("systemctl", "start", UNIT)
+    assert status(system)["last_run"]["outcome"] == "success"
+
+
+def test_exposure_is_at_most_2(system):
+    report = system.run("systemd-analyze", "security", UNIT, "--no-pager", check=False).stdout
+    exposure = float(re.search(r"Overall exposure level for \S+: (\d+\.\d+)", report).group(1))
+    print(f"\n{system.suite}: systemd-analyze security {UNIT}: exposure {exposure}")
+    assert exposure <= 2.0, report
+
+
+def test_reinstall_keeps_state_and_purge_removes_it(system):
+    watermark = status(system)["watermark"]
+    system.run("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "--reinstall", system.deb)
+    assert status(system)["watermark"] == watermark
+    assert "[source]" in system.run("cat", "/etc/lms-refresh/config.toml").stdout
+    system.run("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "purge", "-y", "lms-refresh")
+    assert system.run("test", "-e", "/var/lib/lms-refresh", check=False).returncode == 1
+    assert system.run("getent", "passwd", "lms-refresh", check=False).returncode == 2
+    assert system.run("test", "-e", "/etc/lms-refresh/config.toml", check=False).returncode == 1
