@@ -28,7 +28,6 @@ EVENT_FIELDS = (
     "is_attempt", "is_completion", "is_passed", "is_failed", "score_micro", "duration_ms",
 )
 
-_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 _UTC_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.(\d{1,6}))?Z")
 _DURATION = re.compile(
     r"P(?:(\d+(?:\.\d+)?)D)?(?:T(?:(\d+(?:\.\d+)?)H)?(?:(\d+(?:\.\d+)?)M)?(?:(\d+(?:\.\d+)?)S)?)?"
@@ -41,8 +40,15 @@ class InvalidStatement(ValueError):
 
 
 def event_key(statement_id):
-    """Return the 16-byte key of a statement id (a UUID in any letter case)."""
-    return bytes.fromhex(statement_id.replace("-", ""))
+    """Return the 16-byte key of a statement id (a UUID in any letter case), or None if it is not one."""
+    if type(statement_id) is not str or len(statement_id) != 36 or statement_id[8] != "-" or statement_id[13] != "-" \
+            or statement_id[18] != "-" or statement_id[23] != "-":
+        return None
+    try:
+        key = bytes.fromhex(statement_id.replace("-", ""))
+    except ValueError:
+        return None
+    return key if len(key) == 16 else None
 
 
 def stored_cursor(text):
@@ -132,7 +138,12 @@ class StatementMapper:
 
     def course_of(self, statement, object_id):
         activities = (statement.get("context") or {}).get("contextActivities") or {}
-        related = _as_list(activities.get("parent")) + _as_list(activities.get("grouping"))
+        parents = activities.get("parent")
+        if type(parents) is list and parents:  # the common case: the first parent is the course
+            first = parents[0]
+            if type(first) is dict and (first.get("definition") or {}).get("type") == COURSE_TYPE and first.get("id"):
+                return first["id"]
+        related = _as_list(parents) + _as_list(activities.get("grouping"))
         for activity in related:
             if (activity.get("definition") or {}).get("type") == COURSE_TYPE and activity.get("id"):
                 return activity["id"]
@@ -147,8 +158,8 @@ class StatementMapper:
         """Map one statement; `stored` is its already-normalised cursor when the caller has it."""
         if not isinstance(statement, dict):
             raise InvalidStatement("not a JSON object")
-        statement_id = statement.get("id")
-        if not isinstance(statement_id, str) or not _UUID.fullmatch(statement_id):
+        key = event_key(statement.get("id"))
+        if key is None:
             raise InvalidStatement("id is missing or not a UUID")
         raw_stored = statement.get("stored")
         if raw_stored is None:
@@ -163,10 +174,10 @@ class StatementMapper:
         if not isinstance(target, dict):
             raise InvalidStatement("object is missing or not an object")
         if verb_id == VOIDED:
-            target_id = target.get("id")
-            if target.get("objectType") != "StatementRef" or not isinstance(target_id, str) or not _UUID.fullmatch(target_id):
+            target_key = event_key(target.get("id"))
+            if target.get("objectType") != "StatementRef" or target_key is None:
                 raise InvalidStatement("a voiding statement's object must be a StatementRef to a UUID")
-            return "void", (event_key(target_id), event_key(statement_id), stored)
+            return "void", (target_key, key, stored)
         actor = self.pseudonymise(actor_identifier(statement.get("actor")))
         object_id = target.get("id")
         if not isinstance(object_id, str) or not object_id:
@@ -200,10 +211,10 @@ class StatementMapper:
         if len(strings) > CACHE_LIMIT:
             strings.clear()
         return "event", (
-            day, course, actor, event_key(statement_id), stored, timestamp, verb_id,
-            int(verb_id == ATTEMPTED),
-            int(verb_id == COMPLETED or completion is True),
-            int(verb_id == PASSED or success is True),
-            int(verb_id == FAILED or success is False),
+            day, course, actor, key, stored, timestamp, verb_id,
+            1 if verb_id == ATTEMPTED else 0,
+            1 if verb_id == COMPLETED or completion is True else 0,
+            1 if verb_id == PASSED or success is True else 0,
+            1 if verb_id == FAILED or success is False else 0,
             score_micro, duration_ms,
         )
