@@ -14,8 +14,11 @@ import click
 from lms_refresh import __version__, errors
 from lms_refresh.config import DEFAULT_CONFIG_PATH, load_config
 from lms_refresh.logs import Progress, configure_logging
-from lms_refresh.refresh import refresh
+from lms_refresh.job import run_job
+from lms_refresh.monitoring import staleness
 from lms_refresh.status import collect_status, format_status, run_checks
+
+CHECK_CRITICAL = 2  # monitoring-plugin convention (Nagios, Icinga) for `status --check`
 from lms_refresh.window import parse_user_time
 
 logger = logging.getLogger("lms_refresh")
@@ -60,7 +63,7 @@ def cli(ctx, config_path, verbose, quiet, now):
 
 def _do_refresh(settings, since=None, until=None, dry_run=False):
     config = settings.config()
-    report = refresh(
+    report = run_job(
         config, settings.now, os.environ, os.geteuid(), Progress(os.environ),
         since=since, until=until, dry_run=dry_run,
     )
@@ -126,15 +129,61 @@ def backfill(settings, since, until, dry_run):
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--check", is_flag=True,
+              help="Monitoring-plugin exit status: 0 fresh, 2 stale (no success since the last weekday 04:15 run).")
 @click.pass_obj
-def status(settings, as_json):
-    """Show the watermark, the last run, the lock and the store.
+def status(settings, as_json, check):
+    """Show the watermark, the last run, the lock and the store, and say when the data is stale.
 
-    Example: lms-refresh status --json
+    Example: lms-refresh status --check
     """
-    report = collect_status(settings.config())
+    config = settings.config()
+    report = collect_status(config)
+    report["stale"] = staleness(report, settings.now, config.timezone, config.monitoring["grace"])
     click.echo(json.dumps(report, indent=2) if as_json else format_status(report))
+    if check:
+        return CHECK_CRITICAL if report["stale"] else errors.OK
     return errors.OK
+
+
+@cli.command()
+@click.option("--unit", envvar="MONITOR_UNIT", default="lms-refresh.service", show_default=True,
+              help="The failed unit (systemd sets $MONITOR_UNIT).")
+@click.option("--exit-status", envvar="MONITOR_EXIT_STATUS", help="Its exit status ($MONITOR_EXIT_STATUS).")
+@click.option("--result", envvar="MONITOR_SERVICE_RESULT", help="Its result ($MONITOR_SERVICE_RESULT).")
+@click.option("--invocation", envvar="MONITOR_INVOCATION_ID", help="Its invocation id ($MONITOR_INVOCATION_ID).")
+@click.pass_obj
+def alert(settings, unit, exit_status, result, invocation):
+    """Tell people that a refresh failed (run by lms-refresh-alert@.service through OnFailure=).
+
+    Sends to every channel configured in [alerts]: mail through sendmail, a
+    JSON webhook. Exits 1 only if every configured channel failed.
+
+    Example: lms-refresh alert --unit lms-refresh.service --exit-status 65
+    """
+    from lms_refresh.alerts import compose, deliver, journal_lines, unit_exit_status
+    from lms_refresh.monitoring import read_secret
+
+    config = settings.config()
+    try:
+        last_run = collect_status(config)["last_run"]
+    except errors.RefreshError as error:
+        logger.warning("The alert goes without the run's window: %s", error)
+        last_run = None
+    secrets = []
+    for name in ("webhook_url_file", "healthchecks_url_file"):
+        try:
+            secrets.append(read_secret(config.alerts[name], os.environ))
+        except errors.ConfigError:
+            pass
+    if not exit_status or exit_status == "0":
+        exit_status = unit_exit_status(unit) or (last_run or {}).get("exit_code")
+    logger.info("Alerting that %s failed (exit status %s, result %s)", unit, exit_status, result)
+    message = compose(unit, exit_status, result, invocation, last_run, journal_lines(invocation), secrets)
+    delivered, attempted = deliver(message, config.alerts, os.environ)
+    if attempted == 0:
+        logger.warning("%s failed, but [alerts] in %s names no channel to tell.", unit, config.origin)
+    return errors.FAILURE if attempted and not delivered else errors.OK
 
 
 @cli.command()

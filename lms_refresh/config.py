@@ -114,6 +114,24 @@ SCHEMA = {
     "pseudonymisation": {
         "key_file": (_path, None),
     },
+    "retry": {
+        # Scheduled runs retry a source or store that is unreachable (exit 69).
+        "attempts": (_typed(int, 1, 20), 3),
+        "delay": (parse_duration, 600),
+    },
+    "alerts": {
+        "mail_to": (_typed(str), None),
+        "sendmail": (_path, "/usr/sbin/sendmail"),
+        # Files holding URLs with tokens (credentials): a bare name is looked up in
+        # $CREDENTIALS_DIRECTORY (LoadCredential=), anything else is a path.
+        "webhook_url_file": (_path, None),
+        "healthchecks_url_file": (_path, None),
+        "timeout": (parse_duration, 10),
+    },
+    "monitoring": {
+        "textfile": (_path, None),
+        "grace": (parse_duration, 7200),
+    },
 }
 
 
@@ -133,6 +151,9 @@ class Config:
     store_type: str
     store_path: str
     key_file: str
+    alerts: dict
+    monitoring: dict
+    retry: dict
 
 
 def resolve_state_directory(configured, environ):
@@ -213,6 +234,9 @@ def validate(document, origin, environ):
         store_type=values["store.type"],
         store_path=values["store.path"] or os.path.join(state_directory, "metrics.sqlite"),
         key_file=values["pseudonymisation.key_file"] or os.path.join(state_directory, "pseudonymisation.key"),
+        alerts={key: values[f"alerts.{key}"] for key in SCHEMA["alerts"]},
+        monitoring={key: values[f"monitoring.{key}"] for key in SCHEMA["monitoring"]},
+        retry={key: values[f"retry.{key}"] for key in SCHEMA["retry"]},
     )
 
 

@@ -217,6 +217,7 @@ def _transaction(config, now, store, source, key, watermark, window, report, pro
         store.rollback()
         if not report.dry_run:
             _record_failure(store, report, now, error, kept_quarantine)
+        error.report = report  # what was read and quarantined, for the job's metrics
         raise
 
 

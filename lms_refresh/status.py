@@ -64,6 +64,8 @@ def format_status(status):
         if run["message"]:
             lines.append(f"{'':<14}{run['message']}")
     lines.append(f"quarantine:   {status['quarantined_records']} record(s) kept")
+    if status.get("stale"):
+        lines.append(f"STALE:        {status['stale']}")
     return "\n".join(lines)
 
 

@@ -9,7 +9,7 @@ SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
 export DEBIAN_FRONTEND=noninteractive
 PACKAGES=(
   # the engine and its tests, on the versions the .deb depends on
-  python3 python3-venv python3-setuptools python3-click python3-systemd python3-pytest tzdata util-linux git
+  python3 python3-venv python3-setuptools python3-click python3-systemd python3-pytest python3-prometheus-client tzdata util-linux git
   # building and checking the .deb
   build-essential debhelper dh-python pybuild-plugin-pyproject python3-all lintian
   # booting Debian 12 and 13 with systemd as PID 1 for tests/system

@@ -109,7 +109,7 @@ def test_unexpected_failure_exits_1_with_one_sentence(monkeypatch, capsys, proje
     def explode(*args, **kwargs):
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(cli, "refresh", explode)
+    monkeypatch.setattr(cli, "run_job", explode)
     with pytest.raises(SystemExit) as stopped:
         cli.main(["--config", str(project.config), "run"])
     assert stopped.value.code == 1

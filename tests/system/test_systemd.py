@@ -105,8 +105,8 @@ def status(box):
     return json.loads(as_service_user(box, "status", "--json").stdout)
 
 
-def configure(box, path="/srv/xapi"):
-    box.run("tee", "/etc/lms-refresh/config.toml", input=CONFIG.format(path=path))
+def configure(box, path="/srv/xapi", extra=""):
+    box.run("tee", "/etc/lms-refresh/config.toml", input=CONFIG.format(path=path) + extra)
 
 
 def start_blocked_run(box):
@@ -202,6 +202,62 @@ def test_overlap_manual_run_and_second_start_do_nothing(system):
         os.unlink(fifo)
 
 
+RECEIVER = """
+import http.server, sys
+class Hook(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        with open(sys.argv[2], "ab") as out:
+            out.write(body + b"\\n")
+        self.send_response(200)
+        self.end_headers()
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Hook).serve_forever()
+"""
+
+
+def free_port():
+    import socket
+
+    with socket.socket() as probe:  # the container shares the host's loopback
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_a_failed_run_alerts_through_on_failure_and_a_success_does_not(system):
+    port = free_port()
+    system.run("systemd-run", "--unit=hook-receiver", "python3", "-c", RECEIVER, str(port), "/run/hook.jsonl")
+    system.wait_for(lambda: system.run("python3", "-c", f"import socket; socket.create_connection(('127.0.0.1', {port}))",
+                                       check=False).returncode == 0, "the webhook receiver")
+    system.run("install", "-m", "0640", "-g", "lms-refresh", "/dev/stdin", "/etc/lms-refresh/alert-webhook",
+               input=f"http://127.0.0.1:{port}/hook/secret-token\n")
+    configure(system, extra='[alerts]\nwebhook_url_file = "/etc/lms-refresh/alert-webhook"\n')
+    alert_unit = "lms-refresh-alert@lms-refresh.service.service"
+    try:
+        system.run("systemctl", "start", UNIT)
+        assert system.show(alert_unit, "InvocationID") == {"InvocationID": ""}  # never started
+        garbage = os.path.join(system.data, "garbage.ndjson")
+        with open(garbage, "w") as handle:
+            handle.write("{not json\n" * 100)
+        os.chmod(garbage, 0o644)
+        try:
+            assert system.run("systemctl", "start", UNIT, check=False).returncode != 0
+            system.wait_for(lambda: system.run("test", "-s", "/run/hook.jsonl", check=False).returncode == 0,
+                            "the alert to arrive")
+        finally:
+            os.unlink(garbage)
+            system.run("systemctl", "reset-failed", UNIT)
+        [alert] = [json.loads(line) for line in system.run("cat", "/run/hook.jsonl").stdout.splitlines()]
+        journal = system.run("journalctl", "-u", alert_unit, "--no-pager", "-o", "cat").stdout
+        assert alert["unit"] == UNIT and alert["exit_status"] == 65 and alert["result"] == "exit-code", (alert, journal)
+        assert "bad input" in alert["meaning"] and "malformed" in alert["message"]
+        assert any("malformed" in line for line in alert["journal"]) and alert["window"]["until"]
+        assert "secret-token" not in json.dumps(alert)
+        assert system.show(alert_unit, "Result")["Result"] == "success"
+    finally:
+        system.run("systemctl", "stop", "hook-receiver", check=False)
+        configure(system)
+
+
 def test_bad_data_fails_with_65_and_changes_nothing(system):
     before = status(system)
     garbage = os.path.join(system.data, "garbage.ndjson")
@@ -220,25 +276,24 @@ def test_bad_data_fails_with_65_and_changes_nothing(system):
         system.run("systemctl", "reset-failed", UNIT)
 
 
-def test_unreachable_source_exits_69_and_is_retried(system):
-    system.run("mkdir", "-p", f"/run/systemd/system/{UNIT}.d")
-    system.run("tee", f"/run/systemd/system/{UNIT}.d/fast-retry.conf", input="[Service]\nRestartSec=2s\n")
-    system.run("systemctl", "daemon-reload")
-    configure(system, "/srv/missing")
+def test_unreachable_source_is_retried_then_exits_69(system):
+    configure(system, "/srv/late", extra='[retry]\nattempts = 3\ndelay = "3s"\n')
     try:
         system.run("systemctl", "start", "--no-block", UNIT)
-        system.wait_for(lambda: int(system.show(UNIT, "NRestarts")["NRestarts"]) >= 2, "two retries")
-        journal = system.run("journalctl", "-u", UNIT, "--no-pager", "-o", "cat").stdout
-        assert len(re.findall(r"Main process exited, code=exited, status=69/", journal)) >= 2, journal
-        configure(system)  # the source comes back: the next retry succeeds
-        system.wait_for(lambda: system.show(UNIT, "ActiveState", "Result") ==
-                        {"ActiveState": "inactive", "Result": "success"}, "the retry to succeed")
+        system.wait_for(lambda: "Retrying in 3 s (attempt 2 of 3)" in
+                        system.run("journalctl", "-u", UNIT, "--no-pager").stdout, "a retry")
+        assert "attempt 2 of 3" in system.show(UNIT, "StatusText")["StatusText"]
+        system.run("mkdir", "/srv/late")  # the share comes back: the next attempt succeeds
+        system.wait_for(lambda: system.show(UNIT, "ActiveState")["ActiveState"] in ("inactive", "failed"),
+                        "the run to end")
+        assert system.show(UNIT, "Result", "ExecMainStatus") == {"Result": "success", "ExecMainStatus": "0"}
+        configure(system, "/srv/missing", extra='[retry]\nattempts = 2\ndelay = "1s"\n')
+        assert system.run("systemctl", "start", UNIT, check=False).returncode != 0
+        assert system.show(UNIT, "Result", "ExecMainStatus") == {"Result": "exit-code", "ExecMainStatus": "69"}
     finally:
         configure(system)
-        system.run("rm", "-r", f"/run/systemd/system/{UNIT}.d")
-        system.run("systemctl", "daemon-reload")
+        system.run("rm", "-rf", "/srv/late")
         system.run("systemctl", "reset-failed", UNIT, check=False)
-    assert "does not exist (is the export share mounted?)" in system.run("journalctl", "-u", UNIT, "--no-pager").stdout
 
 
 def test_stop_rolls_back_with_143_and_the_next_start_converges(system):

@@ -1,0 +1,87 @@
+"""A refresh as a scheduled job: the refresh itself plus what tells people about it.
+
+Healthchecks pings bracket a scheduled run, and every run that got past the
+lock leaves a Prometheus textfile. Neither may change the run's exit status.
+"""
+
+import datetime as dt
+import logging
+import time
+
+from lms_refresh.errors import ConfigError, RefreshError, UnavailableError
+from lms_refresh.monitoring import Healthchecks, metrics_text, read_previous, read_secret, write_textfile
+from lms_refresh.refresh import refresh, sigterm_raises
+from lms_refresh.status import collect_status
+
+logger = logging.getLogger(__name__)
+
+
+def _pings(config, environ, enabled):
+    if not enabled or not config.alerts["healthchecks_url_file"]:
+        return Healthchecks(None, 0)
+    try:
+        return Healthchecks(read_secret(config.alerts["healthchecks_url_file"], environ), config.alerts["timeout"])
+    except ConfigError as error:
+        logger.warning("Healthchecks pings are off for this run: %s", error)
+        return Healthchecks(None, 0)
+
+
+def _write_metrics(config, now, exit_code, duration, report):
+    path = config.monitoring["textfile"]
+    if not path:
+        return
+    try:
+        try:
+            status = collect_status(config)
+        except RefreshError:
+            status = None  # a damaged store: keep what the previous file said
+        write_textfile(path, metrics_text(now, exit_code, duration, report, status, read_previous(path)))
+    except OSError as error:
+        logger.warning("Could not write the metrics textfile %s: %s", path, error)
+
+
+def _refresh_with_retries(config, now, environ, euid, progress, since, until, dry_run, sleep, clock):
+    """refresh(), retried after a pause while the source or store is unreachable (scheduled runs only).
+
+    The retries happen inside the one service start, so systemd's start rate
+    limit never counts them and the unit's final exit status stays the real one.
+    """
+    attempts = config.retry["attempts"] if since is None and not dry_run else 1
+    began = clock()
+    for attempt in range(1, attempts + 1):
+        try:
+            # A retry reads up to its own "now", so a late success misses nothing.
+            moment = now if attempt == 1 else now + dt.timedelta(seconds=clock() - began)
+            return refresh(config, moment, environ, euid, progress, since=since, until=until, dry_run=dry_run)
+        except UnavailableError as error:
+            if attempt == attempts:
+                raise
+            delay = config.retry["delay"]
+            logger.warning("%s Retrying in %d s (attempt %d of %d).", error, delay, attempt + 1, attempts,
+                           extra={"RETRY_ATTEMPT": attempt + 1, "EXIT_STATUS": error.exit_code})
+            progress(f"Unreachable; attempt {attempt + 1} of {attempts} in {delay} s", force=True)
+            with sigterm_raises():
+                sleep(delay)
+
+
+def run_job(config, now, environ, euid, progress, since=None, until=None, dry_run=False,
+            sleep=time.sleep, clock=time.monotonic):
+    """Run refresh() (same arguments) with retries, pings for scheduled runs and the textfile for real ones."""
+    pings = _pings(config, environ, enabled=since is None and not dry_run)
+    began = clock()
+    pings.start()
+    report, code, message = None, 0, ""
+    try:
+        report = _refresh_with_retries(config, now, environ, euid, progress, since, until, dry_run, sleep, clock)
+        return report
+    except RefreshError as error:
+        code, message, report = error.exit_code, str(error), getattr(error, "report", None)
+        raise
+    except BaseException as error:
+        code, message = (130 if isinstance(error, KeyboardInterrupt) else 1), f"{type(error).__name__}: {error}"
+        report = getattr(error, "report", None)
+        raise
+    finally:
+        if not dry_run and not (report is not None and report.outcome == "lock-held"):
+            pings.finish(code, message)
+            _write_metrics(config, now, code, clock() - began, report)
