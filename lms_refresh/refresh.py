@@ -186,7 +186,7 @@ def _transaction(config, now, store, source, key, watermark, window, report, pro
     store.begin()
     try:
         for batch in source.batches(window, store.source_index()):
-            days |= store.stage(batch.events, batch.voids)
+            days |= store.stage(batch.events, batch.voids, batch.names)
             if batch.quarantined:
                 store.quarantine(report.run_id, batch.quarantined, now_text)
                 room = QUARANTINE_KEPT_ON_FAILURE - len(kept_quarantine)

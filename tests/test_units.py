@@ -6,7 +6,7 @@ import pytest
 
 from conftest import statement
 from lms_refresh.config import validate
-from lms_refresh.sources.xapi import InvalidStatement, StatementMapper, parse_duration_ms
+from lms_refresh.sources.xapi import InvalidStatement, StatementMapper, name_id, parse_duration_ms
 from lms_refresh.window import Window, next_watermark, parse_user_time, run_window
 
 UTC = dt.timezone.utc
@@ -61,18 +61,21 @@ def test_mapping_of_a_complete_statement():
     kind, row = MAPPER.map(statement(learner="ann", verb="passed", timestamp="2026-11-02T23:30:00Z",
                                      stored="2026-11-03T00:00:00.5+00:00", score=0.875, duration="PT1H2M3.5S"))
     assert kind == "event"
-    assert row[:3] == ("2026-11-03", "https://lms.example.edu/course/BIO101", "h:account:https://lms.example.edu|ann")
+    course, verb = "https://lms.example.edu/course/BIO101", "http://adlnet.gov/expapi/verbs/passed"
+    assert row[:3] == ("2026-11-03", name_id(course), "h:account:https://lms.example.edu|ann")
     assert len(row[3]) == 16
-    assert row[4:] == ("2026-11-03T00:00:00.500000Z", "2026-11-02T23:30:00Z", "http://adlnet.gov/expapi/verbs/passed",
-                       0, 0, 1, 0, 875000, 3723500)
+    assert row[4:] == ("2026-11-03T00:00:00.500000Z", "2026-11-02T23:30:00Z", name_id(verb), 0, 0, 1, 0, 875000, 3723500)
+    names = MAPPER.take_new_names()
+    assert names[("course", name_id(course))] == course and names[("verb", name_id(verb))] == verb
+    assert MAPPER.take_new_names() == {}
 
 
 def test_course_falls_back_to_the_pattern_then_unknown():
     body = statement()
     del body["context"]
-    assert MAPPER.map(body)[1][1] == "https://lms.example.edu/course/BIO101"
+    assert MAPPER.map(body)[1][1] == name_id("https://lms.example.edu/course/BIO101")
     body["object"]["id"] = "https://elsewhere.example/activity/9"
-    assert MAPPER.map(body)[1][1] == "unknown"
+    assert MAPPER.map(body)[1][1] == name_id("unknown")
 
 
 @pytest.mark.parametrize("change, reason", [

@@ -19,6 +19,7 @@ class Batch:
     quarantined: (origin, reason, raw_text) for records that could not be used.
     read: records in the window this batch covers (events + voids + quarantined).
     state: source bookkeeping to commit with the run (e.g. the file index).
+    names: {(kind, id): IRI} for course and verb ids first seen in this batch.
     """
 
     events: list = dataclasses.field(default_factory=list)
@@ -26,6 +27,7 @@ class Batch:
     quarantined: list = dataclasses.field(default_factory=list)
     read: int = 0
     state: dict = dataclasses.field(default_factory=dict)
+    names: dict = dataclasses.field(default_factory=dict)
 
     def __len__(self):
         return len(self.events) + len(self.voids) + len(self.quarantined)

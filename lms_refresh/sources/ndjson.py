@@ -91,6 +91,7 @@ def parse_lines(mapper, lines, since, until, result):
         (voids if kind == "void" else events).append(row)
         batch.read += 1
     result.low, result.high = low, high
+    batch.names = mapper.take_new_names()
     return result
 
 

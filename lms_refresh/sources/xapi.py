@@ -11,6 +11,7 @@ cached (bounded).
 """
 
 import datetime as dt
+import hashlib
 import re
 import zoneinfo
 
@@ -24,7 +25,7 @@ COURSE_TYPE = "http://adlnet.gov/expapi/activities/course"
 
 # A canonical event, as a tuple in this order (the staging table's column order).
 EVENT_FIELDS = (
-    "day", "course", "actor", "event_id", "stored", "occurred", "verb",
+    "day", "course_id", "actor", "event_id", "stored", "occurred", "verb_id",
     "is_attempt", "is_completion", "is_passed", "is_failed", "score_micro", "duration_ms",
 )
 
@@ -49,6 +50,14 @@ def event_key(statement_id):
     except ValueError:
         return None
     return key if len(key) == 16 else None
+
+
+def name_id(iri):
+    """Return a stable 64-bit id for a course or verb IRI (a keyed table maps it back).
+
+    Derived, not assigned, so worker processes agree on ids without asking the store.
+    """
+    return int.from_bytes(hashlib.blake2b(iri.encode(), digest_size=8).digest(), "big", signed=True)
 
 
 def stored_cursor(text):
@@ -117,7 +126,8 @@ class StatementMapper:
         self.course_pattern = re.compile(course_pattern)
         self._days = {}
         self._durations = {}
-        self._strings = {}  # one object per course/verb text, so batches pickle small
+        self._ids = {}  # IRI -> 64-bit id, for courses and verbs
+        self.new_names = {}  # (kind, id) -> IRI first seen by this mapper; the store records them
 
     def day_of(self, timestamp):
         """Return the local calendar day of an ISO time; cached per UTC minute."""
@@ -153,6 +163,20 @@ class StatementMapper:
                 if match:
                     return match.group(1) if match.re.groups else match.group(0)
         return "unknown"
+
+    def _name_id(self, kind, iri):
+        """Return the stable id of a course or verb IRI, remembering it as new for the store."""
+        number = name_id(iri)
+        if len(self._ids) >= CACHE_LIMIT:
+            self._ids.clear()
+        self._ids[iri] = number
+        self.new_names[(kind, number)] = iri
+        return number
+
+    def take_new_names(self):
+        """Return and forget the names first seen since the last call."""
+        names, self.new_names = self.new_names, {}
+        return names
 
     def map(self, statement, stored=None):
         """Map one statement; `stored` is its already-normalised cursor when the caller has it."""
@@ -204,14 +228,12 @@ class StatementMapper:
             score_micro = round(scaled * 1_000_000)
         if "duration" in result:
             duration_ms = self.duration_of(result["duration"])
-        strings = self._strings
+        ids = self._ids
         course = self.course_of(statement, object_id)
-        course = strings.setdefault(course, course)
-        verb_id = strings.setdefault(verb_id, verb_id)
-        if len(strings) > CACHE_LIMIT:
-            strings.clear()
+        course_key = ids.get(course) or self._name_id("course", course)
+        verb_key = ids.get(verb_id) or self._name_id("verb", verb_id)
         return "event", (
-            day, course, actor, key, stored, timestamp, verb_id,
+            day, course_key, actor, key, stored, timestamp, verb_key,
             1 if verb_id == ATTEMPTED else 0,
             1 if verb_id == COMPLETED or completion is True else 0,
             1 if verb_id == PASSED or success is True else 0,

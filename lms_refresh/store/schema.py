@@ -35,6 +35,7 @@ MIGRATIONS = [
     [
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
         "INSERT INTO meta (key, value) VALUES ('min_cell_size', '10')",
+        # Ids are 64-bit hashes of the IRIs (see sources.xapi.name_id).
         "CREATE TABLE courses (course_id INTEGER PRIMARY KEY, iri TEXT NOT NULL UNIQUE)",
         "CREATE TABLE verbs (verb_id INTEGER PRIMARY KEY, iri TEXT NOT NULL UNIQUE)",
         # Canonical events, clustered by partition so a day is rebuilt from one contiguous

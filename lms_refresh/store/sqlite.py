@@ -53,7 +53,6 @@ class SqliteStore:
     def __init__(self, connection, path):
         self.db = connection
         self.path = path
-        self._ids = {}  # (table, iri) -> id, for courses and verbs
         self._voided = None
         self._void_targets = set()
 
@@ -170,8 +169,7 @@ class SqliteStore:
     def rollback(self):
         if self.db.in_transaction:
             self.db.execute("ROLLBACK")
-        # Ids and voids learned inside the transaction are gone with it.
-        self._ids.clear()
+        # Voids learned inside the transaction are gone with it.
         self._voided = None
         self._void_targets.clear()
 
@@ -181,23 +179,15 @@ class SqliteStore:
             (key, str(value)),
         )
 
-    def _id(self, table, iri):
-        """Return the id of a course or verb IRI, adding it inside the current transaction."""
-        key = (table, iri)
-        found = self._ids.get(key)
-        if found is None:
-            column = "course_id" if table == "courses" else "verb_id"
-            self.db.execute(f"INSERT INTO {table} (iri) VALUES (?) ON CONFLICT DO NOTHING", (iri,))
-            found = self.db.execute(f"SELECT {column} FROM {table} WHERE iri = ?", (iri,)).fetchone()[0]
-            self._ids[key] = found
-        return found
-
-    def stage(self, events, voids):
-        """Upsert events and record voids; return the days whose partitions the events touch.
+    def stage(self, events, voids, names):
+        """Upsert events, record voids and new course/verb names; return the days the events touch.
 
         Voided targets are removed by `finish_staging`, once per run, so a target
         staged earlier in the same run (or in an earlier run) goes too.
         """
+        for (kind, number), iri in names.items():
+            table = "courses" if kind == "course" else "verbs"
+            self.db.execute(f"INSERT INTO {table} VALUES (?, ?) ON CONFLICT DO NOTHING", (number, iri))
         if self._voided is None:
             # Voids are rare; their ids are kept in memory so each event is checked cheaply.
             self._voided = {row[0] for row in self.db.execute("SELECT event_id FROM voided_events")}
@@ -209,18 +199,10 @@ class SqliteStore:
             )
             voided.add(target)
             self._void_targets.add(target)
-        ids, course_id, verb_id = self._ids, self._id, self._id
-        rows = []
-        days = set()
-        for row in events:
-            if row[3] in voided:
-                continue
-            course = ids.get(("courses", row[1])) or course_id("courses", row[1])
-            verb = ids.get(("verbs", row[6])) or verb_id("verbs", row[6])
-            rows.append((row[0], course, row[2], row[3], row[4], row[5], verb) + row[7:])
-            days.add(row[0])
-        self.db.executemany(_EVENT_INSERT, rows)
-        return days
+        if voided:
+            events = [row for row in events if row[3] not in voided]
+        self.db.executemany(_EVENT_INSERT, events)
+        return {row[0] for row in events}
 
     def finish_staging(self):
         """Delete the targets of this run's voiding statements; return the days they were in."""
