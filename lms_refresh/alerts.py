@@ -13,7 +13,8 @@ import socket
 import subprocess
 
 from lms_refresh.errors import MEANINGS
-from lms_refresh.monitoring import post, read_secret, redact_url
+from lms_refresh.credentials import read_secret
+from lms_refresh.monitoring import post, redact_url
 
 logger = logging.getLogger(__name__)
 

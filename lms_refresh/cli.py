@@ -138,7 +138,7 @@ def status(settings, as_json, check):
     Example: lms-refresh status --check
     """
     config = settings.config()
-    report = collect_status(config)
+    report = collect_status(config, os.environ)
     report["stale"] = staleness(report, settings.now, config.timezone, config.monitoring["grace"])
     click.echo(json.dumps(report, indent=2) if as_json else format_status(report))
     if check:
@@ -162,11 +162,11 @@ def alert(settings, unit, exit_status, result, invocation):
     Example: lms-refresh alert --unit lms-refresh.service --exit-status 65
     """
     from lms_refresh.alerts import compose, deliver, journal_lines, unit_exit_status
-    from lms_refresh.monitoring import read_secret
+    from lms_refresh.credentials import read_secret
 
     config = settings.config()
     try:
-        last_run = collect_status(config)["last_run"]
+        last_run = collect_status(config, os.environ)["last_run"]
     except errors.RefreshError as error:
         logger.warning("The alert goes without the run's window: %s", error)
         last_run = None
@@ -193,8 +193,34 @@ def check(settings):
 
     Example: lms-refresh --config ./config.toml check
     """
-    for line in run_checks(settings.config(), os.geteuid()):
+    for line in run_checks(settings.config(), os.geteuid(), os.environ):
         click.echo(f"ok  {line}")
+    return errors.OK
+
+
+@cli.command("grant-reader")
+@click.argument("role")
+@click.pass_obj
+def grant_reader(settings, role):
+    """Let a PostgreSQL ROLE read the serving view (and nothing else), for dashboards.
+
+    The role gets USAGE on the schema <schema>_serving and SELECT on its view
+    daily_metrics; it gets no access to staging or pseudonymised learners.
+
+    Example: lms-refresh grant-reader metabase
+    """
+    config = settings.config()
+    if config.store_type != "postgresql":
+        raise errors.ConfigError("grant-reader needs store.type = \"postgresql\"; a SQLite store has no roles "
+                                 "(give dashboards read access to the file instead).")
+    from lms_refresh.store import open_store
+
+    store = open_store(config, os.environ, create=True)
+    try:
+        store.grant_reader(role)
+    finally:
+        store.close()
+    click.echo(f"{role} may now read {store.serving}")
     return errors.OK
 
 
@@ -244,7 +270,7 @@ def main(argv=None):
     except click.Abort:
         click.echo("Aborted.", err=True)
         code = errors.FAILURE
-    except errors.RefreshError as error:
+    except (errors.RefreshError, errors.Terminated) as error:
         _ensure_logging()
         logger.error("%s", error, extra={"EXIT_STATUS": error.exit_code, "ERROR_KIND": type(error).__name__})
         code = error.exit_code

@@ -15,7 +15,7 @@ from lms_refresh.errors import ConfigError
 DEFAULT_CONFIG_PATH = "/etc/lms-refresh/config.toml"
 DEFAULT_STATE_DIRECTORY = "/var/lib/lms-refresh"
 SOURCE_TYPES = ("xapi-ndjson",)
-STORE_TYPES = ("sqlite",)
+STORE_TYPES = ("sqlite", "postgresql")
 
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
@@ -86,6 +86,20 @@ def _regex(value):
 
 _path = _typed(str)
 
+
+def _postgres_url(value):
+    if not isinstance(value, str) or not re.match(r"^postgres(ql)?://", value):
+        raise ValueError("expected a URL such as \"postgresql://user@host:5432/database\"")
+    if re.match(r"^postgres(ql)?://[^/@]*:[^/@]*@", value) or "password=" in value:
+        raise ValueError("must not contain a password; put it in the file named by store.password_file")
+    return value
+
+
+def _identifier(value):
+    if not isinstance(value, str) or not re.fullmatch(r"[a-z_][a-z0-9_]{0,40}", value):
+        raise ValueError("must be a lower-case SQL identifier such as \"lms_refresh\"")
+    return value
+
 # section -> key -> (validator, default). A default of `None` means "derived"
 # (or, for REQUIRED, that the key must be given).
 REQUIRED = object()
@@ -109,7 +123,12 @@ SCHEMA = {
     },
     "store": {
         "type": (_choice(*STORE_TYPES), "sqlite"),
-        "path": (_path, None),
+        "path": (_path, None),  # sqlite
+        # postgresql: a URL without the password, e.g. "postgresql://lms_refresh@db.example.edu/metrics"
+        "url": (_postgres_url, None),
+        # The password: a credential name ($CREDENTIALS_DIRECTORY) or a file path.
+        "password_file": (_path, None),
+        "schema": (_identifier, "lms_refresh"),
     },
     "pseudonymisation": {
         "key_file": (_path, None),
@@ -150,6 +169,7 @@ class Config:
     source: dict
     store_type: str
     store_path: str
+    store: dict
     key_file: str
     alerts: dict
     monitoring: dict
@@ -219,6 +239,8 @@ def validate(document, origin, environ):
             except ValueError as error:
                 raise ConfigError(f"{origin}: key 'timezone' {_phrase(error)}.")
 
+    if values["store.type"] == "postgresql" and not values["store.url"]:
+        raise ConfigError(f"{origin}: key 'store.url' is required when store.type is \"postgresql\".")
     state_directory = resolve_state_directory(values["state_directory"], environ)
     source = {key: values[f"source.{key}"] for key in SCHEMA["source"]}
     return Config(
@@ -232,7 +254,9 @@ def validate(document, origin, environ):
         lookback=values["window.lookback"],
         source=source,
         store_type=values["store.type"],
-        store_path=values["store.path"] or os.path.join(state_directory, "metrics.sqlite"),
+        store_path=(values["store.url"] if values["store.type"] == "postgresql"
+                    else values["store.path"] or os.path.join(state_directory, "metrics.sqlite")),
+        store={key: values[f"store.{key}"] for key in SCHEMA["store"]},
         key_file=values["pseudonymisation.key_file"] or os.path.join(state_directory, "pseudonymisation.key"),
         alerts={key: values[f"alerts.{key}"] for key in SCHEMA["alerts"]},
         monitoring={key: values[f"monitoring.{key}"] for key in SCHEMA["monitoring"]},

@@ -52,7 +52,7 @@ def run_demo(directory, learners, days, seed, now, environ, echo):
         f"{report.quarantined} quarantined, {report.voided} voided, {len(report.partitions)} days, "
         f"{report.rows_written} metric rows ({report.suppressed} with suppressed values)\n"
     )
-    store = open_store(config, create=False, read_only=True)
+    store = open_store(config, environment, create=False, read_only=True)
     try:
         rows = store.serving_rows()
     finally:

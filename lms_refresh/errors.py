@@ -51,7 +51,11 @@ class UnavailableError(RefreshError):
     exit_code = UNAVAILABLE
 
 
-class Terminated(RefreshError):
-    """SIGTERM arrived; the transaction was rolled back."""
+class Terminated(BaseException):
+    """SIGTERM arrived; the transaction was rolled back.
+
+    A BaseException, like KeyboardInterrupt, so that no library's
+    `except Exception` can swallow the stop request on its way out.
+    """
 
     exit_code = TERMINATED

@@ -9,7 +9,8 @@ import logging
 import time
 
 from lms_refresh.errors import ConfigError, RefreshError, UnavailableError
-from lms_refresh.monitoring import Healthchecks, metrics_text, read_previous, read_secret, write_textfile
+from lms_refresh.credentials import read_secret
+from lms_refresh.monitoring import Healthchecks, metrics_text, read_previous, write_textfile
 from lms_refresh.refresh import refresh, sigterm_raises
 from lms_refresh.status import collect_status
 
@@ -26,13 +27,13 @@ def _pings(config, environ, enabled):
         return Healthchecks(None, 0)
 
 
-def _write_metrics(config, now, exit_code, duration, report):
+def _write_metrics(config, environ, now, exit_code, duration, report):
     path = config.monitoring["textfile"]
     if not path:
         return
     try:
         try:
-            status = collect_status(config)
+            status = collect_status(config, environ)
         except RefreshError:
             status = None  # a damaged store: keep what the previous file said
         write_textfile(path, metrics_text(now, exit_code, duration, report, status, read_previous(path)))
@@ -74,14 +75,12 @@ def run_job(config, now, environ, euid, progress, since=None, until=None, dry_ru
     try:
         report = _refresh_with_retries(config, now, environ, euid, progress, since, until, dry_run, sleep, clock)
         return report
-    except RefreshError as error:
-        code, message, report = error.exit_code, str(error), getattr(error, "report", None)
-        raise
     except BaseException as error:
-        code, message = (130 if isinstance(error, KeyboardInterrupt) else 1), f"{type(error).__name__}: {error}"
+        code = getattr(error, "exit_code", 130 if isinstance(error, KeyboardInterrupt) else 1)
+        message = str(error) if isinstance(error, RefreshError) else f"{type(error).__name__}: {error}"
         report = getattr(error, "report", None)
         raise
     finally:
         if not dry_run and not (report is not None and report.outcome == "lock-held"):
             pings.finish(code, message)
-            _write_metrics(config, now, code, clock() - began, report)
+            _write_metrics(config, environ, now, code, clock() - began, report)

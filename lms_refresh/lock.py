@@ -25,11 +25,12 @@ def _open(path):
 
 
 def read_holder(fd):
-    """Return the 'pid host' text the holder wrote, or '' if none."""
+    """Return 'pid N on HOST' from what the holder wrote, or '' if nothing."""
     try:
-        return os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
+        text = os.pread(fd, 200, 0).decode("utf-8", "replace").split()
     except OSError:
         return ""
+    return f"pid {text[0]} on {text[1]}" if len(text) == 2 else " ".join(text)
 
 
 class RunLock:
@@ -80,7 +81,7 @@ def probe(path, proc_locks="/proc/locks"):
     wanted = (os.major(info.st_dev), os.minor(info.st_dev), info.st_ino)
     for line in lines:
         fields = line.split()
-        if len(fields) < 6 or fields[1] != "FLOCK" or fields[1] == "->":
+        if len(fields) < 6 or fields[1] != "FLOCK":  # waiters are listed as "N: -> FLOCK ..."
             continue
         try:
             major, minor, inode = fields[5].split(":")
@@ -91,9 +92,9 @@ def probe(path, proc_locks="/proc/locks"):
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             except OSError:
-                return f"{fields[4]} (pid)"
+                return f"pid {fields[4]}"
             try:
-                return read_holder(fd) or f"{fields[4]} (pid)"
+                return read_holder(fd) or f"pid {fields[4]}"
             finally:
                 os.close(fd)
     return None

@@ -14,30 +14,12 @@ import urllib.error
 import urllib.request
 import zoneinfo
 
-from lms_refresh.errors import ConfigError
 from lms_refresh.window import from_cursor
 
 logger = logging.getLogger(__name__)
 
 SCHEDULE_DAYS = range(0, 5)  # Monday..Friday, as lms-refresh.timer's OnCalendar=
 SCHEDULE_TIME = dt.time(4, 15)
-
-
-def read_secret(name, environ):
-    """Return the stripped content of a credential: a bare name in $CREDENTIALS_DIRECTORY, or a path."""
-    if not name:
-        return None
-    path = name
-    if "/" not in name:
-        directory = environ.get("CREDENTIALS_DIRECTORY")
-        if not directory:
-            raise ConfigError(f"Credential '{name}' needs $CREDENTIALS_DIRECTORY (LoadCredential={name}:...) or a path.")
-        path = os.path.join(directory, name)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read().strip()
-    except OSError as error:
-        raise ConfigError(f"Cannot read the credential {path}: {error.strerror}.")
 
 
 def redact_url(url):

@@ -11,18 +11,18 @@ import datetime as dt
 import logging
 import os
 import signal
-import sqlite3
 import time
 import uuid
 
 from lms_refresh import window as windows
-from lms_refresh.errors import BadInputError, StateError, Terminated, UnavailableError
+from lms_refresh import __version__
+from lms_refresh.errors import BadInputError, StateError, Terminated
 from lms_refresh.lock import LOCK_NAME, LockHeld, RunLock
 from lms_refresh.pseudonym import Pseudonymiser, create_key, fingerprint, read_key
 from lms_refresh.sources import build_source
 from lms_refresh.sources.xapi import StatementMapper
 from lms_refresh.statedir import check_writable_file, prepare_state_directory
-from lms_refresh.store import open_store
+from lms_refresh.store import load_driver, open_store
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +81,7 @@ def refresh(config, now, environ, euid, progress, since=None, until=None, dry_ru
     """
     kind = "run" if since is None else "backfill"
     report = Report(run_id=str(uuid.uuid4()), kind=kind, dry_run=dry_run)
+    load_driver(config)
     state_directory = config.state_directory
     if not dry_run or os.path.isdir(state_directory):
         prepare_state_directory(state_directory, euid)
@@ -92,7 +93,8 @@ def refresh(config, now, environ, euid, progress, since=None, until=None, dry_ru
         lock = RunLock(lock_path)
     try:
         with lock, sigterm_raises():
-            for path in (config.store_path, config.key_file):
+            paths = [config.key_file] + ([config.store_path] if config.store_type == "sqlite" else [])
+            for path in paths:
                 if not dry_run:
                     check_writable_file(path, euid)
             return _locked_refresh(config, now, environ, progress, report, since, until)
@@ -100,7 +102,7 @@ def refresh(config, now, environ, euid, progress, since=None, until=None, dry_ru
         report.outcome = "lock-held"
         report.lock_holder = held.holder
         logger.info(
-            "Another refresh holds the lock (held by pid %s); nothing to do.", held.holder,
+            "Another refresh holds the lock (held by %s); nothing to do.", held.holder,
             extra={"RUN_ID": report.run_id, "LOCK_HOLDER": held.holder},
         )
         return report
@@ -147,8 +149,11 @@ def _choose_window(config, now, store, source, since, until):
 
 
 def _locked_refresh(config, now, environ, progress, report, since, until):
-    store = open_store(config, create=not report.dry_run)
+    store = open_store(config, environ, create=not report.dry_run)
     try:
+        holder = store.acquire_run_lock()  # a database shared by several hosts has its own lock
+        if holder is not None:
+            raise LockHeld(holder)
         key = _open_key(config, store, report.dry_run)
         _check_timezone(config, store)
         mapper = StatementMapper(config.timezone, Pseudonymiser(key), config.source["course_pattern"])
@@ -163,15 +168,11 @@ def _locked_refresh(config, now, environ, progress, report, since, until):
             )
             return report
         logger.info(
-            "Refreshing %s from %s, window %s .. %s", config.store_path, source.describe(),
+            "Refreshing %s from %s, window %s .. %s", store.describe(), source.describe(),
             window.since_cursor, window.until_cursor, extra=report.journal_fields(),
         )
-        try:
+        with store.errors():
             _transaction(config, now, store, source, key, watermark, window, report, progress)
-        except sqlite3.OperationalError as error:
-            raise UnavailableError(f"The store {config.store_path} could not be written ({error}); nothing was committed.")
-        except sqlite3.DatabaseError as error:
-            raise StateError(f"The store {config.store_path} is damaged ({error}); restore it from a backup.")
         return report
     finally:
         progress.done()
@@ -242,6 +243,7 @@ def _run_row(report, now, exit_code, message):
         "statements_read": report.statements_read, "staged": report.staged, "voided": report.voided,
         "quarantined": report.quarantined, "partitions": len(report.partitions),
         "rows_written": report.rows_written, "suppressed": report.suppressed, "message": message,
+        "version": __version__,
     }
 
 
@@ -255,6 +257,7 @@ def _record_failure(store, report, now, error, kept_quarantine):
             store.quarantine(report.run_id, kept_quarantine, windows.to_cursor(now))
         store.record_run(_run_row(report, now, exit_code, str(error)[:1000]))
         store.commit()
-    except (sqlite3.Error, Terminated):
-        store.rollback()
+    except Exception:  # the store itself may be what failed; the run's own error is what matters
+        with contextlib.suppress(Exception):
+            store.rollback()
         logger.warning("Could not record the failed run in the store", exc_info=True)

@@ -8,10 +8,10 @@ from lms_refresh.pseudonym import Pseudonymiser
 from lms_refresh.sources import build_source
 from lms_refresh.sources.xapi import StatementMapper
 from lms_refresh.statedir import user_name
-from lms_refresh.store import open_store
+from lms_refresh.store import open_store, store_exists
 
 
-def collect_status(config):
+def collect_status(config, environ):
     """Given a Config, return a JSON-ready dict describing watermark, runs, lock and store."""
     lock_path = os.path.join(config.state_directory, LOCK_NAME)
     holder = probe(lock_path)
@@ -20,18 +20,18 @@ def collect_status(config):
         "state_directory": config.state_directory,
         "lock": {"path": lock_path, "held": holder is not None, "holder": holder},
         "store": {"type": config.store_type, "location": config.store_path,
-                  "exists": os.path.exists(config.store_path), "size_bytes": 0},
+                  "exists": store_exists(config, environ), "size_bytes": 0},
         "watermark": None, "last_run": None, "last_success": None, "quarantined_records": 0,
     }
     if status["store"]["exists"]:
-        store = open_store(config, create=False, read_only=True)
+        store = open_store(config, environ, create=False, read_only=True)
         try:
             meta = store.meta()
             status["store"]["size_bytes"] = store.size_bytes()
-            status["store"]["schema_version"] = int(meta["schema_version"])
+            status["store"]["schema_version"] = store.schema_version()
             status["watermark"] = meta.get("watermark")
             status["last_run"], status["last_success"] = store.last_runs()
-            status["quarantined_records"] = store.db.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
+            status["quarantined_records"] = store.quarantine_count()
         finally:
             store.close()
     return status
@@ -69,7 +69,7 @@ def format_status(status):
     return "\n".join(lines)
 
 
-def run_checks(config, euid):
+def run_checks(config, euid, environ):
     """Check configuration, state directory, source and store without writing; return report lines.
 
     Raises the RefreshError of the first check that fails.
@@ -89,10 +89,11 @@ def run_checks(config, euid):
     mapper = StatementMapper(config.timezone, Pseudonymiser(b"check"), config.source["course_pattern"])
     source = build_source(config.source, mapper)
     lines.append(f"source: {source.check()}")
-    if os.path.exists(config.store_path):
-        store = open_store(config, create=False, read_only=True)
+    if store_exists(config, environ):
+        store = open_store(config, environ, create=False, read_only=True)
         try:
-            lines.append(f"store {config.store_path}: schema v{store.meta()['schema_version']}, readable")
+            detail = f"; {store.privileges()}" if hasattr(store, "privileges") else ""
+            lines.append(f"store {store.describe()}: reachable, schema v{store.schema_version()}{detail}")
         finally:
             store.close()
     else:

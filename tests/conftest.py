@@ -53,14 +53,73 @@ def voiding(target, stored):
             "stored": stored, "timestamp": stored}
 
 
-class Project:
-    """A temporary installation: config, source directory, state directory."""
+class PostgresServer:
+    """A throwaway PostgreSQL cluster on loopback (../shared/recipes/servers.md), one database per test."""
 
-    def __init__(self, root):
+    BIN = "/usr/lib/postgresql/15/bin"
+    PASSWORD = "refresh-secret"
+
+    def __init__(self):
+        import socket
+        import tempfile
+
+        self.base = tempfile.mkdtemp(prefix="lmsr-pg-")
+        os.chmod(self.base, 0o755)
+        self.data, self.sockets = os.path.join(self.base, "data"), os.path.join(self.base, "sock")
+        for path in (self.data, self.sockets):
+            os.mkdir(path)
+            shutil.chown(path, "postgres", "postgres")
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self._postgres(f"{self.BIN}/initdb", "-D", self.data, "-A", "trust", "--auth-host=scram-sha-256",
+                       "-U", "postgres", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync")
+        self._postgres(f"{self.BIN}/pg_ctl", "-D", self.data, "-l", os.path.join(self.data, "server.log"), "-w",
+                       "-t", "30", "-o", f"-k {self.sockets} -p {self.port} -c listen_addresses=127.0.0.1 -c fsync=off",
+                       "start")
+        self.count = 0
+        self.admin(f"CREATE ROLE lms_refresh LOGIN PASSWORD '{self.PASSWORD}'")
+        self.password_file = os.path.join(self.base, "store-password")
+        with open(self.password_file, "w") as handle:
+            handle.write(self.PASSWORD + "\n")
+
+    def _postgres(self, *command):
+        subprocess.run(["runuser", "-u", "postgres", "--", *command], check=True, capture_output=True, timeout=120)
+
+    def admin(self, statement, database="postgres"):
+        """Run one statement as the superuser (over the Unix socket); return the rows, if any."""
+        import psycopg
+
+        with psycopg.connect(host=self.sockets, port=self.port, user="postgres", dbname=database,
+                             autocommit=True) as db:
+            cursor = db.execute(statement)
+            return cursor.fetchall() if cursor.description else None
+
+    def new_database(self, template=None):
+        self.count += 1
+        name = f"t{self.count}"
+        self.admin(f"CREATE DATABASE {name} OWNER lms_refresh" + (f" TEMPLATE {template}" if template else ""))
+        return name
+
+    def url(self, database):
+        return f"postgresql://lms_refresh@127.0.0.1:{self.port}/{database}"
+
+    def stop(self):
+        subprocess.run(["runuser", "-u", "postgres", "--", f"{self.BIN}/pg_ctl", "-D", self.data, "-m", "immediate",
+                        "-w", "stop"], capture_output=True, timeout=60)
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+class Project:
+    """A temporary installation: config, source directory, state directory, and its store."""
+
+    def __init__(self, root, postgres=None, database=None):
         self.root = root
         self.source = root / "inbox"
         self.state = root / "state"
         self.config = root / "config.toml"
+        self.postgres = postgres
+        self.database = database or (postgres.new_database() if postgres else None)
         self.source.mkdir(parents=True)
         self.configure()
 
@@ -71,6 +130,9 @@ class Project:
         lines += [f"{k} = {v}" for k, v in settings.items()]
         lines += ["[source]", 'type = "xapi-ndjson"', f'path = "{self.source}"', "batch_size = 500"]
         lines += ["[retry]", f"attempts = {retry_attempts}", 'delay = "1s"']
+        if self.postgres:
+            lines += ["[store]", 'type = "postgresql"', f'url = "{self.postgres.url(self.database)}"',
+                      f'password_file = "{self.postgres.password_file}"']
         self.config.write_text("\n".join(lines) + "\n")
 
     @property
@@ -104,30 +166,57 @@ class Project:
         environment = {k: v for k, v in os.environ.items() if k not in ("STATE_DIRECTORY", "JOURNAL_STREAM", "INVOCATION_ID")}
         return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
 
+    def open_store(self):
+        from lms_refresh.config import load_config
+        from lms_refresh.store import open_store
+
+        return open_store(load_config(str(self.config), {}), {}, create=True, read_only=True)
+
+    def query(self, statement, parameters=()):
+        """Run a read-only query (with ? placeholders) against the store, whichever it is."""
+        store = self.open_store()
+        try:
+            return [tuple(row) for row in store.execute(statement, parameters).fetchall()]
+        finally:
+            store.close()
+
+    def has_store(self):
+        from lms_refresh.config import load_config
+        from lms_refresh.store import store_exists
+
+        return store_exists(load_config(str(self.config), {}), {})
+
     def serving(self):
-        """Return the serving view's rows (all columns, ordered) or [] if no store yet."""
-        import sqlite3
-
-        if not self.store.exists():
+        """Return the serving view's rows (all columns, ordered, days as text) or [] if no store yet."""
+        if not self.has_store():
             return []
-        from lms_refresh.store import SERVING_COLUMNS
-
-        with sqlite3.connect(f"file:{self.store}?mode=ro", uri=True) as db:
-            return db.execute(f"SELECT {', '.join(SERVING_COLUMNS)} FROM serving_daily_metrics ORDER BY day, course").fetchall()
+        store = self.open_store()
+        try:
+            return store.serving_rows()
+        finally:
+            store.close()
 
     def meta(self):
-        import sqlite3
+        return dict(self.query("SELECT key, value FROM meta"))
 
-        with sqlite3.connect(f"file:{self.store}?mode=ro", uri=True) as db:
-            return dict(db.execute("SELECT key, value FROM meta"))
+    def runs(self):
+        """The run log: (kind, outcome, exit code, window since, window until), oldest first."""
+        store = self.open_store()
+        try:
+            return [tuple(row) for row in store.execute(
+                "SELECT kind, outcome, exit_code, window_since, window_until FROM runs "
+                f"ORDER BY {store.run_order}").fetchall()]
+        finally:
+            store.close()
 
     def dump(self):
         """Return the serving view as text, for byte-identical comparisons."""
         return "\n".join(repr(row) for row in self.serving())
 
     def copy_to(self, root):
-        """Copy this project's state (not its source) into another project at `root`."""
-        other = Project(root)
+        """Copy this project's state and store (not its source) into another project at `root`."""
+        database = self.postgres.new_database(template=self.database) if self.postgres else None
+        other = Project(root, self.postgres, database)
         other.source.rmdir()
         other.source = self.source
         other.configure()
@@ -136,6 +225,32 @@ class Project:
         return other
 
 
+@pytest.fixture(scope="session")
+def postgres_server():
+    server = PostgresServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_kind(request):
+    return request.param
+
+
 @pytest.fixture
-def project(tmp_path):
+def make_project(request, store_kind):
+    """Return a factory of Projects on this test's kind of store."""
+    server = request.getfixturevalue("postgres_server") if store_kind == "postgresql" else None
+    return lambda root: Project(root, server)
+
+
+@pytest.fixture
+def project(tmp_path, make_project):
+    """A project on each kind of store: the engine's behaviours must hold on both."""
+    return make_project(tmp_path / "p")
+
+
+@pytest.fixture
+def sqlite_project(tmp_path):
+    """A project on SQLite, for what only a local file can show (corruption, ownership)."""
     return Project(tmp_path / "p")

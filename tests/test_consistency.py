@@ -25,15 +25,15 @@ def at_0415(day):
     return f"{day.isoformat()}T04:15:00+{'02' if day < dt.date(2026, 10, 25) else '01'}:00"
 
 
-def test_daily_runs_equal_one_backfill(tmp_path):
-    daily = Project(tmp_path / "daily")
+def test_daily_runs_equal_one_backfill(tmp_path, make_project):
+    daily = make_project(tmp_path / "daily")
     daily.configure(extra_top="max_quarantine_share = 0.05")  # early windows are small
     sample(daily)
     run_days = [START + dt.timedelta(days=n) for n in range(1, 18)]
     for day in run_days:
         if day.weekday() < 5:  # the timer's Mon..Fri schedule
             daily.cli("run", now=at_0415(day), check=0)
-    once = Project(tmp_path / "once")
+    once = make_project(tmp_path / "once")
     once.source.rmdir()
     once.source = daily.source
     once.configure(extra_top="max_quarantine_share = 0.05")
@@ -43,8 +43,8 @@ def test_daily_runs_equal_one_backfill(tmp_path):
     assert len(daily.serving()) > 50
 
 
-def test_serving_table_matches_an_independent_reference(tmp_path):
-    project = Project(tmp_path / "ref")
+def test_serving_table_matches_an_independent_reference(tmp_path, make_project):
+    project = make_project(tmp_path / "ref")
     records = sample(project, days=10, learners=400, malformed_share=0.0)
     now = "2026-10-30T04:15:00+01:00"
     project.cli("run", now=now, check=0)
@@ -82,8 +82,8 @@ def test_no_published_value_derives_from_fewer_than_min_cell_size_learners(tmp_p
     assert published > 0
 
 
-def test_sigkill_at_20_points_leaves_a_consistent_state_that_converges(tmp_path):
-    base = Project(tmp_path / "base")
+def test_sigkill_at_20_points_leaves_a_consistent_state_that_converges(tmp_path, make_project):
+    base = make_project(tmp_path / "base")
     sample(base, days=12, learners=400)
     base.cli("run", now="2026-10-23T04:15:00+02:00", check=0)  # the previous consistent state
     previous = base.dump()

@@ -10,6 +10,13 @@ import pytest
 from conftest import statement
 from lms_refresh.alerts import compose, deliver, redact
 
+
+@pytest.fixture
+def project(sqlite_project):
+    """These behaviours are about the local SQLite file, its directory or the CLI itself."""
+    return sqlite_project
+
+
 NOW = "2026-11-03T04:15:00+01:00"  # a Tuesday
 
 

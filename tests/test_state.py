@@ -7,7 +7,16 @@ import sqlite3
 import subprocess
 import tempfile
 
+import pytest
+
 from conftest import Project, cli_command, statement
+
+
+@pytest.fixture
+def project(sqlite_project):
+    """These behaviours are about the local SQLite file, its directory or the CLI itself."""
+    return sqlite_project
+
 
 NOW = "2026-11-03T04:15:00+01:00"
 

@@ -76,6 +76,10 @@ MIGRATIONS = [
             UNIQUE (origin, digest))""",
         "CREATE TABLE source_state (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
     ],
+    # 2: which lms-refresh version wrote each run-log row
+    [
+        "ALTER TABLE runs ADD COLUMN version TEXT NOT NULL DEFAULT ''",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

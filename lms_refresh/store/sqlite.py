@@ -5,14 +5,14 @@ watermark and the run-log row commit together or not at all. WAL mode lets
 dashboards keep reading the previous state while a refresh writes.
 """
 
-import hashlib
+import contextlib
 import json
 import os
 import sqlite3
 import urllib.parse
 
 from lms_refresh.errors import StateError, UnavailableError
-from lms_refresh.store import SERVING_COLUMNS, SERVING_VIEW
+from lms_refresh.store.base import SqlStore
 from lms_refresh.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 _EVENT_INSERT = "INSERT OR IGNORE INTO staged_events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -35,11 +35,8 @@ FROM (
 GROUP BY day, course_id
 """
 
-RUN_FIELDS = (
-    "run_id", "kind", "started_at", "finished_at", "outcome", "exit_code", "window_since",
-    "window_until", "statements_read", "staged", "voided", "quarantined", "partitions",
-    "rows_written", "suppressed", "message",
-)
+# Errors that a later attempt may not meet again: the store is busy or the disk full.
+_TRANSIENT = ("locked", "busy", "disk", "unable to open", "full")
 
 
 def _damaged(path, error):
@@ -49,16 +46,16 @@ def _damaged(path, error):
     )
 
 
-class SqliteStore:
-    def __init__(self, connection, path):
-        self.db = connection
-        self.path = path
-        self._voided = None
-        self._void_targets = set()
+class SqliteStore(SqlStore):
+    run_order = "rowid"
+
+    @property
+    def path(self):
+        return self.location
 
     @classmethod
-    def open(cls, path, create, read_only=False):
-        """Open (and if needed create or migrate) the store at `path`.
+    def open(cls, path, create, read_only=False, migrate=True):
+        """Open (and unless told otherwise create and migrate) the store at `path`.
 
         With create=False a missing store is an empty in-memory one, so a dry
         run or a check never leaves a file behind.
@@ -87,13 +84,18 @@ class SqliteStore:
                 # undone along with its watermark, and the next run redoes it.
                 db.execute("PRAGMA synchronous = NORMAL")
             db.execute("PRAGMA cache_size = -65536")
-            store._migrate(read_only)
+            store.check_version(strict=read_only and exists)
+            if migrate and not read_only:
+                store.migrate()
         except sqlite3.DatabaseError as error:
             db.close()
             raise _damaged(path, error)
         return store
 
-    def _schema_version(self):
+    def describe(self):
+        return self.path
+
+    def schema_version(self):
         tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not tables:
             return 0
@@ -104,54 +106,42 @@ class SqliteStore:
             raise _damaged(self.path, "no schema version")
         return int(row[0])
 
-    def _migrate(self, read_only):
-        version = self._schema_version()
+    def check_version(self, strict):
+        """Refuse a store newer than this code (and, if `strict`, one that still needs migrating)."""
+        version = self.schema_version()
         if version > SCHEMA_VERSION:
             raise StateError(
                 f"The store {self.path} has schema version {version}, newer than this lms-refresh "
                 f"understands ({SCHEMA_VERSION}); upgrade lms-refresh."
             )
-        if version < SCHEMA_VERSION and read_only:
-            raise StateError(f"The store {self.path} needs an upgrade; the next run will apply it.")
-        for number in range(version + 1, SCHEMA_VERSION + 1):
+        if strict and version < SCHEMA_VERSION:
+            raise StateError(f"The store {self.path} has schema version {version}; the next run upgrades it.")
+        return version
+
+    def migrate(self, target=SCHEMA_VERSION):
+        """Apply the missing migrations up to `target`, each in its own transaction."""
+        for number in range(self.schema_version() + 1, target + 1):
             self.db.execute("BEGIN IMMEDIATE")
             try:
                 for statement in MIGRATIONS[number - 1]:
                     self.db.execute(statement)
-                self.db.execute(
-                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?) "
-                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    (str(number),),
-                )
+                self.set_meta("schema_version", number)
                 self.db.execute("COMMIT")
             except BaseException:
                 self.db.execute("ROLLBACK")
                 raise
 
-    # -- reading -------------------------------------------------------------
-
-    def meta(self):
-        return dict(self.db.execute("SELECT key, value FROM meta"))
-
-    def has_events(self):
-        return self.db.execute("SELECT EXISTS (SELECT 1 FROM staged_events)").fetchone()[0] == 1
-
-    def source_index(self):
-        return {key: json.loads(value) for key, value in self.db.execute("SELECT key, value FROM source_state")}
-
-    def serving_rows(self):
-        columns = ", ".join(SERVING_COLUMNS)
-        return self.db.execute(f"SELECT {columns} FROM {SERVING_VIEW} ORDER BY day, course").fetchall()
-
-    def last_runs(self):
-        """Return (last run, last successful run) as dicts, or None for each."""
-        columns = ", ".join(RUN_FIELDS)
-        last = self.db.execute(f"SELECT {columns} FROM runs ORDER BY rowid DESC LIMIT 1").fetchone()
-        success = self.db.execute(
-            f"SELECT {columns} FROM runs WHERE exit_code = 0 ORDER BY rowid DESC LIMIT 1"
-        ).fetchone()
-        as_dict = lambda row: dict(zip(RUN_FIELDS, row)) if row else None  # noqa: E731
-        return as_dict(last), as_dict(success)
+    @contextlib.contextmanager
+    def errors(self):
+        """Turn driver errors into the domain's: transient ones 69, the rest a damaged store (78)."""
+        try:
+            yield
+        except sqlite3.OperationalError as error:
+            if any(word in str(error) for word in _TRANSIENT):
+                raise UnavailableError(f"The store {self.path} could not be written ({error}); nothing was committed.")
+            raise _damaged(self.path, error)
+        except sqlite3.DatabaseError as error:
+            raise _damaged(self.path, error)
 
     def size_bytes(self):
         if self.path == ":memory:":
@@ -169,40 +159,10 @@ class SqliteStore:
     def rollback(self):
         if self.db.in_transaction:
             self.db.execute("ROLLBACK")
-        # Voids learned inside the transaction are gone with it.
-        self._voided = None
-        self._void_targets.clear()
+        self.forget_transaction()
 
-    def set_meta(self, key, value):
-        self.db.execute(
-            "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (key, str(value)),
-        )
-
-    def stage(self, events, voids, names):
-        """Upsert events, record voids and new course/verb names; return the days the events touch.
-
-        Voided targets are removed by `finish_staging`, once per run, so a target
-        staged earlier in the same run (or in an earlier run) goes too.
-        """
-        for (kind, number), iri in names.items():
-            table = "courses" if kind == "course" else "verbs"
-            self.db.execute(f"INSERT INTO {table} VALUES (?, ?) ON CONFLICT DO NOTHING", (number, iri))
-        if self._voided is None:
-            # Voids are rare; their ids are kept in memory so each event is checked cheaply.
-            self._voided = {row[0] for row in self.db.execute("SELECT event_id FROM voided_events")}
-        voided = self._voided
-        for target, voiding, stored in voids:
-            self.db.execute(
-                "INSERT INTO voided_events (event_id, voided_by, stored) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-                (target, voiding, stored),
-            )
-            voided.add(target)
-            self._void_targets.add(target)
-        if voided:
-            events = [row for row in events if row[3] not in voided]
+    def insert_events(self, events):
         self.db.executemany(_EVENT_INSERT, events)
-        return {row[0] for row in events}
 
     def finish_staging(self):
         """Delete the targets of this run's voiding statements; return the days they were in."""
@@ -217,20 +177,6 @@ class SqliteStore:
         self._void_targets.clear()
         return days
 
-    def quarantine(self, run_id, rows, now_text):
-        """Record quarantined records (once per origin and content)."""
-        self.db.executemany(
-            "INSERT INTO quarantine (run_id, origin, reason, raw, digest, recorded_at) VALUES (?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (origin, digest) DO NOTHING",
-            [(run_id, o, reason, raw, hashlib.sha256(raw.encode()).hexdigest(), now_text) for o, reason, raw in rows],
-        )
-
-    def save_source_state(self, state):
-        self.db.executemany(
-            "INSERT INTO source_state (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            [(key, json.dumps(value)) for key, value in state.items()],
-        )
-
     def recompute(self, days):
         """Delete and rebuild the partitions of `days` from all staged events of those days.
 
@@ -240,17 +186,7 @@ class SqliteStore:
         self.db.execute("DELETE FROM daily_metrics WHERE day IN (SELECT value FROM json_each(?))", (days_json,))
         written = self.db.execute(_RECOMPUTE, (days_json,)).rowcount
         suppressed = self.db.execute(
-            f"SELECT COUNT(*) FROM {SERVING_VIEW} WHERE suppressed = 1 AND day IN (SELECT value FROM json_each(?))",
+            f"SELECT COUNT(*) FROM {self.serving} WHERE suppressed = 1 AND day IN (SELECT value FROM json_each(?))",
             (days_json,),
         ).fetchone()[0]
         return written, suppressed
-
-    def record_run(self, run):
-        placeholders = ", ".join("?" for _ in RUN_FIELDS)
-        self.db.execute(
-            f"INSERT INTO runs ({', '.join(RUN_FIELDS)}) VALUES ({placeholders})",
-            [run[field] for field in RUN_FIELDS],
-        )
-
-    def close(self):
-        self.db.close()

@@ -1,0 +1,22 @@
+"""Secrets (passwords, URLs with tokens) from credential files, never from argv or the environment."""
+
+import os
+
+from lms_refresh.errors import ConfigError
+
+
+def read_secret(name, environ):
+    """Return the stripped content of a credential: a bare name in $CREDENTIALS_DIRECTORY, or a path."""
+    if not name:
+        return None
+    path = name
+    if "/" not in name:
+        directory = environ.get("CREDENTIALS_DIRECTORY")
+        if not directory:
+            raise ConfigError(f"Credential '{name}' needs $CREDENTIALS_DIRECTORY (LoadCredential={name}:...) or a path.")
+        path = os.path.join(directory, name)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().strip()
+    except OSError as error:
+        raise ConfigError(f"Cannot read the credential {path}: {error.strerror}.")

@@ -1,0 +1,221 @@
+"""The PostgreSQL metrics store: the SQLite store's guarantees, on a shared server.
+
+One refresh is one transaction here too. Staging goes through COPY into a
+temporary table, then one INSERT ... ON CONFLICT DO NOTHING. A session-level
+advisory lock, held for the whole run, keeps two hosts (each with its own
+flock) from refreshing the same store at once.
+"""
+
+import contextlib
+import os
+import re
+import socket
+
+import psycopg
+from psycopg import sql
+
+from lms_refresh.credentials import read_secret
+from lms_refresh.errors import ConfigError, StateError, UnavailableError
+from lms_refresh.store.base import SqlStore
+from lms_refresh.store.pg_schema import MIGRATIONS, SCHEMA_VERSION
+
+LOCK_CLASS = 0x4C4D5352  # "LMSR": the first key of the run's advisory lock; the second is the schema's hash
+
+_RECOMPUTE = """
+INSERT INTO daily_metrics
+SELECT day, course_id, COUNT(*), SUM(n),
+    SUM(attempts), COUNT(*) FILTER (WHERE attempts > 0), SUM(completions), COUNT(*) FILTER (WHERE completions > 0),
+    SUM(passed), COUNT(*) FILTER (WHERE passed > 0), SUM(failed), COUNT(*) FILTER (WHERE failed > 0),
+    SUM(score_sum), SUM(scores), COUNT(*) FILTER (WHERE scores > 0),
+    SUM(duration), COUNT(*) FILTER (WHERE durations > 0)
+FROM (
+    SELECT day, course_id, actor, COUNT(*) AS n, SUM(is_attempt) AS attempts,
+        SUM(is_completion) AS completions, SUM(is_passed) AS passed, SUM(is_failed) AS failed,
+        SUM(score_micro) AS score_sum, COUNT(score_micro) AS scores,
+        SUM(duration_ms) AS duration, COUNT(duration_ms) AS durations
+    FROM staged_events WHERE day = ANY(%s)
+    GROUP BY day, course_id, actor) AS per_learner
+GROUP BY day, course_id
+"""
+
+
+def display_url(url):
+    """The URL without any password, for messages."""
+    return re.sub(r"(://[^/@:]*):[^/@]*@", r"\1@", url)
+
+
+class PostgresStore(SqlStore):
+    placeholder = "%s"
+
+    def __init__(self, connection, location, schema):
+        super().__init__(connection, location)
+        self.schema = schema
+        self.serving = f"{schema}_serving.daily_metrics"
+
+    @classmethod
+    def open(cls, settings, environ, create=True, read_only=False, migrate=True):
+        """Connect to the store; migrate it unless `read_only` or `migrate=False`."""
+        url = settings["url"]
+        password = read_secret(settings["password_file"], environ) if settings["password_file"] else None
+        name = f"lms-refresh pid {os.getpid()} on {socket.gethostname()}"
+        try:
+            db = psycopg.connect(url, password=password, autocommit=True, connect_timeout=15, application_name=name)
+        except psycopg.OperationalError as error:
+            raise _unreachable(url, error)
+        store = cls(db, display_url(url), settings["schema"])
+        with store.errors():
+            db.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(settings["schema"])))
+            version = store.check_version(strict=read_only)
+            if version == 0 and not create and not read_only:
+                # A dry run on a new database: build the schema inside the run's own
+                # transaction, which the dry run rolls back with everything else.
+                db.execute("BEGIN")
+                for statements in MIGRATIONS:
+                    for statement in statements:
+                        db.execute(store._ddl(statement))
+                store.set_meta("schema_version", SCHEMA_VERSION)
+            elif migrate and not read_only:
+                store.migrate()
+        return store
+
+    def describe(self):
+        return f"{self.location} (schema {self.schema})"
+
+    def _ddl(self, statement):
+        return statement.replace("{s}", self.schema)
+
+    def schema_version(self):
+        exists = self.db.execute("SELECT to_regclass(%s)", (f"{self.schema}.schema_version",)).fetchone()[0]
+        if exists is None:
+            if self.db.execute("SELECT to_regclass(%s)", (f"{self.schema}.meta",)).fetchone()[0] is not None:
+                raise StateError(f"Schema {self.schema} in {self.location} is not an lms-refresh store.")
+            return 0
+        return self.db.execute(f"SELECT COALESCE(MAX(version), 0) FROM {self.schema}.schema_version").fetchone()[0]
+
+    def check_version(self, strict):
+        version = self.schema_version()
+        if version > SCHEMA_VERSION:
+            raise StateError(
+                f"The store {self.describe()} has schema version {version}, newer than this lms-refresh "
+                f"understands ({SCHEMA_VERSION}); upgrade lms-refresh."
+            )
+        if strict and 0 < version < SCHEMA_VERSION:
+            raise StateError(f"The store {self.describe()} has schema version {version}; the next run upgrades it.")
+        return version
+
+    def migrate(self, target=SCHEMA_VERSION):
+        """Apply the missing migrations up to `target`, each in its own transaction.
+
+        A transaction-level advisory lock makes concurrent first runs on two
+        hosts take turns instead of racing to create the same tables.
+        """
+        while True:
+            with self.db.transaction():
+                self.db.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (LOCK_CLASS + 1, self.schema))
+                number = self.schema_version() + 1
+                if number > target:
+                    return
+                for statement in MIGRATIONS[number - 1]:
+                    self.db.execute(self._ddl(statement))
+                self.db.execute(f"INSERT INTO {self.schema}.schema_version (version) VALUES (%s)", (number,))
+                self.set_meta("schema_version", number)
+
+    @contextlib.contextmanager
+    def errors(self):
+        """Turn driver errors into the domain's: a lost or refused connection is transient (69)."""
+        try:
+            yield
+        except psycopg.errors.InsufficientPrivilege as error:
+            raise ConfigError(f"The store {self.describe()} refused an operation: {_first_line(error)}; "
+                              "grant the refresh role ownership of its schemas.")
+        except psycopg.OperationalError as error:
+            raise _unreachable(self.location, error)
+        except psycopg.Error as error:
+            raise StateError(f"The store {self.describe()} failed: {_first_line(error)}; check its schema.")
+
+    def acquire_run_lock(self):
+        """Take the run's advisory lock for this session; return None, or who holds it."""
+        with self.errors():
+            if self.db.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (LOCK_CLASS, self.schema)).fetchone()[0]:
+                return None
+            holder = self.db.execute(
+                "SELECT a.application_name, a.client_addr FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+                "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s::bigint::oid "
+                "AND l.objid = hashtext(%s)::bigint::oid AND l.objsubid = 2",
+                (LOCK_CLASS, self.schema)).fetchone()
+        if holder is None:
+            return "another session"
+        return f"{holder[0] or 'another session'}" + (f" from {holder[1]}" if holder[1] else "")
+
+    def size_bytes(self):
+        return self.db.execute(
+            "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r'",
+            (self.schema,)).fetchone()[0]
+
+    def privileges(self):
+        """Return a sentence about what the connected role may do in the store's schemas."""
+        can_write = self.db.execute(
+            "SELECT has_table_privilege(%s, 'INSERT, DELETE') AND has_table_privilege(%s, 'INSERT, DELETE')",
+            (f"{self.schema}.staged_events", f"{self.schema}.daily_metrics")).fetchone()[0]
+        return "can write staging and metrics" if can_write else "cannot write staging or metrics"
+
+    def grant_reader(self, role):
+        """Let `role` read the serving view, and nothing else."""
+        with self.errors():
+            with self.db.transaction():
+                serving = sql.Identifier(f"{self.schema}_serving")
+                self.db.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(serving, sql.Identifier(role)))
+                self.db.execute(sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(
+                    serving, sql.Identifier(role)))
+
+    # -- one run's transaction ------------------------------------------------
+
+    def begin(self):
+        if self.db.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            self.db.execute("BEGIN")
+        self.db.execute("CREATE TEMP TABLE IF NOT EXISTS incoming (LIKE staged_events) ON COMMIT DELETE ROWS")
+
+    def commit(self):
+        self.db.execute("COMMIT")
+
+    def rollback(self):
+        if not self.db.closed and self.db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            self.db.execute("ROLLBACK")
+        self.forget_transaction()
+
+    def insert_events(self, events):
+        with self.db.cursor().copy("COPY pg_temp.incoming FROM STDIN") as copy:
+            for row in events:
+                copy.write_row(row)
+        self.db.execute("INSERT INTO staged_events SELECT * FROM pg_temp.incoming ON CONFLICT DO NOTHING")
+        self.db.execute("TRUNCATE pg_temp.incoming")
+
+    def finish_staging(self):
+        """Delete the targets of this run's voiding statements; return the days they were in."""
+        if not self._void_targets:
+            return set()
+        days = {row[0] for row in self.db.execute(
+            "DELETE FROM staged_events WHERE event_id = ANY(%s) RETURNING day", (list(self._void_targets),))}
+        self._void_targets.clear()
+        return days
+
+    def recompute(self, days):
+        """Delete and rebuild the partitions of `days` from all staged events of those days."""
+        days = sorted(days)
+        self.db.execute("DELETE FROM daily_metrics WHERE day = ANY(%s)", (days,))
+        written = self.db.execute(_RECOMPUTE, (days,)).rowcount
+        suppressed = self.db.execute(
+            f"SELECT COUNT(*) FROM {self.serving} WHERE suppressed = 1 AND day = ANY(%s::date[])", (days,)).fetchone()[0]
+        return written, suppressed
+
+
+def _first_line(error):
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+def _unreachable(url, error):
+    return UnavailableError(
+        f"The store {display_url(url)} is unreachable or dropped the connection ({_first_line(error)}); "
+        "nothing was committed."
+    )
