@@ -11,6 +11,8 @@ PACKAGES=(
   # the engine and its tests, on the versions the .deb depends on
   python3 python3-venv python3-setuptools python3-click python3-systemd python3-pytest python3-prometheus-client tzdata util-linux git
   # building and checking the .deb
+  # a real PostgreSQL server for the PostgreSQL store tests
+  postgresql python3-psycopg
   build-essential debhelper dh-python pybuild-plugin-pyproject python3-all lintian
   # booting Debian 12 and 13 with systemd as PID 1 for tests/system
   systemd-container mmdebstrap

@@ -61,6 +61,9 @@ class PostgresStore(SqlStore):
         try:
             db = psycopg.connect(url, password=password, autocommit=True, connect_timeout=15, application_name=name)
         except psycopg.OperationalError as error:
+            if getattr(error, "sqlstate", None) in ("28P01", "28000") or "authentication failed" in str(error):
+                raise ConfigError(f"The store {display_url(url)} refused the credentials ({_first_line(error)}); "
+                                  "check store.url's user and the file named by store.password_file.")
             raise _unreachable(url, error)
         store = cls(db, display_url(url), settings["schema"])
         with store.errors():
@@ -149,7 +152,7 @@ class PostgresStore(SqlStore):
 
     def size_bytes(self):
         return self.db.execute(
-            "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+            "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r'",
             (self.schema,)).fetchone()[0]
 

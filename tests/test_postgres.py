@@ -1,0 +1,200 @@
+"""What only a shared PostgreSQL store has: several hosts, dropped connections, roles, upgrades."""
+
+import json
+import os
+import time
+
+import psycopg
+import pytest
+
+from conftest import Project, statement
+
+NOW = "2026-11-03T04:15:00+01:00"
+
+
+@pytest.fixture
+def server(postgres_server):
+    return postgres_server
+
+
+@pytest.fixture
+def pg_project(tmp_path, server):
+    return Project(tmp_path / "a", server)
+
+
+def backend_of(server, process):
+    rows = server.admin(f"SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'lms-refresh pid {process.pid} %'")
+    return rows[0][0] if rows else None
+
+
+def wait_for_advisory_lock(server, process, seconds=30):
+    deadline = time.monotonic() + seconds
+    while True:
+        held = server.admin("SELECT COUNT(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+                            f"WHERE l.locktype = 'advisory' AND l.granted "
+                            f"AND a.application_name LIKE 'lms-refresh pid {process.pid} %'")[0][0]
+        if held:
+            return
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the first run never took the advisory lock"
+        time.sleep(0.05)
+
+
+def feed(fifo, process, seconds=60):
+    """Write one line to the pipe once the run has opened it (never block if the run died first)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            break
+        except OSError:  # ENXIO: nobody reads yet
+            if process.poll() is not None:
+                return  # it ended before reading (e.g. its connection was already gone)
+            assert time.monotonic() < deadline, "the run never opened the pipe"
+            time.sleep(0.05)
+    os.write(fd, b"\n")
+    os.close(fd)
+
+
+def wait_until_in_transaction(server, process, seconds=30):
+    deadline = time.monotonic() + seconds
+    while not server.admin("SELECT COUNT(*) FROM pg_stat_activity WHERE state = 'idle in transaction' "
+                           f"AND application_name LIKE 'lms-refresh pid {process.pid} %'")[0][0]:
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the run never began its transaction"
+        time.sleep(0.05)
+
+
+def blocked_run(project):
+    """Start a run that holds its locks until something is written to the returned pipe."""
+    fifo = project.source / "slow.ndjson"
+    os.mkfifo(fifo)
+    return project.start("run", now=NOW), fifo
+
+
+def test_two_hosts_on_one_store_never_refresh_at_once(tmp_path, server, pg_project):
+    pg_project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
+    other_host = Project(tmp_path / "b", server, pg_project.database)  # its own state directory and flock
+    other_host.source.rmdir()
+    other_host.source = pg_project.source
+    other_host.configure()
+    first, fifo = blocked_run(pg_project)
+    try:
+        wait_for_advisory_lock(server, first)
+        second = other_host.cli("run", now=NOW)
+        assert second.returncode == 0, second.stderr
+        assert f"Another refresh holds the lock (held by lms-refresh pid {first.pid} on " in second.stderr
+        feed(fifo, first)
+        first.communicate(timeout=60)
+        assert first.returncode == 0
+    finally:
+        first.kill()
+    assert [run[:3] for run in pg_project.runs()] == [("run", "success", 0)]
+    assert pg_project.serving()[0][2] == 12
+
+
+def test_a_dropped_connection_exits_69_commits_nothing_and_the_next_run_converges(server, pg_project):
+    pg_project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
+    first, fifo = blocked_run(pg_project)
+    try:
+        wait_for_advisory_lock(server, first)  # taken after the schema is created, before the run's transaction
+        wait_until_in_transaction(server, first)
+        server.admin(f"SELECT pg_terminate_backend({backend_of(server, first)})")
+        feed(fifo, first)
+        out, err = first.communicate(timeout=60)
+    finally:
+        first.kill()
+    assert first.returncode == 69, err
+    assert "is unreachable or dropped the connection" in err and "nothing was committed" in err
+    assert "refresh-secret" not in err
+    assert pg_project.serving() == [] and "watermark" not in pg_project.meta()
+    os.unlink(fifo)
+    pg_project.cli("run", now=NOW, check=0)
+    assert pg_project.serving()[0][2] == 12
+
+
+def test_an_older_store_is_upgraded_by_the_next_run(project):
+    from lms_refresh.config import load_config
+    from lms_refresh.store import open_store
+
+    config = load_config(str(project.config), {})
+    project.state.mkdir()
+    store = open_store(config, {}, create=True, migrate=False)
+    store.migrate(target=1)  # what the previous version of lms-refresh created
+    store.set_meta("watermark", "2026-11-01T00:00:00.000000Z")
+    store.close()
+    assert project.cli("status").returncode == 78  # status reads; it does not upgrade
+    project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
+    project.cli("run", now=NOW, check=0)
+    report = json.loads(project.cli("status", "--json", check=0).stdout)
+    assert report["store"]["schema_version"] == 2
+    assert report["last_run"]["window_since"] == "2026-11-01T00:00:00.000000Z"  # the old watermark was kept
+    assert report["last_run"]["version"] == "0.1.0"
+
+
+def test_a_newer_store_is_refused(server, pg_project):
+    pg_project.cli("run", now=NOW, check=0)
+    server.admin("INSERT INTO lms_refresh.schema_version (version) VALUES (99)", pg_project.database)
+    result = pg_project.cli("run", now="2026-11-04T04:15:00Z")
+    assert result.returncode == 78 and "schema version 99, newer than this lms-refresh understands" in result.stderr
+
+
+def test_a_dashboard_role_reads_the_serving_view_and_nothing_else(server, pg_project):
+    pg_project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
+    pg_project.cli("run", now=NOW, check=0)
+    server.admin("DO $$ BEGIN CREATE ROLE dashboard LOGIN PASSWORD 'dash'; EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+    result = pg_project.cli("grant-reader", "dashboard", check=0)
+    assert "dashboard may now read lms_refresh_serving.daily_metrics" in result.stdout
+    url = f"host=127.0.0.1 port={server.port} dbname={pg_project.database} user=dashboard password=dash"
+    with psycopg.connect(url, autocommit=True) as db:
+        rows = db.execute("SELECT day, course, active_learners, suppressed FROM lms_refresh_serving.daily_metrics").fetchall()
+        assert [(str(r[0]), r[2], r[3]) for r in rows] == [("2026-11-02", 12, 0)]
+        for private in ("lms_refresh.staged_events", "lms_refresh.daily_metrics", "lms_refresh.meta"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                db.execute(f"SELECT * FROM {private}")
+
+
+def test_check_reports_reachability_version_and_privileges(pg_project):
+    pg_project.cli("run", now=NOW, check=0)
+    result = pg_project.cli("check", check=0)
+    assert "(schema lms_refresh): reachable, schema v2; can write staging and metrics" in result.stdout
+
+
+def test_credentials_and_reachability_errors_are_one_clear_sentence(server, pg_project, tmp_path):
+    wrong = tmp_path / "wrong-password"
+    wrong.write_text("not-it\n")
+    pg_project.config.write_text(pg_project.config.read_text().replace(server.password_file, str(wrong)))
+    refused = pg_project.cli("run", now=NOW)
+    assert refused.returncode == 78 and "refused the credentials" in refused.stderr and "Traceback" not in refused.stderr
+    pg_project.configure()
+    pg_project.config.write_text(pg_project.config.read_text().replace(f":{server.port}/", ":9/"))
+    down = pg_project.cli("run", now=NOW)
+    assert down.returncode == 69 and "postgresql://lms_refresh@127.0.0.1:9/" in down.stderr
+
+
+def test_a_password_in_the_url_is_refused(pg_project):
+    pg_project.config.write_text(pg_project.config.read_text().replace("lms_refresh@", "lms_refresh:pw@"))
+    result = pg_project.cli("check")
+    assert result.returncode == 78 and "must not contain a password" in result.stderr and ":pw@" not in result.stderr
+
+
+def test_grant_reader_on_sqlite_says_why_not(sqlite_project):
+    result = sqlite_project.cli("grant-reader", "dashboard")
+    assert result.returncode == 78 and "a SQLite store has no roles" in result.stderr
+
+
+def test_both_stores_give_identical_serving_tables(tmp_path, server):
+    from lms_refresh.sample import generate, write_daily_files
+    import datetime as dt
+
+    lite, pg = Project(tmp_path / "lite"), Project(tmp_path / "pg", server)
+    pg.source.rmdir()
+    pg.source = lite.source
+    pg.configure(extra_top="max_quarantine_share = 0.05")
+    lite.configure(extra_top="max_quarantine_share = 0.05")
+    write_daily_files(lite.source, generate(5, dt.date(2026, 10, 19), 12, 300, "Europe/Paris"))
+    for now in ("2026-10-26T04:15:00+01:00", "2026-10-29T04:15:00+01:00", "2026-11-02T04:15:00+01:00"):
+        lite.cli("run", now=now, check=0)
+        pg.cli("run", now=now, check=0)
+    assert len(lite.serving()) > 40
+    assert lite.dump() == pg.dump()
