@@ -1,6 +1,9 @@
 """Benchmark: statements/s and peak RSS of real refreshes through the installed CLI.
 
-    python bench/refresh_bench.py [--statements 1000000] [--per-day 20000] [--work DIR]
+    python bench/refresh_bench.py [--statements 1000000] [--per-day 20000] [--stores sqlite,postgresql]
+
+PostgreSQL runs start a throwaway server (fsync on, as in production) from
+Debian's postgresql package; run as root.
 
 Scenarios (each a separate `lms-refresh` process, timed end to end from
 export files to the committed serving table; peak RSS from wait4):
@@ -21,7 +24,9 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from lms_refresh.sample import COURSES, _VERB_CHOICES, statement  # noqa: E402
+from pgserver import PostgresServer  # noqa: E402
 
 UTC = dt.timezone.utc
 START = dt.datetime(2026, 6, 1, tzinfo=UTC)
@@ -49,12 +54,17 @@ def write_days(directory, first_day, days, per_day, seed, learners=20000):
     return total
 
 
-def configure(root, source):
+def configure(root, source, server):
+    """Write a config for `source`; on PostgreSQL (server given) in a new database."""
     config = os.path.join(root, "config.toml")
+    store = ""
+    if server is not None:
+        store = (f'[store]\ntype = "postgresql"\nurl = "{server.url(server.new_database())}"\n'
+                 f'password_file = "{server.password_file}"\n')
     with open(config, "w") as handle:
         handle.write(f'timezone = "Europe/Paris"\nstate_directory = "{root}/state"\n'
                      f'max_quarantine_share = 0.0\n[window]\nbootstrap_days = 3660\nsafety_lag = "0s"\n'
-                     f'[source]\ntype = "xapi-ndjson"\npath = "{source}"\n')
+                     f'[source]\ntype = "xapi-ndjson"\npath = "{source}"\n' + store)
     return config
 
 
@@ -71,8 +81,8 @@ def timed_run(config, now, *args):
     return elapsed, usage.ru_maxrss / 1024, err
 
 
-def report(name, count, seconds, rss):
-    print(f"{name:<8} {count:>9,} statements  {seconds:8.2f} s  {count / seconds:>9,.0f} statements/s  "
+def report(store, name, count, seconds, rss):
+    print(f"{store:<10} {name:<8} {count:>9,} statements  {seconds:8.2f} s  {count / seconds:>9,.0f} statements/s  "
           f"peak RSS {rss:6.1f} MiB", flush=True)
 
 
@@ -82,30 +92,44 @@ def main():
     parser.add_argument("--per-day", type=int, default=20_000)
     parser.add_argument("--work", default=None, help="work directory (default: a temporary one, removed)")
     parser.add_argument("--only", choices=["full", "inc"], default=None)
+    parser.add_argument("--stores", default="sqlite,postgresql")
     options = parser.parse_args()
     work = options.work or tempfile.mkdtemp(prefix="lmsr-bench-")
+    os.chmod(work, 0o755)
+    stores = options.stores.split(",")
+    server = PostgresServer(durable=True) if "postgresql" in stores else None
     try:
         if options.only in (None, "full"):
             days = 30
             per_day = options.statements // days
-            source = os.path.join(work, "full", "src")
+            source = os.path.join(work, "full-src")
             size = write_days(source, 0, days, per_day, seed=1)
             count = per_day * days
             print(f"generated {count:,} statements, {size / count:.0f} bytes each on average", flush=True)
-            config = configure(os.path.join(work, "full"), source)
-            seconds, rss, _ = timed_run(config, START + dt.timedelta(days=days + 1), "run")
-            report("full", count, seconds, rss)
+            for store in stores:
+                root = os.path.join(work, f"full-{store}")
+                os.makedirs(root)
+                config = configure(root, source, server if store == "postgresql" else None)
+                seconds, rss, _ = timed_run(config, START + dt.timedelta(days=days + 1), "run")
+                report(store, "full", count, seconds, rss)
         if options.only in (None, "inc"):
             for history in (1, 60):
-                root = os.path.join(work, f"inc{history}")
-                source = os.path.join(root, "src")
+                source = os.path.join(work, f"inc{history}-src")
                 write_days(source, 0, history, options.per_day, seed=history)
-                config = configure(root, source)
-                timed_run(config, START + dt.timedelta(days=history), "run")  # build the history
-                write_days(source, history, 1, options.per_day, seed=1000 + history)
-                seconds, rss, _ = timed_run(config, START + dt.timedelta(days=history + 1), "run")
-                report(f"inc-{history}", options.per_day, seconds, rss)
+                write_days(source + "-next", history, 1, options.per_day, seed=1000 + history)
+                for store in stores:
+                    root = os.path.join(work, f"inc{history}-{store}")
+                    os.makedirs(root)
+                    mine = os.path.join(root, "src")
+                    shutil.copytree(source, mine)
+                    config = configure(root, mine, server if store == "postgresql" else None)
+                    timed_run(config, START + dt.timedelta(days=history), "run")  # build the history
+                    shutil.copytree(source + "-next", mine, dirs_exist_ok=True)
+                    seconds, rss, _ = timed_run(config, START + dt.timedelta(days=history + 1), "run")
+                    report(store, f"inc-{history}", options.per_day, seconds, rss)
     finally:
+        if server is not None:
+            server.stop()
         if not options.work:
             shutil.rmtree(work, ignore_errors=True)
 

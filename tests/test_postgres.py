@@ -8,6 +8,7 @@ import psycopg
 import pytest
 
 from conftest import Project, statement
+from lms_refresh.store.postgres import LOCK_CLASS
 
 NOW = "2026-11-03T04:15:00+01:00"
 
@@ -30,8 +31,9 @@ def backend_of(server, process):
 def wait_for_advisory_lock(server, process, seconds=30):
     deadline = time.monotonic() + seconds
     while True:
+        # The run's session lock, not the transaction lock that serialises migrations.
         held = server.admin("SELECT COUNT(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
-                            f"WHERE l.locktype = 'advisory' AND l.granted "
+                            f"WHERE l.locktype = 'advisory' AND l.granted AND l.classid = {LOCK_CLASS} "
                             f"AND a.application_name LIKE 'lms-refresh pid {process.pid} %'")[0][0]
         if held:
             return

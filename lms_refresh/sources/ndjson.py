@@ -60,34 +60,30 @@ def parse_lines(mapper, lines, since, until, result):
                     cursor = stored_cursor(match.group(1).decode("ascii"))
                 except (InvalidStatement, UnicodeDecodeError):
                     cursor = None
-        if cursor is not None:
-            if low is None or cursor < low:
-                low = cursor
-            if high is None or cursor > high:
-                high = cursor
-            if not since <= cursor < until:
+        if cursor is None or since <= cursor < until:
+            try:
+                text = line.decode()
+                if text[0] in " \t":
+                    text = text.strip()
+                parsed, end = _decode(text)
+                if end != len(text) and text[end:].strip():
+                    raise ValueError(f"extra data after the JSON value at character {end}")
+                kind, row = mapper.map(parsed, cursor)
+            except (ValueError, InvalidStatement) as error:
+                reason = str(error) if isinstance(error, InvalidStatement) else f"not valid JSON: {error}"
+                quarantined.append((number, reason, line.rstrip(b"\r\n").decode("utf-8", "replace")))
+                batch.read += 1
                 continue
-        try:
-            text = line.decode()
-            if text[0] in " \t":
-                text = text.strip()
-            parsed, end = _decode(text)
-            if end != len(text) and text[end:].strip():
-                raise ValueError(f"extra data after the JSON value at character {end}")
-            kind, row = mapper.map(parsed, cursor)
-        except (ValueError, InvalidStatement) as error:
-            reason = str(error) if isinstance(error, InvalidStatement) else f"not valid JSON: {error}"
-            quarantined.append((number, reason, line.rstrip(b"\r\n").decode("utf-8", "replace")))
-            batch.read += 1
+            if cursor is None:  # the pre-filter could not tell; the parsed value decides
+                cursor = row[2] if kind == "void" else row[4]
+        else:
+            kind = None
+        if low is None or cursor < low:
+            low = cursor
+        if high is None or cursor > high:
+            high = cursor
+        if kind is None or not since <= cursor < until:
             continue
-        if cursor is None:  # the pre-filter could not tell; decide on the parsed value
-            cursor = row[2] if kind == "void" else row[4]
-            if low is None or cursor < low:
-                low = cursor
-            if high is None or cursor > high:
-                high = cursor
-            if not since <= cursor < until:
-                continue
         (voids if kind == "void" else events).append(row)
         batch.read += 1
     result.low, result.high = low, high

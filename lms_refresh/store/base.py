@@ -8,6 +8,7 @@ migrating, staging in bulk, rebuilding partitions) lives in each store.
 import hashlib
 import json
 
+from lms_refresh.errors import StateError
 from lms_refresh.store import SERVING_COLUMNS
 
 RUN_FIELDS = (
@@ -38,6 +39,18 @@ class SqlStore:
         cursor = self.db.cursor()
         cursor.executemany(self._sql(statement), rows)
         return cursor
+
+    def check_version(self, strict):
+        """Refuse a store newer than this code (and, if `strict`, one that still needs migrating)."""
+        version = self.schema_version()
+        if version > self.schema_target:
+            raise StateError(
+                f"The store {self.describe()} has schema version {version}, newer than this lms-refresh "
+                f"understands ({self.schema_target}); upgrade lms-refresh."
+            )
+        if strict and 0 < version < self.schema_target:
+            raise StateError(f"The store {self.describe()} has schema version {version}; the next run upgrades it.")
+        return version
 
     # -- reading -------------------------------------------------------------
 

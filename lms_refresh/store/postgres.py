@@ -46,6 +46,7 @@ def display_url(url):
 
 class PostgresStore(SqlStore):
     placeholder = "%s"
+    schema_target = SCHEMA_VERSION
 
     def __init__(self, connection, location, schema):
         super().__init__(connection, location)
@@ -94,17 +95,6 @@ class PostgresStore(SqlStore):
                 raise StateError(f"Schema {self.schema} in {self.location} is not an lms-refresh store.")
             return 0
         return self.db.execute(f"SELECT COALESCE(MAX(version), 0) FROM {self.schema}.schema_version").fetchone()[0]
-
-    def check_version(self, strict):
-        version = self.schema_version()
-        if version > SCHEMA_VERSION:
-            raise StateError(
-                f"The store {self.describe()} has schema version {version}, newer than this lms-refresh "
-                f"understands ({SCHEMA_VERSION}); upgrade lms-refresh."
-            )
-        if strict and 0 < version < SCHEMA_VERSION:
-            raise StateError(f"The store {self.describe()} has schema version {version}; the next run upgrades it.")
-        return version
 
     def migrate(self, target=SCHEMA_VERSION):
         """Apply the missing migrations up to `target`, each in its own transaction.

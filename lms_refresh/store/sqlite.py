@@ -48,6 +48,7 @@ def _damaged(path, error):
 
 class SqliteStore(SqlStore):
     run_order = "rowid"
+    schema_target = SCHEMA_VERSION
 
     @property
     def path(self):
@@ -105,18 +106,6 @@ class SqliteStore(SqlStore):
         if row is None or not row[0].isdigit():
             raise _damaged(self.path, "no schema version")
         return int(row[0])
-
-    def check_version(self, strict):
-        """Refuse a store newer than this code (and, if `strict`, one that still needs migrating)."""
-        version = self.schema_version()
-        if version > SCHEMA_VERSION:
-            raise StateError(
-                f"The store {self.path} has schema version {version}, newer than this lms-refresh "
-                f"understands ({SCHEMA_VERSION}); upgrade lms-refresh."
-            )
-        if strict and version < SCHEMA_VERSION:
-            raise StateError(f"The store {self.path} has schema version {version}; the next run upgrades it.")
-        return version
 
     def migrate(self, target=SCHEMA_VERSION):
         """Apply the missing migrations up to `target`, each in its own transaction."""

@@ -6,6 +6,7 @@ installs them). The tests of one release share one booted container and run
 in file order; the last one purges the package.
 """
 
+import contextlib
 import datetime as dt
 import glob
 import json
@@ -117,6 +118,21 @@ def start_blocked_run(box):
     box.run("systemctl", "start", "--no-block", UNIT)
     box.wait_for(lambda: "Reading" in box.show(UNIT, "StatusText")["StatusText"], "the run's STATUS=")
     return fifo
+
+
+@contextlib.contextmanager
+def failing_run(system):
+    """Run the service once over a source that is all malformed lines (exit 65); clean up after."""
+    garbage = os.path.join(system.data, "garbage.ndjson")
+    with open(garbage, "w") as handle:
+        handle.write("{not json\n" * 100)
+    os.chmod(garbage, 0o644)
+    try:
+        assert system.run("systemctl", "start", UNIT, check=False).returncode != 0
+        yield
+    finally:
+        os.unlink(garbage)
+        system.run("systemctl", "reset-failed", UNIT)
 
 
 def release(fifo):
@@ -235,17 +251,9 @@ def test_a_failed_run_alerts_through_on_failure_and_a_success_does_not(system):
     try:
         system.run("systemctl", "start", UNIT)
         assert system.show(alert_unit, "InvocationID") == {"InvocationID": ""}  # never started
-        garbage = os.path.join(system.data, "garbage.ndjson")
-        with open(garbage, "w") as handle:
-            handle.write("{not json\n" * 100)
-        os.chmod(garbage, 0o644)
-        try:
-            assert system.run("systemctl", "start", UNIT, check=False).returncode != 0
+        with failing_run(system):
             system.wait_for(lambda: system.run("test", "-s", "/run/hook.jsonl", check=False).returncode == 0,
                             "the alert to arrive")
-        finally:
-            os.unlink(garbage)
-            system.run("systemctl", "reset-failed", UNIT)
         [alert] = [json.loads(line) for line in system.run("cat", "/run/hook.jsonl").stdout.splitlines()]
         journal = system.run("journalctl", "-u", alert_unit, "--no-pager", "-o", "cat").stdout
         assert alert["unit"] == UNIT and alert["exit_status"] == 65 and alert["result"] == "exit-code", (alert, journal)
@@ -260,20 +268,12 @@ def test_a_failed_run_alerts_through_on_failure_and_a_success_does_not(system):
 
 def test_bad_data_fails_with_65_and_changes_nothing(system):
     before = status(system)
-    garbage = os.path.join(system.data, "garbage.ndjson")
-    with open(garbage, "w") as handle:
-        handle.write("{not json\n" * 100)
-    os.chmod(garbage, 0o644)
-    try:
-        assert system.run("systemctl", "start", UNIT, check=False).returncode != 0
+    with failing_run(system):
         assert system.show(UNIT, "Result", "ExecMainStatus", "NRestarts") == {
             "Result": "exit-code", "ExecMainStatus": "65", "NRestarts": "0"}
         after = status(system)
         assert after["watermark"] == before["watermark"] and after["last_success"] == before["last_success"]
         assert after["last_run"]["exit_code"] == 65
-    finally:
-        os.unlink(garbage)
-        system.run("systemctl", "reset-failed", UNIT)
 
 
 def test_unreachable_source_is_retried_then_exits_69(system):

@@ -1,0 +1,63 @@
+"""A throwaway PostgreSQL server for the tests and the benchmark (../shared/recipes/servers.md)."""
+
+import os
+import shutil
+import subprocess
+
+
+class PostgresServer:
+    """A throwaway PostgreSQL cluster on loopback (../shared/recipes/servers.md), one database per test."""
+
+    BIN = "/usr/lib/postgresql/15/bin"
+    PASSWORD = "refresh-secret"
+
+    def __init__(self, durable=False):
+        import socket
+        import tempfile
+
+        self.base = tempfile.mkdtemp(prefix="lmsr-pg-")
+        os.chmod(self.base, 0o755)
+        self.data, self.sockets = os.path.join(self.base, "data"), os.path.join(self.base, "sock")
+        for path in (self.data, self.sockets):
+            os.mkdir(path)
+            shutil.chown(path, "postgres", "postgres")
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self._postgres(f"{self.BIN}/initdb", "-D", self.data, "-A", "trust", "--auth-host=scram-sha-256",
+                       "-U", "postgres", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync")
+        self._postgres(f"{self.BIN}/pg_ctl", "-D", self.data, "-l", os.path.join(self.data, "server.log"), "-w",
+                       "-t", "30", "-o", f"-k {self.sockets} -p {self.port} -c listen_addresses=127.0.0.1"
+                       + ("" if durable else " -c fsync=off"),  # tests need no crash safety of the server itself
+                       "start")
+        self.count = 0
+        self.admin(f"CREATE ROLE lms_refresh LOGIN PASSWORD '{self.PASSWORD}'")
+        self.password_file = os.path.join(self.base, "store-password")
+        with open(self.password_file, "w") as handle:
+            handle.write(self.PASSWORD + "\n")
+
+    def _postgres(self, *command):
+        subprocess.run(["runuser", "-u", "postgres", "--", *command], check=True, capture_output=True, timeout=120)
+
+    def admin(self, statement, database="postgres"):
+        """Run one statement as the superuser (over the Unix socket); return the rows, if any."""
+        import psycopg
+
+        with psycopg.connect(host=self.sockets, port=self.port, user="postgres", dbname=database,
+                             autocommit=True) as db:
+            cursor = db.execute(statement)
+            return cursor.fetchall() if cursor.description else None
+
+    def new_database(self, template=None):
+        self.count += 1
+        name = f"t{self.count}"
+        self.admin(f"CREATE DATABASE {name} OWNER lms_refresh" + (f" TEMPLATE {template}" if template else ""))
+        return name
+
+    def url(self, database):
+        return f"postgresql://lms_refresh@127.0.0.1:{self.port}/{database}"
+
+    def stop(self):
+        subprocess.run(["runuser", "-u", "postgres", "--", f"{self.BIN}/pg_ctl", "-D", self.data, "-m", "immediate",
+                        "-w", "stop"], capture_output=True, timeout=60)
+        shutil.rmtree(self.base, ignore_errors=True)
