@@ -199,12 +199,14 @@ def _transaction(config, now, store, source, key, watermark, window, report, pro
             report.quarantined += len(batch.quarantined)
             progress(f"Read {report.statements_read} statements in the window, {report.quarantined} quarantined")
         days |= store.finish_staging()
+        staged_at = time.monotonic()
         _check_tolerance(config, report)
         days.update(window.local_days(config.timezone))
         report.partitions = sorted(days)
         progress(f"Recomputing {len(days)} daily partitions", force=True)
         store.set_meta("min_cell_size", config.min_cell_size)
         report.rows_written, report.suppressed = store.recompute(days)
+        recomputed_at = time.monotonic()
         store.set_meta("watermark", windows.to_cursor(
             windows.next_watermark(watermark, window, report.kind == "backfill")))
         store.set_meta("timezone", config.timezone)
@@ -214,6 +216,8 @@ def _transaction(config, now, store, source, key, watermark, window, report, pro
             store.rollback()
         else:
             store.commit()
+        logger.debug("Phases: pull and stage %.2f s, recompute %.2f s, commit %.2f s",
+                     staged_at - report.started, recomputed_at - staged_at, time.monotonic() - recomputed_at)
     except BaseException as error:
         store.rollback()
         if not report.dry_run:

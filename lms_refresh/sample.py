@@ -53,11 +53,10 @@ def statement(rng, learner, course, moment, stored, verb):
                    "definition": {"type": "http://adlnet.gov/expapi/activities/assessment"}},
         "result": result,
         "context": {
-            "registration": _uuid(rng), "platform": "Moodle 4.3",
+            "registration": _uuid(rng),
             "contextActivities": {
                 "parent": [{"objectType": "Activity", "id": course_iri,
                             "definition": {"type": COURSE_TYPE}}],
-                "grouping": [{"objectType": "Activity", "id": f"{HOME}/programme/{course[:3].lower()}"}],
             },
         },
         "timestamp": _time(moment),

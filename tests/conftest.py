@@ -70,7 +70,7 @@ class Project:
     def configure(self, extra_top="", retry_attempts=1, **window):
         settings = {"bootstrap_days": 30, "safety_lag": '"0s"', "lookback": '"0s"'}
         settings.update(window)
-        lines = [f'timezone = "Europe/Paris"', f'state_directory = "{self.state}"', extra_top, "[window]"]
+        lines = ['timezone = "Europe/Paris"', f'state_directory = "{self.state}"', extra_top, "[window]"]
         lines += [f"{k} = {v}" for k, v in settings.items()]
         lines += ["[source]", 'type = "xapi-ndjson"', f'path = "{self.source}"', "batch_size = 500"]
         lines += ["[retry]", f"attempts = {retry_attempts}", 'delay = "1s"']

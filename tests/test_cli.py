@@ -11,7 +11,6 @@ import pytest
 
 from conftest import statement
 from lms_refresh.cli import cli
-from lms_refresh.logs import configure_logging
 
 
 @pytest.fixture

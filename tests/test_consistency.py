@@ -1,7 +1,6 @@
 """Whole-pipeline consistency: daily runs vs one backfill, SIGKILL anywhere, suppression vs a reference."""
 
 import datetime as dt
-import os
 import random
 import signal
 import sqlite3

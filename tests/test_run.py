@@ -1,6 +1,5 @@
 """The refresh run through the installed CLI: the behaviours PRODUCT.md promises."""
 
-import datetime as dt
 import json
 import os
 import time
