@@ -35,17 +35,7 @@ def prepare_state_directory(path, euid):
         )
     except NotADirectoryError:
         raise StateError(f"The state directory {path} is not a directory.")
-    owner = user_name(info.st_uid)
-    if euid == 0 and info.st_uid != 0:
-        raise StateError(
-            f"The state directory {path} belongs to user '{owner}'; running as root would leave "
-            f"root-owned files that break the next timer run: {_run_as_hint(owner)}."
-        )
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise StateError(
-            f"The state directory {path} belongs to user '{owner}' and is not writable by "
-            f"'{user_name(euid)}': {_run_as_hint(owner)}."
-        )
+    _refuse_foreign(f"The state directory {path}", info, euid, os.W_OK | os.X_OK, path)
 
 
 def check_writable_file(path, euid):
@@ -54,14 +44,18 @@ def check_writable_file(path, euid):
         info = os.stat(path)
     except FileNotFoundError:
         return
+    _refuse_foreign(path, info, euid, os.R_OK | os.W_OK, path)
+
+
+def _refuse_foreign(what, info, euid, access, path):
+    """Refuse to use `path` as root when another user owns it, or when we lack `access` to it."""
     owner = user_name(info.st_uid)
     if euid == 0 and info.st_uid != 0:
         raise StateError(
-            f"{path} belongs to user '{owner}'; running as root would leave root-owned files "
-            f"behind: {_run_as_hint(owner)}."
+            f"{what} belongs to user '{owner}'; running as root would leave root-owned files "
+            f"that break the next timer run: {_run_as_hint(owner)}."
         )
-    if not os.access(path, os.R_OK | os.W_OK):
+    if not os.access(path, access):
         raise StateError(
-            f"{path} belongs to user '{owner}' and cannot be written by '{user_name(euid)}': "
-            f"{_run_as_hint(owner)}."
+            f"{what} belongs to user '{owner}' and is not writable by '{user_name(euid)}': {_run_as_hint(owner)}."
         )

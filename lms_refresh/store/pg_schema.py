@@ -6,27 +6,13 @@ with its owner's rights, so such a role reads metrics without any access to
 staging or pseudonymised actors.
 """
 
-_SERVING_VIEW = """
-CREATE VIEW {s}_serving.daily_metrics AS
-SELECT m.day::date AS day, c.iri AS course,
-  CASE WHEN m.learners >= k THEN m.learners END AS active_learners,
-  CASE WHEN m.learners >= k THEN m.statements END AS statements,
-  CASE WHEN m.learners >= k AND (m.attempt_learners = 0 OR m.attempt_learners >= k) THEN m.attempts END AS attempts,
-  CASE WHEN m.learners >= k AND (m.completion_learners = 0 OR m.completion_learners >= k) THEN m.completions END AS completions,
-  CASE WHEN m.learners >= k AND (m.passed_learners = 0 OR m.passed_learners >= k) THEN m.passed END AS passed,
-  CASE WHEN m.learners >= k AND (m.failed_learners = 0 OR m.failed_learners >= k) THEN m.failed END AS failed,
-  CASE WHEN m.learners >= k AND m.score_learners >= k
-       THEN ROUND(m.score_sum_micro::numeric / m.score_count / 1000000, 6)::float8 END AS avg_scaled_score,
-  CASE WHEN m.learners >= k AND m.duration_learners >= k THEN (m.duration_ms / 1000.0)::float8 END AS total_duration_seconds,
-  CASE WHEN m.learners < k
-         OR m.attempt_learners BETWEEN 1 AND k - 1 OR m.completion_learners BETWEEN 1 AND k - 1
-         OR m.passed_learners BETWEEN 1 AND k - 1 OR m.failed_learners BETWEEN 1 AND k - 1
-         OR m.score_learners BETWEEN 1 AND k - 1 OR m.duration_learners BETWEEN 1 AND k - 1
-       THEN 1 ELSE 0 END AS suppressed
-FROM {s}.daily_metrics AS m
-JOIN {s}.courses AS c USING (course_id)
-CROSS JOIN (SELECT value::int AS k FROM {s}.meta WHERE key = 'min_cell_size') AS settings
-"""
+from lms_refresh.store import serving_view_sql
+
+_SERVING_VIEW = serving_view_sql(
+    "{s}_serving.daily_metrics", "{s}.", day="m.day::date",
+    average="ROUND(m.score_sum_micro::numeric / m.score_count / 1000000, 6)::float8",
+    duration="(m.duration_ms / 1000.0)::float8",
+)
 
 MIGRATIONS = [
     # 1: the first schema (the same tables as the SQLite store's)

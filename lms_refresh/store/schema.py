@@ -4,31 +4,13 @@ Migration N brings a store from version N-1 to N. Each runs in its own
 transaction together with the version bump, so a crash leaves either version.
 """
 
-# Suppression lives in the view, reading min_cell_size from meta, so changing
-# the setting re-suppresses every published day at once. A value is withheld
-# when 0 < (distinct learners it derives from) < min_cell_size; a whole row is
-# withheld when the day's active learners are fewer than min_cell_size.
-_SERVING_VIEW = """
-CREATE VIEW serving_daily_metrics AS
-SELECT m.day, c.iri AS course,
-  CASE WHEN m.learners >= k THEN m.learners END AS active_learners,
-  CASE WHEN m.learners >= k THEN m.statements END AS statements,
-  CASE WHEN m.learners >= k AND (m.attempt_learners = 0 OR m.attempt_learners >= k) THEN m.attempts END AS attempts,
-  CASE WHEN m.learners >= k AND (m.completion_learners = 0 OR m.completion_learners >= k) THEN m.completions END AS completions,
-  CASE WHEN m.learners >= k AND (m.passed_learners = 0 OR m.passed_learners >= k) THEN m.passed END AS passed,
-  CASE WHEN m.learners >= k AND (m.failed_learners = 0 OR m.failed_learners >= k) THEN m.failed END AS failed,
-  CASE WHEN m.learners >= k AND m.score_learners >= k
-       THEN ROUND(m.score_sum_micro * 1.0 / m.score_count / 1000000.0, 6) END AS avg_scaled_score,
-  CASE WHEN m.learners >= k AND m.duration_learners >= k THEN m.duration_ms / 1000.0 END AS total_duration_seconds,
-  CASE WHEN m.learners < k
-         OR m.attempt_learners BETWEEN 1 AND k - 1 OR m.completion_learners BETWEEN 1 AND k - 1
-         OR m.passed_learners BETWEEN 1 AND k - 1 OR m.failed_learners BETWEEN 1 AND k - 1
-         OR m.score_learners BETWEEN 1 AND k - 1 OR m.duration_learners BETWEEN 1 AND k - 1
-       THEN 1 ELSE 0 END AS suppressed
-FROM daily_metrics AS m
-JOIN courses AS c USING (course_id)
-CROSS JOIN (SELECT CAST(value AS INTEGER) AS k FROM meta WHERE key = 'min_cell_size') AS settings
-"""
+from lms_refresh.store import serving_view_sql
+
+_SERVING_VIEW = serving_view_sql(
+    "serving_daily_metrics", "", day="m.day",
+    average="ROUND(m.score_sum_micro * 1.0 / m.score_count / 1000000.0, 6)",
+    duration="m.duration_ms / 1000.0",
+)
 
 MIGRATIONS = [
     # 1: the first schema
