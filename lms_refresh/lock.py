@@ -51,7 +51,15 @@ class RunLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
         self.fd = fd
+        # Forked helpers (the parsing workers) must not keep the lock alive if the
+        # run itself is killed: the flock lasts as long as any copy of the descriptor.
+        os.register_at_fork(after_in_child=self._close_in_child)
         return self
+
+    def _close_in_child(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
     def __exit__(self, *exc):
         self.release()
