@@ -1,8 +1,7 @@
-"""Metrics stores, behind one interface (see `sqlite.SqliteStore` for the contract)."""
+"""Metrics stores, behind one interface (`base.SqlStore` and the dialect methods each store adds)."""
 
 from lms_refresh.errors import ConfigError
 
-SERVING_VIEW = "serving_daily_metrics"
 SERVING_COLUMNS = (
     "day", "course", "active_learners", "statements", "attempts", "completions",
     "passed", "failed", "avg_scaled_score", "total_duration_seconds", "suppressed",
