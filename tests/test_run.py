@@ -2,6 +2,8 @@
 
 import json
 import os
+import signal
+import subprocess
 import time
 
 import pytest
@@ -203,7 +205,11 @@ def test_sigterm_rolls_back_and_exits_143(project):
     try:
         wait_for_lock(project, first)
         first.terminate()
-        out, err = first.communicate(timeout=30)
+        try:
+            out, err = first.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            first.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER: show where it is stuck
+            raise AssertionError(f"still running 30 s after SIGTERM:\n{first.communicate()[1]}")
     finally:
         first.kill()
     assert first.returncode == 143, err

@@ -173,8 +173,15 @@ class PostgresStore(SqlStore):
         self.db.execute("COMMIT")
 
     def rollback(self):
-        if not self.db.closed and self.db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            self.db.execute("ROLLBACK")
+        status = psycopg.pq.TransactionStatus
+        if not self.db.closed:
+            state = self.db.info.transaction_status
+            if state in (status.INTRANS, status.INERROR):
+                self.db.execute("ROLLBACK")
+            elif state != status.IDLE:
+                # A stop request (SIGTERM) interrupted a statement mid-flight: the session
+                # cannot take another command. Closing it makes the server roll back.
+                self.db.close()
         self.forget_transaction()
 
     def insert_events(self, events):
