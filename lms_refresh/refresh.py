@@ -83,12 +83,11 @@ def refresh(config, now, environ, euid, progress, since=None, until=None, dry_ru
     report = Report(run_id=str(uuid.uuid4()), kind=kind, dry_run=dry_run)
     load_driver(config)
     state_directory = config.state_directory
-    if not dry_run or os.path.isdir(state_directory):
-        prepare_state_directory(state_directory, euid)
     lock_path = os.path.join(state_directory, LOCK_NAME)
     if dry_run and not os.path.isdir(state_directory):
         lock = contextlib.nullcontext()  # nothing to protect, and a dry run creates nothing
     else:
+        prepare_state_directory(state_directory, euid)
         check_writable_file(lock_path, euid)
         lock = RunLock(lock_path)
     try:
@@ -108,13 +107,12 @@ def refresh(config, now, environ, euid, progress, since=None, until=None, dry_ru
         return report
 
 
-def _open_key(config, store, dry_run):
+def _open_key(config, meta, has_events, dry_run):
     """Return the pseudonymisation key, refusing one that does not match the store's data."""
-    meta = store.meta()
     key = read_key(config.key_file)
     recorded = meta.get("key_fingerprint")
     if key is None:
-        if recorded is not None or store.has_events():
+        if recorded is not None or has_events:
             raise StateError(
                 f"The pseudonymisation key {config.key_file} is missing but the store already holds "
                 "pseudonymised learners; restore the key from a backup (a new key would count every learner twice)."
@@ -129,17 +127,16 @@ def _open_key(config, store, dry_run):
     return key
 
 
-def _check_timezone(config, store):
-    recorded = store.meta().get("timezone")
-    if recorded is not None and recorded != config.timezone and store.has_events():
+def _check_timezone(config, meta, has_events):
+    recorded = meta.get("timezone")
+    if recorded is not None and recorded != config.timezone and has_events:
         raise StateError(
             f"The store's days were computed in time zone {recorded} but the configuration ({config.origin}) "
             f"says {config.timezone}; keep {recorded}, or move the store aside and rebuild with 'lms-refresh backfill'."
         )
 
 
-def _choose_window(config, now, store, source, since, until):
-    meta = store.meta()
+def _choose_window(config, now, meta, source, since, until):
     watermark = meta.get("watermark")
     watermark = windows.from_cursor(watermark) if watermark is not None else None
     complete = source.complete_through(now)
@@ -151,32 +148,39 @@ def _choose_window(config, now, store, source, since, until):
 def _locked_refresh(config, now, environ, progress, report, since, until):
     store = open_store(config, environ, create=not report.dry_run)
     try:
-        holder = store.acquire_run_lock()  # a database shared by several hosts has its own lock
-        if holder is not None:
-            raise LockHeld(holder)
-        key = _open_key(config, store, report.dry_run)
-        _check_timezone(config, store)
-        mapper = StatementMapper(config.timezone, Pseudonymiser(key), config.source["course_pattern"])
-        source = build_source(config.source, mapper)
-        watermark, window = _choose_window(config, now, store, source, since, until)
-        report.window = window
-        if window.empty:
-            report.outcome = "nothing-to-do"
-            logger.info(
-                "Nothing to do: the window %s .. %s is empty.", window.since_cursor, window.until_cursor,
-                extra=report.journal_fields(),
-            )
-            return report
-        logger.info(
-            "Refreshing %s from %s, window %s .. %s", store.describe(), source.describe(),
-            window.since_cursor, window.until_cursor, extra=report.journal_fields(),
-        )
+        # Driver errors anywhere below (a dropped connection while reading the
+        # watermark as much as during the commit) become the domain's exit codes.
         with store.errors():
-            _transaction(config, now, store, source, key, watermark, window, report, progress)
-        return report
+            return _with_store(config, now, store, progress, report, since, until)
     finally:
         progress.done()
         store.close()
+
+
+def _with_store(config, now, store, progress, report, since, until):
+    holder = store.acquire_run_lock()  # a database shared by several hosts has its own lock
+    if holder is not None:
+        raise LockHeld(holder)
+    meta, has_events = store.meta(), store.has_events()
+    key = _open_key(config, meta, has_events, report.dry_run)
+    _check_timezone(config, meta, has_events)
+    mapper = StatementMapper(config.timezone, Pseudonymiser(key), config.source["course_pattern"])
+    source = build_source(config.source, mapper)
+    watermark, window = _choose_window(config, now, meta, source, since, until)
+    report.window = window
+    if window.empty:
+        report.outcome = "nothing-to-do"
+        logger.info(
+            "Nothing to do: the window %s .. %s is empty.", window.since_cursor, window.until_cursor,
+            extra=report.journal_fields(),
+        )
+        return report
+    logger.info(
+        "Refreshing %s from %s, window %s .. %s", store.describe(), source.describe(),
+        window.since_cursor, window.until_cursor, extra=report.journal_fields(),
+    )
+    _transaction(config, now, store, source, key, watermark, window, report, progress)
+    return report
 
 
 def _transaction(config, now, store, source, key, watermark, window, report, progress):

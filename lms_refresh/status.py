@@ -26,12 +26,13 @@ def collect_status(config, environ):
     if status["store"]["exists"]:
         store = open_store(config, environ, create=False, read_only=True)
         try:
-            meta = store.meta()
-            status["store"]["size_bytes"] = store.size_bytes()
-            status["store"]["schema_version"] = store.schema_version()
-            status["watermark"] = meta.get("watermark")
-            status["last_run"], status["last_success"] = store.last_runs()
-            status["quarantined_records"] = store.quarantine_count()
+            with store.errors():
+                meta = store.meta()
+                status["store"]["size_bytes"] = store.size_bytes()
+                status["store"]["schema_version"] = store.schema_version()
+                status["watermark"] = meta.get("watermark")
+                status["last_run"], status["last_success"] = store.last_runs()
+                status["quarantined_records"] = store.quarantine_count()
         finally:
             store.close()
     return status

@@ -128,14 +128,13 @@ class PostgresStore(SqlStore):
 
     def acquire_run_lock(self):
         """Take the run's advisory lock for this session; return None, or who holds it."""
-        with self.errors():
-            if self.db.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (LOCK_CLASS, self.schema)).fetchone()[0]:
-                return None
-            holder = self.db.execute(
-                "SELECT a.application_name, a.client_addr FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
-                "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s::bigint::oid "
-                "AND l.objid = hashtext(%s)::bigint::oid AND l.objsubid = 2",
-                (LOCK_CLASS, self.schema)).fetchone()
+        if self.db.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (LOCK_CLASS, self.schema)).fetchone()[0]:
+            return None
+        holder = self.db.execute(
+            "SELECT a.application_name, a.client_addr FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s::bigint::oid "
+            "AND l.objid = hashtext(%s)::bigint::oid AND l.objsubid = 2",
+            (LOCK_CLASS, self.schema)).fetchone()
         if holder is None:
             return "another session"
         return f"{holder[0] or 'another session'}" + (f" from {holder[1]}" if holder[1] else "")
