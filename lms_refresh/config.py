@@ -14,7 +14,7 @@ from lms_refresh.errors import ConfigError
 
 DEFAULT_CONFIG_PATH = "/etc/lms-refresh/config.toml"
 DEFAULT_STATE_DIRECTORY = "/var/lib/lms-refresh"
-SOURCE_TYPES = ("xapi-ndjson",)
+SOURCE_TYPES = ("xapi-ndjson", "xapi-lrs", "moodle")
 STORE_TYPES = ("sqlite", "postgresql")
 
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
@@ -95,10 +95,41 @@ def _postgres_url(value):
     return value
 
 
+def _http_url(value):
+    if not isinstance(value, str) or not re.match(r"^https?://[^/?#]+", value):
+        raise ValueError("expected an http:// or https:// URL such as \"https://lrs.example.edu/xAPI/\"")
+    if "@" in value.split("/")[2]:
+        raise ValueError("must not contain a user name or password; use source.username and source.password_file")
+    return value
+
+
+def _database_url(value):
+    if isinstance(value, str) and re.match(r"^(mysql|mariadb)(\+\w+)?://", value):
+        raise ValueError("is a MySQL/MariaDB URL; only PostgreSQL Moodle databases are supported "
+                         "(Debian's python3-psycopg is the one database driver lms-refresh depends on)")
+    return _postgres_url(value)
+
+
+def _identifier_prefix(value):
+    if not isinstance(value, str) or not re.fullmatch(r"[a-z_][a-z0-9_]{0,20}", value):
+        raise ValueError("must be a lower-case table prefix such as \"mdl_\"")
+    return value
+
+
 def _identifier(value):
     if not isinstance(value, str) or not re.fullmatch(r"[a-z_][a-z0-9_]{0,40}", value):
         raise ValueError("must be a lower-case SQL identifier such as \"lms_refresh\"")
     return value
+
+# The [source] keys each source type takes (beyond type), and those it requires.
+SOURCE_KEYS = {
+    "xapi-ndjson": ({"batch_size", "course_pattern", "path"}, {"path"}),
+    "xapi-lrs": ({"batch_size", "course_pattern", "endpoint", "username", "password_file", "ca_bundle", "page_size",
+                  "overlap", "timeout", "request_attempts", "request_delay"},
+                 {"endpoint", "username", "password_file"}),
+    "moodle": ({"batch_size", "url", "password_file", "prefix", "site_url", "id_lookback", "site_course_id",
+                "guest_user_id", "timeout"}, {"url", "site_url"}),
+}
 
 # section -> key -> (validator, default). A default of `None` means "derived"
 # (or, for REQUIRED, that the key must be given).
@@ -115,11 +146,34 @@ SCHEMA = {
         "safety_lag": (parse_duration, 300),
         "lookback": (parse_duration, 0),
     },
+    # One table for every source type; SOURCE_KEYS says which keys each type takes.
     "source": {
         "type": (_choice(*SOURCE_TYPES), REQUIRED),
-        "path": (_path, REQUIRED),
         "batch_size": (_typed(int, 1, 100_000), 5000),
+        # xAPI (files and LRS)
         "course_pattern": (_regex, r"^(.+?/course/[^/?#]+)"),
+        "path": (_path, None),  # xapi-ndjson
+        # xapi-lrs
+        "endpoint": (_http_url, None),
+        "username": (_typed(str), None),
+        # The password (LRS) or database password (Moodle): a credential name or a file path.
+        "password_file": (_path, None),
+        "ca_bundle": (_path, None),
+        "page_size": (_typed(int, 1, 10_000), 500),
+        # How far a statement's timestamp may lie from its stored time. The since/until
+        # sent to the LRS are widened by this, so an LRS that filters on timestamp
+        # instead of stored (Ralph does) still returns every statement of the window.
+        "overlap": (parse_duration, 86400),
+        "timeout": (parse_duration, 60),
+        "request_attempts": (_typed(int, 1, 20), 5),
+        "request_delay": (parse_duration, 2),
+        # moodle
+        "url": (_database_url, None),
+        "prefix": (_identifier_prefix, "mdl_"),
+        "site_url": (_http_url, None),
+        "id_lookback": (_typed(int, 0, 10_000_000), 10_000),
+        "site_course_id": (_typed(int, 0), 1),
+        "guest_user_id": (_typed(int, 0), 1),
     },
     "store": {
         "type": (_choice(*STORE_TYPES), "sqlite"),
@@ -239,10 +293,11 @@ def validate(document, origin, environ):
             except ValueError as error:
                 raise ConfigError(f"{origin}: key 'timezone' {_phrase(error)}.")
 
+    _check_source_keys(document.get("source", {}), values, origin)
     if values["store.type"] == "postgresql" and not values["store.url"]:
         raise ConfigError(f"{origin}: key 'store.url' is required when store.type is \"postgresql\".")
     state_directory = resolve_state_directory(values["state_directory"], environ)
-    source = {key: values[f"source.{key}"] for key in SCHEMA["source"]}
+    source = {key: values[f"source.{key}"] for key in ("type",) + tuple(sorted(SOURCE_KEYS[values["source.type"]][0]))}
     return Config(
         origin=origin,
         timezone=values["timezone"],
@@ -262,6 +317,22 @@ def validate(document, origin, environ):
         monitoring={key: values[f"monitoring.{key}"] for key in SCHEMA["monitoring"]},
         retry={key: values[f"retry.{key}"] for key in SCHEMA["retry"]},
     )
+
+
+def _check_source_keys(table, values, origin):
+    """Refuse [source] keys that do not apply to the chosen type, and require the ones it needs."""
+    kind = values["source.type"]
+    allowed, required = SOURCE_KEYS[kind]
+    for key in table:
+        if key != "type" and key not in allowed:
+            users = [name for name, (keys, _) in SOURCE_KEYS.items() if key in keys]
+            raise ConfigError(
+                f"{origin}: key 'source.{key}' does not apply to source type \"{kind}\""
+                + (f" (it is for {', '.join(users)})." if users else ".")
+            )
+    for key in sorted(required):
+        if values[f"source.{key}"] is None:
+            raise ConfigError(f"{origin}: key 'source.{key}' is required when source.type is \"{kind}\".")
 
 
 def has_source(path):

@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 import zoneinfo
 
-from lms_refresh.window import from_cursor
+from lms_refresh.window import TIME, from_cursor
 
 logger = logging.getLogger(__name__)
 
@@ -69,8 +69,12 @@ def metrics_text(now, exit_code, duration, report, status, previous):
         "lms_refresh_last_success_timestamp_seconds")
     if exit_code == 0 and (success_time is None or success_time < now.timestamp()):
         success_time = now.timestamp()
-    watermark = _epoch(status["watermark"]) if status and status.get("watermark") else previous.get(
-        "lms_refresh_watermark_timestamp_seconds")
+    if status and status.get("watermark") and status.get("cursor_kind") == TIME.name:
+        watermark = _epoch(status["watermark"])
+    elif status and status.get("watermark"):
+        watermark = None  # a log id is no time; the gauge is left out rather than made up
+    else:
+        watermark = previous.get("lms_refresh_watermark_timestamp_seconds")
     committed = exit_code == 0 and report is not None
     values = [
         ("lms_refresh_last_run_timestamp_seconds", "Start of the last refresh (Unix time).", now.timestamp()),

@@ -20,7 +20,6 @@ from lms_refresh.errors import BadInputError, StateError, Terminated
 from lms_refresh.lock import LOCK_NAME, LockHeld, RunLock
 from lms_refresh.pseudonym import Pseudonymiser, create_key, fingerprint, read_key
 from lms_refresh.sources import build_source
-from lms_refresh.sources.xapi import StatementMapper
 from lms_refresh.statedir import check_writable_file, prepare_state_directory
 from lms_refresh.store import load_driver, open_store
 
@@ -138,11 +137,19 @@ def _check_timezone(config, meta, has_events):
 
 def _choose_window(config, now, meta, source, since, until):
     watermark = meta.get("watermark")
-    watermark = windows.from_cursor(watermark) if watermark is not None else None
-    complete = source.complete_through(now)
+    if watermark is not None:
+        # Stores written before cursors had kinds hold stored times.
+        kind = meta.get("cursor_kind", windows.TIME.name)
+        if kind != source.axis.name:
+            raise StateError(
+                f"The store's watermark is a {kind} cursor but source type {config.source['type']!r} "
+                f"counts by {source.axis.name}; a store follows one source — point store.path (or "
+                "store.url) at a new store for this source."
+            )
+        watermark = source.axis.parse(watermark)
     if since is None:
-        return watermark, windows.run_window(watermark, now, config, complete)
-    return watermark, windows.backfill_window(since, until, now, config, complete)
+        return watermark, source.run_window(watermark, now, config)
+    return watermark, source.backfill_window(since, until, now, config)
 
 
 def _locked_refresh(config, now, environ, progress, report, since, until):
@@ -151,21 +158,27 @@ def _locked_refresh(config, now, environ, progress, report, since, until):
         # Driver errors anywhere below (a dropped connection while reading the
         # watermark as much as during the commit) become the domain's exit codes.
         with store.errors():
-            return _with_store(config, now, store, progress, report, since, until)
+            return _with_store(config, now, environ, store, progress, report, since, until)
     finally:
         progress.done()
         store.close()
 
 
-def _with_store(config, now, store, progress, report, since, until):
+def _with_store(config, now, environ, store, progress, report, since, until):
     holder = store.acquire_run_lock()  # a database shared by several hosts has its own lock
     if holder is not None:
         raise LockHeld(holder)
     meta, has_events = store.meta(), store.has_events()
     key = _open_key(config, meta, has_events, report.dry_run)
     _check_timezone(config, meta, has_events)
-    mapper = StatementMapper(config.timezone, Pseudonymiser(key), config.source["course_pattern"])
-    source = build_source(config.source, mapper)
+    source = build_source(config, Pseudonymiser(key), environ)
+    try:
+        return _read_source(config, now, store, source, key, meta, report, progress, since, until)
+    finally:
+        source.close()
+
+
+def _read_source(config, now, store, source, key, meta, report, progress, since, until):
     watermark, window = _choose_window(config, now, meta, source, since, until)
     report.window = window
     if window.empty:
@@ -211,8 +224,10 @@ def _transaction(config, now, store, source, key, watermark, window, report, pro
         store.set_meta("min_cell_size", config.min_cell_size)
         report.rows_written, report.suppressed = store.recompute(days)
         recomputed_at = time.monotonic()
-        store.set_meta("watermark", windows.to_cursor(
-            windows.next_watermark(watermark, window, report.kind == "backfill")))
+        new_watermark = windows.next_watermark(watermark, window, report.kind == "backfill", source.axis)
+        if new_watermark is not None:
+            store.set_meta("watermark", source.axis.format(new_watermark))
+            store.set_meta("cursor_kind", source.axis.name)
         store.set_meta("timezone", config.timezone)
         store.set_meta("key_fingerprint", fingerprint(key))
         store.record_run(_run_row(report, now, 0, ""))

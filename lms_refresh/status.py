@@ -6,9 +6,9 @@ from lms_refresh.errors import StateError
 from lms_refresh.lock import LOCK_NAME, probe
 from lms_refresh.pseudonym import Pseudonymiser
 from lms_refresh.sources import build_source
-from lms_refresh.sources.xapi import StatementMapper
 from lms_refresh.statedir import user_name
 from lms_refresh.store import open_store, store_exists
+from lms_refresh.window import TIME
 
 
 def collect_status(config, environ):
@@ -21,7 +21,7 @@ def collect_status(config, environ):
         "lock": {"path": lock_path, "held": holder is not None, "holder": holder},
         "store": {"type": config.store_type, "location": config.store_path,
                   "exists": store_exists(config, environ), "size_bytes": 0},
-        "watermark": None, "last_run": None, "last_success": None, "quarantined_records": 0,
+        "watermark": None, "cursor_kind": None, "last_run": None, "last_success": None, "quarantined_records": 0,
     }
     if status["store"]["exists"]:
         store = open_store(config, environ, create=False, read_only=True)
@@ -31,11 +31,21 @@ def collect_status(config, environ):
                 status["store"]["size_bytes"] = store.size_bytes()
                 status["store"]["schema_version"] = store.schema_version()
                 status["watermark"] = meta.get("watermark")
+                if status["watermark"] is not None:
+                    status["cursor_kind"] = meta.get("cursor_kind", TIME.name)
                 status["last_run"], status["last_success"] = store.last_runs()
                 status["quarantined_records"] = store.quarantine_count()
         finally:
             store.close()
     return status
+
+
+def _watermark_text(status):
+    if status["watermark"] is None:
+        return "none (the next run bootstraps)"
+    if status["cursor_kind"] == TIME.name:
+        return status["watermark"]
+    return f"{status['watermark']} ({status['cursor_kind']})"
 
 
 def format_status(status):
@@ -47,7 +57,7 @@ def format_status(status):
         f"state:        {status['state_directory']}",
         f"store:        {store['type']} {store['location']}"
         + (f" ({store['size_bytes']:,} bytes, schema v{store.get('schema_version')})" if store["exists"] else " (not created yet)"),
-        f"watermark:    {status['watermark'] or 'none (the next run bootstraps)'}",
+        f"watermark:    {_watermark_text(status)}",
         f"lock:         {'held by ' + lock['holder'] if lock['held'] else 'free'}",
     ]
     for label, run in (("last run", status["last_run"]), ("last success", status["last_success"])):
@@ -87,9 +97,11 @@ def run_checks(config, euid, environ):
         lines.append(f"state directory {directory}: writable")
     else:
         lines.append(f"state directory {directory}: will be created on the first run")
-    mapper = StatementMapper(config.timezone, Pseudonymiser(b"check"), config.source["course_pattern"])
-    source = build_source(config.source, mapper)
-    lines.append(f"source: {source.check()}")
+    source = build_source(config, Pseudonymiser(b"check"), environ)
+    try:
+        lines.extend(f"source: {line}" for line in source.check())
+    finally:
+        source.close()
     if store_exists(config, environ):
         store = open_store(config, environ, create=False, read_only=True)
         try:

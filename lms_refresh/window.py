@@ -1,8 +1,10 @@
 """Refresh windows: the explicit [since, until) interval a run reads, and the days it touches.
 
-Times inside the engine are timezone-aware UTC datetimes. A window's ends
-are written as cursors: fixed-width UTC strings whose text order is their
-time order, so sources can compare them without parsing.
+A window lies on an axis: the source's own arrival order. For xAPI it is the
+`stored` time (aware UTC datetimes inside the engine, written as fixed-width
+UTC cursor text whose text order is their time order, so sources can compare
+them without parsing); for Moodle's log it is the row id. The engine only
+compares, stores and prints a watermark; the axis parses and formats it.
 """
 
 import dataclasses
@@ -47,12 +49,46 @@ def parse_user_time(text, timezone):
     return moment.astimezone(UTC)
 
 
+class TimeAxis:
+    """Arrival times (xAPI `stored`): the windows `run` and `backfill` both use for xAPI sources."""
+
+    name = "stored-time"
+
+    @staticmethod
+    def parse(text, what="watermark"):
+        return from_cursor(text, what)
+
+    format = staticmethod(to_cursor)
+
+
+class IdAxis:
+    """An increasing record id (Moodle's log id), for sources whose arrival order is not a time."""
+
+    name = "log-id"
+
+    @staticmethod
+    def parse(text, what="watermark"):
+        if not isinstance(text, str) or not text.isdigit():
+            raise StateError(
+                f"The stored {what} {text!r} is not a log id; the store is damaged — restore it "
+                "from a backup or set an explicit window with 'lms-refresh backfill'."
+            )
+        return int(text)
+
+    format = staticmethod(str)
+
+
+TIME, LOG_ID = TimeAxis(), IdAxis()
+AXES = {axis.name: axis for axis in (TIME, LOG_ID)}
+
+
 @dataclasses.dataclass(frozen=True)
 class Window:
-    """The half-open interval [since, until) of source arrival times a run reads."""
+    """The half-open interval [since, until) a run reads, on its source's axis."""
 
-    since: dt.datetime
-    until: dt.datetime
+    since: object
+    until: object
+    axis: object = TIME
 
     @property
     def empty(self):
@@ -60,15 +96,18 @@ class Window:
 
     @property
     def since_cursor(self):
-        return to_cursor(self.since)
+        return self.axis.format(self.since)
 
     @property
     def until_cursor(self):
-        return to_cursor(self.until)
+        return self.axis.format(self.until)
 
     def local_days(self, timezone):
-        """Return the local calendar days (ISO text) that [since, until) touches."""
-        if self.empty:
+        """Return the local calendar days (ISO text) that [since, until) touches.
+
+        An id window touches no day by itself: the days are those of the records it holds.
+        """
+        if self.empty or self.axis is not TIME:
             return []
         zone = zoneinfo.ZoneInfo(timezone)
         first = self.since.astimezone(zone).date()
@@ -98,13 +137,17 @@ def backfill_window(since, until, now, config, complete_through):
     return Window(since, min(until, upper_bound(now, config.safety_lag, complete_through)))
 
 
-def next_watermark(current, window, is_backfill):
-    """Return the watermark after a successful run of `window`.
+def next_watermark(current, window, is_backfill, axis=TIME):
+    """Return the watermark (on `axis`) after a successful run of `window`.
 
     A scheduled run moves it to `until`. A backfill never moves it backwards and
     moves it forward only when its window starts at or before the current
-    watermark (so no gap is skipped) — or when there is no watermark yet.
+    watermark (so no gap is skipped) — or when there is no watermark yet. A
+    backfill whose window is on another axis than the watermark (a time window
+    over Moodle's id-ordered log) leaves it where it is.
     """
+    if window.axis is not axis:
+        return current
     if not is_backfill or current is None:
         return window.until if current is None or window.until > current else current
     if window.since <= current < window.until:

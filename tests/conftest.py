@@ -57,8 +57,10 @@ def voiding(target, stored):
 class Project:
     """A temporary installation: config, source directory, state directory, and its store."""
 
-    def __init__(self, root, postgres=None, database=None):
+    def __init__(self, root, postgres=None, database=None, source=None):
         self.root = root
+        # [source] keys other than the default NDJSON directory (an LRS, a Moodle database)
+        self.source_settings = source
         self.source = root / "inbox"
         self.state = root / "state"
         self.config = root / "config.toml"
@@ -72,7 +74,10 @@ class Project:
         settings.update(window)
         lines = ['timezone = "Europe/Paris"', f'state_directory = "{self.state}"', extra_top, "[window]"]
         lines += [f"{k} = {v}" for k, v in settings.items()]
-        lines += ["[source]", 'type = "xapi-ndjson"', f'path = "{self.source}"', "batch_size = 500"]
+        if self.source_settings:
+            lines += ["[source]"] + [f"{k} = {json.dumps(v)}" for k, v in self.source_settings.items()]
+        else:
+            lines += ["[source]", 'type = "xapi-ndjson"', f'path = "{self.source}"', "batch_size = 500"]
         lines += ["[retry]", f"attempts = {retry_attempts}", 'delay = "1s"']
         if self.postgres:
             lines += ["[store]", 'type = "postgresql"', f'url = "{self.postgres.url(self.database)}"',

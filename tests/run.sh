@@ -9,16 +9,23 @@ SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
 export DEBIAN_FRONTEND=noninteractive
 PACKAGES=(
   # the engine and its tests, on the versions the .deb depends on
-  python3 python3-venv python3-setuptools python3-click python3-systemd python3-pytest python3-prometheus-client tzdata util-linux git
-  # building and checking the .deb
-  # a real PostgreSQL server for the PostgreSQL store tests
+  python3 python3-venv python3-setuptools python3-click python3-systemd python3-requests python3-pytest
+  python3-prometheus-client tzdata util-linux git
+  # a real PostgreSQL server for the PostgreSQL store and the Moodle source tests
   postgresql python3-psycopg
+  # building and checking the .deb
   build-essential debhelper dh-python pybuild-plugin-pyproject python3-all lintian
   # booting Debian 12 and 13 with systemd as PID 1 for tests/system
   systemd-container mmdebstrap
 )
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" >/dev/null
+# A real LRS for the xAPI LRS source tests: Ralph, in a virtualenv of its own so
+# its dependencies never meet ours (tests/lrsserver.py starts it).
+if [ ! -x .venv-ralph/bin/ralph ]; then
+  /usr/bin/python3 -m venv .venv-ralph
+  .venv-ralph/bin/python -m pip install -q 'ralph-malph[cli,lrs]==5.1.0'
+fi
 /usr/bin/python3 -m venv --system-site-packages .venv
 .venv/bin/python -m pip install -q --no-build-isolation --no-deps -e .
 exec .venv/bin/python -m pytest -p no:cacheprovider "$@"

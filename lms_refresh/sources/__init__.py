@@ -1,12 +1,15 @@
 """Sources of learning activity, behind one small interface.
 
-A source is built from the `[source]` table and yields `Batch`es for a
-window. The engine never interprets a source's cursor beyond comparing it:
-for xAPI it is the `stored` time, for a log table it would be an id.
+A source is built from the `[source]` table. It has an `axis` (its arrival
+order, see `lms_refresh.window`), chooses the window of a scheduled run and of
+a backfill, yields `Batch`es for a window, and says what `check` found. The
+engine never interprets a source's cursor beyond comparing it: for xAPI it is
+the `stored` time, for Moodle's log the row id.
 """
 
 import dataclasses
 
+from lms_refresh import window as windows
 from lms_refresh.errors import ConfigError
 
 
@@ -33,10 +36,42 @@ class Batch:
         return len(self.events) + len(self.voids) + len(self.quarantined)
 
 
-def build_source(source_config, mapper):
-    """Given the validated [source] table and a statement mapper, return the source object."""
-    if source_config["type"] == "xapi-ndjson":
-        from lms_refresh.sources.ndjson import NdjsonSource
+class TimeOrderedSource:
+    """The windows of a source whose arrival order is the xAPI `stored` time."""
 
-        return NdjsonSource(source_config["path"], mapper, source_config["batch_size"])
-    raise ConfigError(f"source type {source_config['type']!r} is not supported")
+    axis = windows.TIME
+
+    def complete_through(self, now):
+        """Return the time up to which the source says it is complete, or None if it does not say."""
+        return None
+
+    def run_window(self, watermark, now, config):
+        return windows.run_window(watermark, now, config, self.complete_through(now))
+
+    def backfill_window(self, since, until, now, config):
+        return windows.backfill_window(since, until, now, config, self.complete_through(now))
+
+    def close(self):
+        """Release connections; the base holds none."""
+
+
+def build_source(config, pseudonymise, environ):
+    """Given a Config, the pseudonymising function and the environment, return the source object."""
+    settings = config.source
+    kind = settings["type"]
+    if kind in ("xapi-ndjson", "xapi-lrs"):
+        from lms_refresh.sources.xapi import StatementMapper
+
+        mapper = StatementMapper(config.timezone, pseudonymise, settings["course_pattern"])
+        if kind == "xapi-ndjson":
+            from lms_refresh.sources.ndjson import NdjsonSource
+
+            return NdjsonSource(settings["path"], mapper, settings["batch_size"])
+        from lms_refresh.sources.lrs import LrsSource
+
+        return LrsSource(settings, mapper, environ)
+    if kind == "moodle":
+        from lms_refresh.sources.moodle import MoodleSource
+
+        return MoodleSource(settings, config.timezone, pseudonymise, environ)
+    raise ConfigError(f"source type {kind!r} is not supported")

@@ -21,7 +21,7 @@ import re
 import signal
 
 from lms_refresh.errors import BadInputError, ConfigError, UnavailableError
-from lms_refresh.sources import Batch
+from lms_refresh.sources import Batch, TimeOrderedSource
 from lms_refresh.sources.xapi import InvalidStatement, stored_cursor
 
 SUFFIXES = (".ndjson", ".jsonl", ".ndjson.gz", ".jsonl.gz")
@@ -150,7 +150,7 @@ class _FileTracker:
         return batch
 
 
-class NdjsonSource:
+class NdjsonSource(TimeOrderedSource):
     name = "xapi-ndjson"
 
     def __init__(self, path, mapper, batch_size, workers=2, parallel_min_bytes=16 << 20):
@@ -177,15 +177,12 @@ class NdjsonSource:
             found.extend(os.path.join(folder, n) for n in names if n.endswith(SUFFIXES))
         return sorted(found)
 
-    def complete_through(self, now):
-        return None  # files carry no completeness marker; the safety lag bounds the window
-
     def check(self):
         files = self.files()
         unreadable = [f for f in files if not os.access(f, os.R_OK)]
         if unreadable:
             raise ConfigError(f"Cannot read {unreadable[0]} (and {len(unreadable) - 1} more): permission denied.")
-        return f"{len(files)} export file(s) readable under {self.path}"
+        return [f"{len(files)} export file(s) readable under {self.path}"]
 
     def _plan(self, window, index):
         """Return [(path, signature, chunks)] for the files that must be read."""

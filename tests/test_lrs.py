@@ -1,0 +1,189 @@
+"""The xAPI LRS source against a real, independently written LRS (Ralph), started by the harness."""
+
+import datetime as dt
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+from conftest import Project
+from lms_refresh.sample import generate
+from lrsserver import RalphServer, free_port
+from reference import expected_serving
+
+PARIS = "Europe/Paris"
+
+
+@pytest.fixture
+def ralph():
+    server = RalphServer()
+    yield server
+    server.stop()
+
+
+def lrs_project(root, ralph, postgres=None, endpoint=None, password_file=None, **settings):
+    source = {"type": "xapi-lrs", "endpoint": endpoint or ralph.endpoint, "username": ralph.USER,
+              "password_file": password_file or ralph.password_file, "page_size": 500, "overlap": "20d",
+              "request_attempts": 2, "request_delay": "0s", "timeout": "10s"}
+    source.update(settings)
+    return Project(root, postgres, source=source)
+
+
+def utc_now():
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def text(moment):
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def sample_statements(seed, learners=600, days=8):
+    """Valid sample statements (with voids and late arrivals), timestamps in the last days."""
+    start = (utc_now() - dt.timedelta(days=days + 2)).date()
+    return [json.loads(line) for _, line in generate(seed, start, days, learners, PARIS, malformed_share=0.0,
+                                                     void_share=0.01)]
+
+
+def post_then_mark(ralph, statements):
+    """Post statements; return a time after all of them were stored and before anything later is."""
+    ralph.post(statements)
+    time.sleep(0.05)
+    mark = utc_now()
+    time.sleep(0.05)
+    return mark
+
+
+def ndjson_twin(root, statements):
+    """A project reading the same statements (as the LRS stored them) from an NDJSON file."""
+    twin = Project(root)
+    twin.write("lrs-export.ndjson", statements)
+    return twin
+
+
+def test_lrs_refreshes_equal_the_ndjson_source_of_the_same_statements(tmp_path, ralph, store_kind, request):
+    postgres = request.getfixturevalue("postgres_server") if store_kind == "postgresql" else None
+    statements = sample_statements(3)
+    first, second = statements[:len(statements) * 3 // 5], statements[len(statements) * 3 // 5:]
+    assert len(statements) > 1500 and any(s["verb"]["id"].endswith("voided") for s in second)
+    project = lrs_project(tmp_path / "lrs", ralph, postgres)
+    t1 = post_then_mark(ralph, first)
+    project.cli("run", now=text(t1), check=0)
+    t2 = post_then_mark(ralph, second)
+    result = project.cli("-v", "run", now=text(t2), check=0)
+    assert "Refresh committed" in result.stderr
+
+    stored = ralph.all_statements()  # with the `stored` times Ralph gave them
+    assert len(stored) == len(statements)
+    twin = ndjson_twin(tmp_path / "twin", stored)
+    twin.cli("run", now=text(t2), check=0)
+    assert project.dump() == twin.dump()
+    since = t2 - dt.timedelta(days=30)
+    expected = expected_serving([json.dumps(s) for s in stored], since, t2, PARIS, 10)
+    assert [row[:8] for row in project.serving()] == [row[:8] for row in expected]
+    # Every statement came through pages of at most 100 (Ralph caps limit), voids included.
+    runs = project.runs()
+    assert [r[:3] for r in runs] == [("run", "success", 0)] * 2 and runs[1][3] == text(t1)
+    voided = project.query("SELECT COUNT(*) FROM voided_events")[0][0]
+    assert voided == sum(1 for s in statements if s["verb"]["id"].endswith("voided"))
+
+
+def test_a_500_on_page_7_of_10_commits_nothing_and_the_next_run_converges(tmp_path, ralph):
+    project = lrs_project(tmp_path / "lrs", ralph)
+    statements = sample_statements(5, learners=200)
+    statements = statements[:990]  # ten pages of Ralph's 100
+    mark = post_then_mark(ralph, statements)
+    # GET 1 asks for the consistent-through header, GET 2..11 are pages 1..10.
+    ralph.inject(500, first=8)
+    failed = project.cli("run", now=text(mark))
+    assert failed.returncode == 69, failed.stderr
+    assert f"The LRS at {ralph.endpoint}statements could not be read after 2 attempt(s) (HTTP 500)" in failed.stderr
+    assert project.serving() == [] and "watermark" not in project.meta()
+    assert project.runs() == [("run", "failed", 69, text(mark - dt.timedelta(days=30)), text(mark))]
+    ralph.heal()
+    project.cli("run", now=text(mark), check=0)
+    twin = ndjson_twin(tmp_path / "twin", ralph.all_statements())
+    twin.cli("run", now=text(mark), check=0)
+    assert project.dump() == twin.dump() and len(project.serving()) > 10
+
+
+def test_lrs_down_exits_69_naming_the_url_and_commits_nothing(tmp_path, ralph):
+    endpoint = f"http://127.0.0.1:{free_port()}/xAPI/"
+    project = lrs_project(tmp_path / "lrs", ralph, endpoint=endpoint)
+    result = project.cli("run")
+    assert result.returncode == 69, result.stderr
+    assert f"The LRS at {endpoint}statements could not be read after 2 attempt(s) (cannot connect" in result.stderr
+    assert ralph.PASSWORD not in result.stderr + result.stdout
+    assert "watermark" not in (project.meta() if project.has_store() else {})
+
+
+def test_a_wrong_password_exits_78(tmp_path, ralph):
+    wrong = tmp_path / "wrong-password"
+    wrong.write_text("not-the-password\n")
+    project = lrs_project(tmp_path / "lrs", ralph, password_file=str(wrong))
+    result = project.cli("run")
+    assert result.returncode == 78, result.stderr
+    assert f"refused the credentials of user '{ralph.USER}' (HTTP 401)" in result.stderr
+    assert "not-the-password" not in result.stderr
+
+
+def test_a_more_link_to_another_host_is_not_followed(tmp_path, ralph):
+    """Credentials must not leak: a `more` on another port is refused, and nothing connects there."""
+    connections = []
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.settimeout(0.2)
+    port = listener.getsockname()[1]
+    stop = threading.Event()
+
+    def accept():
+        while not stop.is_set():
+            try:
+                connections.append(listener.accept())
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept)
+    thread.start()
+    try:
+        project = lrs_project(tmp_path / "lrs", ralph)
+        mark = post_then_mark(ralph, sample_statements(7, learners=50)[:50])
+        ralph.inject(200, first=2, body={"statements": [], "more": f"http://127.0.0.1:{port}/xAPI/statements?p=2"})
+        result = project.cli("run", now=text(mark))
+    finally:
+        stop.set()
+        thread.join()
+        listener.close()
+    assert result.returncode == 78, result.stderr
+    assert f"sent a 'more' link to http://127.0.0.1:{port}" in result.stderr and "was not followed" in result.stderr
+    assert connections == []
+    assert project.serving() == [] and "watermark" not in project.meta()
+
+
+def test_429_with_retry_after_is_honoured(tmp_path, ralph):
+    project = lrs_project(tmp_path / "lrs", ralph, request_delay="30s")  # Retry-After, not the backoff, decides
+    mark = post_then_mark(ralph, sample_statements(9, learners=100)[:300])
+    ralph.inject(429, first=3, last=3, headers={"Retry-After": "1"})
+    started = time.monotonic()
+    result = project.cli("run", now=text(mark), check=0)
+    assert 1 <= time.monotonic() - started < 25
+    assert "HTTP 429; attempt 1 of 2, retrying in 1.0 s" in result.stderr
+    twin = ndjson_twin(tmp_path / "twin", ralph.all_statements())
+    twin.cli("run", now=text(mark), check=0)
+    assert project.dump() == twin.dump()
+
+
+def test_check_reports_how_ralph_deviates_from_the_spec(tmp_path, ralph):
+    project = lrs_project(tmp_path / "lrs", ralph, overlap="1d")
+    post_then_mark(ralph, sample_statements(11, learners=100)[:400])
+    result = project.cli("check", check=0)
+    out = result.stdout
+    assert f"ok  source: LRS {ralph.endpoint}statements: reachable, credentials of 'lms-refresh' accepted" in out
+    assert "deviation: no X-Experience-API-Consistent-Through header" in out
+    assert "deviation: caps limit at 100 per page (asked for 500)" in out
+    assert "deviation: ascending=true returns newest first (reversed)" in out
+    assert "deviation: since/until filter on timestamp, not stored" in out
+    assert "more than source.overlap (1 day, 0:00:00)" in out  # the sample's timestamps are days old
+    assert not project.has_store()  # check writes nothing
