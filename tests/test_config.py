@@ -65,3 +65,38 @@ def test_cli_reports_config_errors_with_exit_78(project):
     assert result.returncode == 78
     assert f"{project.config}: key 'min_cell_size' must be at least 1." in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_each_source_block_of_the_packaged_config_is_valid_when_uncommented(tmp_path):
+    """debian/config.toml documents every source kind; uncommenting one must give a valid configuration."""
+    import os
+    import re
+
+    from lms_refresh.config import SOURCE_KEYS
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    text = open(os.path.join(root, "debian", "config.toml")).read()
+    head, rest = text.split("# [source]\n", 1)
+    blocks, tail = rest.split("\n[store]\n", 1)
+    kinds = []
+    for block in blocks.split("# [source]\n"):
+        settings = "\n".join(line[2:] for line in block.splitlines() if re.match(r"# \w+ = ", line))
+        path = tmp_path / "config.toml"
+        path.write_text(f"{head}[source]\n{settings}\n\n[store]\n{tail}")
+        config = load_config(str(path), {})
+        kinds.append(config.source["type"])
+        assert set(config.source) - {"type"} == SOURCE_KEYS[config.source["type"]][0]
+    assert kinds == ["xapi-ndjson", "xapi-lrs", "moodle"]
+
+
+def test_source_keys_belong_to_their_kind(tmp_path):
+    with pytest.raises(ConfigError, match=r"key 'source.endpoint' does not apply to source type \"xapi-ndjson\" "
+                                          r"\(it is for xapi-lrs\)"):
+        load(tmp_path, MINIMAL + 'endpoint = "https://lrs.example.edu/xAPI/"\n')
+    with pytest.raises(ConfigError, match=r"key 'source.site_url' is required when source.type is \"moodle\""):
+        load(tmp_path, '[source]\ntype = "moodle"\nurl = "postgresql://reader@db/moodle"\n')
+    with pytest.raises(ConfigError, match="only PostgreSQL Moodle databases are supported"):
+        load(tmp_path, '[source]\ntype = "moodle"\nurl = "mysql://reader@db/moodle"\nsite_url = "https://m.example"\n')
+    with pytest.raises(ConfigError, match="must not contain a user name or password"):
+        load(tmp_path, '[source]\ntype = "xapi-lrs"\nendpoint = "https://u:p@lrs.example.edu/"\nusername = "u"\n'
+                       'password_file = "p"\n')

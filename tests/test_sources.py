@@ -97,3 +97,98 @@ def test_unchanged_files_outside_the_window_are_not_read_again(tmp_path):
     reads.clear()
     events, _, _ = collect(source, index)
     assert sorted(reads) == sorted([str(tmp_path / "new.ndjson"), str(tmp_path / "old.ndjson")]) and len(events) == 2
+
+
+# -- the LRS source's rules, without a server ---------------------------------
+
+def lrs_source(endpoint="https://lrs.example.edu/xAPI/", overlap=3600, sleeps=None):
+    from lms_refresh.sources.lrs import LrsSource
+
+    settings = {"endpoint": endpoint, "username": "u", "password_file": "/nonexistent", "ca_bundle": None,
+                "page_size": 100, "overlap": overlap, "timeout": 5, "request_attempts": 3, "request_delay": 2}
+    return LrsSource(settings, MAPPER, {}, sleep=(sleeps if sleeps is not None else []).append, jitter=lambda: 1.0)
+
+
+def test_more_links_stay_on_the_endpoints_origin():
+    from lms_refresh.errors import ConfigError
+
+    source = lrs_source()
+    assert source.follow("/xAPI/statements?page=2") == "https://lrs.example.edu/xAPI/statements?page=2"
+    assert source.follow("statements?page=2") == "https://lrs.example.edu/xAPI/statements?page=2"
+    assert source.follow("https://LRS.example.edu:443/xAPI/statements?p=3") == \
+        "https://LRS.example.edu:443/xAPI/statements?p=3"
+    for foreign in ("http://lrs.example.edu/xAPI/statements", "https://lrs.example.edu:8443/xAPI/statements",
+                    "https://evil.example.org/xAPI/statements", "//evil.example.org/steal"):
+        with pytest.raises(ConfigError, match="was not followed"):
+            source.follow(foreign)
+
+
+def test_the_query_widens_the_window_by_the_overlap():
+    query = lrs_source(overlap=3600).query(WINDOW)
+    assert query == {"since": "2026-10-31T22:59:59.000000Z", "until": "2026-11-03T01:00:00.000000Z",
+                     "limit": 100, "ascending": "true"}
+
+
+def test_retry_after_in_seconds_or_as_a_date():
+    from lms_refresh.sources.lrs import retry_after_seconds
+
+    now = dt.datetime(2026, 11, 30, 4, 15, tzinfo=UTC)
+    assert retry_after_seconds("7", now) == 7
+    assert retry_after_seconds("Mon, 30 Nov 2026 04:15:30 GMT", now) == 30
+    assert retry_after_seconds("Mon, 30 Nov 2026 04:00:00 GMT", now) == 0
+    assert retry_after_seconds("soon", now) is None and retry_after_seconds(None, now) is None
+
+
+def test_backoff_is_exponential_and_ends_in_69():
+    from lms_refresh.errors import UnavailableError
+    from lms_refresh.sources import lrs
+
+    sleeps = []
+    source = lrs_source(sleeps=sleeps)
+
+    def fail(url, params, where):
+        raise lrs._Retryable("HTTP 503")
+
+    source._attempt = fail
+    with pytest.raises(UnavailableError, match=r"could not be read after 3 attempt\(s\) \(HTTP 503\)"):
+        source.get("https://lrs.example.edu/xAPI/statements", {})
+    assert sleeps == [2, 4]  # jitter pinned at its maximum
+
+
+# -- the Moodle row mapping ----------------------------------------------------
+
+def moodle_mapper():
+    from lms_refresh.sources.moodle import RowMapper
+
+    return RowMapper("Europe/Paris", lambda actor: actor, "https://moodle.example.edu/", 1, 1)
+
+
+def row(eventname, edulevel=2, userid=5, courseid=7, related=None, anonymous=0, other=None, timecreated=1795420800,
+        realuserid=None):
+    return (1, eventname, "u", edulevel, userid, courseid, related, anonymous, other, timecreated, realuserid)
+
+
+def test_completion_state_from_json_or_php_serialised_other():
+    from lms_refresh.sources.moodle import InvalidRow
+
+    mapper = moodle_mapper()
+    name = "\\core\\event\\course_module_completion_updated"
+    passed = mapper.map(row(name, related=5, other='{"relateduserid":5,"completionstate":2}'))
+    failed = mapper.map(row(name, related=5, other='a:2:{s:13:"relateduserid";i:5;s:15:"completionstate";i:3;}'))
+    incomplete = mapper.map(row(name, related=5, other='{"completionstate":0}'))
+    assert passed[7:11] == (0, 1, 1, 0) and failed[7:11] == (0, 1, 0, 1) and incomplete[7:11] == (0, 0, 0, 0)
+    assert passed[2] == "moodle:https://moodle.example.edu|5" and passed[0] == "2026-11-23"
+    with pytest.raises(InvalidRow, match="without other.completionstate"):
+        mapper.map(row(name, related=5, other="null"))
+    with pytest.raises(InvalidRow, match="has no relateduserid"):
+        mapper.map(row("\\core\\event\\course_completed"))
+
+
+def test_rows_that_are_not_learner_activity_are_left_out():
+    mapper = moodle_mapper()
+    viewed = "\\core\\event\\course_viewed"
+    assert mapper.map(row(viewed)) is not None
+    for excluded in (row(viewed, courseid=None), row(viewed, courseid=0), row(viewed, courseid=1),
+                     row(viewed, userid=0), row(viewed, userid=1), row(viewed, anonymous=1),
+                     row(viewed, realuserid=2), row("\\core\\event\\course_module_created", edulevel=1)):
+        assert mapper.map(excluded) is None, excluded

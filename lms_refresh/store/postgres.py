@@ -63,7 +63,7 @@ class PostgresStore(SqlStore):
             db = psycopg.connect(url, password=password, autocommit=True, connect_timeout=15, application_name=name)
         except psycopg.OperationalError as error:
             if getattr(error, "sqlstate", None) in ("28P01", "28000") or "authentication failed" in str(error):
-                raise ConfigError(f"The store {display_url(url)} refused the credentials ({_first_line(error)}); "
+                raise ConfigError(f"The store {display_url(url)} refused the credentials ({first_line(error)}); "
                                   "check store.url's user and the file named by store.password_file.")
             raise _unreachable(url, error)
         store = cls(db, display_url(url), settings["schema"])
@@ -119,12 +119,12 @@ class PostgresStore(SqlStore):
         try:
             yield
         except psycopg.errors.InsufficientPrivilege as error:
-            raise ConfigError(f"The store {self.describe()} refused an operation: {_first_line(error)}; "
+            raise ConfigError(f"The store {self.describe()} refused an operation: {first_line(error)}; "
                               "grant the refresh role ownership of its schemas.")
         except psycopg.OperationalError as error:
             raise _unreachable(self.location, error)
         except psycopg.Error as error:
-            raise StateError(f"The store {self.describe()} failed: {_first_line(error)}; check its schema.")
+            raise StateError(f"The store {self.describe()} failed: {first_line(error)}; check its schema.")
 
     def acquire_run_lock(self):
         """Take the run's advisory lock for this session; return None, or who holds it."""
@@ -209,12 +209,12 @@ class PostgresStore(SqlStore):
         return written, suppressed
 
 
-def _first_line(error):
+def first_line(error):
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
 def _unreachable(url, error):
     return UnavailableError(
-        f"The store {display_url(url)} is unreachable or dropped the connection ({_first_line(error)}); "
+        f"The store {display_url(url)} is unreachable or dropped the connection ({first_line(error)}); "
         "nothing was committed."
     )

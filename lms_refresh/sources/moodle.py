@@ -1,0 +1,266 @@
+"""Moodle's standard log (`{prefix}logstore_standard_log`), read from its PostgreSQL database.
+
+The cursor is the log's `id`, not `timecreated`: Moodle's buffered log writer
+inserts rows at the end of a request, after their `timecreated`, so a time
+cursor would skip them. A scheduled run reads ids [watermark - id_lookback,
+max(id) + 1); the lookback re-reads the last ids because a transaction that
+took an id before the run began may commit after it (staging is keyed by
+the log id, so re-reading is harmless). A first run starts at the first id
+created within `bootstrap_days`; `backfill` reads a `timecreated` window and
+leaves the id watermark alone.
+
+Rows are read in id order, `batch_size` at a time (keyset paging), in a
+read-only session. Which rows count, and as what, is the table in the README
+("Moodle source"); `EVENTS` below is its code.
+"""
+
+import datetime as dt
+import hashlib
+import json
+import logging
+import math
+import re
+import socket
+import zoneinfo
+
+from lms_refresh import window as windows
+from lms_refresh.credentials import read_secret
+from lms_refresh.errors import ConfigError, UnavailableError
+from lms_refresh.sources import Batch
+from lms_refresh.sources.xapi import ADL, name_id
+
+logger = logging.getLogger(__name__)
+
+COLUMNS = ("id", "eventname", "crud", "edulevel", "userid", "courseid", "relateduserid", "anonymous", "other",
+           "timecreated", "realuserid")
+PARTICIPATING = 2  # \core\event\base::LEVEL_PARTICIPATING: the learner's own activity
+SCORED = ADL + "scored"
+
+# eventname -> (whose activity it is, verb IRI, is_attempt, is_completion). Completion
+# updates take their verb and pass/fail from other.completionstate (see _completion).
+EVENTS = {
+    "\\mod_quiz\\event\\attempt_submitted": ("relateduserid", ADL + "attempted", 1, 0),
+    "\\mod_assign\\event\\assessable_submitted": ("userid", ADL + "attempted", 1, 0),
+    "\\core\\event\\course_module_completion_updated": ("relateduserid", None, 0, 0),
+    "\\core\\event\\course_completed": ("relateduserid", ADL + "completed", 0, 1),
+    "\\core\\event\\user_graded": ("relateduserid", SCORED, 0, 0),
+}
+# other.completionstate (COMPLETION_INCOMPLETE, _COMPLETE, _COMPLETE_PASS, _COMPLETE_FAIL) ->
+# (verb, is_completion, is_passed, is_failed)
+COMPLETION_STATES = {
+    0: (None, 0, 0, 0),
+    1: (ADL + "completed", 1, 0, 0),
+    2: (ADL + "passed", 1, 1, 0),
+    3: (ADL + "failed", 1, 0, 1),
+}
+_PHP_STATE = re.compile(r's:15:"completionstate";i:(\d+);')
+
+
+class InvalidRow(ValueError):
+    """A log row that cannot be used; the message is the quarantine reason."""
+
+
+def _completion(other):
+    """Return the completion state from a row's `other` (JSON, or PHP-serialised before Moodle 3.x)."""
+    if other:
+        try:
+            value = json.loads(other)
+        except ValueError:
+            match = _PHP_STATE.search(other)
+            if match:
+                return int(match.group(1))
+        else:
+            if isinstance(value, dict) and isinstance(value.get("completionstate"), int):
+                return value["completionstate"]
+    raise InvalidRow("a completion update without other.completionstate")
+
+
+class RowMapper:
+    """Turn log rows into canonical events (see `lms_refresh.sources.xapi.EVENT_FIELDS`), or None."""
+
+    def __init__(self, timezone, pseudonymise, site_url, site_course_id, guest_user_id):
+        self.zone = zoneinfo.ZoneInfo(timezone)
+        self.pseudonymise = pseudonymise
+        self.site = site_url.rstrip("/")
+        self.excluded_courses = {None, 0, site_course_id}
+        self.excluded_users = {None, 0, guest_user_id}
+        self.names = {}
+        self._days = {}
+
+    def map(self, row):
+        """Return the event tuple of a row, or None if the row is not learner activity in a course."""
+        (log_id, eventname, crud, edulevel, userid, courseid, relateduserid, anonymous, other,
+         timecreated, realuserid) = row
+        if courseid in self.excluded_courses or anonymous or realuserid is not None:
+            return None  # site-level, anonymous, or an administrator "logged in as" the learner
+        known = EVENTS.get(eventname)
+        if known is None:
+            if edulevel != PARTICIPATING:
+                return None  # teaching and other events are not the learner's activity
+            whose, verb, attempt, completion, passed, failed = "userid", eventname, 0, 0, 0, 0
+        else:
+            whose, verb, attempt, completion = known
+            passed = failed = 0
+            if verb is None:
+                verb, completion, passed, failed = COMPLETION_STATES.get(_completion(other), (None, 0, 0, 0))
+                verb = verb or eventname
+        user = relateduserid if whose == "relateduserid" else userid
+        if user is None:
+            raise InvalidRow(f"{eventname} has no {whose}")
+        if user in self.excluded_users:
+            return None  # not logged in, or the guest account
+        if not isinstance(timecreated, int) or timecreated <= 0:
+            raise InvalidRow(f"timecreated {timecreated!r} is not a Unix time")
+        moment = dt.datetime.fromtimestamp(timecreated, windows.UTC)
+        day = self._days.get(timecreated // 60)
+        if day is None:
+            if len(self._days) > 100_000:
+                self._days.clear()
+            day = self._days[timecreated // 60] = moment.astimezone(self.zone).date().isoformat()
+        course = f"{self.site}/course/view.php?id={courseid}"
+        course_key, verb_key = name_id(course), name_id(verb)
+        self.names[("course", course_key)] = course
+        self.names[("verb", verb_key)] = verb
+        cursor = windows.to_cursor(moment)
+        event_id = hashlib.blake2b(f"{self.site}|log|{log_id}".encode(), digest_size=16).digest()
+        actor = self.pseudonymise(f"moodle:{self.site}|{user}")
+        return (day, course_key, actor, event_id, cursor, cursor, verb_key, attempt, completion, passed, failed,
+                None, None)
+
+    def take_new_names(self):
+        names, self.names = self.names, {}
+        return names
+
+
+class MoodleSource:
+    name = "moodle"
+    axis = windows.LOG_ID
+
+    def __init__(self, settings, timezone, pseudonymise, environ):
+        self.url = settings["url"]
+        self.password_file = settings["password_file"]
+        self.table = f"{settings['prefix']}logstore_standard_log"
+        self.id_lookback = settings["id_lookback"]
+        self.batch_size = settings["batch_size"]
+        self.timeout = settings["timeout"]
+        self.mapper = RowMapper(timezone, pseudonymise, settings["site_url"], settings["site_course_id"],
+                                settings["guest_user_id"])
+        self.environ = environ
+        self._db = None
+
+    def describe(self):
+        from lms_refresh.store.postgres import display_url
+
+        return f"Moodle's log {self.table} at {display_url(self.url)}"
+
+    # -- database ------------------------------------------------------------
+
+    def query(self, statement, parameters=()):
+        """Run one read-only query; return its rows. Driver errors become the domain's, naming Moodle."""
+        import psycopg
+
+        from lms_refresh.store.postgres import display_url, first_line
+
+        where = display_url(self.url)
+        try:
+            if self._db is None:
+                password = read_secret(self.password_file, self.environ) if self.password_file else None
+                self._db = psycopg.connect(
+                    self.url, password=password, autocommit=True, connect_timeout=min(self.timeout, 60),
+                    application_name=f"lms-refresh on {socket.gethostname()}",
+                    # Read-only by construction, whatever the role may do; and never a runaway scan.
+                    options=f"-c default_transaction_read_only=on -c statement_timeout={self.timeout * 1000}",
+                )
+            return self._db.execute(statement.replace("{table}", self.table), parameters).fetchall()
+        except psycopg.OperationalError as error:
+            if getattr(error, "sqlstate", None) in ("28P01", "28000") or "authentication failed" in str(error):
+                raise ConfigError(f"The Moodle database {where} refused the credentials ({first_line(error)}); "
+                                  "check source.url's user and the file named by source.password_file.")
+            raise UnavailableError(f"The Moodle database {where} is unreachable, dropped the connection or timed "
+                                   f"out ({first_line(error)}); nothing was committed.")
+        except psycopg.errors.UndefinedTable:
+            raise ConfigError(f"The Moodle database {where} has no table {self.table}; check source.prefix "
+                              "(Moodle's $CFG->prefix) and that the standard log store is enabled.")
+        except psycopg.errors.InsufficientPrivilege as error:
+            raise ConfigError(f"The Moodle database {where} refused to let us read {self.table} "
+                              f"({first_line(error)}); GRANT SELECT ON {self.table} to source.url's user.")
+        except psycopg.Error as error:
+            raise UnavailableError(f"Reading {self.table} from {where} failed ({first_line(error)}); "
+                                   "nothing was committed.")
+
+    def close(self):
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    # -- windows -------------------------------------------------------------
+
+    def run_window(self, watermark, now, config):
+        newest = self.query("SELECT max(id) FROM {table}")[0][0] or 0
+        until = newest + 1
+        if watermark is None:
+            start = math.ceil((now - dt.timedelta(days=config.bootstrap_days)).timestamp())
+            first = self.query("SELECT min(id) FROM {table} WHERE timecreated >= %s", (start,))[0][0]
+            since = until if first is None else first
+        else:
+            if watermark > until:
+                logger.warning(
+                    "The newest id of %s (%d) is below the watermark (%d): was the Moodle database restored "
+                    "from an older backup? Nothing is read until new rows pass the watermark; "
+                    "'lms-refresh backfill' re-reads by time.", self.table, newest, watermark)
+            since = max(watermark - self.id_lookback, 0)
+        return windows.Window(since, until, windows.LOG_ID)
+
+    def backfill_window(self, since, until, now, config):
+        """A backfill reads by `timecreated`; it does not move the id watermark (see next_watermark)."""
+        return windows.backfill_window(since, until, now, config, None)
+
+    def batches(self, window, index):
+        """Yield Batches of the window's rows, in id order, `batch_size` rows per query."""
+        if window.axis is windows.LOG_ID:
+            condition, bounds = "id >= %s AND id < %s", (window.since, window.until)
+        else:
+            condition = "timecreated >= %s AND timecreated < %s"
+            bounds = (math.ceil(window.since.timestamp()), math.ceil(window.until.timestamp()))
+        statement = (f"SELECT {', '.join(COLUMNS)} FROM {{table}} WHERE {condition} AND id > %s "
+                     "ORDER BY id LIMIT %s")
+        last = -1
+        while True:
+            rows = self.query(statement, bounds + (last, self.batch_size))
+            if not rows:
+                return
+            yield self._map(rows)
+            last = rows[-1][0]
+            if len(rows) < self.batch_size:
+                return
+
+    def _map(self, rows):
+        batch = Batch(read=len(rows))
+        for row in rows:
+            try:
+                event = self.mapper.map(row)
+            except InvalidRow as error:
+                raw = json.dumps(dict(zip(COLUMNS, row)), default=str)
+                batch.quarantined.append((f"{self.table} id {row[0]}", str(error), raw))
+                continue
+            if event is not None:
+                batch.events.append(event)
+        batch.names = self.mapper.take_new_names()
+        return batch
+
+    # -- check ---------------------------------------------------------------
+
+    def check(self):
+        """Reach the database, read the log's columns and newest id, and say if the role could write."""
+        from lms_refresh.store.postgres import display_url
+
+        self.query(f"SELECT {', '.join(COLUMNS)} FROM {{table}} LIMIT 0")
+        newest = self.query("SELECT max(id) FROM {table}")[0][0]
+        lines = [f"Moodle database {display_url(self.url)}: reachable, {self.table} readable, "
+                 f"newest log id {newest if newest is not None else 'none (the log is empty)'}"]
+        writable = self.query("SELECT has_table_privilege(current_user, %s, 'INSERT, UPDATE, DELETE')",
+                              (self.table,))[0][0]
+        if writable:
+            lines.append(f"warning: source.url's user may write {self.table}; lms-refresh only reads (its session "
+                         "is read-only), but a role with SELECT only is safer")
+        return lines
