@@ -10,6 +10,8 @@ import uuid
 import pytest
 
 from lms_refresh.sources.xapi import ADL, COURSE_TYPE
+from lrsserver import RalphServer
+from moodledb import READER, READER_PASSWORD, MoodleDatabase
 from pgserver import PostgresServer
 
 HOME = "https://lms.example.edu"
@@ -204,3 +206,27 @@ def project(tmp_path, make_project):
 def sqlite_project(tmp_path):
     """A project on SQLite, for what only a local file can show (corruption, ownership)."""
     return Project(tmp_path / "p")
+
+
+@pytest.fixture
+def ralph():
+    """A real LRS (Ralph) on loopback, empty, for one test."""
+    server = RalphServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def moodle_reader(postgres_server, tmp_path_factory):
+    """A role that may only read Moodle's log; returns the file holding its password."""
+    postgres_server.admin(f"CREATE ROLE {READER} LOGIN PASSWORD '{READER_PASSWORD}'")
+    path = tmp_path_factory.mktemp("moodle") / "moodle-password"
+    path.write_text(READER_PASSWORD + "\n")
+    path.chmod(0o644)
+    return str(path)
+
+
+@pytest.fixture
+def moodle(postgres_server, moodle_reader):
+    """A new database holding Moodle's log table, readable by the reader role."""
+    return MoodleDatabase(postgres_server)

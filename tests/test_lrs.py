@@ -10,17 +10,10 @@ import pytest
 
 from conftest import Project
 from lms_refresh.sample import generate
-from lrsserver import RalphServer, free_port
+from lrsserver import free_port
 from reference import expected_serving
 
 PARIS = "Europe/Paris"
-
-
-@pytest.fixture
-def ralph():
-    server = RalphServer()
-    yield server
-    server.stop()
 
 
 def lrs_project(root, ralph, postgres=None, endpoint=None, password_file=None, **settings):
@@ -187,3 +180,17 @@ def test_check_reports_how_ralph_deviates_from_the_spec(tmp_path, ralph):
     assert "deviation: since/until filter on timestamp, not stored" in out
     assert "more than source.overlap (1 day, 0:00:00)" in out  # the sample's timestamps are days old
     assert not project.has_store()  # check writes nothing
+
+
+def test_consistent_through_bounds_the_window(tmp_path, ralph):
+    """An LRS that says it is complete only up to T gets a window ending at T (Ralph never says; we make it)."""
+    statements = sample_statements(13, learners=100)
+    middle = post_then_mark(ralph, statements[:200])
+    later = post_then_mark(ralph, statements[200:400])
+    ralph.inject(200, first=1, last=1, body={"statements": []},
+                 headers={"X-Experience-API-Consistent-Through": middle.isoformat()})
+    project = lrs_project(tmp_path / "lrs", ralph)
+    project.cli("run", now=text(later), check=0)
+    assert project.runs()[-1][3:] == (text(later - dt.timedelta(days=30)), text(middle))
+    assert project.query("SELECT statements_read FROM runs")[0][0] == 200
+    assert project.meta()["watermark"] == text(middle)

@@ -24,6 +24,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from container import Container, host  # noqa: E402
 from lms_refresh.sample import generate, write_daily_files  # noqa: E402
+from moodledb import EXPECTED_TWO_DAYS, READER_PASSWORD, SITE, load_two_days  # noqa: E402
 
 pytestmark = pytest.mark.system
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -316,6 +317,61 @@ def test_exposure_is_at_most_2(system):
     exposure = float(re.search(r"Overall exposure level for \S+: (\d+\.\d+)", report).group(1))
     print(f"\n{system.suite}: systemd-analyze security {UNIT}: exposure {exposure}")
     assert exposure <= 2.0, report
+
+
+SOURCES_DROP_IN = "/etc/systemd/system/lms-refresh.service.d/sources.conf"
+
+
+def secret(box, name, value):
+    """A root-only file in /etc/lms-refresh that the unit passes on with LoadCredential=."""
+    path = f"/etc/lms-refresh/{name}"
+    box.run("tee", path, input=value + "\n")
+    box.run("chmod", "0600", path)
+
+
+def serving_rows(box, store):
+    script = ("import json, sqlite3, sys; db = sqlite3.connect(sys.argv[1]); "
+              "print(json.dumps(db.execute('SELECT * FROM serving_daily_metrics ORDER BY day, course').fetchall()))")
+    return [tuple(row) for row in json.loads(box.run("python3", "-c", script, store).stdout)]
+
+
+def test_lrs_and_moodle_sources_run_under_the_hardened_unit(system, ralph, moodle):
+    """Real network sources from inside the sandbox: passwords through LoadCredential=, TLS-capable
+    HTTP and the PostgreSQL driver under MemoryDenyWriteExecute= and the system call filter."""
+    statements = [json.loads(line) for _, line in generate(
+        5, dt.date.today() - dt.timedelta(days=5), 4, 60, "Europe/Paris", malformed_share=0)]
+    ralph.post(statements)
+    load_two_days(moodle)
+    secret(system, "lrs-password", ralph.PASSWORD)
+    secret(system, "moodle-password", READER_PASSWORD)
+    system.run("mkdir", "-p", os.path.dirname(SOURCES_DROP_IN))
+    system.run("tee", SOURCES_DROP_IN, input="[Service]\nLoadCredential=lrs-password:/etc/lms-refresh/lrs-password\n"
+                                             "LoadCredential=moodle-password:/etc/lms-refresh/moodle-password\n")
+    system.run("systemctl", "daemon-reload")
+    try:
+        system.run("tee", "/etc/lms-refresh/config.toml", input=(
+            'timezone = "Europe/Paris"\n[window]\nbootstrap_days = 30\nsafety_lag = "0s"\n'
+            f'[source]\ntype = "xapi-lrs"\nendpoint = "{ralph.endpoint}"\nusername = "{ralph.USER}"\n'
+            'password_file = "lrs-password"\noverlap = "30d"\n'
+            '[store]\npath = "/var/lib/lms-refresh/lrs.sqlite"\n'))
+        system.run("systemctl", "start", UNIT)
+        assert system.show(UNIT, "Result", "ExecMainStatus") == {"Result": "success", "ExecMainStatus": "0"}
+        run = status(system)["last_run"]
+        assert run["outcome"] == "success" and run["statements_read"] == len(statements) and run["rows_written"] > 0
+
+        system.run("tee", "/etc/lms-refresh/config.toml", input=(
+            'timezone = "Europe/Paris"\nmin_cell_size = 2\n[window]\nbootstrap_days = 3660\n'
+            f'[source]\ntype = "moodle"\nurl = "{moodle.url}"\npassword_file = "moodle-password"\n'
+            f'site_url = "{SITE}"\n[store]\npath = "/var/lib/lms-refresh/moodle.sqlite"\n'))
+        system.run("systemctl", "start", UNIT)
+        assert system.show(UNIT, "Result", "ExecMainStatus") == {"Result": "success", "ExecMainStatus": "0"}
+        assert status(system)["watermark"] == "18" and status(system)["cursor_kind"] == "log-id"
+        assert serving_rows(system, "/var/lib/lms-refresh/moodle.sqlite") == EXPECTED_TWO_DAYS
+    finally:
+        system.run("rm", "-f", SOURCES_DROP_IN, "/etc/lms-refresh/lrs-password", "/etc/lms-refresh/moodle-password")
+        system.run("systemctl", "daemon-reload")
+        system.run("systemctl", "reset-failed", UNIT, check=False)
+        configure(system)
 
 
 def test_reinstall_keeps_state_and_purge_removes_it(system):
