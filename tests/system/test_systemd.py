@@ -11,6 +11,7 @@ import datetime as dt
 import glob
 import json
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -23,7 +24,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from container import Container, host  # noqa: E402
-from lms_refresh.sample import generate, write_daily_files  # noqa: E402
+from lms_refresh.sample import COURSES, _VERB_CHOICES, generate, statement, write_daily_files  # noqa: E402
 from moodledb import EXPECTED_TWO_DAYS, READER_PASSWORD, SITE, load_two_days  # noqa: E402
 
 pytestmark = pytest.mark.system
@@ -317,6 +318,35 @@ def test_exposure_is_at_most_2(system):
     exposure = float(re.search(r"Overall exposure level for \S+: (\d+\.\d+)", report).group(1))
     print(f"\n{system.suite}: systemd-analyze security {UNIT}: exposure {exposure}")
     assert exposure <= 2.0, report
+
+
+def test_parallel_parsing_works_under_the_hardened_unit(system):
+    """16 MiB or more of NDJSON is parsed by forked workers that lower their own priority:
+    that must work under the unit's seccomp filter and MemoryDenyWriteExecute=."""
+    rng = random.Random(9)
+    folder = os.path.join(system.data, "big")
+    os.mkdir(folder)
+    os.chmod(folder, 0o755)
+    count, size = 0, 0
+    start = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=3)
+    with open(os.path.join(folder, "export.ndjson"), "w") as handle:
+        while size < 20 << 20:
+            moment = start + dt.timedelta(seconds=rng.randrange(2 * 86400))
+            line = json.dumps(statement(rng, rng.randrange(3000), rng.choice(COURSES)[0], moment, moment,
+                                        rng.choice(_VERB_CHOICES))) + "\n"
+            handle.write(line)
+            count, size = count + 1, size + len(line)
+    os.chmod(os.path.join(folder, "export.ndjson"), 0o644)
+    try:
+        configure(system, "/srv/xapi/big", extra='[store]\npath = "/var/lib/lms-refresh/big.sqlite"\n')
+        system.run("systemctl", "start", UNIT)
+        assert system.show(UNIT, "Result", "ExecMainStatus") == {"Result": "success", "ExecMainStatus": "0"}
+        run = status(system)["last_run"]
+        assert run["outcome"] == "success" and run["statements_read"] == count and run["staged"] == count
+    finally:
+        shutil.rmtree(folder)
+        configure(system)
+        system.run("systemctl", "reset-failed", UNIT, check=False)
 
 
 SOURCES_DROP_IN = "/etc/systemd/system/lms-refresh.service.d/sources.conf"
