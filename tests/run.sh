@@ -24,7 +24,7 @@ $SUDO apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" >/dev/null
 # its dependencies never meet ours (tests/lrsserver.py starts it).
 if [ ! -x .venv-ralph/bin/ralph ]; then
   /usr/bin/python3 -m venv .venv-ralph
-  .venv-ralph/bin/python -m pip install -q 'ralph-malph[cli,lrs]==5.1.0'
+  .venv-ralph/bin/python -m pip install -q 'ralph-malph[cli,lrs]==5.1.0' requests  # its CLI imports requests
 fi
 /usr/bin/python3 -m venv --system-site-packages .venv
 .venv/bin/python -m pip install -q --no-build-isolation --no-deps -e .
