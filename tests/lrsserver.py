@@ -57,7 +57,8 @@ class Faults:
         await self.app(scope, receive, send)
 
 
-uvicorn.run(Faults(app), host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+tls = dict(ssl_certfile=sys.argv[3], ssl_keyfile=sys.argv[4]) if len(sys.argv) > 3 else {}
+uvicorn.run(Faults(app), host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", **tls)
 '''
 
 
@@ -70,7 +71,8 @@ def free_port():
 class RalphServer:
     USER, PASSWORD = "lms-refresh", "lrs-secret"
 
-    def __init__(self):
+    def __init__(self, tls=False):
+        """Start Ralph; with `tls`, over HTTPS with a fresh self-signed certificate (`self.certificate`)."""
         python = os.path.join(VENV, "bin", "python")
         if not os.path.exists(python):
             raise RuntimeError(f"Ralph's virtualenv {VENV} is missing; tests/run.sh creates it.")
@@ -89,19 +91,28 @@ class RalphServer:
         script = os.path.join(self.base, "serve.py")
         with open(script, "w") as handle:
             handle.write(SERVE)
+        arguments = [python, script, str(self.port), self.faults]
+        self.certificate, self.verify, scheme = None, True, "http"
+        if tls:
+            self.certificate, key = os.path.join(self.base, "cert.pem"), os.path.join(self.base, "key.pem")
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                            "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                            "-keyout", key, "-out", self.certificate], check=True, capture_output=True, timeout=60)
+            arguments += [self.certificate, key]
+            self.verify, scheme = self.certificate, "https"
         self.log = open(os.path.join(self.base, "server.log"), "w")
-        self.process = subprocess.Popen([python, script, str(self.port), self.faults], env=environment,
-                                        stdout=self.log, stderr=subprocess.STDOUT, cwd=self.base)
-        self.endpoint = f"http://127.0.0.1:{self.port}/xAPI/"
+        self.process = subprocess.Popen(arguments, env=environment, stdout=self.log, stderr=subprocess.STDOUT,
+                                        cwd=self.base)
+        self.endpoint = f"{scheme}://127.0.0.1:{self.port}/xAPI/"
         self.password_file = os.path.join(self.base, "lrs-password")
         with open(self.password_file, "w") as handle:
             handle.write(self.PASSWORD + "\n")
         deadline = time.monotonic() + 60
         while True:
             try:
-                if requests.get(f"http://127.0.0.1:{self.port}/__heartbeat__", timeout=2).ok:
+                if requests.get(f"{scheme}://127.0.0.1:{self.port}/__heartbeat__", timeout=2, verify=self.verify).ok:
                     break
-            except requests.ConnectionError:
+            except requests.ConnectionError:  # SSLError included: not listening yet
                 pass
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"Ralph did not start: {open(self.log.name).read()[-2000:]}")
@@ -111,7 +122,7 @@ class RalphServer:
         """Store statements through Ralph's HTTP API; Ralph sets `stored`."""
         for start in range(0, len(statements), chunk):
             response = requests.post(f"{self.endpoint}statements", json=statements[start:start + chunk],
-                                     auth=(self.USER, self.PASSWORD), timeout=60,
+                                     auth=(self.USER, self.PASSWORD), timeout=60, verify=self.verify,
                                      headers={"X-Experience-API-Version": "1.0.3"})
             assert response.status_code == 200, (response.status_code, response.text[:500])
 
@@ -120,7 +131,7 @@ class RalphServer:
         statements, url, params = [], f"{self.endpoint}statements", {"limit": 100}
         while url:
             response = requests.get(url, params=params, auth=(self.USER, self.PASSWORD), timeout=60,
-                                    headers={"X-Experience-API-Version": "1.0.3"})
+                                    verify=self.verify, headers={"X-Experience-API-Version": "1.0.3"})
             response.raise_for_status()
             page = response.json()
             statements += page["statements"]

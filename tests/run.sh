@@ -11,6 +11,8 @@ PACKAGES=(
   # the engine and its tests, on the versions the .deb depends on
   python3 python3-venv python3-setuptools python3-click python3-systemd python3-requests python3-pytest
   python3-prometheus-client tzdata util-linux git
+  # the LRS tests: Ralph's own virtualenv, and a certificate for HTTPS
+  openssl
   # a real PostgreSQL server for the PostgreSQL store and the Moodle source tests
   postgresql python3-psycopg
   # building and checking the .deb

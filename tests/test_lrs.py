@@ -10,7 +10,7 @@ import pytest
 
 from conftest import Project
 from lms_refresh.sample import generate
-from lrsserver import free_port
+from lrsserver import RalphServer, free_port
 from reference import expected_serving
 
 PARIS = "Europe/Paris"
@@ -194,3 +194,33 @@ def test_consistent_through_bounds_the_window(tmp_path, ralph):
     assert project.runs()[-1][3:] == (text(later - dt.timedelta(days=30)), text(middle))
     assert project.query("SELECT statements_read FROM runs")[0][0] == 200
     assert project.meta()["watermark"] == text(middle)
+
+
+def test_tls_is_verified_and_a_ca_bundle_makes_a_private_certificate_trusted(tmp_path):
+    server = RalphServer(tls=True)
+    try:
+        mark = post_then_mark(server, sample_statements(15, learners=100)[:200])
+        untrusted = lrs_project(tmp_path / "untrusted", server)
+        result = untrusted.cli("run", now=text(mark))
+        assert result.returncode == 78, result.stderr
+        assert f"TLS verification of the LRS at {server.endpoint}statements failed" in result.stderr
+        assert "set source.ca_bundle" in result.stderr and "watermark" not in untrusted.meta()
+        trusted = lrs_project(tmp_path / "trusted", server, ca_bundle=server.certificate)
+        trusted.cli("run", now=text(mark), check=0)
+        assert trusted.query("SELECT statements_read FROM runs")[0][0] == 200
+    finally:
+        server.stop()
+
+
+def test_a_wrong_endpoint_path_exits_78_naming_the_status(tmp_path, ralph):
+    project = lrs_project(tmp_path / "lrs", ralph, endpoint=ralph.endpoint.replace("/xAPI/", "/lrs/"))
+    result = project.cli("run")
+    assert result.returncode == 78, result.stderr
+    assert "answered HTTP 404" in result.stderr and "check source.endpoint" in result.stderr
+
+
+def test_dry_run_reads_the_lrs_and_writes_nothing(tmp_path, ralph):
+    mark = post_then_mark(ralph, sample_statements(17, learners=100)[:150])
+    project = lrs_project(tmp_path / "lrs", ralph)
+    out = project.cli("run", "--dry-run", now=text(mark), check=0).stdout
+    assert "read:        150 statements" in out and not project.has_store()

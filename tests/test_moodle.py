@@ -114,3 +114,23 @@ def test_a_store_follows_one_kind_of_cursor(tmp_path, moodle, moodle_reader):
     result = project.cli("run", now="2026-11-25T04:16:00+01:00")
     assert result.returncode == 78
     assert "The store's watermark is a stored-time cursor but source type 'moodle' counts by log-id" in result.stderr
+
+
+def test_dry_run_shows_the_id_window_and_writes_nothing(tmp_path, moodle, moodle_reader):
+    load_two_days(moodle)
+    project = moodle_project(tmp_path / "p", moodle, moodle_reader)
+    out = project.cli("run", "--dry-run", now="2026-11-25T04:15:00+01:00", check=0).stdout
+    assert "window:      1 .. 18" in out and "read:        17 statements" in out
+    assert "partitions:  2026-11-23, 2026-11-24" in out and not project.has_store()
+
+
+def test_the_textfile_has_no_watermark_time_for_a_log_id(tmp_path, moodle, moodle_reader):
+    """A log id is not a time: the watermark gauge is left out rather than made up."""
+    load_two_days(moodle)
+    textfile = tmp_path / "lms_refresh.prom"
+    project = moodle_project(tmp_path / "p", moodle, moodle_reader)
+    project.configure(extra_top=f'min_cell_size = 2\n[monitoring]\ntextfile = "{textfile}"')
+    project.cli("run", now="2026-11-25T04:15:00+01:00", check=0)
+    text = textfile.read_text()
+    assert "lms_refresh_last_exit_code 0.000000" in text and "lms_refresh_rows_written 2.000000" in text
+    assert "lms_refresh_watermark_timestamp_seconds" not in text

@@ -192,3 +192,13 @@ def test_rows_that_are_not_learner_activity_are_left_out():
                      row(viewed, userid=0), row(viewed, userid=1), row(viewed, anonymous=1),
                      row(viewed, realuserid=2), row("\\core\\event\\course_module_created", edulevel=1)):
         assert mapper.map(excluded) is None, excluded
+
+
+def test_a_more_link_that_repeats_ends_the_run_instead_of_looping():
+    from lms_refresh.errors import UnavailableError
+
+    source = lrs_source()
+    page = {"statements": [], "more": "/xAPI/statements?page=2"}
+    source.get = lambda url, params=None: (page, {})
+    with pytest.raises(UnavailableError, match="sent the same 'more' link twice"):
+        list(source.batches(WINDOW, {}))

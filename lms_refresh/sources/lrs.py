@@ -108,7 +108,6 @@ class LrsSource(TimeOrderedSource):
             session = self.requests.Session()
             session.auth = (self.username, password)
             session.headers.update({"X-Experience-API-Version": XAPI_VERSION, "Accept": "application/json"})
-            session.verify = self.ca_bundle or True
             self._session = session
         return self._session
 
@@ -152,7 +151,9 @@ class LrsSource(TimeOrderedSource):
     def _attempt(self, url, params, where):
         requests = self.requests
         try:
-            response = self.session().get(url, params=params, timeout=self.timeout, allow_redirects=False)
+            # verify= on each request: requests lets $REQUESTS_CA_BUNDLE override a Session's own.
+            response = self.session().get(url, params=params, timeout=self.timeout, allow_redirects=False,
+                                          verify=self.ca_bundle or True)
         except requests.exceptions.SSLError as error:
             raise ConfigError(
                 f"TLS verification of the LRS at {where} failed ({error.__class__.__name__}); "
