@@ -224,3 +224,14 @@ def test_dry_run_reads_the_lrs_and_writes_nothing(tmp_path, ralph):
     project = lrs_project(tmp_path / "lrs", ralph)
     out = project.cli("run", "--dry-run", now=text(mark), check=0).stdout
     assert "read:        150 statements" in out and not project.has_store()
+
+
+def test_a_credential_name_is_read_from_the_credentials_directory(tmp_path, ralph):
+    credentials = tmp_path / "credentials"
+    credentials.mkdir()
+    (credentials / "lrs-password").write_text(ralph.PASSWORD + "\n")
+    project = lrs_project(tmp_path / "lrs", ralph, password_file="lrs-password")
+    outside = project.cli("check")
+    assert outside.returncode == 78 and "Credential 'lrs-password' needs $CREDENTIALS_DIRECTORY" in outside.stderr
+    inside = project.cli("check", env={"CREDENTIALS_DIRECTORY": str(credentials)}, check=0)
+    assert "credentials of 'lms-refresh' accepted" in inside.stdout
