@@ -79,7 +79,6 @@ class IdAxis:
 
 
 TIME, LOG_ID = TimeAxis(), IdAxis()
-AXES = {axis.name: axis for axis in (TIME, LOG_ID)}
 
 
 @dataclasses.dataclass(frozen=True)

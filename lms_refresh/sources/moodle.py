@@ -23,11 +23,14 @@ import re
 import socket
 import zoneinfo
 
+import psycopg  # this module is imported only when the Moodle source is configured
+
 from lms_refresh import window as windows
 from lms_refresh.credentials import read_secret
 from lms_refresh.errors import ConfigError, UnavailableError
 from lms_refresh.sources import Batch
 from lms_refresh.sources.xapi import ADL, name_id
+from lms_refresh.store.postgres import display_url, first_line
 
 logger = logging.getLogger(__name__)
 
@@ -149,18 +152,12 @@ class MoodleSource:
         self._db = None
 
     def describe(self):
-        from lms_refresh.store.postgres import display_url
-
         return f"Moodle's log {self.table} at {display_url(self.url)}"
 
     # -- database ------------------------------------------------------------
 
     def query(self, statement, parameters=()):
         """Run one read-only query; return its rows. Driver errors become the domain's, naming Moodle."""
-        import psycopg
-
-        from lms_refresh.store.postgres import display_url, first_line
-
         where = display_url(self.url)
         try:
             if self._db is None:
@@ -252,8 +249,6 @@ class MoodleSource:
 
     def check(self):
         """Reach the database, read the log's columns and newest id, and say if the role could write."""
-        from lms_refresh.store.postgres import display_url
-
         self.query(f"SELECT {', '.join(COLUMNS)} FROM {{table}} LIMIT 0")
         newest = self.query("SELECT max(id) FROM {table}")[0][0]
         lines = [f"Moodle database {display_url(self.url)}: reachable, {self.table} readable, "
