@@ -7,7 +7,8 @@ Debian's postgresql package; run as root.
 
 Scenarios (each a separate `lms-refresh` process, timed end to end from
 export files to the committed serving table; peak RSS from wait4):
-  full      one refresh of --statements statements spread over 30 days
+  full      one refresh of --statements statements spread over 30 days, then
+            the naive yardstick (json.loads + executemany) on the same files
   inc-1     a one-day refresh on top of 1 day of history
   inc-60    a one-day refresh on top of 60 days of history
 """
@@ -81,6 +82,36 @@ def timed_run(config, now, *args):
     return elapsed, usage.ru_maxrss / 1024, err
 
 
+def naive_baseline(source, database):
+    """The issue's yardstick, timed on the same files: per-line json.loads + executemany into a keyed table.
+
+    It maps nothing, computes no metrics and commits once; on a noisy VM its rate
+    moves with the machine, so the ratio to it is steadier than either figure.
+    """
+    import sqlite3
+
+    began = time.monotonic()
+    db = sqlite3.connect(database, isolation_level=None)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("CREATE TABLE staged (id TEXT PRIMARY KEY, stored TEXT, actor TEXT, verb TEXT, object TEXT)")
+    db.execute("BEGIN")
+    count = 0
+    for name in sorted(os.listdir(source)):
+        with open(os.path.join(source, name), encoding="utf-8") as handle:
+            rows = []
+            for line in handle:
+                s = json.loads(line)
+                rows.append((s["id"], s["stored"], json.dumps(s["actor"]), s["verb"]["id"], s["object"]["id"]))
+                if len(rows) == 5000:
+                    db.executemany("INSERT OR IGNORE INTO staged VALUES (?, ?, ?, ?, ?)", rows)
+                    count, rows = count + len(rows), []
+            db.executemany("INSERT OR IGNORE INTO staged VALUES (?, ?, ?, ?, ?)", rows)
+            count += len(rows)
+    db.execute("COMMIT")
+    db.close()
+    return count, time.monotonic() - began
+
+
 def report(store, name, count, seconds, rss):
     print(f"{store:<10} {name:<8} {count:>9,} statements  {seconds:8.2f} s  {count / seconds:>9,.0f} statements/s  "
           f"peak RSS {rss:6.1f} MiB", flush=True)
@@ -112,6 +143,10 @@ def main():
                 config = configure(root, source, server if store == "postgresql" else None)
                 seconds, rss, _ = timed_run(config, START + dt.timedelta(days=days + 1), "run")
                 report(store, "full", count, seconds, rss)
+            naive_count, naive_seconds = naive_baseline(source, os.path.join(work, "naive.sqlite"))
+            print(f"{'naive':<10} {'full':<8} {naive_count:>9,} statements  {naive_seconds:8.2f} s  "
+                  f"{naive_count / naive_seconds:>9,.0f} statements/s  (json.loads + executemany, one process: "
+                  "the issue's yardstick, ~36,000/s on this kind of machine)", flush=True)
         if options.only in (None, "inc"):
             for history in (1, 60):
                 source = os.path.join(work, f"inc{history}-src")
