@@ -5,6 +5,7 @@ import json
 import socket
 import threading
 import time
+import uuid
 
 import pytest
 
@@ -235,3 +236,19 @@ def test_a_credential_name_is_read_from_the_credentials_directory(tmp_path, ralp
     assert outside.returncode == 78 and "Credential 'lrs-password' needs $CREDENTIALS_DIRECTORY" in outside.stderr
     inside = project.cli("check", env={"CREDENTIALS_DIRECTORY": str(credentials)}, check=0)
     assert "credentials of 'lms-refresh' accepted" in inside.stdout
+
+
+def test_statements_the_engine_cannot_use_are_quarantined_once_by_id(tmp_path, ralph):
+    """Valid xAPI without a learner to count (an anonymous group) is quarantined with its origin."""
+    statements = sample_statements(19, learners=100)[:300]
+    odd = dict(statements[0], id=str(uuid.uuid4()),
+               actor={"objectType": "Group", "member": [{"mbox": "mailto:a@example.edu"},
+                                                        {"mbox": "mailto:b@example.edu"}]})
+    mark = post_then_mark(ralph, statements + [odd])
+    project = lrs_project(tmp_path / "lrs", ralph)
+    project.cli("run", now=text(mark), check=0)
+    project.cli("backfill", "--since", text(mark - dt.timedelta(days=1)), "--until", text(mark), now=text(mark),
+                check=0)  # reads it again
+    assert project.query("SELECT origin, reason FROM quarantine") == [
+        (f"{ralph.endpoint}statements id {odd['id']}",
+         "actor has no inverse functional identifier (mbox, mbox_sha1sum, openid, account)")]

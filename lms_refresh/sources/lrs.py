@@ -261,8 +261,11 @@ class LrsSource(TimeOrderedSource):
                 kind, row = mapper.map(statement, cursor)
             except InvalidStatement as error:
                 statement_id = statement.get("id") if isinstance(statement, dict) else None
-                batch.quarantined.append((f"{self.statements_url} page {page} #{number} id {statement_id}",
-                                          str(error), json.dumps(statement)[:100_000]))
+                # By id where there is one: the same statement may come on another page next
+                # time, and the quarantine keeps one record per origin and content.
+                where = f"id {statement_id}" if isinstance(statement_id, str) else f"page {page} #{number}"
+                batch.quarantined.append((f"{self.statements_url} {where}", str(error),
+                                          json.dumps(statement)[:100_000]))
                 continue
             (batch.voids if kind == "void" else batch.events).append(row)
         batch.names = mapper.take_new_names()
