@@ -125,11 +125,12 @@ def read_chunk(mapper, path, start, end, since, until):
                 handle.readline()  # finish the line that straddles `start`; it is the previous chunk's
             position = handle.tell()
             data = handle.read(max(end - position, 0)) if position < end else b""
-            if data and not data.endswith(b"\n"):
-                data += handle.readline()  # the last line starts in this chunk, so it is ours
             lines = data.split(b"\n")
+            del data
             if lines[-1] == b"":
                 lines.pop()
+            else:  # the last line starts in this chunk, so it is ours (appended, not a copy of the chunk)
+                lines[-1] += handle.readline().rstrip(b"\n")
             result = parse_lines(mapper, enumerate(lines, 1), since, until, ChunkResult())
             result.lines = len(lines)
             return result
