@@ -194,7 +194,9 @@ def check(settings):
     Example: lms-refresh --config ./config.toml check
     """
     for line in run_checks(settings.config(), os.geteuid(), os.environ):
-        click.echo(f"ok  {line}")
+        # Deviations and warnings are findings to read, not failures: a failed check raises.
+        note = line.startswith(("source: deviation:", "source: warning:"))
+        click.echo(f"{'note' if note else 'ok'}  {line}")
     return errors.OK
 
 

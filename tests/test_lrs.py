@@ -175,7 +175,7 @@ def test_check_reports_how_ralph_deviates_from_the_spec(tmp_path, ralph):
     result = project.cli("check", check=0)
     out = result.stdout
     assert f"ok  source: LRS {ralph.endpoint}statements: reachable, credentials of 'lms-refresh' accepted" in out
-    assert "deviation: no X-Experience-API-Consistent-Through header" in out
+    assert "note  source: deviation: no X-Experience-API-Consistent-Through header" in out
     assert "deviation: caps limit at 100 per page (asked for 500)" in out
     assert "deviation: ascending=true returns newest first (reversed)" in out
     assert "deviation: since/until filter on timestamp, not stored" in out
