@@ -110,16 +110,18 @@ def _database_url(value):
     return _postgres_url(value)
 
 
-def _identifier_prefix(value):
-    if not isinstance(value, str) or not re.fullmatch(r"[a-z_][a-z0-9_]{0,20}", value):
-        raise ValueError("must be a lower-case table prefix such as \"mdl_\"")
-    return value
+def _sql_name(longest, example, what):
+    """A validator for a lower-case SQL name (a schema, a table prefix) that is safe to splice into SQL."""
+    def check(value):
+        if not isinstance(value, str) or not re.fullmatch(rf"[a-z_][a-z0-9_]{{0,{longest - 1}}}", value):
+            raise ValueError(f"must be a lower-case {what} such as \"{example}\"")
+        return value
+
+    return check
 
 
-def _identifier(value):
-    if not isinstance(value, str) or not re.fullmatch(r"[a-z_][a-z0-9_]{0,40}", value):
-        raise ValueError("must be a lower-case SQL identifier such as \"lms_refresh\"")
-    return value
+_identifier = _sql_name(41, "lms_refresh", "SQL identifier")
+_identifier_prefix = _sql_name(21, "mdl_", "table prefix")
 
 # The [source] keys each source type takes (beyond type), and those it requires.
 SOURCE_KEYS = {

@@ -65,11 +65,11 @@ class MoodleDatabase:
         self.server = server
         self.name = server.new_database()
         server.admin(MOODLE_DDL, self.name)
-        server.admin("GRANT SELECT ON mdl_logstore_standard_log TO moodle_reader", self.name)
+        server.admin(f"GRANT SELECT ON mdl_logstore_standard_log TO {READER}", self.name)
 
     @property
     def url(self):
-        return f"postgresql://moodle_reader@127.0.0.1:{self.server.port}/{self.name}"
+        return f"postgresql://{READER}@127.0.0.1:{self.server.port}/{self.name}"
 
     def log(self, kind, user, course, at, related=None, other=None, anonymous=0, realuser=None, id=None):
         """Insert one log row the way Moodle writes it; `id` set by hand simulates a late commit."""
