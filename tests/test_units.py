@@ -6,7 +6,7 @@ import pytest
 
 from conftest import statement
 from lms_refresh.config import validate
-from lms_refresh.sources.xapi import InvalidStatement, StatementMapper, name_id, parse_duration_ms
+from lms_refresh.sources.xapi import COURSE_TYPE, InvalidStatement, StatementMapper, name_id, parse_duration_ms
 from lms_refresh.window import Window, next_watermark, parse_user_time, run_window
 
 UTC = dt.timezone.utc
@@ -78,6 +78,26 @@ def test_course_falls_back_to_the_pattern_then_unknown():
     assert MAPPER.map(body)[1][1] == name_id("unknown")
 
 
+def test_course_activities_without_a_usable_course_id_are_passed_over():
+    body = statement()
+    parent = body["context"]["contextActivities"]["parent"]
+    parent.insert(0, {"id": 7, "definition": {"type": COURSE_TYPE}})  # not an IRI
+    parent.insert(1, {"id": "https://lms.example.edu/course/X", "definition": "course"})  # not an object
+    assert MAPPER.map(body)[1][1] == name_id("https://lms.example.edu/course/BIO101")
+
+
+def test_actor_identifier_precedence_holds_with_the_account_cache():
+    mapper = StatementMapper("UTC", lambda actor: actor, r"course/(\w+)")
+    account = {"homePage": "https://lms.example.edu", "name": "ann"}
+    assert mapper.map(statement(learner="ann"))[1][2] == "account:https://lms.example.edu|ann"
+    both = statement()
+    both["actor"] = {"mbox": "mailto:ann@example.edu", "account": account}
+    assert mapper.map(both)[1][2] == "mbox:mailto:ann@example.edu"
+    odd = statement()
+    odd["actor"] = {"account": {"homePage": "https://lms.example.edu", "name": 7}}
+    assert mapper.map(odd)[1][2] == "account:https://lms.example.edu|7"
+
+
 @pytest.mark.parametrize("change, reason", [
     (lambda s: s.pop("actor"), "actor is missing"),
     (lambda s: s["actor"].pop("account"), "no inverse functional identifier"),
@@ -87,6 +107,11 @@ def test_course_falls_back_to_the_pattern_then_unknown():
     (lambda s: s.update(verb={}), "verb.id is missing"),
     (lambda s: s.update(result={"duration": "1 hour"}), "is not an ISO 8601 duration"),
     (lambda s: s.update(result={"score": {"scaled": "high"}}), "score.scaled is not a number"),
+    # Malformed contexts are bad records, not a crash of the run.
+    (lambda s: s.update(context=["BIO101"]), "context is not an object"),
+    (lambda s: s.update(context={"contextActivities": []}), "contextActivities is not an object"),
+    (lambda s: s["context"]["contextActivities"].update(parent=[7]), "parent is not an activity or a list"),
+    (lambda s: s["context"]["contextActivities"].update(parent=[], grouping="x"), "grouping is not an activity or a list"),
 ])
 def test_invalid_statements_say_why(change, reason):
     body = statement()
@@ -108,13 +133,19 @@ def test_voiding_statement():
 @pytest.mark.parametrize("text, cursor", [
     ("2026-11-02T10:00:00Z", "2026-11-02T10:00:00.000000Z"),
     ("2026-11-02T10:00:00.5Z", "2026-11-02T10:00:00.500000Z"),
+    ("2026-11-02T10:00:00.596Z", "2026-11-02T10:00:00.596000Z"),
+    ("2026-11-02T10:00:00.59xZ", None),
     ("2026-11-02T11:00:00.123456+01:00", "2026-11-02T10:00:00.123456Z"),
     ("2026-11-02T10:00:00.1234567Z", "2026-11-02T10:00:00.123456Z"),
 ])
 def test_stored_cursors_are_fixed_width_utc(text, cursor):
     from lms_refresh.sources.xapi import stored_cursor
 
-    assert stored_cursor(text) == cursor
+    if cursor is None:
+        with pytest.raises(InvalidStatement, match="not an ISO 8601 time"):
+            stored_cursor(text)
+    else:
+        assert stored_cursor(text) == cursor
 
 
 @pytest.mark.parametrize("text, ms", [("PT0S", 0), ("PT1.25S", 1250), ("P1DT1H", 90000000), ("PT90M", 5400000)])

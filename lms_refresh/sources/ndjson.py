@@ -71,10 +71,9 @@ def parse_lines(mapper, lines, since, until, result):
     batch = result.batch
     events, voids, quarantined = batch.events, batch.voids, batch.quarantined
     low, high = result.low, result.high
-    prefilter, streak = True, 0
+    prefilter, streak, read, number = True, 0, 0, result.lines
     for number, line in lines:
-        result.lines = number
-        if not line.strip():
+        if not line or line.isspace():
             continue
         cursor = _stored_of(line) if prefilter else None
         kind = None
@@ -92,7 +91,7 @@ def parse_lines(mapper, lines, since, until, result):
                 if cursor is None or since <= cursor < until:
                     reason = str(error) if isinstance(error, InvalidStatement) else f"not valid JSON: {error}"
                     quarantined.append((number, reason, line.rstrip(b"\r\n").decode("utf-8", "replace")))
-                    batch.read += 1
+                    read += 1
                     continue
             else:
                 if cursor is None:  # the pre-filter could not tell (or paused); the parsed value decides
@@ -108,8 +107,9 @@ def parse_lines(mapper, lines, since, until, result):
         if streak >= PREFILTER_STREAK:
             prefilter = False
         (voids if kind == "void" else events).append(row)
-        batch.read += 1
-    result.low, result.high = low, high
+        read += 1
+    result.lines, result.low, result.high = number, low, high
+    batch.read += read
     batch.names = mapper.take_new_names()
     return result
 

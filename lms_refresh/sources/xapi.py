@@ -30,6 +30,7 @@ EVENT_FIELDS = (
 )
 
 _UTC_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.(\d{1,6}))?Z")
+_UTC_MILLIS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d\d\dZ")  # a cheaper test of the usual form
 _DURATION = re.compile(
     r"P(?:(\d+(?:\.\d+)?)D)?(?:T(?:(\d+(?:\.\d+)?)H)?(?:(\d+(?:\.\d+)?)M)?(?:(\d+(?:\.\d+)?)S)?)?"
 )
@@ -62,6 +63,8 @@ def name_id(iri):
 
 def stored_cursor(text):
     """Given an ISO 8601 time, return its cursor text (fixed-width UTC) or raise InvalidStatement."""
+    if type(text) is str and len(text) == 24 and _UTC_MILLIS.fullmatch(text):
+        return text[:23] + "000Z"  # the form LRSs write: UTC with milliseconds
     if isinstance(text, str) and text.endswith("Z"):
         match = _UTC_TIME.fullmatch(text)
         if match:  # already UTC: only the fraction needs padding to six digits
@@ -105,10 +108,25 @@ def actor_identifier(actor):
     raise InvalidStatement("actor has no inverse functional identifier (mbox, mbox_sha1sum, openid, account)")
 
 
-def _as_list(value):
-    if isinstance(value, list):
+def _activities(value, name):
+    """Return a contextActivities entry (an activity or a list of them) as a list of activities."""
+    if value is None:
+        return []
+    if type(value) is dict:
+        return [value]
+    if type(value) is list and all(type(item) is dict for item in value):
         return value
-    return [value] if isinstance(value, dict) else []
+    raise InvalidStatement(f"context.contextActivities.{name} is not an activity or a list of activities")
+
+
+def _course_id(activity):
+    """Return the activity's id if it is typed as a course, else None."""
+    definition = activity.get("definition")
+    if type(definition) is dict and definition.get("type") == COURSE_TYPE:
+        iri = activity.get("id")
+        if type(iri) is str and iri:
+            return iri
+    return None
 
 
 def _bounded(cache):
@@ -126,18 +144,36 @@ class StatementMapper:
         self.course_pattern = re.compile(course_pattern)
         self._days = {}
         self._durations = {}
+        self._accounts = {}  # (homePage, name) -> pseudonym
         self._ids = {}  # IRI -> 64-bit id, for courses and verbs
         self.new_names = {}  # (kind, id) -> IRI first seen by this mapper; the store records them
 
     def day_of(self, timestamp):
         """Return the local calendar day of an ISO time; cached per UTC minute."""
         # Offsets are whole minutes, so every UTC time in the same minute has the same local day.
-        key = timestamp[:16] if timestamp.endswith("Z") and _UTC_TIME.fullmatch(timestamp) else timestamp
+        if len(timestamp) == 24 and _UTC_MILLIS.fullmatch(timestamp) \
+                or timestamp.endswith("Z") and _UTC_TIME.fullmatch(timestamp):
+            key = timestamp[:16]
+        else:
+            key = timestamp
         day = self._days.get(key)
         if day is None:
             day = parse_time(timestamp, "timestamp").astimezone(self.zone).date().isoformat()
             _bounded(self._days)[key] = day
         return day
+
+    def actor_of(self, actor):
+        """Return the actor's pseudonym; cached per account, the usual identifier of an LMS's learners."""
+        account = actor.get("account") if type(actor) is dict else None
+        if type(account) is dict and "mbox" not in actor and "mbox_sha1sum" not in actor and "openid" not in actor:
+            key = (account.get("homePage"), account.get("name"))
+            if type(key[0]) is str and type(key[1]) is str:
+                pseudonym = self._accounts.get(key)
+                if pseudonym is None:
+                    pseudonym = self.pseudonymise(actor_identifier(actor))
+                    _bounded(self._accounts)[key] = pseudonym
+                return pseudonym
+        return self.pseudonymise(actor_identifier(actor))
 
     def duration_of(self, text):
         duration = self._durations.get(text) if isinstance(text, str) else None
@@ -147,16 +183,26 @@ class StatementMapper:
         return duration
 
     def course_of(self, statement, object_id):
-        activities = (statement.get("context") or {}).get("contextActivities") or {}
+        context = statement.get("context")
+        if context is None:
+            context = {}
+        elif type(context) is not dict:
+            raise InvalidStatement("context is not an object")
+        activities = context.get("contextActivities")
+        if activities is None:
+            activities = {}
+        elif type(activities) is not dict:
+            raise InvalidStatement("context.contextActivities is not an object")
         parents = activities.get("parent")
-        if type(parents) is list and parents:  # the common case: the first parent is the course
-            first = parents[0]
-            if type(first) is dict and (first.get("definition") or {}).get("type") == COURSE_TYPE and first.get("id"):
-                return first["id"]
-        related = _as_list(parents) + _as_list(activities.get("grouping"))
+        if type(parents) is list and parents and type(parents[0]) is dict:
+            course = _course_id(parents[0])  # the common case: the first parent is the course
+            if course is not None:
+                return course
+        related = _activities(parents, "parent") + _activities(activities.get("grouping"), "grouping")
         for activity in related:
-            if (activity.get("definition") or {}).get("type") == COURSE_TYPE and activity.get("id"):
-                return activity["id"]
+            course = _course_id(activity)
+            if course is not None:
+                return course
         for candidate in [object_id] + [a.get("id") for a in related]:
             if isinstance(candidate, str):
                 match = self.course_pattern.search(candidate)
@@ -202,7 +248,7 @@ class StatementMapper:
             if target.get("objectType") != "StatementRef" or target_key is None:
                 raise InvalidStatement("a voiding statement's object must be a StatementRef to a UUID")
             return "void", (target_key, key, stored)
-        actor = self.pseudonymise(actor_identifier(statement.get("actor")))
+        actor = self.actor_of(statement.get("actor"))
         object_id = target.get("id")
         if not isinstance(object_id, str) or not object_id:
             raise InvalidStatement("object.id is missing")
