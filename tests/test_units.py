@@ -1,6 +1,9 @@
 """Small pure functions: windows, days, statement mapping."""
 
+import collections
+import copy
 import datetime as dt
+import random
 
 import pytest
 
@@ -178,3 +181,40 @@ def test_forked_helpers_do_not_keep_the_run_lock_alive(tmp_path):
         os.waitpid(child, 0)
         os.close(ready)
         os.close(started)
+
+
+def _nodes(value, path=()):
+    """Yield the path of every value inside a parsed JSON document."""
+    yield path
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, inner in items:
+        yield from _nodes(inner, path + (key,))
+
+
+def test_no_malformed_statement_raises_anything_but_a_quarantine_reason():
+    """Thousands of statements with parts replaced by wrong types, odd values or nothing: each is
+    mapped or quarantined; none may end the run with another exception."""
+    from lms_refresh.pseudonym import Pseudonymiser
+
+    mapper = StatementMapper("Europe/Paris", Pseudonymiser(b"k" * 32), r"^(.+?/course/[^/?#]+)")
+    odd = [None, 0, -1, 1.5, True, "", "x", "P", "PT", "2026-13-45T99:99:99Z", [], [1], [{}], {}, {"id": 5},
+           {"definition": "x"}, "\ud800", 10 ** 30, float("nan"), float("inf")]
+    rng = random.Random(7)
+    outcomes = collections.Counter()
+    for _ in range(4000):
+        body = statement(score=0.5, duration="PT1M", success=True)
+        body["context"]["contextActivities"]["grouping"] = [{"id": "g", "definition": {"type": "t"}}]
+        for _ in range(rng.randint(1, 3)):
+            path = rng.choice(list(_nodes(body))[1:])
+            parent = body
+            for key in path[:-1]:
+                parent = parent[key]
+            if rng.random() < 0.75 or not isinstance(parent, dict):
+                parent[path[-1]] = copy.deepcopy(rng.choice(odd))
+            else:
+                del parent[path[-1]]
+        try:
+            outcomes[mapper.map(body)[0]] += 1
+        except InvalidStatement:
+            outcomes["quarantined"] += 1
+    assert outcomes["event"] > 500 and outcomes["quarantined"] > 500  # both sides were exercised

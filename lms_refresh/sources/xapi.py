@@ -170,10 +170,15 @@ class StatementMapper:
             if type(key[0]) is str and type(key[1]) is str:
                 pseudonym = self._accounts.get(key)
                 if pseudonym is None:
-                    pseudonym = self.pseudonymise(actor_identifier(actor))
-                    _bounded(self._accounts)[key] = pseudonym
+                    pseudonym = _bounded(self._accounts)[key] = self._pseudonym(actor)
                 return pseudonym
-        return self.pseudonymise(actor_identifier(actor))
+        return self._pseudonym(actor)
+
+    def _pseudonym(self, actor):
+        try:
+            return self.pseudonymise(actor_identifier(actor))
+        except UnicodeEncodeError:
+            raise InvalidStatement("the actor's identifier is not valid Unicode")
 
     def duration_of(self, text):
         duration = self._durations.get(text) if isinstance(text, str) else None
@@ -212,7 +217,10 @@ class StatementMapper:
 
     def _name_id(self, kind, iri):
         """Return the stable id of a course or verb IRI, remembering it as new for the store."""
-        number = name_id(iri)
+        try:
+            number = name_id(iri)
+        except UnicodeEncodeError:  # JSON can escape a lone surrogate, which no text column can hold
+            raise InvalidStatement(f"the {kind} IRI is not valid Unicode")
         if len(self._ids) >= CACHE_LIMIT:
             self._ids.clear()
         self._ids[iri] = number
