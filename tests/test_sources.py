@@ -182,6 +182,9 @@ def test_completion_state_from_json_or_php_serialised_other():
         mapper.map(row(name, related=5, other="null"))
     with pytest.raises(InvalidRow, match="has no relateduserid"):
         mapper.map(row("\\core\\event\\course_completed"))
+    for impossible in (-5, 10 ** 15, 10 ** 30):  # a damaged row is quarantined, not the end of the run
+        with pytest.raises(InvalidRow, match="is not a Unix time"):
+            mapper.map(row("\\core\\event\\course_viewed", timecreated=impossible))
 
 
 def test_rows_that_are_not_learner_activity_are_left_out():

@@ -114,7 +114,10 @@ class RowMapper:
             return None  # not logged in, or the guest account
         if not isinstance(timecreated, int) or timecreated <= 0:
             raise InvalidRow(f"timecreated {timecreated!r} is not a Unix time")
-        moment = dt.datetime.fromtimestamp(timecreated, windows.UTC)
+        try:
+            moment = dt.datetime.fromtimestamp(timecreated, windows.UTC)
+        except (ValueError, OverflowError, OSError):
+            raise InvalidRow(f"timecreated {timecreated!r} is not a Unix time")
         day = self._days.get(timecreated // 60)
         if day is None:
             if len(self._days) > 100_000:
