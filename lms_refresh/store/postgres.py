@@ -124,6 +124,9 @@ class PostgresStore(SqlStore):
         except psycopg.OperationalError as error:
             raise _unreachable(self.location, error)
         except psycopg.Error as error:
+            if self.db.broken or self.db.closed:
+                # A connection lost during a pipelined executemany surfaces as a plain DatabaseError.
+                raise _unreachable(self.location, error)
             raise StateError(f"The store {self.describe()} failed: {first_line(error)}; check its schema.")
 
     def acquire_run_lock(self):
