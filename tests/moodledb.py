@@ -40,6 +40,23 @@ CREATE INDEX mdl_logsstanlog_useconconcr_ix
     ON mdl_logstore_standard_log (userid, contextlevel, contextinstanceid, crud, edulevel, timecreated);
 """
 
+# grade_items: the columns the source reads and a few that identify an item, typed as
+# Moodle's installer types them on PostgreSQL (number(10,5) is NUMERIC(10,5)).
+GRADE_ITEMS_DDL = """
+CREATE TABLE mdl_grade_items (
+    id BIGSERIAL,
+    courseid BIGINT,
+    itemname VARCHAR(255),
+    itemtype VARCHAR(30) NOT NULL DEFAULT '',
+    itemmodule VARCHAR(30),
+    iteminstance BIGINT,
+    gradetype SMALLINT NOT NULL DEFAULT 1,
+    grademax NUMERIC(10,5) NOT NULL DEFAULT 100,
+    grademin NUMERIC(10,5) NOT NULL DEFAULT 0,
+    CONSTRAINT mdl_gradite_id_pk PRIMARY KEY (id)
+);
+"""
+
 # eventname -> (component, action, target, crud, edulevel), as Moodle logs them
 KINDS = {
     "viewed": ("\\core\\event\\course_viewed", "core", "viewed", "course", "r", 2),
@@ -64,8 +81,8 @@ class MoodleDatabase:
     def __init__(self, server):
         self.server = server
         self.name = server.new_database()
-        server.admin(MOODLE_DDL, self.name)
-        server.admin(f"GRANT SELECT ON mdl_logstore_standard_log TO {READER}", self.name)
+        server.admin(MOODLE_DDL + GRADE_ITEMS_DDL, self.name)
+        server.admin(f"GRANT SELECT ON mdl_logstore_standard_log, mdl_grade_items TO {READER}", self.name)
 
     @property
     def url(self):
@@ -90,6 +107,12 @@ class MoodleDatabase:
                                  self.name)[0][0]
 
 
+    def grade_item(self, item, course, grademin, grademax):
+        self.server.admin(f"INSERT INTO mdl_grade_items (id, courseid, itemname, itemtype, itemmodule, grademin, "
+                          f"grademax) VALUES ({item}, {course}, 'Quiz', 'mod', 'quiz', {grademin}, {grademax})",
+                          self.name)
+
+
 def completion(state, user):
     return {"relateduserid": user, "overrideby": None, "completionstate": state}
 
@@ -107,6 +130,7 @@ def load_two_days(m):
     m.log("assign", 102, 7, a)
     m.log("cm_completion", 103, 7, a, related=103, other=completion(1, 103))
     m.log("cm_completion", 101, 7, a, related=101, other=completion(2, 101))
+    m.grade_item(5, 7, grademin=0, grademax=10)
     m.log("graded", 900, 7, a, related=102, other={"itemid": 5, "overridden": False, "finalgrade": 8.0})
     # Not learner activity: a teacher's edit, anonymous feedback, not logged in, the guest,
     # "logged in as", the site course, a site-level login.
@@ -125,6 +149,7 @@ def load_two_days(m):
 
 EXPECTED_TWO_DAYS = [
     # day, course, learners, statements, attempts, completions, passed, failed, score, duration, suppressed
+    # On the 23rd, one graded learner (0.8): fewer than 2, so the average score is suppressed too.
     ("2026-11-23", course_iri(7), 3, 7, 3, 2, None, 0, None, None, 1),  # one passed learner < 2
     ("2026-11-24", course_iri(9), 3, 3, 0, 2, 0, None, None, None, 1),  # one failed learner < 2
 ]

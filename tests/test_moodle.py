@@ -19,6 +19,8 @@ def test_moodle_metrics_match_hand_computed_ones(tmp_path, moodle, moodle_reader
     project = moodle_project(tmp_path / "p", moodle, moodle_reader, postgres)
     project.cli("run", now="2026-11-25T04:15:00+01:00", check=0)
     assert project.serving() == EXPECTED_TWO_DAYS
+    # The grade, 8 on an item graded 0 to 10, is staged as the scaled score 0.8.
+    assert project.query("SELECT score_micro FROM staged_events WHERE score_micro IS NOT NULL") == [(800000,)]
     assert project.meta()["watermark"] == "18" and project.meta()["cursor_kind"] == "log-id"
     assert project.runs()[-1] == ("run", "success", 0, "1", "18")
 
@@ -134,3 +136,15 @@ def test_the_textfile_has_no_watermark_time_for_a_log_id(tmp_path, moodle, moodl
     text = textfile.read_text()
     assert "lms_refresh_last_exit_code 0.000000" in text and "lms_refresh_rows_written 2.000000" in text
     assert "lms_refresh_watermark_timestamp_seconds" not in text
+
+
+def test_without_access_to_grade_items_grades_count_without_a_score(tmp_path, moodle, moodle_reader):
+    load_two_days(moodle)
+    moodle.server.admin("REVOKE SELECT ON mdl_grade_items FROM moodle_reader", moodle.name)
+    project = moodle_project(tmp_path / "p", moodle, moodle_reader)
+    checked = project.cli("check", check=0)
+    assert "GRANT SELECT ON mdl_grade_items" in checked.stdout and "grades count without a score" in checked.stdout
+    result = project.cli("run", now="2026-11-25T04:15:00+01:00", check=0)
+    assert result.stderr.count("refused to let us read mdl_grade_items") == 1  # warned once, not per page
+    assert project.serving() == EXPECTED_TWO_DAYS
+    assert project.query("SELECT COUNT(*) FROM staged_events WHERE score_micro IS NOT NULL") == [(0,)]

@@ -187,6 +187,27 @@ def test_completion_state_from_json_or_php_serialised_other():
             mapper.map(row("\\core\\event\\course_viewed", timecreated=impossible))
 
 
+def test_grades_are_scaled_by_their_items_range():
+    from lms_refresh.sources.moodle import GRADED
+
+    mapper = moodle_mapper()
+    mapper.grade_ranges.update({5: (0.0, 10.0), 6: (1.0, 5.0), 7: (3.0, 3.0)})
+
+    def score(other):
+        return mapper.map(row(GRADED, edulevel=1, userid=900, related=102, other=other))[11]
+
+    assert score('{"itemid":5,"overridden":false,"finalgrade":8.0}') == 800000
+    assert score('{"itemid":6,"overridden":false,"finalgrade":4}') == 750000  # a scale of 1 to 5
+    assert score('{"itemid":5,"overridden":true,"finalgrade":12.5}') == 1000000  # unlimited grades: clamped
+    assert score('a:3:{s:6:"itemid";i:5;s:10:"overridden";b:0;s:10:"finalgrade";d:2.5;}') == 250000
+    for none in ('{"itemid":5,"overridden":false,"finalgrade":null}',  # a grade removed
+                 'a:3:{s:6:"itemid";i:5;s:10:"overridden";b:0;s:10:"finalgrade";N;}',
+                 '{"itemid":99,"finalgrade":8.0}',  # an item we could not read
+                 '{"itemid":7,"finalgrade":3.0}',  # an empty range
+                 '{"itemid":5,"finalgrade":"8"}', "null", None):
+        assert score(none) is None, none
+
+
 def test_rows_that_are_not_learner_activity_are_left_out():
     mapper = moodle_mapper()
     viewed = "\\core\\event\\course_viewed"

@@ -48,6 +48,7 @@ EVENTS = {
     "\\core\\event\\course_completed": ("relateduserid", ADL + "completed", 0, 1),
     "\\core\\event\\user_graded": ("relateduserid", SCORED, 0, 0),
 }
+GRADED = "\\core\\event\\user_graded"
 # other.completionstate (COMPLETION_INCOMPLETE, _COMPLETE, _COMPLETE_PASS, _COMPLETE_FAIL) ->
 # (verb, is_completion, is_passed, is_failed)
 COMPLETION_STATES = {
@@ -57,6 +58,36 @@ COMPLETION_STATES = {
     3: (ADL + "failed", 1, 0, 1),
 }
 _PHP_STATE = re.compile(r's:15:"completionstate";i:(\d+);')
+_PHP_ITEM = re.compile(r's:6:"itemid";i:(\d+);')
+_PHP_FINAL = re.compile(r's:10:"finalgrade";(?:[id]:([-0-9.Ee+]+)|N);')
+
+
+def graded(other):
+    """Return (grade item id, final grade or None) from a user_graded row's `other`, or (None, None)."""
+    if other:
+        try:
+            value = json.loads(other)
+        except ValueError:
+            item, final = _PHP_ITEM.search(other), _PHP_FINAL.search(other)
+            if item:
+                return int(item.group(1)), float(final.group(1)) if final and final.group(1) else None
+        else:
+            if isinstance(value, dict) and type(value.get("itemid")) is int:
+                final = value.get("finalgrade")
+                ok = isinstance(final, (int, float)) and not isinstance(final, bool) and math.isfinite(final)
+                return value["itemid"], float(final) if ok else None
+    return None, None
+
+
+def scaled_micro(final, grade_range):
+    """Return a final grade as millionths of its item's range (0 to 1, clamped), or None if it has none."""
+    if final is None or grade_range is None:
+        return None
+    low, high = grade_range
+    if not high > low:
+        return None
+    # Above the maximum happens with Moodle's "unlimited grades" setting; xAPI's scaled stops at 1.
+    return round(min(max((final - low) / (high - low), 0.0), 1.0) * 1_000_000)
 
 
 class InvalidRow(ValueError):
@@ -89,6 +120,7 @@ class RowMapper:
         self.excluded_users = {None, 0, guest_user_id}
         self.names = {}
         self._days = {}
+        self.grade_ranges = {}  # grade item id -> (grademin, grademax), filled by the source
 
     def map(self, row):
         """Return the event tuple of a row, or None if the row is not learner activity in a course."""
@@ -130,8 +162,13 @@ class RowMapper:
         cursor = windows.to_cursor(moment)
         event_id = hashlib.blake2b(f"{self.site}|log|{log_id}".encode(), digest_size=16).digest()
         actor = self.pseudonymise(f"moodle:{self.site}|{user}")
+        score = scaled_micro(*self._grade(other)) if verb == SCORED else None
         return (day, course_key, actor, event_id, cursor, cursor, verb_key, attempt, completion, passed, failed,
-                None, None)
+                score, None)
+
+    def _grade(self, other):
+        item, final = graded(other)
+        return final, self.grade_ranges.get(item)
 
     def take_new_names(self):
         names, self.names = self.names, {}
@@ -146,6 +183,8 @@ class MoodleSource:
         self.url = settings["url"]
         self.password_file = settings["password_file"]
         self.table = f"{settings['prefix']}logstore_standard_log"
+        self.grade_items = f"{settings['prefix']}grade_items"
+        self._grades_readable = True
         self.id_lookback = settings["id_lookback"]
         self.batch_size = settings["batch_size"]
         self.timeout = settings["timeout"]
@@ -159,9 +198,12 @@ class MoodleSource:
 
     # -- database ------------------------------------------------------------
 
-    def query(self, statement, parameters=()):
-        """Run one read-only query; return its rows. Driver errors become the domain's, naming Moodle."""
-        where = display_url(self.url)
+    def query(self, statement, parameters=(), table=None):
+        """Run one read-only query on `table` (the log by default); return its rows.
+
+        Driver errors become the domain's, naming Moodle and the table.
+        """
+        where, table = display_url(self.url), table or self.table
         try:
             if self._db is None:
                 password = read_secret(self.password_file, self.environ) if self.password_file else None
@@ -171,7 +213,7 @@ class MoodleSource:
                     # Read-only by construction, whatever the role may do; and never a runaway scan.
                     options=f"-c default_transaction_read_only=on -c statement_timeout={self.timeout * 1000}",
                 )
-            return self._db.execute(statement.replace("{table}", self.table), parameters).fetchall()
+            return self._db.execute(statement.replace("{table}", table), parameters).fetchall()
         except psycopg.OperationalError as error:
             if getattr(error, "sqlstate", None) in ("28P01", "28000") or "authentication failed" in str(error):
                 raise ConfigError(f"The Moodle database {where} refused the credentials ({first_line(error)}); "
@@ -179,13 +221,14 @@ class MoodleSource:
             raise UnavailableError(f"The Moodle database {where} is unreachable, dropped the connection or timed "
                                    f"out ({first_line(error)}); nothing was committed.")
         except psycopg.errors.UndefinedTable:
-            raise ConfigError(f"The Moodle database {where} has no table {self.table}; check source.prefix "
-                              "(Moodle's $CFG->prefix) and that the standard log store is enabled.")
+            log_store = " and that the standard log store is enabled" if table == self.table else ""
+            raise ConfigError(f"The Moodle database {where} has no table {table}; check source.prefix "
+                              f"(Moodle's $CFG->prefix){log_store}.")
         except psycopg.errors.InsufficientPrivilege as error:
-            raise ConfigError(f"The Moodle database {where} refused to let us read {self.table} "
-                              f"({first_line(error)}); GRANT SELECT ON {self.table} to source.url's user.")
+            raise ConfigError(f"The Moodle database {where} refused to let us read {table} "
+                              f"({first_line(error)}); GRANT SELECT ON {table} to source.url's user.")
         except psycopg.Error as error:
-            raise UnavailableError(f"Reading {self.table} from {where} failed ({first_line(error)}); "
+            raise UnavailableError(f"Reading {table} from {where} failed ({first_line(error)}); "
                                    "nothing was committed.")
 
     def close(self):
@@ -234,7 +277,27 @@ class MoodleSource:
             if len(rows) < self.batch_size:
                 return
 
+    def _read_grade_ranges(self, rows):
+        """Learn the range of every grade item the page's user_graded rows name and the mapper lacks.
+
+        Without SELECT on grade_items, grades still count as events, without a score (warned once).
+        """
+        known = self.mapper.grade_ranges
+        wanted = {graded(row[8])[0] for row in rows if row[1] == GRADED} - set(known) - {None}
+        if not wanted or not self._grades_readable:
+            return
+        try:
+            found = self.query("SELECT id, grademin, grademax FROM {table} WHERE id = ANY(%s)",
+                               (sorted(wanted),), table=self.grade_items)
+        except ConfigError as error:
+            self._grades_readable = False
+            logger.warning("%s Until then, grades count without a score.", error)
+            return
+        known.update(dict.fromkeys(wanted))  # an item deleted since: asked once, scored as None
+        known.update((item, (float(low), float(high))) for item, low, high in found)
+
     def _map(self, rows):
+        self._read_grade_ranges(rows)
         batch = Batch(read=len(rows))
         for row in rows:
             try:
@@ -258,6 +321,10 @@ class MoodleSource:
                  f"newest log id {newest if newest is not None else 'none (the log is empty)'}"]
         writable = self.query("SELECT has_table_privilege(current_user, %s, 'INSERT, UPDATE, DELETE')",
                               (self.table,))[0][0]
+        try:
+            self.query("SELECT id, grademin, grademax FROM {table} LIMIT 0", table=self.grade_items)
+        except ConfigError as error:
+            lines.append(f"warning: {error} Until then, grades count without a score.")
         if writable:
             lines.append(f"warning: source.url's user may write {self.table}; lms-refresh only reads (its session "
                          "is read-only), but a role with SELECT only is safer")
