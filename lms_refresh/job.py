@@ -5,7 +5,9 @@ lock leaves a Prometheus textfile. Neither may change the run's exit status.
 """
 
 import datetime as dt
+import errno
 import logging
+import os
 import time
 
 from lms_refresh.errors import ConfigError, RefreshError, UnavailableError
@@ -38,7 +40,11 @@ def _write_metrics(config, environ, now, exit_code, duration, report):
             status = None  # a damaged store: keep what the previous file said
         write_textfile(path, metrics_text(now, exit_code, duration, report, status, read_previous(path)))
     except OSError as error:
-        logger.warning("Could not write the metrics textfile %s: %s", path, error)
+        hint = ""
+        if error.errno == errno.EROFS:  # the unit's ProtectSystem=strict: only listed paths are writable
+            hint = (f"; the service may write only where it is told to: add 'ReadWritePaths={os.path.dirname(path)}' "
+                    "to a drop-in (systemctl edit lms-refresh.service)")
+        logger.warning("Could not write the metrics textfile %s: %s%s", path, error, hint)
 
 
 def _refresh_with_retries(config, now, environ, euid, progress, since, until, dry_run, sleep, clock):

@@ -349,6 +349,36 @@ def test_parallel_parsing_works_under_the_hardened_unit(system):
         system.run("systemctl", "reset-failed", UNIT, check=False)
 
 
+def test_the_textfile_needs_a_read_write_path_and_is_then_written(system):
+    """ProtectSystem=strict leaves node_exporter's directory read-only to the service: the run still
+    succeeds and its warning names the missing drop-in line; with that line the textfile is written."""
+    textfile = "/var/lib/prometheus/node-exporter/lms_refresh.prom"
+    drop_in = "/etc/systemd/system/lms-refresh.service.d/textfile.conf"
+    system.run("install", "-d", "-o", "lms-refresh", "-m", "0755", os.path.dirname(textfile))
+    configure(system, extra=f'[monitoring]\ntextfile = "{textfile}"\n')
+    try:
+        system.run("systemctl", "start", UNIT)
+        assert system.show(UNIT, "Result", "ExecMainStatus") == {"Result": "success", "ExecMainStatus": "0"}
+        invocation = system.show(UNIT, "InvocationID")["InvocationID"]
+        log = system.run("journalctl", f"_SYSTEMD_INVOCATION_ID={invocation}", "-o", "cat", "--no-pager").stdout
+        assert f"Could not write the metrics textfile {textfile}" in log
+        assert "add 'ReadWritePaths=/var/lib/prometheus/node-exporter' to a drop-in" in log
+        assert system.run("test", "-e", textfile, check=False).returncode != 0
+
+        system.run("mkdir", "-p", os.path.dirname(drop_in))
+        system.run("tee", drop_in, input="[Service]\nReadWritePaths=/var/lib/prometheus/node-exporter\n")
+        system.run("systemctl", "daemon-reload")
+        system.run("systemctl", "start", UNIT)
+        assert system.show(UNIT, "Result", "ExecMainStatus") == {"Result": "success", "ExecMainStatus": "0"}
+        assert "lms_refresh_last_exit_code 0.000000" in system.run("cat", textfile).stdout
+        assert system.run("stat", "-c", "%U %a", textfile).stdout.split() == ["lms-refresh", "644"]
+    finally:
+        system.run("rm", "-rf", drop_in, "/var/lib/prometheus")
+        system.run("systemctl", "daemon-reload")
+        system.run("systemctl", "reset-failed", UNIT, check=False)
+        configure(system)
+
+
 SOURCES_DROP_IN = "/etc/systemd/system/lms-refresh.service.d/sources.conf"
 
 
