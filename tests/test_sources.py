@@ -204,7 +204,8 @@ def test_grades_are_scaled_by_their_items_range():
                  'a:3:{s:6:"itemid";i:5;s:10:"overridden";b:0;s:10:"finalgrade";N;}',
                  '{"itemid":99,"finalgrade":8.0}',  # an item we could not read
                  '{"itemid":7,"finalgrade":3.0}',  # an empty range
-                 '{"itemid":5,"finalgrade":"8"}', "null", None):
+                 '{"itemid":5,"finalgrade":"8"}', "null", None,
+                 'a:2:{s:6:"itemid";i:5;s:10:"finalgrade";d:-;}', 'a:2:{s:6:"itemid";i:5;s:10:"finalgrade";d:1e999;}'):
         assert score(none) is None, none
 
 

@@ -64,19 +64,25 @@ _PHP_FINAL = re.compile(r's:10:"finalgrade";(?:[id]:([-0-9.Ee+]+)|N);')
 
 def graded(other):
     """Return (grade item id, final grade or None) from a user_graded row's `other`, or (None, None)."""
+    item = final = None
     if other:
         try:
             value = json.loads(other)
         except ValueError:
-            item, final = _PHP_ITEM.search(other), _PHP_FINAL.search(other)
-            if item:
-                return int(item.group(1)), float(final.group(1)) if final and final.group(1) else None
+            match = _PHP_ITEM.search(other)
+            if match:
+                item, final = int(match.group(1)), _PHP_FINAL.search(other)
+                final = final.group(1) if final else None
         else:
             if isinstance(value, dict) and type(value.get("itemid")) is int:
-                final = value.get("finalgrade")
-                ok = isinstance(final, (int, float)) and not isinstance(final, bool) and math.isfinite(final)
-                return value["itemid"], float(final) if ok else None
-    return None, None
+                item, final = value["itemid"], value.get("finalgrade")
+                if isinstance(final, bool) or not isinstance(final, (int, float)):
+                    final = None
+    try:
+        final = float(final) if final is not None else None
+    except ValueError:  # a PHP number the pattern let through but float() does not read, e.g. "-"
+        final = None
+    return item, final if final is not None and math.isfinite(final) else None
 
 
 def scaled_micro(final, grade_range):
