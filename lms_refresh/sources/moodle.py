@@ -57,32 +57,49 @@ COMPLETION_STATES = {
     2: (ADL + "passed", 1, 1, 0),
     3: (ADL + "failed", 1, 0, 1),
 }
-_PHP_STATE = re.compile(r's:15:"completionstate";i:(\d+);')
-_PHP_ITEM = re.compile(r's:6:"itemid";i:(\d+);')
-_PHP_FINAL = re.compile(r's:10:"finalgrade";(?:[id]:([-0-9.Ee+]+)|N);')
+# One scalar field of PHP-serialised data: s:LEN:"name"; then an int, a float, a bool or null.
+_PHP_SCALAR = re.compile(r's:\d+:"(\w+)";(?:i:(-?\d+)|d:([^;]*)|b:([01])|N);')
+
+
+def _php_scalars(text):
+    """Return the scalar fields of PHP-serialised data as a dict (the first of each name wins)."""
+    values = {}
+    for name, integer, number, boolean in _PHP_SCALAR.findall(text):
+        if integer:
+            value = int(integer)
+        elif number:
+            try:
+                value = float(number)  # PHP writes INF and NAN too; callers check
+            except ValueError:
+                value = None
+        elif boolean:
+            value = boolean == "1"
+        else:
+            value = None
+        values.setdefault(name, value)
+    return values
+
+
+def _other(other):
+    """Return a row's `other` as a dict: JSON, or PHP-serialised before Moodle 3.x; {} if it is neither."""
+    if not other:
+        return {}
+    try:
+        value = json.loads(other)
+    except ValueError:
+        return _php_scalars(other)
+    return value if isinstance(value, dict) else {}
 
 
 def graded(other):
     """Return (grade item id, final grade or None) from a user_graded row's `other`, or (None, None)."""
-    item = final = None
-    if other:
-        try:
-            value = json.loads(other)
-        except ValueError:
-            match = _PHP_ITEM.search(other)
-            if match:
-                item, final = int(match.group(1)), _PHP_FINAL.search(other)
-                final = final.group(1) if final else None
-        else:
-            if isinstance(value, dict) and type(value.get("itemid")) is int:
-                item, final = value["itemid"], value.get("finalgrade")
-                if isinstance(final, bool) or not isinstance(final, (int, float)):
-                    final = None
-    try:
-        final = float(final) if final is not None else None
-    except ValueError:  # a PHP number the pattern let through but float() does not read, e.g. "-"
+    values = _other(other)
+    item, final = values.get("itemid"), values.get("finalgrade")
+    if type(item) is not int:
+        return None, None
+    if isinstance(final, bool) or not isinstance(final, (int, float)) or not math.isfinite(final):
         final = None
-    return item, final if final is not None and math.isfinite(final) else None
+    return item, None if final is None else float(final)
 
 
 def scaled_micro(final, grade_range):
@@ -101,17 +118,10 @@ class InvalidRow(ValueError):
 
 
 def _completion(other):
-    """Return the completion state from a row's `other` (JSON, or PHP-serialised before Moodle 3.x)."""
-    if other:
-        try:
-            value = json.loads(other)
-        except ValueError:
-            match = _PHP_STATE.search(other)
-            if match:
-                return int(match.group(1))
-        else:
-            if isinstance(value, dict) and isinstance(value.get("completionstate"), int):
-                return value["completionstate"]
+    """Return the completion state from a row's `other`."""
+    state = _other(other).get("completionstate")
+    if isinstance(state, int):
+        return state
     raise InvalidRow("a completion update without other.completionstate")
 
 
