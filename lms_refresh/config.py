@@ -37,6 +37,13 @@ def parse_duration(value):
     return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
+def _at_least_a_second(value):
+    seconds = parse_duration(value)
+    if seconds < 1:
+        raise ValueError("must be at least 1 second")
+    return seconds
+
+
 def _timezone(value):
     if not isinstance(value, str):
         raise ValueError("expected a time zone name such as \"Europe/Paris\"")
@@ -125,9 +132,10 @@ _identifier_prefix = _sql_name(21, "mdl_", "table prefix")
 
 # The [source] keys each source type takes (beyond type), and those it requires.
 SOURCE_KEYS = {
-    "xapi-ndjson": ({"batch_size", "course_pattern", "path"}, {"path"}),
+    "xapi-ndjson": ({"batch_size", "course_pattern", "path", "max_record_bytes"}, {"path"}),
     "xapi-lrs": ({"batch_size", "course_pattern", "endpoint", "username", "password_file", "ca_bundle", "page_size",
-                  "overlap", "timeout", "request_attempts", "request_delay"},
+                  "overlap", "timeout", "request_attempts", "request_delay", "response_deadline",
+                  "max_response_bytes", "read_deadline", "max_pages"},
                  {"endpoint", "username", "password_file"}),
     "moodle": ({"batch_size", "url", "password_file", "prefix", "site_url", "id_lookback", "site_course_id",
                 "guest_user_id", "timeout"}, {"url", "site_url"}),
@@ -155,6 +163,8 @@ SCHEMA = {
         # xAPI (files and LRS)
         "course_pattern": (_regex, r"^(.+?/course/[^/?#]+)"),
         "path": (_path, None),  # xapi-ndjson
+        # xapi-ndjson: a longer line (record) is skipped unread and quarantined by its origin and length.
+        "max_record_bytes": (_typed(int, 1024, 16 << 20), 1 << 20),
         # xapi-lrs
         "endpoint": (_http_url, None),
         "username": (_typed(str), None),
@@ -169,6 +179,14 @@ SCHEMA = {
         "timeout": (parse_duration, 60),
         "request_attempts": (_typed(int, 1, 20), 5),
         "request_delay": (parse_duration, 2),
+        # The whole of one response, headers to last byte (`timeout` bounds each read only).
+        "response_deadline": (_at_least_a_second, 120),
+        # A larger response is aborted while it streams in (never held whole); ends the run with 69.
+        "max_response_bytes": (_typed(int, 64 << 10, 256 << 20), 4 << 20),
+        # All requests of one run, retries and pauses included (3 x 30m + 2 x 10m fits TimeoutStartSec=2h).
+        "read_deadline": (_at_least_a_second, 1800),
+        # Pages one run may follow through `more`: an LRS whose paging never ends ends the run instead.
+        "max_pages": (_typed(int, 1, 10_000_000), 100_000),
         # moodle
         "url": (_database_url, None),
         "prefix": (_identifier_prefix, "mdl_"),

@@ -4,7 +4,9 @@ Ralph runs in its own virtualenv (`.venv-ralph`, made by tests/run.sh) so its
 dependencies never meet ours. Its file-system backend is patched to append
 (stock 5.1.0 refuses a second write), and a small ASGI layer in front of it
 can be told, through a JSON file, to fail chosen GET requests: that is how the
-tests make page 7 of 10 answer 500 or a `more` link point at another host.
+tests make page 7 of 10 answer 500 or a `more` link point at another host —
+or misbehave as a hostile server would: trickle a body one byte at a time,
+stream hundreds of megabytes, or send a new `more` link forever.
 Everything else — validation, `stored`, paging, filtering — is Ralph's own.
 """
 
@@ -23,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV = os.environ.get("LMS_REFRESH_RALPH_VENV", os.path.join(ROOT, ".venv-ralph"))
 
 SERVE = r'''
-import json, os, sys
+import asyncio, json, os, sys, uuid
 import uvicorn
 from ralph.backends.data.base import BaseOperationType
 from ralph.backends.lrs.fs import FSLRSBackend
@@ -36,7 +38,13 @@ FAULTS = sys.argv[2]
 
 
 class Faults:
-    """Answer chosen GET /statements requests (counted per plan) with a canned response."""
+    """Answer chosen GET /statements requests (counted per plan) with a canned or hostile response.
+
+    A plan's "mode": "canned" (status, headers, body), "trickle" (a 200 whose
+    body comes one byte every `interval` seconds), "huge" (a 200 streaming
+    `size` bytes, with or without Content-Length) or "endless" (an empty page
+    whose `more` link is new every time, after `interval` seconds).
+    """
 
     def __init__(self, app):
         self.app, self.counts = app, {}
@@ -48,13 +56,41 @@ class Faults:
                 plan = json.load(handle)
             number = self.counts[plan["id"]] = self.counts.get(plan["id"], 0) + 1
             if plan["first"] <= number <= plan["last"]:
-                body = json.dumps(plan.get("body", {"error": "injected"})).encode()
-                headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-                headers += [(k.encode(), v.encode()) for k, v in plan.get("headers", {}).items()]
-                await send({"type": "http.response.start", "status": plan["status"], "headers": headers})
-                await send({"type": "http.response.body", "body": body})
+                await getattr(self, plan.get("mode", "canned"))(plan, send)
                 return
         await self.app(scope, receive, send)
+
+    async def canned(self, plan, send):
+        body = json.dumps(plan.get("body", {"error": "injected"})).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        headers += [(k.encode(), v.encode()) for k, v in plan.get("headers", {}).items()]
+        await send({"type": "http.response.start", "status": plan["status"], "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def trickle(self, plan, send):
+        body = json.dumps(plan.get("body", {"statements": []})).encode()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        for byte in body:
+            await send({"type": "http.response.body", "body": bytes([byte]), "more_body": True})
+            await asyncio.sleep(plan["interval"])
+        await send({"type": "http.response.body", "body": b""})
+
+    async def huge(self, plan, send):
+        headers = [(b"content-type", b"application/json")]
+        if plan.get("length"):
+            headers.append((b"content-length", str(plan["size"]).encode()))
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        block = b'{"statements": [' + b" " * (65536 - 16)
+        for _ in range(plan["size"] // len(block)):
+            await send({"type": "http.response.body", "body": block, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def endless(self, plan, send):
+        await asyncio.sleep(plan.get("interval", 0))
+        body = json.dumps({"statements": [], "more": f"/xAPI/statements?page={uuid.uuid4()}"}).encode()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
 
 
 tls = dict(ssl_certfile=sys.argv[3], ssl_keyfile=sys.argv[4]) if len(sys.argv) > 3 else {}
@@ -139,10 +175,11 @@ class RalphServer:
             params = None
         return statements
 
-    def inject(self, status, first=1, last=10**6, headers=None, body=None):
-        """Answer GET /statements requests number `first`..`last` (from now on) with `status`."""
-        plan = {"id": str(uuid.uuid4()), "first": first, "last": last, "status": status,
-                "headers": headers or {}, "body": body if body is not None else {"error": "injected"}}
+    def inject(self, status=200, first=1, last=10**6, headers=None, body=None, mode="canned", **details):
+        """Answer GET /statements requests number `first`..`last` (from now on) with `status`, or
+        misbehave as `mode` says (see Faults in SERVE; `details`: interval, size, length)."""
+        plan = {"id": str(uuid.uuid4()), "first": first, "last": last, "status": status, "mode": mode,
+                "headers": headers or {}, "body": body if body is not None else {"error": "injected"}, **details}
         with open(self.faults + ".tmp", "w") as handle:
             json.dump(plan, handle)
         os.replace(self.faults + ".tmp", self.faults)
@@ -159,3 +196,64 @@ class RalphServer:
             self.process.kill()
         self.log.close()
         shutil.rmtree(self.base, ignore_errors=True)
+
+
+class HeldLrs:
+    """A minimal LRS on loopback that serves fixed statements and holds one request until released.
+
+    A run blocked in that request holds its lock (and, past the first request,
+    which only asks how far the LRS is consistent, its store transaction) for
+    as long as a test needs — no timing involved, and nothing that a run
+    refuses to open (export directories hold regular files only).
+    """
+
+    PASSWORD = "held-secret"
+
+    def __init__(self, root, statements, hold_at=2):
+        import http.server
+        import threading
+
+        self.arrived, self.released, self.requests = threading.Event(), threading.Event(), 0
+        held = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                held.requests += 1
+                number = held.requests
+                if number == hold_at:
+                    held.arrived.set()
+                    held.released.wait(300)
+                body = json.dumps({"statements": statements if number > 1 else []}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.password_file = os.path.join(str(root), "held-lrs-password")
+        with open(self.password_file, "w") as handle:
+            handle.write(self.PASSWORD + "\n")
+        self.source = {"type": "xapi-lrs", "endpoint": f"http://127.0.0.1:{self.server.server_address[1]}/xAPI/",
+                       "username": "lms-refresh", "password_file": self.password_file, "request_attempts": 1,
+                       "overlap": "20d"}
+
+    def wait_until_held(self, process, seconds=60):
+        """Wait until a run is blocked in the held request (or fail if it ended first)."""
+        deadline = time.monotonic() + seconds
+        while not self.arrived.wait(0.05):
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the run never reached the held request"
+
+    def release(self):
+        self.released.set()
+
+    def stop(self):
+        self.released.set()
+        self.server.shutdown()
+        self.server.server_close()

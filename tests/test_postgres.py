@@ -1,13 +1,13 @@
 """What only a shared PostgreSQL store has: several hosts, dropped connections, roles, upgrades."""
 
 import json
-import os
 import time
 
 import psycopg
 import pytest
 
 from conftest import Project, statement
+from lrsserver import HeldLrs
 from lms_refresh.store.postgres import LOCK_CLASS
 
 NOW = "2026-11-03T04:15:00+01:00"
@@ -42,22 +42,6 @@ def wait_for_advisory_lock(server, process, seconds=30):
         time.sleep(0.05)
 
 
-def feed(fifo, process, seconds=60):
-    """Write one line to the pipe once the run has opened it (never block if the run died first)."""
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-            break
-        except OSError:  # ENXIO: nobody reads yet
-            if process.poll() is not None:
-                return  # it ended before reading (e.g. its connection was already gone)
-            assert time.monotonic() < deadline, "the run never opened the pipe"
-            time.sleep(0.05)
-    os.write(fd, b"\n")
-    os.close(fd)
-
-
 def wait_until_in_transaction(server, process, seconds=30):
     deadline = time.monotonic() + seconds
     while not server.admin("SELECT COUNT(*) FROM pg_stat_activity WHERE state = 'idle in transaction' "
@@ -67,26 +51,31 @@ def wait_until_in_transaction(server, process, seconds=30):
         time.sleep(0.05)
 
 
-def blocked_run(project):
-    """Start a run that holds its locks until something is written to the returned pipe."""
-    fifo = project.source / "slow.ndjson"
-    os.mkfifo(fifo)
-    return project.start("run", now=NOW), fifo
+@pytest.fixture
+def held_lrs(tmp_path):
+    """An LRS holding the first page of 12 statements until released: a run blocked there holds its locks
+    and its transaction (see tests/lrsserver.py)."""
+    lrs = HeldLrs(tmp_path, [statement(learner=f"u{i}") for i in range(12)])
+    yield lrs
+    lrs.stop()
 
 
-def test_two_hosts_on_one_store_never_refresh_at_once(tmp_path, server, pg_project):
-    pg_project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
-    other_host = Project(tmp_path / "b", server, pg_project.database)  # its own state directory and flock
-    other_host.source.rmdir()
-    other_host.source = pg_project.source
-    other_host.configure()
-    first, fifo = blocked_run(pg_project)
+def blocked_run(project, lrs):
+    """Start a run of `project` from the held LRS; it holds its locks until `lrs.release()`."""
+    project.source_settings = lrs.source
+    project.configure()
+    return project.start("run", now=NOW)
+
+
+def test_two_hosts_on_one_store_never_refresh_at_once(tmp_path, server, pg_project, held_lrs):
+    other_host = Project(tmp_path / "b", server, pg_project.database, source=held_lrs.source)  # its own flock
+    first = blocked_run(pg_project, held_lrs)
     try:
         wait_for_advisory_lock(server, first)
         second = other_host.cli("run", now=NOW)
         assert second.returncode == 0, second.stderr
         assert f"Another refresh holds the lock (held by lms-refresh pid {first.pid} on " in second.stderr
-        feed(fifo, first)
+        held_lrs.release()
         first.communicate(timeout=60)
         assert first.returncode == 0
     finally:
@@ -95,14 +84,14 @@ def test_two_hosts_on_one_store_never_refresh_at_once(tmp_path, server, pg_proje
     assert pg_project.serving()[0][2] == 12
 
 
-def test_a_dropped_connection_exits_69_commits_nothing_and_the_next_run_converges(server, pg_project):
-    pg_project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
-    first, fifo = blocked_run(pg_project)
+def test_a_dropped_connection_exits_69_commits_nothing_and_the_next_run_converges(server, pg_project, held_lrs):
+    first = blocked_run(pg_project, held_lrs)
     try:
         wait_for_advisory_lock(server, first)  # taken after the schema is created, before the run's transaction
+        held_lrs.wait_until_held(first)
         wait_until_in_transaction(server, first)
         server.admin(f"SELECT pg_terminate_backend({backend_of(server, first)})")
-        feed(fifo, first)
+        held_lrs.release()
         out, err = first.communicate(timeout=60)
     finally:
         first.kill()
@@ -110,7 +99,6 @@ def test_a_dropped_connection_exits_69_commits_nothing_and_the_next_run_converge
     assert "is unreachable or dropped the connection" in err and "nothing was committed" in err
     assert "refresh-secret" not in err
     assert pg_project.serving() == [] and "watermark" not in pg_project.meta()
-    os.unlink(fifo)
     pg_project.cli("run", now=NOW, check=0)
     assert pg_project.serving()[0][2] == 12
 

@@ -1,7 +1,5 @@
 """The refresh run through the installed CLI: the behaviours PRODUCT.md promises."""
 
-import json
-import os
 import signal
 import subprocess
 import time
@@ -9,6 +7,7 @@ import time
 import pytest
 
 from conftest import statement, voiding
+from lrsserver import HeldLrs
 from lms_refresh.lock import probe
 
 NOW = "2026-11-03T04:15:00+01:00"  # a Tuesday, 04:15 in Paris
@@ -32,24 +31,25 @@ def test_bootstrap_with_no_prior_state(project):
     assert project.meta()["watermark"] == "2026-11-03T03:15:00.000000Z"
 
 
-def test_overlap_second_run_exits_0_and_touches_nothing(project):
-    project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
-    fifo = project.source / "slow.ndjson"
-    os.mkfifo(fifo)  # the first run blocks reading it, holding the lock, until we write
+def test_overlap_second_run_exits_0_and_touches_nothing(project, tmp_path):
+    lrs = HeldLrs(tmp_path, [statement(learner=f"u{i}") for i in range(13)])  # the first run waits at its first page
+    project.source_settings = lrs.source
+    project.configure()
     first = project.start("run", now=NOW)
     try:
+        lrs.wait_until_held(first)
         wait_for_lock(project, first)
         second = project.cli("run", now=NOW)
         assert second.returncode == 0
         assert "Another refresh holds the lock" in second.stderr
         assert str(first.pid) in second.stderr
         assert project.serving() == []
-        with open(fifo, "w") as writer:
-            writer.write(json.dumps(statement(learner="late")) + "\n")
+        lrs.release()
         out, err = first.communicate(timeout=60)
         assert first.returncode == 0, err
     finally:
         first.kill()
+        lrs.stop()
     assert project.serving()[0][2] == 13
     assert [r[:3] for r in project.runs()] == [("run", "success", 0)]
 
@@ -198,12 +198,13 @@ def test_backfill_rejects_a_bad_date(project):
     assert result.returncode == 2 and "not an ISO date" in result.stderr
 
 
-def test_sigterm_rolls_back_and_exits_143(project):
-    project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
-    os.mkfifo(project.source / "slow.ndjson")
+def test_sigterm_rolls_back_and_exits_143(project, tmp_path):
+    lrs = HeldLrs(tmp_path, [statement(learner=f"u{i}") for i in range(12)])  # the run waits inside its transaction
+    project.source_settings = lrs.source
+    project.configure()
     first = project.start("run", now=NOW)
     try:
-        wait_for_lock(project, first)
+        lrs.wait_until_held(first)
         first.terminate()
         try:
             out, err = first.communicate(timeout=30)
@@ -212,10 +213,13 @@ def test_sigterm_rolls_back_and_exits_143(project):
             raise AssertionError(f"still running 30 s after SIGTERM:\n{first.communicate()[1]}")
     finally:
         first.kill()
-    assert first.returncode == 143, err
-    assert "rolled back" in err
-    assert project.serving() == []
-    assert not project.has_store() or "watermark" not in project.meta()  # stopped before or after creating it
-    (project.source / "slow.ndjson").unlink()
-    project.cli("run", now=NOW, check=0)
-    assert project.serving()[0][2] == 12
+        lrs.release()
+    try:
+        assert first.returncode == 143, err
+        assert "rolled back" in err
+        assert project.serving() == []
+        assert not project.has_store() or "watermark" not in project.meta()  # stopped before or after creating it
+        project.cli("run", now=NOW, check=0)
+        assert project.serving()[0][2] == 12
+    finally:
+        lrs.stop()

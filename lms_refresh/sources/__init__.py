@@ -12,6 +12,11 @@ import dataclasses
 from lms_refresh import window as windows
 from lms_refresh.errors import ConfigError
 
+# Characters of a quarantined record's raw text that are kept: enough to see what is wrong with
+# it (its origin says where the rest is), and little enough that the records a failed run keeps
+# in memory to record after its rollback stay bounded whatever the input.
+RAW_KEPT = 16_384
+
 
 @dataclasses.dataclass
 class Batch:
@@ -19,7 +24,8 @@ class Batch:
 
     events: canonical event tuples (see `lms_refresh.sources.xapi.EVENT_FIELDS`).
     voids: (target_id, voiding_id, stored) for statements that void others.
-    quarantined: (origin, reason, raw_text) for records that could not be used.
+    quarantined: (origin, reason, raw_text) for records that could not be used (raw_text at
+        most RAW_KEPT characters).
     read: records in the window this batch covers (events + voids + quarantined).
     state: source bookkeeping to commit with the run (e.g. the file index).
     names: {(kind, id): IRI} for course and verb ids first seen in this batch.
@@ -66,7 +72,8 @@ def build_source(config, pseudonymise, environ):
         if kind == "xapi-ndjson":
             from lms_refresh.sources.ndjson import NdjsonSource
 
-            return NdjsonSource(settings["path"], mapper, settings["batch_size"])
+            return NdjsonSource(settings["path"], mapper, settings["batch_size"],
+                                max_record_bytes=settings["max_record_bytes"])
         from lms_refresh.sources.lrs import LrsSource
 
         return LrsSource(settings, mapper, environ)

@@ -10,38 +10,55 @@ Export files only grow in number, so each file's size, mtime, inode and the
 range of `stored` times it holds are remembered (committed with the run).
 An unchanged file whose range lies outside the window is not read again,
 which keeps a one-day refresh cheap however much history sits beside it.
+
+Hostile or careless input must neither block a run nor exhaust its memory:
+only regular files are opened (a FIFO would block, a device may rewind);
+a file is read up to the size it had when the run planned it (a file that
+grows meanwhile is read to its new end next run); and no line is ever held
+whole beyond `max_record_bytes` — a longer one is read past in blocks and
+quarantined by its origin and length.
 """
 
 import collections
 import gzip
 import json
+import logging
 import marshal
 import multiprocessing
 import os
 import re
 import signal
+import zlib
 
-from lms_refresh.errors import BadInputError, ConfigError, UnavailableError
-from lms_refresh.sources import Batch, TimeOrderedSource
+from lms_refresh.errors import BadInputError, ConfigError
+from lms_refresh.sources import RAW_KEPT, Batch, TimeOrderedSource
+from lms_refresh.sources.files import (NotRegularFile, UpTo, chunk_lines, denied, export_files, numbered_lines,
+                                       open_regular)
 from lms_refresh.sources.xapi import InvalidStatement, stored_cursor
 
-SUFFIXES = (".ndjson", ".jsonl", ".ndjson.gz", ".jsonl.gz")
+logger = logging.getLogger(__name__)
+
 _STORED = re.compile(rb'"stored"\s*:\s*"([^"]{1,64})"')
 _decode = json.JSONDecoder().raw_decode  # str in, no encoding sniffing per line
 NICE_WORKERS = 19  # parsing workers run at the lowest priority (see _worker_init)
 BYTES_PER_STATEMENT = 1024  # sizes chunks: batch_size statements of about this size
 PREFILTER_STREAK = 256  # lines in a row inside the window after which the pre-filter pauses
+MAX_RECORD_BYTES = 1 << 20  # the default of source.max_record_bytes (statements are about 1 KiB)
 
 
 class ChunkResult:
-    """What one chunk of one file held: a Batch plus line count and `stored` range."""
+    """What one chunk of one file held: a Batch plus line count and `stored` range.
 
-    __slots__ = ("batch", "lines", "low", "high")
+    `changed`: the file was removed or replaced after the run planned it; nothing was read.
+    """
+
+    __slots__ = ("batch", "lines", "low", "high", "changed")
 
     def __init__(self):
         self.batch = Batch()
         self.lines = 0
         self.low = self.high = None
+        self.changed = False
 
 
 def _stored_of(line):
@@ -114,30 +131,53 @@ def parse_lines(mapper, lines, since, until, result):
     return result
 
 
-def read_chunk(mapper, path, start, end, since, until):
-    """Return the ChunkResult of the lines of `path` that start in [start, end) (end None: to EOF)."""
+def oversized(numbered, batch, limit):
+    """Pass (number, line) pairs on, quarantining each line given as its length (an oversized record).
+
+    Only its length is known and kept: its content was never held, so its `stored`
+    time cannot be told and it is quarantined whatever the window.
+    """
+    for number, line in numbered:
+        if type(line) is int:
+            batch.quarantined.append((number, f"the record is {line} bytes long, more than source.max_record_bytes "
+                                              f"({limit}); it was skipped unread", ""))
+            batch.read += 1
+        else:
+            yield number, line
+
+
+def read_chunk(mapper, path, start, end, since, until, limit=MAX_RECORD_BYTES, signature=None):
+    """Return the ChunkResult of the lines of `path` that start in [start, end) (end None: to the end).
+
+    `signature` is the file as the run planned it ([size, mtime_ns, inode]):
+    nothing at or past that size is read, and a file that is no longer that
+    inode (removed, replaced) gives an empty result marked `changed`. A line
+    longer than `limit` bytes is read past and quarantined by its length.
+    """
+    result = ChunkResult()
     try:
-        with open(path, "rb") as handle:
-            if end is None:  # the whole file, which may be a pipe that cannot seek
-                return parse_lines(mapper, enumerate(handle, 1), since, until, ChunkResult())
-            if start:
-                handle.seek(start - 1)
-                handle.readline()  # finish the line that straddles `start`; it is the previous chunk's
-            position = handle.tell()
-            data = handle.read(max(end - position, 0)) if position < end else b""
-            lines = data.split(b"\n")
-            del data
-            if lines[-1] == b"":
-                lines.pop()
-            else:  # the last line starts in this chunk, so it is ours (appended, not a copy of the chunk)
-                lines[-1] += handle.readline().rstrip(b"\n")
-            result = parse_lines(mapper, enumerate(lines, 1), since, until, ChunkResult())
-            result.lines = len(lines)
-            return result
+        handle, info = open_regular(path)
+    except (FileNotFoundError, NotRegularFile):
+        result.changed = True
+        return result
     except PermissionError:
-        raise ConfigError(f"Cannot read {path}: permission denied.")
+        raise ConfigError(denied(path))
     except OSError as error:
-        raise BadInputError(f"Cannot read {path} ({error}); fix or move the file and run again.")
+        raise BadInputError(f"Cannot read {path} ({error.strerror or error}); fix or move the file and run again.")
+    try:
+        with handle:
+            if signature is not None and info.st_ino != signature[2]:
+                result.changed = True
+                return result
+            size = info.st_size if signature is None else signature[0]
+            lines = chunk_lines(handle, start, size if end is None else min(end, size), size, limit)
+    except OSError as error:
+        raise BadInputError(f"Cannot read {path} ({error.strerror or error}); fix or move the file and run again.")
+    parse_lines(mapper, oversized(enumerate(lines, 1), result.batch, limit), since, until, result)
+    result.lines = len(lines)
+    # Evidence, not a copy: a long malformed record keeps its beginning (the origin says where the rest is).
+    result.batch.quarantined = [(n, reason, raw[:RAW_KEPT]) for n, reason, raw in result.batch.quarantined]
+    return result
 
 
 _worker_mapper = None
@@ -157,8 +197,8 @@ def _worker_init(mapper):
         pass  # a seccomp filter may refuse it; parsing is only slower, never wrong
 
 
-def _worker_read(path, start, end, since, until):
-    result = read_chunk(_worker_mapper, path, start, end, since, until)
+def _worker_read(path, start, end, since, until, limit, signature):
+    result = read_chunk(_worker_mapper, path, start, end, since, until, limit, signature)
     # The events are flat tuples of str, int, bytes and None: marshal passes them to the
     # parent at a fraction of pickle's cost (the rest of the result is small).
     result.batch.events = marshal.dumps(result.batch.events)
@@ -188,67 +228,74 @@ class _FileTracker:
         self.path = path
         self.lines = 0
         self.low = self.high = None
+        self.changed = False
 
     def add(self, result):
         batch = result.batch
         batch.quarantined = [(f"{self.path}:{self.lines + n}", reason, raw) for n, reason, raw in batch.quarantined]
         self.lines += result.lines
+        self.changed = self.changed or result.changed
         if result.low is not None and (self.low is None or result.low < self.low):
             self.low = result.low
         if result.high is not None and (self.high is None or result.high > self.high):
             self.high = result.high
         return batch
 
+    def state(self, signature):
+        """The Batch that records the file's index entry, once its last chunk was added."""
+        if self.changed:
+            # No entry: the next run reads whatever is at this path then, from its start.
+            logger.warning("%s was removed or replaced while the run read it; what was read is kept, and the "
+                           "file now at that path is read by the next run.", self.path)
+            return Batch()
+        return Batch(state={self.path: signature + [self.low, self.high]})
+
 
 class NdjsonSource(TimeOrderedSource):
     name = "xapi-ndjson"
 
-    def __init__(self, path, mapper, batch_size, workers=None, parallel_min_bytes=16 << 20):
+    def __init__(self, path, mapper, batch_size, workers=None, parallel_min_bytes=16 << 20,
+                 max_record_bytes=MAX_RECORD_BYTES):
         self.path = path
         self.mapper = mapper
         self.batch_size = batch_size
         self.chunk_bytes = batch_size * BYTES_PER_STATEMENT
         self.workers = workers or default_workers()
         self.parallel_min_bytes = parallel_min_bytes
+        self.limit = max_record_bytes
 
     def describe(self):
         return f"xAPI NDJSON files at {self.path}"
 
     def files(self):
-        """Return the export files, sorted, or raise if the path is missing."""
-        if os.path.isfile(self.path):
-            return [self.path]
-        if not os.path.isdir(self.path):
-            raise UnavailableError(
-                f"The xAPI source path {self.path} does not exist (is the export share mounted?)."
-            )
-        found = []
-        for folder, _, names in os.walk(self.path):
-            found.extend(os.path.join(folder, n) for n in names if n.endswith(SUFFIXES))
-        return sorted(found)
+        """Return (files, skipped): see `lms_refresh.sources.files.export_files`."""
+        return export_files(self.path)
 
     def check(self):
-        files = self.files()
-        unreadable = [f for f in files if not os.access(f, os.R_OK)]
+        files, skipped = self.files()
+        unreadable = [path for path, _ in files if not os.access(path, os.R_OK)]
         if unreadable:
-            raise ConfigError(f"Cannot read {unreadable[0]} (and {len(unreadable) - 1} more): permission denied.")
-        return [f"{len(files)} export file(s) readable under {self.path}"]
+            more = f" ({len(unreadable) - 1} more unreadable)" if len(unreadable) > 1 else ""
+            raise ConfigError(denied(unreadable[0]) + more)
+        return [f"{len(files)} export file(s) readable under {self.path}"] + [
+            f"warning: {path} is skipped: it is {why}; only regular files are read" for path, why in skipped]
 
     def _plan(self, window, index):
         """Return [(path, signature, chunks)] for the files that must be read."""
         since, until = window.since_cursor, window.until_cursor
         plan = []
-        for path in self.files():
-            try:
-                info = os.stat(path)
-            except FileNotFoundError:
-                continue  # rotated away between listing and reading
+        files, skipped = self.files()
+        for path, why in skipped:
+            logger.warning("Skipped %s: it is %s; only regular files are read.", path, why)
+        for path, info in files:
             signature = [info.st_size, info.st_mtime_ns, info.st_ino]
             known = index.get(path)
             if known and known[:3] == signature and (known[3] is None or known[4] < since or known[3] >= until):
                 continue
-            if path.endswith(".gz") or not os.path.isfile(path):
-                chunks = [(0, None)]  # streamed, not cut (compressed, or a pipe)
+            if not os.access(path, os.R_OK):
+                raise ConfigError(denied(path))  # before anything is read: an operator must fix it (78)
+            if path.endswith(".gz"):
+                chunks = [(0, None)]  # streamed, not cut
             else:
                 starts = range(0, max(info.st_size, 1), self.chunk_bytes)
                 chunks = [(s, min(s + self.chunk_bytes, info.st_size)) for s in starts]
@@ -260,11 +307,14 @@ class NdjsonSource(TimeOrderedSource):
 
         `index` maps a file path to the [size, mtime_ns, inode, min, max] list
         recorded by an earlier committed run; each file's new entry travels in
-        the `state` of a batch yielded after the file's last chunk.
+        the `state` of a batch yielded after the file's last chunk. A file is
+        read up to the size it had when planned: the entry records that size,
+        so a file that grew meanwhile differs from it and is read again next run.
         """
         since, until = window.since_cursor, window.until_cursor
         plan = self._plan(window, index)
-        tasks = [(path, start, end) for path, _, chunks in plan if not path.endswith(".gz") for start, end in chunks]
+        tasks = [(path, start, end, signature) for path, signature, chunks in plan if not path.endswith(".gz")
+                 for start, end in chunks]
         total = sum(signature[0] for _, signature, _ in plan)
         pool = None
         if self.workers > 1 and len(tasks) > 1 and total >= self.parallel_min_bytes:
@@ -277,13 +327,13 @@ class NdjsonSource(TimeOrderedSource):
                 tracker = _FileTracker(path)
                 for _ in chunks:
                     yield tracker.add(next(results))
-                yield Batch(state={path: signature + [tracker.low, tracker.high]})
+                yield tracker.state(signature)
             for path, signature, _ in plan:
                 if path.endswith(".gz"):
                     tracker = _FileTracker(path)
-                    for result in self._stream_gzip(path, since, until):
+                    for result in self._stream_gzip(path, signature, since, until):
                         yield tracker.add(result)
-                    yield Batch(state={path: signature + [tracker.low, tracker.high]})
+                    yield tracker.state(signature)
         finally:
             if pool is not None:
                 pool.terminate()
@@ -292,33 +342,62 @@ class NdjsonSource(TimeOrderedSource):
     def _results(self, pool, tasks, since, until):
         """Yield the ChunkResult of each task, in order."""
         if pool is None:
-            for path, start, end in tasks:
-                yield read_chunk(self.mapper, path, start, end, since, until)
+            for path, start, end, signature in tasks:
+                yield read_chunk(self.mapper, path, start, end, since, until, self.limit, signature)
             return
         # A bounded pipeline across files: a few chunks in flight (enough that neither the
         # workers nor the staging process wait on the other's bursts), results taken in order.
         pending = collections.deque()
-        for path, start, end in tasks:
-            pending.append(pool.apply_async(_worker_read, (path, start, end, since, until)))
+        for path, start, end, signature in tasks:
+            pending.append(pool.apply_async(_worker_read, (path, start, end, since, until, self.limit, signature)))
             if len(pending) >= 4 * self.workers:
                 yield _unmarshal(pending.popleft().get())
         while pending:
             yield _unmarshal(pending.popleft().get())
 
-    def _stream_gzip(self, path, since, until):
+    def _stream_gzip(self, path, signature, since, until):
+        """Yield ChunkResults of a compressed file, streamed in batches of at most batch_size lines
+        and about chunk_bytes of text, up to the compressed size the run planned."""
         try:
-            with gzip.open(path, "rb") as handle:
-                numbered = enumerate(handle, 1)
+            handle, info = open_regular(path)
+        except (FileNotFoundError, NotRegularFile):
+            changed = ChunkResult()
+            changed.changed = True
+            yield changed
+            return
+        except PermissionError:
+            raise ConfigError(denied(path))
+        except OSError as error:
+            raise BadInputError(f"Cannot read {path} ({error.strerror or error}); fix or move the file and run again.")
+        with handle:
+            if info.st_ino != signature[2]:
+                changed = ChunkResult()
+                changed.changed = True
+                yield changed
+                return
+            numbered = numbered_lines(gzip.GzipFile(fileobj=UpTo(handle, signature[0]), mode="rb"), self.limit)
+            try:
                 while True:
-                    result = ChunkResult()
-                    lines = [item for _, item in zip(range(self.batch_size), numbered)]
+                    lines, held = [], 0
+                    for item in numbered:
+                        lines.append(item)
+                        held += len(item[1]) if type(item[1]) is bytes else 0
+                        if len(lines) >= self.batch_size or held >= self.chunk_bytes:
+                            break
                     if not lines:
                         return
+                    result = ChunkResult()
                     offset = lines[0][0] - 1
-                    parse_lines(self.mapper, ((n - offset, line) for n, line in lines), since, until, result)
+                    parse_lines(self.mapper, oversized(((n - offset, line) for n, line in lines), result.batch,
+                                                       self.limit), since, until, result)
                     result.lines = len(lines)
+                    result.batch.quarantined = [(n, r, raw[:RAW_KEPT]) for n, r, raw in result.batch.quarantined]
+                    del lines
                     yield result
-        except PermissionError:
-            raise ConfigError(f"Cannot read {path}: permission denied.")
-        except (OSError, EOFError) as error:
-            raise BadInputError(f"Cannot read {path} to the end ({error}); fix or move the file and run again.")
+            except (OSError, EOFError, zlib.error) as error:
+                if os.fstat(handle.fileno()).st_size > signature[0]:
+                    logger.warning("%s was still being written when the run began; what was complete is read "
+                                   "now, the rest by the next run.", path)
+                    return
+                raise BadInputError(f"Cannot read {path} to the end ({error}); fix or move the file and run again.")
+

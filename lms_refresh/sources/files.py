@@ -1,0 +1,241 @@
+"""Export files as hostile input: which ones are read, how they are opened, how their lines are read.
+
+Nothing here may block a run or exhaust its memory, whatever sits in the
+export directory:
+
+- only regular files are opened (a FIFO would block until a writer comes, a
+  device may have side effects); FIFOs, sockets, devices, dangling links and
+  link loops are skipped and reported, never opened;
+- a permission error names the path and the user (exit 78: an operator must fix it);
+- a line is never held whole beyond the record limit: a longer one is read
+  past in blocks and stands for itself only by its length;
+- a file is read no further than the size it had when the run planned it.
+"""
+
+import errno
+import os
+import stat
+import sys
+
+from lms_refresh.errors import ConfigError, UnavailableError
+from lms_refresh.statedir import user_name
+
+SUFFIXES = (".ndjson", ".jsonl", ".ndjson.gz", ".jsonl.gz")
+SKIP_BLOCK = 1 << 20  # bytes held at a time while reading past an oversized record
+KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
+         stat.S_IFBLK: "a block device", stat.S_IFDIR: "a directory"}
+
+
+class NotRegularFile(OSError):
+    """A path that is not a regular file; the message says what it is."""
+
+
+def kind_of(mode):
+    """Return what a file mode describes, as words for a warning ('a FIFO', 'a socket', ...)."""
+    return KINDS.get(stat.S_IFMT(mode), "not a regular file")
+
+
+def denied(path, verb="read"):
+    """The sentence for a file or directory the running user may not read."""
+    user = user_name(os.geteuid())
+    return (f"Cannot {verb} {path}: permission denied for user '{user}'; let '{user}' read it "
+            "(e.g. its group and mode) or move it out of source.path.")
+
+
+def open_regular(path):
+    """Open `path` for binary reading if it is a regular file; return (file object, its stat).
+
+    O_NONBLOCK makes opening a FIFO return at once instead of waiting for a
+    writer; fstat on the open descriptor then refuses it (and anything else
+    that is not a regular file, even if it replaced the file since it was listed).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotRegularFile(errno.EINVAL, kind_of(info.st_mode), path)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb"), info
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+# -- which files ---------------------------------------------------------------
+
+def export_files(top):
+    """Return (files, skipped) under `top` (a file or a directory searched recursively).
+
+    files: [(path, stat)] of the regular export files, sorted, each file once
+    (a second name for the same file — a link — is left out); skipped:
+    [(path, why)] for entries that are not read (FIFOs, sockets, devices,
+    dangling links, link loops, links to directories).
+    Raises UnavailableError if `top` is missing (69), ConfigError if it cannot
+    be reached or is neither a file nor a directory (78).
+    """
+    try:
+        info = os.stat(top)
+    except FileNotFoundError:
+        raise UnavailableError(f"The xAPI source path {top} does not exist (is the export share mounted?).")
+    except PermissionError:
+        raise ConfigError(denied(top, "reach"))
+    except OSError as error:
+        raise ConfigError(f"The xAPI source path {top} cannot be opened ({error.strerror}); "
+                          "point source.path at a directory of export files.")
+    if stat.S_ISREG(info.st_mode):
+        candidates, skipped = [top], []
+    elif stat.S_ISDIR(info.st_mode):
+        candidates, skipped = _walk(top)
+    else:
+        raise ConfigError(f"The xAPI source path {top} is {kind_of(info.st_mode)}, not an export file or "
+                          "a directory of them; point source.path at a directory of export files.")
+    files, seen = [], set()
+    for path in candidates:
+        try:
+            info = os.stat(path)
+        except FileNotFoundError:
+            if os.path.islink(path):
+                skipped.append((path, f"a dangling symbolic link (to {os.readlink(path)})"))
+            continue  # else removed between listing and now
+        except PermissionError:
+            raise ConfigError(denied(path, "reach"))
+        except OSError as error:
+            why = "a symbolic link loop" if error.errno == errno.ELOOP else f"unreadable ({error.strerror})"
+            skipped.append((path, why))
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            skipped.append((path, kind_of(info.st_mode)))
+        elif (info.st_dev, info.st_ino) not in seen:
+            seen.add((info.st_dev, info.st_ino))
+            files.append((path, info))
+    return files, sorted(skipped)
+
+
+def _walk(top):
+    """Return (export file paths, sorted; skipped entries) under the directory `top`.
+
+    Symbolic links to files are followed; links to directories are not (no
+    loops, no file read twice), and are reported so that nothing is left out silently.
+    """
+    found, skipped, folders = [], [], [top]
+    while folders:
+        folder = folders.pop()
+        try:
+            with os.scandir(folder) as listing:
+                entries = list(listing)
+        except PermissionError:
+            raise ConfigError(denied(folder, "list the directory"))
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # removed or replaced since its parent was listed
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    folders.append(entry.path)
+                    continue
+                if entry.is_symlink() and entry.is_dir():
+                    skipped.append((entry.path, "a symbolic link to a directory, which is not followed"))
+                    continue
+            except OSError:
+                pass  # a broken entry: judged by its name, like any file, then by export_files
+            if entry.name.endswith(SUFFIXES):
+                found.append(entry.path)
+    return sorted(found), skipped
+
+
+# -- lines, never held whole beyond the limit ------------------------------------
+
+def _skip_line(handle, budget):
+    """Read past the rest of the current line, at most `budget` bytes, holding at most SKIP_BLOCK.
+
+    Return (bytes read, whether the line's newline was among them).
+    """
+    read = 0
+    while read < budget:
+        piece = handle.readline(min(SKIP_BLOCK, budget - read))
+        if not piece:
+            break
+        read += len(piece)
+        if piece[-1] == 10:  # b"\n"
+            return read, True
+    return read, False
+
+
+def _read_line(handle, limit, budget):
+    """Read the rest of the current line, at most `budget` bytes; return (line, ended).
+
+    `line` is the line without its newline, or — when it is longer than `limit`
+    bytes — its length (an int): it was read past, never held. `ended` says
+    whether its newline was read (else the end of the file or of the budget ended it).
+    """
+    piece = handle.readline(min(limit + 1, budget))
+    if piece[-1:] == b"\n":
+        return piece[:-1], True
+    if len(piece) <= limit:
+        return piece, False
+    rest, ended = _skip_line(handle, budget - len(piece))
+    return len(piece) + rest - ended, ended
+
+
+def numbered_lines(handle, limit):
+    """Yield (number, line) for each line of a binary stream; a line longer than `limit` is its length."""
+    number = 0
+    while True:
+        line, ended = _read_line(handle, limit, sys.maxsize)
+        if not ended and line == b"":
+            return
+        number += 1
+        yield number, line
+
+
+def chunk_lines(handle, start, end, size, limit):
+    """Return the lines of a file that start in [start, end), reading nothing at or past `size`.
+
+    Each line is bytes without its newline, or the length (an int) of a line
+    longer than `limit`. The last line is read on past `end` to its newline;
+    if it has none yet and the file has grown since `size` was seen, it is a
+    record still being written and is left for the next run.
+    """
+    position = start
+    handle.seek(max(start - 1, 0))
+    if start:
+        # Finish the line that straddles `start` (it is the previous chunk's), but only within this chunk:
+        # a long line running through several chunks is read past once, not once per chunk.
+        skipped, ended = _skip_line(handle, end - start + 1)
+        if not ended:
+            return []
+        position = start - 1 + skipped
+    if position >= end:
+        return []
+    data = handle.read(end - position)
+    lines = data.split(b"\n")
+    del data
+    if lines[-1] == b"":
+        lines.pop()
+    else:  # the last line starts in this chunk, so it is ours (appended, not a copy of the chunk)
+        tail = lines[-1]
+        if len(tail) > limit:
+            rest, ended = _skip_line(handle, size - end)
+            lines[-1] = len(tail) + rest - ended
+        else:
+            rest, ended = _read_line(handle, limit - len(tail), size - end)
+            lines[-1] = tail + rest if type(rest) is bytes else len(tail) + rest
+        if not ended and os.fstat(handle.fileno()).st_size > size:
+            # The grown file differs from the index entry this run records, so the next run reads it again.
+            lines.pop()
+    if end - position > limit:
+        lines = [line if type(line) is int or len(line) <= limit else len(line) for line in lines]
+    return lines
+
+
+class UpTo:
+    """A binary file read no further than `size` bytes: what it held when the run planned it."""
+
+    def __init__(self, handle, size):
+        self.handle, self.left = handle, size
+
+    def read(self, size=-1):
+        if size is None or size < 0 or size > self.left:
+            size = self.left
+        data = self.handle.read(size)
+        self.left -= len(data)
+        return data
