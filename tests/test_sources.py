@@ -105,7 +105,8 @@ def lrs_source(endpoint="https://lrs.example.edu/xAPI/", overlap=3600, sleeps=No
     from lms_refresh.sources.lrs import LrsSource
 
     settings = {"endpoint": endpoint, "username": "u", "password_file": "/nonexistent", "ca_bundle": None,
-                "page_size": 100, "overlap": overlap, "timeout": 5, "request_attempts": 3, "request_delay": 2}
+                "page_size": 100, "overlap": overlap, "timeout": 5, "request_attempts": 3, "request_delay": 2,
+                "response_deadline": 60, "max_response_bytes": 1 << 20, "read_deadline": 600, "max_pages": 1000}
     return LrsSource(settings, MAPPER, {}, sleep=(sleeps if sleeps is not None else []).append, jitter=lambda: 1.0)
 
 
@@ -130,7 +131,7 @@ def test_the_query_widens_the_window_by_the_overlap():
 
 
 def test_retry_after_in_seconds_or_as_a_date():
-    from lms_refresh.sources.lrs import retry_after_seconds
+    from lms_refresh.sources.lrs_http import retry_after_seconds
 
     now = dt.datetime(2026, 11, 30, 4, 15, tzinfo=UTC)
     assert retry_after_seconds("7", now) == 7
@@ -141,13 +142,13 @@ def test_retry_after_in_seconds_or_as_a_date():
 
 def test_backoff_is_exponential_and_ends_in_69():
     from lms_refresh.errors import UnavailableError
-    from lms_refresh.sources import lrs
+    from lms_refresh.sources import lrs_http
 
     sleeps = []
     source = lrs_source(sleeps=sleeps)
 
-    def fail(url, params, where):
-        raise lrs._Retryable("HTTP 503")
+    def fail(url, params, where, deadline):
+        raise lrs_http._Retryable("HTTP 503")
 
     source._attempt = fail
     with pytest.raises(UnavailableError, match=r"could not be read after 3 attempt\(s\) \(HTTP 503\)"):

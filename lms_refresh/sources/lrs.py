@@ -18,11 +18,13 @@ What is assumed of the LRS, and what is not:
   LRS sends none.
 - `X-Experience-API-Consistent-Through` bounds the window when present.
 
-One page is held at a time, so memory does not grow with the window.
+One page is held at a time, so memory does not grow with the window. Nothing
+the LRS does can hang a run or exhaust its memory: each request is bounded in
+time and size (`lms_refresh.sources.lrs_http`), and a run follows at most
+`max_pages` pages. What the LRS sends is never copied into a message.
 """
 
 import datetime as dt
-import email.utils
 import hashlib
 import json
 import logging
@@ -30,166 +32,30 @@ import random
 import time
 import urllib.parse
 
-from lms_refresh.credentials import read_secret
-from lms_refresh.errors import ConfigError, UnavailableError
-from lms_refresh.sources import Batch, TimeOrderedSource
+from lms_refresh.errors import UnavailableError
+from lms_refresh.sources import RAW_KEPT, Batch, TimeOrderedSource
+from lms_refresh.sources.lrs_http import LrsClient
 from lms_refresh.sources.xapi import InvalidStatement, parse_time, stored_cursor
 from lms_refresh.window import UTC, to_cursor
 
 logger = logging.getLogger(__name__)
 
-XAPI_VERSION = "1.0.3"
 CONSISTENT_THROUGH = "X-Experience-API-Consistent-Through"
-MAX_DELAY = 300  # seconds: the longest pause between attempts, Retry-After included
-DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-def origin(url):
-    """Return (scheme, host, port) of a URL, with the scheme's default port filled in."""
-    parts = urllib.parse.urlsplit(url)
-    scheme = parts.scheme.lower()
-    return scheme, (parts.hostname or "").lower(), parts.port or DEFAULT_PORTS.get(scheme)
-
-
-def retry_after_seconds(value, now):
-    """Given a Retry-After header (seconds or an HTTP date), return seconds to wait, or None."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return int(value)
-    try:
-        moment = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return max((moment - now).total_seconds(), 0)
-
-
-class _Retryable(Exception):
-    """One attempt failed in a way a later attempt may not meet again."""
-
-    def __init__(self, reason, wait=None):
-        super().__init__(reason)
-        self.wait = wait
-
-
-class LrsSource(TimeOrderedSource):
+class LrsSource(LrsClient, TimeOrderedSource):
     name = "xapi-lrs"
 
-    def __init__(self, settings, mapper, environ, sleep=time.sleep, jitter=random.random):
-        import requests  # imported here: only this source needs it
-
-        self.requests = requests
-        self.endpoint = settings["endpoint"] if settings["endpoint"].endswith("/") else settings["endpoint"] + "/"
-        self.statements_url = urllib.parse.urljoin(self.endpoint, "statements")
-        self.username = settings["username"]
-        self.password_file = settings["password_file"]
-        self.ca_bundle = settings["ca_bundle"]
+    def __init__(self, settings, mapper, environ, sleep=time.sleep, jitter=random.random, clock=time.monotonic):
+        super().__init__(settings, environ, sleep, jitter, clock)
         self.page_size = settings["page_size"]
         self.overlap = dt.timedelta(seconds=settings["overlap"])
-        self.timeout = settings["timeout"]
-        self.attempts = settings["request_attempts"]
-        self.delay = settings["request_delay"]
+        self.max_pages = settings["max_pages"]
         self.mapper = mapper
-        self.environ = environ
-        self.sleep, self.jitter = sleep, jitter
-        self._session = None
         self._probed, self._consistent = False, None
 
     def describe(self):
         return f"the LRS at {self.statements_url}"
-
-    # -- HTTP ----------------------------------------------------------------
-
-    def session(self):
-        if self._session is None:
-            password = read_secret(self.password_file, self.environ)
-            session = self.requests.Session()
-            session.auth = (self.username, password)
-            session.headers.update({"X-Experience-API-Version": XAPI_VERSION, "Accept": "application/json"})
-            self._session = session
-        return self._session
-
-    def close(self):
-        if self._session is not None:
-            self._session.close()
-
-    def follow(self, more):
-        """Return the absolute URL of a `more` link, refusing one that leaves the endpoint's origin."""
-        target = urllib.parse.urljoin(self.statements_url, more)
-        if origin(target) != origin(self.endpoint):
-            scheme, host, port = origin(target)
-            raise ConfigError(
-                f"The LRS at {self.statements_url} sent a 'more' link to {scheme}://{host}:{port}, another "
-                "scheme, host or port than source.endpoint; it was not followed, so the credentials were not "
-                "sent there. If that is the LRS's own address, set source.endpoint to it."
-            )
-        return target
-
-    def get(self, url, params=None):
-        """GET one page; return (parsed JSON, headers). Retries what may pass; raises the domain errors."""
-        where = url.split("?")[0]
-        reason = ""
-        for attempt in range(1, self.attempts + 1):
-            try:
-                return self._attempt(url, params, where)
-            except _Retryable as failure:
-                reason = str(failure)
-                if attempt == self.attempts:
-                    break
-                backoff = self.delay * 2 ** (attempt - 1) * (0.5 + self.jitter() / 2)
-                wait = min(failure.wait if failure.wait is not None else backoff, MAX_DELAY)
-                logger.warning("The LRS at %s: %s; attempt %d of %d, retrying in %.1f s.",
-                               where, reason, attempt, self.attempts, wait)
-                self.sleep(wait)
-        raise UnavailableError(
-            f"The LRS at {where} could not be read after {self.attempts} attempt(s) ({reason}); "
-            "nothing was committed."
-        )
-
-    def _attempt(self, url, params, where):
-        requests = self.requests
-        try:
-            # verify= on each request: requests lets $REQUESTS_CA_BUNDLE override a Session's own.
-            response = self.session().get(url, params=params, timeout=self.timeout, allow_redirects=False,
-                                          verify=self.ca_bundle or True)
-        except requests.exceptions.SSLError as error:
-            raise ConfigError(
-                f"TLS verification of the LRS at {where} failed ({error.__class__.__name__}); "
-                "set source.ca_bundle to the CA that signed its certificate."
-            )
-        except requests.exceptions.Timeout:
-            raise _Retryable(f"no answer within {self.timeout} s")
-        except requests.exceptions.ConnectionError as error:
-            raise _Retryable(f"cannot connect ({_root_cause(error)})")
-        status = response.status_code
-        if status in (401, 403):
-            raise ConfigError(
-                f"The LRS at {where} refused the credentials of user {self.username!r} (HTTP {status}); "
-                f"check source.username and the password in {self.password_file}."
-            )
-        if status == 429 or status >= 500:
-            wait = retry_after_seconds(response.headers.get("Retry-After"), dt.datetime.now(UTC))
-            raise _Retryable(f"HTTP {status}", wait)
-        if 300 <= status < 400:
-            raise ConfigError(
-                f"The LRS at {where} redirects to {response.headers.get('Location', '?')} (HTTP {status}); "
-                "redirects are not followed with credentials — set source.endpoint to the final address."
-            )
-        if status != 200:
-            raise ConfigError(
-                f"The LRS at {where} answered HTTP {status} ({response.text[:200].strip()}); "
-                "check source.endpoint (it must be the xAPI base URL, the one ending before /statements)."
-            )
-        try:
-            payload = response.json()
-        except ValueError:
-            raise _Retryable("the answer was not JSON")
-        if not isinstance(payload, dict) or not isinstance(payload.get("statements"), list):
-            raise _Retryable("the answer was not an xAPI StatementResult")
-        return payload, response.headers
 
     # -- windows -------------------------------------------------------------
 
@@ -204,7 +70,7 @@ class LrsSource(TimeOrderedSource):
             try:
                 self._consistent = parse_time(value, CONSISTENT_THROUGH).astimezone(UTC)
             except InvalidStatement:
-                logger.warning("The LRS sent an unreadable %s header %r; ignored.", CONSISTENT_THROUGH, value)
+                logger.warning("The LRS sent a %s header that is not an ISO 8601 time; ignored.", CONSISTENT_THROUGH)
         return self._consistent
 
     def query(self, window):
@@ -232,7 +98,14 @@ class LrsSource(TimeOrderedSource):
             if not more:
                 break
             if not isinstance(more, str):
-                raise UnavailableError(f"The LRS at {self.statements_url} sent a 'more' that is not a URL: {more!r}.")
+                raise UnavailableError(f"The LRS at {self.statements_url} sent a 'more' that is not a URL "
+                                       f"(a JSON {type(more).__name__}, page {page}); nothing was committed.")
+            if page >= self.max_pages:
+                raise UnavailableError(
+                    f"The LRS at {self.statements_url} still sent a 'more' link after {page} pages "
+                    "(source.max_pages); its paging may never end, so nothing was committed. If the window "
+                    "really holds that many pages, raise source.max_pages or backfill it in smaller windows."
+                )
             url, params = self.follow(more), None
             # 8 bytes a page, not the URL: loops are caught, memory stays small.
             digest = hashlib.blake2b(url.encode(), digest_size=8).digest()
@@ -265,7 +138,7 @@ class LrsSource(TimeOrderedSource):
                 # time, and the quarantine keeps one record per origin and content.
                 where = f"id {statement_id}" if isinstance(statement_id, str) else f"page {page} #{number}"
                 batch.quarantined.append((f"{self.statements_url} {where}", str(error),
-                                          json.dumps(statement)[:100_000]))
+                                          json.dumps(statement)[:RAW_KEPT]))
                 continue
             (batch.voids if kind == "void" else batch.events).append(row)
         batch.names = mapper.take_new_names()
@@ -343,11 +216,3 @@ class LrsSource(TimeOrderedSource):
                             f"source.overlap ({self.overlap}) after their timestamp are missed"]
         return lines + ["deviation: since/until filter on neither stored nor timestamp as far as a probe can tell"]
 
-
-def _root_cause(error):
-    """The innermost reason of a requests ConnectionError, short (no URL with a query string)."""
-    cause = error
-    while cause.__cause__ is not None or (cause.args and isinstance(cause.args[0], BaseException)):
-        cause = cause.__cause__ if cause.__cause__ is not None else cause.args[0]
-    reason = getattr(cause, "reason", None) or cause
-    return str(reason).split(": ", 1)[-1][:200]
