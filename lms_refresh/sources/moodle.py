@@ -164,13 +164,14 @@ class RowMapper:
             raise InvalidRow(f"timecreated {timecreated!r} is not a Unix time")
         try:
             moment = dt.datetime.fromtimestamp(timecreated, windows.UTC)
+            day = self._days.get(timecreated // 60)
+            if day is None:
+                if len(self._days) > 100_000:
+                    self._days.clear()
+                # In the last hours of year 9999 a zone east of UTC is already past what a date can hold.
+                day = self._days[timecreated // 60] = moment.astimezone(self.zone).date().isoformat()
         except (ValueError, OverflowError, OSError):
             raise InvalidRow(f"timecreated {timecreated!r} is not a Unix time")
-        day = self._days.get(timecreated // 60)
-        if day is None:
-            if len(self._days) > 100_000:
-                self._days.clear()
-            day = self._days[timecreated // 60] = moment.astimezone(self.zone).date().isoformat()
         course = f"{self.site}/course/view.php?id={courseid}"
         course_key, verb_key = name_id(course), name_id(verb)
         self.names[("course", course_key)] = course
