@@ -95,7 +95,9 @@ def compose(unit, exit_status, result, invocation, last_run, lines, secrets):
         "journal": [redact(message, secrets) for _, message in lines],
         "message": redact(_last_error(lines), secrets),
     }
-    if last_run:
+    # A failure before the run's transaction (a missing key, an unreachable store) leaves no
+    # row: the last row is then an earlier success, whose window and empty message would mislead.
+    if last_run and last_run.get("exit_code") != 0:
         alert["window"] = {"since": last_run["window_since"], "until": last_run["window_until"]}
         alert["message"] = redact(last_run["message"], secrets)
     return alert

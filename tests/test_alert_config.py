@@ -89,3 +89,10 @@ def test_an_unreadable_webhook_file_does_not_stop_the_mail(tmp_path):
                 "webhook_url_file": str(tmp_path / "absent")}
     assert deliver(alert, settings, {}) == (1, 2)
     assert "exit status 78" in captured.read_text()
+
+
+def test_an_earlier_success_is_not_taken_for_the_failed_run():
+    success = {"window_since": "a", "window_until": "b", "message": "", "exit_code": 0}
+    lines = [(3, "The pseudonymisation key /var/lib/lms-refresh/pseudonymisation.key is missing ...")]
+    alert = compose("lms-refresh.service", "78", "exit-code", "abc", success, lines, [])
+    assert alert["window"] is None and alert["message"].startswith("The pseudonymisation key")
