@@ -125,13 +125,19 @@ file_contents = st.lists(st.sampled_from([b"", b"a", b"{}", b"x" * 7, b"y" * 8, 
 
 
 @fuzz(500)
-@given(file_contents, st.integers(1, 40), st.integers(1, 20))
-def test_chunks_cut_anywhere_give_every_line_once_and_long_ones_as_their_length(data, chunk, limit):
+@given(file_contents, st.integers(1, 40), st.integers(1, 20), st.none() | st.integers(1, 5))
+def test_chunks_cut_anywhere_give_every_line_once_and_long_ones_as_their_length(data, chunk, limit, max_lines):
     with tempfile.TemporaryFile() as handle:
         handle.write(data)
         got = []
         for start in range(0, max(len(data), 1), chunk):
-            got += chunk_lines(handle, start, min(start + chunk, len(data)), len(data), limit)
+            end = min(start + chunk, len(data))
+            lines, resume = chunk_lines(handle, start, end, len(data), limit, max_lines)
+            while resume is not None:  # a chunk holding more than max_lines lines goes on where it stopped
+                assert len(lines) == max_lines and start < resume < end
+                got += lines
+                lines, resume = chunk_lines(handle, resume, end, len(data), limit, max_lines)
+            got += lines
     assert got == reference_lines(data, limit)
 
 

@@ -156,6 +156,25 @@ def test_records_around_the_limit_are_cut_exactly_at_any_chunk_boundary(tmp_path
         assert list(state) == [name]
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_flood_of_tiny_records_never_makes_a_result_larger_than_four_batches(tmp_path, workers):
+    """Chunks are sized for statements of about 1 KiB; a chunk of 3-byte lines would otherwise hand back
+    hundreds of thousands of quarantined records at once. No result holds more than 4 x batch_size lines,
+    and every line is still counted once, with its own line number."""
+    good = good_lines(50)
+    text = "\n".join(line for pair in zip(good, ["{}"] * 50) for line in pair) + "\n" + "{}\n" * 5000
+    (tmp_path / "a.ndjson").write_text(text)
+    source = NdjsonSource(str(tmp_path), MAPPER, batch_size=10, workers=workers, parallel_min_bytes=0)
+    sizes, events, quarantined = [], 0, []
+    for batch in source.batches(WINDOW, {}):
+        sizes.append(len(batch))
+        events += len(batch.events)
+        quarantined += [origin for origin, _, _ in batch.quarantined]
+    assert max(sizes) <= 40 and events == 50
+    assert quarantined == [f"{tmp_path / 'a.ndjson'}:{n}" for n in range(2, 101, 2)] + [
+        f"{tmp_path / 'a.ndjson'}:{n}" for n in range(101, 5101)]
+
+
 # -- item 8: only regular files; nothing blocks; unreadable files are named -------
 
 def test_fifos_sockets_devices_and_broken_links_are_skipped_with_a_warning_and_never_opened(sqlite_project, tmp_path):

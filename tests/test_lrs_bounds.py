@@ -106,6 +106,17 @@ def test_a_slow_lrs_whose_paging_never_ends_ends_at_the_read_deadline(tmp_path, 
             "nothing was committed.") in result.stderr
 
 
+def test_a_page_of_far_more_statements_than_asked_for_is_refused(tmp_path, ralph, posted):
+    """Two megabytes of empty statements would each become a quarantined record held at once."""
+    project = lrs_project(tmp_path / "lrs", ralph, page_size=100)
+    ralph.inject(200, first=2, body={"statements": [{}] * 700_000})
+    code, stderr, peak = measured(project, "run", now=text(posted))
+    assert code == 69, stderr
+    assert (f"The LRS at {ralph.endpoint}statements sent 700000 statements on page 1, more than 4 x "
+            "source.page_size (100) it was asked for; nothing was committed.") in stderr
+    assert peak < MEMORY_BOUND_MIB, f"peak RSS {peak:.0f} MiB"
+
+
 def test_the_bounds_leave_a_normal_lrs_alone(tmp_path, ralph, posted):
     """Tight but sufficient bounds: thirteen pages of Ralph's 100 statements come through."""
     statements = sample_statements(23, learners=400)[:1100]

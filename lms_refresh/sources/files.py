@@ -187,13 +187,16 @@ def numbered_lines(handle, limit):
         yield number, line
 
 
-def chunk_lines(handle, start, end, size, limit):
-    """Return the lines of a file that start in [start, end), reading nothing at or past `size`.
+def chunk_lines(handle, start, end, size, limit, max_lines=None):
+    """Return (lines, resume): the lines of a file that start in [start, end), reading nothing at or past `size`.
 
     Each line is bytes without its newline, or the length (an int) of a line
     longer than `limit`. The last line is read on past `end` to its newline;
     if it has none yet and the file has grown since `size` was seen, it is a
-    record still being written and is left for the next run.
+    record still being written and is left for the next run. At most
+    `max_lines` lines are returned: `resume` is then the offset of the next
+    one (read [resume, end) next), else None — so that a chunk of tiny lines
+    never turns into millions of objects at once.
     """
     position = start
     handle.seek(max(start - 1, 0))
@@ -202,12 +205,16 @@ def chunk_lines(handle, start, end, size, limit):
         # a long line running through several chunks is read past once, not once per chunk.
         skipped, ended = _skip_line(handle, end - start + 1)
         if not ended:
-            return []
+            return [], None
         position = start - 1 + skipped
     if position >= end:
-        return []
+        return [], None
     data = handle.read(end - position)
-    lines = data.split(b"\n")
+    lines = data.split(b"\n", -1 if max_lines is None else max_lines)
+    resume = None
+    if max_lines is not None and len(lines) > max_lines and lines[-1]:
+        resume = position + len(data) - len(lines[-1])
+        lines[-1] = b""
     del data
     if lines[-1] == b"":
         lines.pop()
@@ -224,7 +231,7 @@ def chunk_lines(handle, start, end, size, limit):
             lines.pop()
     if end - position > limit:
         lines = [line if type(line) is int or len(line) <= limit else len(line) for line in lines]
-    return lines
+    return lines, resume
 
 
 class UpTo:

@@ -41,6 +41,7 @@ from lms_refresh.window import UTC, to_cursor
 logger = logging.getLogger(__name__)
 
 CONSISTENT_THROUGH = "X-Experience-API-Consistent-Through"
+PAGE_SLACK = 4  # an LRS may round `limit` up a little; a page beyond 4 times it is refused
 
 
 class LrsSource(LrsClient, TimeOrderedSource):
@@ -91,6 +92,14 @@ class LrsSource(LrsClient, TimeOrderedSource):
         while True:
             page += 1
             payload, _ = self.get(url, params)
+            if len(payload["statements"]) > PAGE_SLACK * self.page_size:
+                # Asked for `limit`; far more (say, a million tiny records in a few megabytes) would each
+                # become a quarantined record held in memory at once.
+                raise UnavailableError(
+                    f"The LRS at {self.statements_url} sent {len(payload['statements'])} statements on page {page}, "
+                    f"more than {PAGE_SLACK} x source.page_size ({self.page_size}) it was asked for; nothing was "
+                    "committed. It does not honour 'limit'."
+                )
             batch, skipped = self._map_page(payload["statements"], since, until, page)
             outside += skipped
             yield batch

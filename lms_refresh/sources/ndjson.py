@@ -44,21 +44,24 @@ NICE_WORKERS = 19  # parsing workers run at the lowest priority (see _worker_ini
 BYTES_PER_STATEMENT = 1024  # sizes chunks: batch_size statements of about this size
 PREFILTER_STREAK = 256  # lines in a row inside the window after which the pre-filter pauses
 MAX_RECORD_BYTES = 1 << 20  # the default of source.max_record_bytes (statements are about 1 KiB)
+LINES_PER_STATEMENT_BUDGET = 4  # a chunk's result holds at most 4 x batch_size lines (statements >= 256 bytes)
 
 
 class ChunkResult:
     """What one chunk of one file held: a Batch plus line count and `stored` range.
 
     `changed`: the file was removed or replaced after the run planned it; nothing was read.
+    `resume`: the chunk held more lines than one result may; the rest starts at this offset.
     """
 
-    __slots__ = ("batch", "lines", "low", "high", "changed")
+    __slots__ = ("batch", "lines", "low", "high", "changed", "resume")
 
     def __init__(self):
         self.batch = Batch()
         self.lines = 0
         self.low = self.high = None
         self.changed = False
+        self.resume = None
 
 
 def _stored_of(line):
@@ -146,13 +149,14 @@ def oversized(numbered, batch, limit):
             yield number, line
 
 
-def read_chunk(mapper, path, start, end, since, until, limit=MAX_RECORD_BYTES, signature=None):
+def read_chunk(mapper, path, start, end, since, until, limit=MAX_RECORD_BYTES, signature=None, max_lines=None):
     """Return the ChunkResult of the lines of `path` that start in [start, end) (end None: to the end).
 
     `signature` is the file as the run planned it ([size, mtime_ns, inode]):
     nothing at or past that size is read, and a file that is no longer that
     inode (removed, replaced) gives an empty result marked `changed`. A line
     longer than `limit` bytes is read past and quarantined by its length.
+    At most `max_lines` lines are read; `resume` then says where the rest begins.
     """
     result = ChunkResult()
     try:
@@ -170,7 +174,8 @@ def read_chunk(mapper, path, start, end, since, until, limit=MAX_RECORD_BYTES, s
                 result.changed = True
                 return result
             size = info.st_size if signature is None else signature[0]
-            lines = chunk_lines(handle, start, size if end is None else min(end, size), size, limit)
+            lines, result.resume = chunk_lines(handle, start, size if end is None else min(end, size), size, limit,
+                                               max_lines)
     except OSError as error:
         raise BadInputError(f"Cannot read {path} ({error.strerror or error}); fix or move the file and run again.")
     parse_lines(mapper, oversized(enumerate(lines, 1), result.batch, limit), since, until, result)
@@ -197,8 +202,8 @@ def _worker_init(mapper):
         pass  # a seccomp filter may refuse it; parsing is only slower, never wrong
 
 
-def _worker_read(path, start, end, since, until, limit, signature):
-    result = read_chunk(_worker_mapper, path, start, end, since, until, limit, signature)
+def _worker_read(path, start, end, since, until, limit, signature, max_lines):
+    result = read_chunk(_worker_mapper, path, start, end, since, until, limit, signature, max_lines)
     # The events are flat tuples of str, int, bytes and None: marshal passes them to the
     # parent at a fraction of pickle's cost (the rest of the result is small).
     result.batch.events = marshal.dumps(result.batch.events)
@@ -263,6 +268,7 @@ class NdjsonSource(TimeOrderedSource):
         self.workers = workers or default_workers()
         self.parallel_min_bytes = parallel_min_bytes
         self.limit = max_record_bytes
+        self.max_lines = batch_size * LINES_PER_STATEMENT_BUDGET
 
     def describe(self):
         return f"xAPI NDJSON files at {self.path}"
@@ -326,7 +332,8 @@ class NdjsonSource(TimeOrderedSource):
                     continue
                 tracker = _FileTracker(path)
                 for _ in chunks:
-                    yield tracker.add(next(results))
+                    for result in next(results):
+                        yield tracker.add(result)
                 yield tracker.state(signature)
             for path, signature, _ in plan:
                 if path.endswith(".gz"):
@@ -340,20 +347,34 @@ class NdjsonSource(TimeOrderedSource):
                 pool.join()
 
     def _results(self, pool, tasks, since, until):
-        """Yield the ChunkResult of each task, in order."""
+        """Yield, for each task in order, an iterator of its ChunkResults."""
         if pool is None:
-            for path, start, end, signature in tasks:
-                yield read_chunk(self.mapper, path, start, end, since, until, self.limit, signature)
+            for task in tasks:
+                yield self._rest(read_chunk(self.mapper, *task[:3], since, until, self.limit, task[3], self.max_lines),
+                                 task, since, until)
             return
         # A bounded pipeline across files: a few chunks in flight (enough that neither the
         # workers nor the staging process wait on the other's bursts), results taken in order.
         pending = collections.deque()
-        for path, start, end, signature in tasks:
-            pending.append(pool.apply_async(_worker_read, (path, start, end, since, until, self.limit, signature)))
+        for task in tasks:
+            path, start, end, signature = task
+            pending.append((task, pool.apply_async(_worker_read, (path, start, end, since, until, self.limit,
+                                                                  signature, self.max_lines))))
             if len(pending) >= 4 * self.workers:
-                yield _unmarshal(pending.popleft().get())
+                task, result = pending.popleft()
+                yield self._rest(_unmarshal(result.get()), task, since, until)
         while pending:
-            yield _unmarshal(pending.popleft().get())
+            task, result = pending.popleft()
+            yield self._rest(_unmarshal(result.get()), task, since, until)
+
+    def _rest(self, result, task, since, until):
+        """Yield a chunk's first result, then (rarely: a chunk of very short lines) the rest, read here."""
+        path, _, end, signature = task
+        yield result
+        while result.resume is not None:
+            result = read_chunk(self.mapper, path, result.resume, end, since, until, self.limit, signature,
+                                self.max_lines)
+            yield result
 
     def _stream_gzip(self, path, signature, since, until):
         """Yield ChunkResults of a compressed file, streamed in batches of at most batch_size lines
