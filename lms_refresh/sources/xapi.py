@@ -45,8 +45,6 @@ EVENT_FIELDS = (
 _UTC_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.(\d{1,6}))?Z", re.ASCII)
 # A cheaper test of the usual form. ASCII: a Unicode digit is no digit of a time.
 _UTC_MILLIS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d\d\dZ", re.ASCII)
-# A time with a numeric offset: its local day is fixed by its minute and offset.
-_OFFSET_TIME = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d):\d\d(?:\.\d{1,9})?([+-]\d\d:\d\d)", re.ASCII)
 CACHE_LIMIT = 100_000
 
 
@@ -117,14 +115,13 @@ class StatementMapper:
         self.new_names = {}  # (kind, id) -> IRI first seen by this mapper; the store records them
 
     def day_of(self, timestamp):
-        """Return the local calendar day of an ISO time; cached per UTC minute (or minute and offset)."""
-        # Offsets are whole minutes, so every time in the same minute and offset has the same local day.
+        """Return the local calendar day of an ISO time; cached per UTC minute."""
+        # Offsets are whole minutes, so every UTC time in the same minute has the same local day.
         if len(timestamp) == 24 and _UTC_MILLIS.fullmatch(timestamp) \
                 or timestamp.endswith("Z") and _UTC_TIME.fullmatch(timestamp):
             key = timestamp[:16]
         else:
-            match = _OFFSET_TIME.fullmatch(timestamp)
-            key = match.group(1) + match.group(2) if match else timestamp
+            key = timestamp
         day = self._days.get(key)
         if day is None:
             moment = parse_time(timestamp, "timestamp")
@@ -236,15 +233,12 @@ class StatementMapper:
         names, self.new_names = self.new_names, {}
         return names
 
-    def _object_id(self, target):
-        """Return the object's id if it is an Activity's (a course candidate), None if it has none, or raise."""
-        kind = target.get("objectType")
-        if kind is not None and kind != "Activity" and (type(kind) is not str or kind in _NOT_ACTIVITIES):
+    def _object_id(self, target, kind):
+        """Return the id of an object that is not typed Activity, if it is an activity's; else None, or raise."""
+        if type(kind) is not str or kind in _NOT_ACTIVITIES:
             return None  # an Agent, Group, SubStatement or StatementRef: the context alone names the course
-        object_id = target.get("id")
-        if type(object_id) is str and object_id in self._iris or object_id is None:
-            return object_id  # an Activity without an id (Open edX sends some) has no candidate
-        return self._iri(object_id, "object.id")
+        object_id = target.get("id")  # an unknown type is read as an Activity (Open edX: "GroupActivity")
+        return None if object_id is None else self._iri(object_id, "object.id")
 
     def map(self, statement, stored=None):
         """Map one statement; `stored` is its already-normalised cursor when the caller has it."""
@@ -271,7 +265,13 @@ class StatementMapper:
                 raise InvalidStatement("a voiding statement's object must be a StatementRef to a UUID")
             return "void", (target_key, key, stored)
         actor = self.actor_of(statement.get("actor"))
-        object_id = self._object_id(target)
+        kind = target.get("objectType")
+        if kind == "Activity" or kind is None:  # the usual object, inline: this runs for every statement
+            object_id = target.get("id")  # an Activity without an id (Open edX sends some) has no candidate
+            if object_id is not None and (type(object_id) is not str or object_id not in self._iris):
+                object_id = self._iri(object_id, "object.id")
+        else:
+            object_id = self._object_id(target, kind)
         timestamp = statement.get("timestamp")
         if timestamp is None:
             if any(type(name) is str and name.lower() == "timestamp" for name in statement):

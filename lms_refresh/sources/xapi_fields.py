@@ -24,7 +24,6 @@ _DURATION = re.compile(
     rf"P(?!$)(?:{_NUMBER}Y)?(?:{_NUMBER}M)?(?:{_NUMBER}D)?(?:T(?=\d)(?:{_NUMBER}H)?(?:{_NUMBER}M)?(?:{_NUMBER}S)?)?"
     rf"|P{_NUMBER}W"
 )
-_PART_MS = (86_400_000, 3_600_000, 60_000, 1000)  # days, hours, minutes, seconds
 MAX_DURATION_DAYS = 10_000  # about 27 years: far beyond any time on task, and a day's sum cannot overflow
 IFI_KEYS = ("mbox", "mbox_sha1sum", "openid", "account")
 
@@ -63,20 +62,29 @@ def parse_duration_ms(text):
     Weeks are 7 days. Years and months have no fixed length, so a duration with
     a non-zero number of them is no duration (NULL) rather than a guessed one.
     """
-    match = _DURATION.fullmatch(text) if type(text) is str else None
-    if match is None:
+    if type(text) is not str:
         raise InvalidStatement(f"result.duration {str(text)[:40]!r} is not an ISO 8601 duration")
-    parts = match.groups()
-    given = [part for part in parts if part is not None]
-    if any("." in part or "," in part for part in given[:-1]):
+    decimal = text.replace(",", ".") if "," in text else text  # ISO 8601 prefers the comma; xAPI uses the point
+    match = _DURATION.fullmatch(decimal)
+    if match is None:
+        raise InvalidStatement(f"result.duration {text[:40]!r} is not an ISO 8601 duration")
+    if "." in decimal and not decimal[decimal.index(".") + 1:-1].isdigit():  # digits, then the last designator
         raise InvalidStatement(f"result.duration {text[:40]!r} has a fraction before its last part")
-    values = [None if part is None else float(part.replace(",", ".")) for part in parts]
-    if values[6] is not None:
-        milliseconds = values[6] * 7 * 86_400_000
-    elif values[0] or values[1]:
+    years, months, days, hours, minutes, seconds, weeks = match.groups()
+    if weeks is not None:
+        milliseconds = float(weeks) * 604_800_000
+    elif years is not None and float(years) or months is not None and float(months):
         return None
     else:
-        milliseconds = sum(value * unit for value, unit in zip(values[2:6], _PART_MS) if value is not None)
+        milliseconds = 0.0
+        if days is not None:
+            milliseconds += float(days) * 86_400_000
+        if hours is not None:
+            milliseconds += float(hours) * 3_600_000
+        if minutes is not None:
+            milliseconds += float(minutes) * 60_000
+        if seconds is not None:
+            milliseconds += float(seconds) * 1000
     if not milliseconds <= MAX_DURATION_DAYS * 86_400_000:  # also an infinite float from hundreds of digits
         raise InvalidStatement(f"result.duration {text[:40]!r} is longer than {MAX_DURATION_DAYS} days")
     return round(milliseconds)
