@@ -90,7 +90,8 @@ def test_open_edx_group_activities_and_activities_without_an_id_count():
     body = ann(verb="attempted")
     body["object"] = {"objectType": "GroupActivity", "id": f"{HOME}/xblock/problem-7"}
     assert counted(body) == ("2026-11-02", COURSE, ANN, (1, 0, 0, 0), None, None)
-    body["object"] = {"objectType": "Activity", "definition": {"type": "http://adlnet.gov/expapi/activities/cmi.interaction"}}
+    interaction = "http://adlnet.gov/expapi/activities/cmi.interaction"
+    body["object"] = {"objectType": "Activity", "definition": {"type": interaction}}
     assert counted(body) == ("2026-11-02", COURSE, ANN, (1, 0, 0, 0), None, None)
 
 

@@ -54,14 +54,14 @@ target = st.one_of(
                           optional={"id": iri | json_value, "definition": json_value, "member": json_value,
                                     "actor": actor, "verb": json_value, "object": json_value}),
     json_value)
+score = st.fixed_dictionaries({}, optional={"scaled": st.floats() | st.integers() | json_value,
+                                            "raw": json_value, "min": json_value, "max": json_value})
 result = st.fixed_dictionaries({}, optional={
-    "success": st.booleans() | json_value, "completion": st.booleans() | json_value, "duration": duration | json_value,
-    "score": st.fixed_dictionaries({}, optional={"scaled": st.floats() | st.integers() | json_value,
-                                                 "raw": json_value, "min": json_value, "max": json_value}) | json_value})
+    "success": st.booleans() | json_value, "completion": st.booleans() | json_value,
+    "duration": duration | json_value, "score": score | json_value})
+activities = st.lists(st.fixed_dictionaries({"id": iri | json_value, "definition": json_value}), max_size=2)
 context = st.one_of(json_value, st.fixed_dictionaries({"contextActivities": st.one_of(json_value, st.fixed_dictionaries(
-    {}, optional={"parent": json_value | st.lists(st.fixed_dictionaries({"id": iri | json_value, "definition": json_value}),
-                                                 max_size=2),
-                  "grouping": json_value}))}))
+    {}, optional={"parent": json_value | activities, "grouping": json_value}))}))
 # Each part of a well-formed statement, replaced or not by a generated one; mostly by one of the right
 # shape, so that generation gets past the first checks to the later ones.
 uuid = st.uuids().map(str)

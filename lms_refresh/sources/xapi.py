@@ -20,7 +20,7 @@ import re
 import zoneinfo
 
 from lms_refresh.sources.xapi_fields import (  # noqa: F401 (parse_time and others are imported from here)
-    UTC, InvalidStatement, actor_identifier, is_iri, parse_duration_ms, parse_time,
+    UTC, InvalidStatement, actor_identifier, is_iri, parse_duration_ms, parse_time, shown,
 )
 
 # Bump when a change alters which statements count or how a learner is identified:
@@ -170,7 +170,7 @@ class StatementMapper:
     def _iri(self, value, field):
         """Return `value` if it is an IRI (remembered), else raise InvalidStatement."""
         if not is_iri(value):
-            raise InvalidStatement(f"{field} {str(value)[:60]!r} is not an IRI")
+            raise InvalidStatement(f"{field} {shown(value, 60)} is not an IRI")
         if len(self._iris) >= CACHE_LIMIT:
             self._iris.clear()
         self._iris.add(value)

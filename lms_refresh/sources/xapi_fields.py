@@ -32,6 +32,13 @@ class InvalidStatement(ValueError):
     """The statement cannot be used; the message is the quarantine reason."""
 
 
+def shown(value, width=40):
+    """Return a short quoted form of a value for a reason, without rendering a large or deep one whole."""
+    if type(value) is not str:
+        value = str(value) if value is None or type(value) in (bool, int, float) else f"<a JSON {type(value).__name__}>"
+    return repr(value[:width])
+
+
 def is_iri(value):
     return type(value) is str and _IRI.fullmatch(value) is not None
 
@@ -63,7 +70,7 @@ def parse_duration_ms(text):
     a non-zero number of them is no duration (NULL) rather than a guessed one.
     """
     if type(text) is not str:
-        raise InvalidStatement(f"result.duration {str(text)[:40]!r} is not an ISO 8601 duration")
+        raise InvalidStatement(f"result.duration {shown(text)} is not an ISO 8601 duration")
     decimal = text.replace(",", ".") if "," in text else text  # ISO 8601 prefers the comma; xAPI uses the point
     match = _DURATION.fullmatch(decimal)
     if match is None:
@@ -141,7 +148,7 @@ def actor_identifier(actor):
         raise InvalidStatement("actor is missing or not an object")
     kind = actor.get("objectType")
     if kind is not None and kind != "Agent" and kind != "Group":
-        raise InvalidStatement(f"actor.objectType {str(kind)[:40]!r} is neither Agent nor Group")
+        raise InvalidStatement(f"actor.objectType {shown(kind)} is neither Agent nor Group")
     identifier = agent_identifier(actor, "actor")
     if identifier is not None:
         return identifier
