@@ -19,8 +19,9 @@ import hashlib
 import re
 import zoneinfo
 
-from lms_refresh.sources.xapi_fields import (  # noqa: F401 (parse_time and others are imported from here)
-    UTC, InvalidStatement, actor_identifier, is_iri, parse_duration_ms, parse_time, shown,
+from lms_refresh.sources.xapi_fields import (  # noqa: F401 (other modules import these from here)
+    UTC_MILLIS, UTC_TIME, InvalidStatement, actor_identifier, event_key, is_iri, parse_duration_ms, parse_time,
+    shown, stored_cursor,
 )
 
 # Bump when a change alters which statements count or how a learner is identified:
@@ -42,22 +43,7 @@ EVENT_FIELDS = (
     "is_attempt", "is_completion", "is_passed", "is_failed", "score_micro", "duration_ms",
 )
 
-_UTC_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.(\d{1,6}))?Z", re.ASCII)
-# A cheaper test of the usual form. ASCII: a Unicode digit is no digit of a time.
-_UTC_MILLIS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d\d\dZ", re.ASCII)
 CACHE_LIMIT = 100_000
-
-
-def event_key(statement_id):
-    """Return the 16-byte key of a statement id (a UUID in any letter case), or None if it is not one."""
-    if type(statement_id) is not str or len(statement_id) != 36 or statement_id[8] != "-" or statement_id[13] != "-" \
-            or statement_id[18] != "-" or statement_id[23] != "-":
-        return None
-    try:
-        key = bytes.fromhex(statement_id.replace("-", ""))
-    except ValueError:
-        return None
-    return key if len(key) == 16 else None
 
 
 def name_id(iri):
@@ -66,19 +52,6 @@ def name_id(iri):
     Derived, not assigned, so worker processes agree on ids without asking the store.
     """
     return int.from_bytes(hashlib.blake2b(iri.encode(), digest_size=8).digest(), "big", signed=True)
-
-
-def stored_cursor(text):
-    """Given an ISO 8601 time, return its cursor text (fixed-width UTC) or raise InvalidStatement."""
-    if type(text) is str and len(text) == 24 and _UTC_MILLIS.fullmatch(text):
-        return text[:23] + "000Z"  # the form LRSs write: UTC with milliseconds
-    if isinstance(text, str) and text.endswith("Z"):
-        match = _UTC_TIME.fullmatch(text)
-        if match:  # already UTC: only the fraction needs padding to six digits
-            fraction = match.group(1) or ""
-            return f"{text[:19]}.{fraction:0<6}Z"
-    moment = parse_time(text, "stored").astimezone(UTC).replace(tzinfo=None)
-    return moment.isoformat(timespec="microseconds") + "Z"  # zero-padded years, unlike strftime's %Y
 
 
 def _activities(value, name):
@@ -117,8 +90,8 @@ class StatementMapper:
     def day_of(self, timestamp):
         """Return the local calendar day of an ISO time; cached per UTC minute."""
         # Offsets are whole minutes, so every UTC time in the same minute has the same local day.
-        if len(timestamp) == 24 and _UTC_MILLIS.fullmatch(timestamp) \
-                or timestamp.endswith("Z") and _UTC_TIME.fullmatch(timestamp):
+        if len(timestamp) == 24 and UTC_MILLIS.fullmatch(timestamp) \
+                or timestamp.endswith("Z") and UTC_TIME.fullmatch(timestamp):
             key = timestamp[:16]
         else:
             key = timestamp

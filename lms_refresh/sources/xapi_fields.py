@@ -13,6 +13,10 @@ import re
 
 UTC = dt.timezone.utc
 
+UTC_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.(\d{1,6}))?Z", re.ASCII)
+# A cheaper test of the usual form. ASCII: a Unicode digit is no digit of a time.
+UTC_MILLIS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d\d\dZ", re.ASCII)
+
 # An absolute IRI (RFC 3987): a scheme, a colon, then no space, control, surrogate or character IRIs exclude.
 _IRI = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:[^\x00-\x20<>\"{}|\\^`\x7f-\x9f\ud800-\udfff]+")
 _MAILTO = re.compile(r"(?i:mailto):[^@\s]+@[^@\s]+")
@@ -21,7 +25,7 @@ _NUMBER = r"([0-9]+(?:[.,][0-9]+)?)"
 # ISO 8601:2004 4.4.3.2 (the form xAPI Data 4.6 requires): PnYnMnDTnHnMnS or PnW; a decimal
 # fraction (point or comma) on the last part only, which parse_duration_ms checks.
 _DURATION = re.compile(
-    rf"P(?!$)(?:{_NUMBER}Y)?(?:{_NUMBER}M)?(?:{_NUMBER}D)?(?:T(?=\d)(?:{_NUMBER}H)?(?:{_NUMBER}M)?(?:{_NUMBER}S)?)?"
+    rf"P(?!$)(?:{_NUMBER}Y)?(?:{_NUMBER}M)?(?:{_NUMBER}D)?(?:T(?=[0-9])(?:{_NUMBER}H)?(?:{_NUMBER}M)?(?:{_NUMBER}S)?)?"
     rf"|P{_NUMBER}W"
 )
 MAX_DURATION_DAYS = 10_000  # about 27 years: far beyond any time on task, and a day's sum cannot overflow
@@ -30,6 +34,31 @@ IFI_KEYS = ("mbox", "mbox_sha1sum", "openid", "account")
 
 class InvalidStatement(ValueError):
     """The statement cannot be used; the message is the quarantine reason."""
+
+
+def event_key(statement_id):
+    """Return the 16-byte key of a statement id (a UUID in any letter case), or None if it is not one."""
+    if type(statement_id) is not str or len(statement_id) != 36 or statement_id[8] != "-" or statement_id[13] != "-" \
+            or statement_id[18] != "-" or statement_id[23] != "-":
+        return None
+    try:
+        key = bytes.fromhex(statement_id.replace("-", ""))
+    except ValueError:
+        return None
+    return key if len(key) == 16 else None
+
+
+def stored_cursor(text):
+    """Given an ISO 8601 time, return its cursor text (fixed-width UTC) or raise InvalidStatement."""
+    if type(text) is str and len(text) == 24 and UTC_MILLIS.fullmatch(text):
+        return text[:23] + "000Z"  # the form LRSs write: UTC with milliseconds
+    if isinstance(text, str) and text.endswith("Z"):
+        match = UTC_TIME.fullmatch(text)
+        if match:  # already UTC: only the fraction needs padding to six digits
+            fraction = match.group(1) or ""
+            return f"{text[:19]}.{fraction:0<6}Z"
+    moment = parse_time(text, "stored").astimezone(UTC).replace(tzinfo=None)
+    return moment.isoformat(timespec="microseconds") + "Z"  # zero-padded years, unlike strftime's %Y
 
 
 def shown(value, width=40):
