@@ -38,11 +38,14 @@ moments = st.datetimes(
                        timezones=st.sampled_from([None, dt.timezone.utc]) | st.builds(
                            dt.timezone, st.timedeltas(min_value=-dt.timedelta(hours=23, minutes=59),
                                                      max_value=dt.timedelta(hours=23, minutes=59))))
+# Times at the edges of what a date can hold, once shifted by their offset or by the local time zone.
+EXTREME_TIMES = ["9999-12-31T23:59:59-23:59", "0001-01-01T00:00:00+23:59", "9999-12-31T23:59:59.999999Z",
+                 "0001-01-01T00:00:00Z", "9999-12-31T23:00:00+00:00"]
 # Values an export really holds in these places, and near misses of them.
 interesting = {
     ("id",): st.uuids().map(str) | st.text(max_size=40),
-    ("stored",): moments.map(lambda m: m.isoformat()) | st.text(max_size=30),
-    ("timestamp",): moments.map(lambda m: m.isoformat()) | st.text(max_size=30),
+    ("stored",): moments.map(lambda m: m.isoformat()) | st.text(max_size=30) | st.sampled_from(EXTREME_TIMES),
+    ("timestamp",): moments.map(lambda m: m.isoformat()) | st.text(max_size=30) | st.sampled_from(EXTREME_TIMES),
     ("verb", "id"): st.sampled_from(["http://adlnet.gov/expapi/verbs/voided", "http://adlnet.gov/expapi/verbs/passed",
                                      ""]) | st.text(max_size=10),
     ("actor",): st.fixed_dictionaries({"mbox": st.text(max_size=10)}) | st.fixed_dictionaries(
@@ -51,7 +54,7 @@ interesting = {
     ("result",): st.fixed_dictionaries({}, optional={
         "score": st.fixed_dictionaries({"scaled": st.floats() | st.integers() | st.text(max_size=3)}),
         "duration": st.from_regex(r"\AP(\d{1,4}D)?(T(\d{1,3}H)?(\d{1,3}M)?(\d{1,3}(\.\d{1,3})?S)?)?\Z")
-        | st.text(max_size=12),
+        | st.text(max_size=12) | st.sampled_from(["P" + "9" * 400 + "D", "PT1,5S", "P1W", "PT" + "9" * 400 + "S"]),
         "success": json_values, "completion": json_values}),
     ("context", "contextActivities", "parent"): json_values,
 }
@@ -74,7 +77,8 @@ def statement_lines(draw):
 
 
 lines = st.lists(st.one_of(statement_lines(), json_values.map(lambda v: json.dumps(v).encode()),
-                           st.binary(max_size=60), st.text(max_size=60).map(str.encode)), max_size=8)
+                           st.binary(max_size=60), st.text(max_size=60).map(str.encode),
+                           st.integers(1, 200_000).map(lambda depth: b"[" * depth + b"]" * depth)), max_size=8)
 
 
 def parsed(raw_lines, since, until):
