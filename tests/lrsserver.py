@@ -160,7 +160,13 @@ class RalphServer:
             response = requests.post(f"{self.endpoint}statements", json=statements[start:start + chunk],
                                      auth=(self.USER, self.PASSWORD), timeout=60, verify=self.verify,
                                      headers={"X-Experience-API-Version": "1.0.3"})
-            assert response.status_code == 200, (response.status_code, response.text[:500])
+            assert response.status_code == 200, (response.status_code, response.text[:500], self.log_tail())
+
+    def log_tail(self, characters=3000):
+        """The end of Ralph's own log, for a failure message."""
+        self.log.flush()
+        with open(self.log.name) as handle:
+            return handle.read()[-characters:]
 
     def all_statements(self):
         """Every statement as Ralph stores it (with `stored`), read back over its API."""
