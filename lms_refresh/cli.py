@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from lms_refresh import __version__, errors
+from lms_refresh import __version__, errors, redact
 from lms_refresh.config import DEFAULT_CONFIG_PATH, load_config
 from lms_refresh.logs import Progress, configure_logging
 from lms_refresh.job import run_job
@@ -274,14 +274,15 @@ def main(argv=None):
         code = errors.FAILURE
     except (errors.RefreshError, errors.Terminated) as error:
         _ensure_logging()
-        logger.error("%s", error, extra={"EXIT_STATUS": error.exit_code, "ERROR_KIND": type(error).__name__})
+        logger.error("%s", redact.scrub_text(str(error)),
+                     extra={"EXIT_STATUS": error.exit_code, "ERROR_KIND": type(error).__name__})
         code = error.exit_code
     except KeyboardInterrupt:
         code = 130
     except Exception as error:  # the last resort: one sentence first, then the details
         _ensure_logging()
         logger.error(
-            "Unexpected failure (%s: %s); nothing was committed.", type(error).__name__, error,
+            "Unexpected failure (%s: %s); nothing was committed.", type(error).__name__, redact.scrub_text(str(error)),
             exc_info=True, extra={"EXIT_STATUS": errors.FAILURE},
         )
         code = errors.FAILURE

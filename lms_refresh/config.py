@@ -189,6 +189,12 @@ SCHEMA = {
     "pseudonymisation": {
         "key_file": (_path, None),
     },
+    "retention": {
+        # Days of staged events kept before today (in `timezone`); older days are dropped and stay as published.
+        "staging_days": (_typed(int, 1, 36600), None),
+        # Days a quarantined record is kept before a run deletes it.
+        "quarantine_days": (_typed(int, 1, 3660), 30),
+    },
     "retry": {
         # Scheduled runs retry a source or store that is unreachable (exit 69).
         "attempts": (_typed(int, 1, 20), 3),
@@ -230,6 +236,7 @@ class Config:
     alerts: dict
     monitoring: dict
     retry: dict
+    retention: dict
 
 
 def resolve_state_directory(configured, environ):
@@ -296,6 +303,11 @@ def validate(document, origin, environ):
                 raise ConfigError(f"{origin}: key 'timezone' {_phrase(error)}.")
 
     _check_source_keys(document.get("source", {}), values, origin)
+    staging_days = values["retention.staging_days"]
+    if staging_days is not None and staging_days < values["window.bootstrap_days"]:
+        raise ConfigError(f"{origin}: key 'retention.staging_days' ({staging_days}) must be at least "
+                          f"window.bootstrap_days ({values['window.bootstrap_days']}), or a first run would "
+                          "quarantine the days it reads.")
     if values["store.type"] == "postgresql" and not values["store.url"]:
         raise ConfigError(f"{origin}: key 'store.url' is required when store.type is \"postgresql\".")
     state_directory = resolve_state_directory(values["state_directory"], environ)
@@ -318,6 +330,7 @@ def validate(document, origin, environ):
         alerts={key: values[f"alerts.{key}"] for key in SCHEMA["alerts"]},
         monitoring={key: values[f"monitoring.{key}"] for key in SCHEMA["monitoring"]},
         retry={key: values[f"retry.{key}"] for key in SCHEMA["retry"]},
+        retention={key: values[f"retention.{key}"] for key in SCHEMA["retention"]},
     )
 
 
