@@ -26,6 +26,10 @@ MAX_DEPTH = 64  # deeper than any real statement; a deeper record is withheld, n
 MOODLE_USER_FIELDS = ("userid", "relateduserid", "realuserid")
 AGENT_OBJECT_TYPES = ("Agent", "Group")
 _IDENTIFIER_KEYS = ("mbox", "mbox_sha1sum", "openid", "account", "member")
+
+
+def _agent_shaped(value):
+    return value.get("objectType") in AGENT_OBJECT_TYPES or any(key in value for key in _IDENTIFIER_KEYS)
 # An e-mail address; not a URL's user ("postgresql://reader@host" stays readable in messages).
 _EMAIL = re.compile(r"(?<![\w.+/-])[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 _SHORTEST = 3  # shorter identifier values are not searched for in free text (they would match everywhere)
@@ -78,28 +82,38 @@ class Redactor:
 
     # -- the places where a person can be named --------------------------------
 
-    def _statement(self, statement, found, depth):
+    def _statement(self, value, found, depth, role="statement"):
+        """Return `value` with every Agent or Group in it redacted.
+
+        `role` says where `value` sits: in a statement (or SubStatement) the actor and
+        authority are agents, and so are the context's instructor and team. Anywhere
+        else, a dict shaped like an agent (an Agent/Group objectType or an identifier
+        key) is redacted as one: an Agent object, or an actor under a misspelt key.
+        """
         if depth > MAX_DEPTH:
             raise _Unreadable("too deep")
-        kept = dict(statement)
-        for key in ("actor", "authority"):
-            if key in kept:
-                kept[key] = self._agent(kept[key], found, depth + 1)
-        context = kept.get("context")
-        if isinstance(context, dict):
-            context = kept["context"] = dict(context)
-            for key in ("instructor", "team"):
-                if key in context:
-                    context[key] = self._agent(context[key], found, depth + 2)
-        target = kept.get("object")
-        if isinstance(target, dict):
-            if target.get("objectType") == "SubStatement":
-                kept["object"] = self._statement(target, found, depth + 1)
-            elif target.get("objectType") in AGENT_OBJECT_TYPES or any(k in target for k in _IDENTIFIER_KEYS):
-                kept["object"] = self._agent(target, found, depth + 1)
-        for field in MOODLE_USER_FIELDS:
-            if kept.get(field) is not None:
-                kept[field] = self._moodle_user(kept[field], found)
+        if role == "agent" or isinstance(value, dict) and _agent_shaped(value):
+            return self._agent(value, found, depth + 1)
+        if isinstance(value, list):
+            return [self._statement(item, found, depth + 1, "any") for item in value]
+        if not isinstance(value, dict):
+            return value
+        kept = {}
+        for key, item in value.items():
+            child = "any"
+            if role == "statement":
+                if key in ("actor", "authority"):
+                    child = "agent"
+                elif key == "context":
+                    child = "context"
+                elif key == "object" and isinstance(item, dict) and item.get("objectType") == "SubStatement":
+                    child = "statement"
+                elif key in MOODLE_USER_FIELDS and item is not None:
+                    kept[key] = self._moodle_user(item, found)
+                    continue
+            elif role == "context" and key in ("instructor", "team"):
+                child = "agent"
+            kept[key] = self._statement(item, found, depth + 1, child)
         return kept
 
     def _agent(self, agent, found, depth):

@@ -34,12 +34,15 @@ def carrying_identifiers():
     no_verb["context"]["team"] = {"objectType": "Group", "name": f"{NAME}'s team",
                                   "member": [{"mbox_sha1sum": "0" * 40, "name": NAME}]}
     no_verb["context"]["extensions"] = {"https://example.edu/contact": f"write to {ADDRESS}"}
+    misspelt = statement(learner=NAME)  # as `lms-refresh demo` makes them: the actor under another key
+    misspelt["actr"] = dict(misspelt.pop("actor"), name=NAME)
     nested = statement(learner=NAME, score=5)
     value = "end"
     for _ in range(200):  # parses, but deeper than a statement can be: withheld whole
         value = {"a": value}
     nested["result"]["extensions"] = {"https://example.edu/x": value}
-    return [json.dumps(item).encode() for item in (bad_score, in_timestamp, substatement, no_verb, nested)] + [
+    return [json.dumps(item).encode() for item in (bad_score, in_timestamp, substatement, no_verb, misspelt,
+                                                             nested)] + [
         f'{{"actor": {{"mbox": "mailto:{ADDRESS}", "name": "{NAME}"'.encode(),  # not JSON
         f'{{"actor": {{"mbox": "mailto:{ADDRESS}"}}, "name": "{NAME}", "bad": "'.encode() + b'\xff\xfe"} trailing',
     ]
@@ -132,6 +135,8 @@ def test_every_place_an_agent_can_appear_is_redacted_with_the_mappers_pseudonym(
                    "context": {"instructor": [dict(agent)], "team": {"member": [dict(agent)]}}},
         "context": {"instructor": "a bare string naming " + NAME, "team": {"account": {"homePage": HOME, "name": NAME}},
                     "extensions": {"x": [f"{NAME} said so", {"y": ADDRESS.upper()}]}},
+        "result": {"extensions": {"https://example.edu/by": {"objectType": "Agent", "name": "N. N.", **agent}}},
+        "actr": {"account": {"homePage": HOME, "name": NAME}, "name": "N. N."},
         "userid": 7,
     }
     origin, reason, text, digest = redactor.row(f"exports/{ADDRESS}.ndjson:3", f"{NAME} did something", json.dumps(record))
@@ -147,6 +152,9 @@ def test_every_place_an_agent_can_appear_is_redacted_with_the_mappers_pseudonym(
     account = mapper.actor_of({"account": {"homePage": HOME, "name": NAME}})
     assert kept["context"]["team"] == {"account": {"homePage": HOME, "name": marker(account)}}
     assert kept["context"]["extensions"] == {"x": [f"{REDACTED} said so", {"y": REDACTED}]}
+    assert kept["result"]["extensions"]["https://example.edu/by"] == {"objectType": "Agent", "name": REDACTED,
+                                                                      "mbox": expected}
+    assert kept["actr"] == {"account": {"homePage": HOME, "name": marker(account)}, "name": REDACTED}
     assert kept["userid"] == REDACTED  # an xAPI source has no Moodle site to pseudonymise it with
     assert (origin, reason) == (f"exports/{REDACTED}.ndjson:3", f"{REDACTED} did something")
     # The digest is keyed and stable: the same record is kept once, and a guess cannot be confirmed without the key.
