@@ -13,6 +13,7 @@ import logging
 from lms_refresh.errors import ConfigError, UnavailableError
 from lms_refresh.lock import LockHeld
 from lms_refresh.pseudonym import Pseudonymiser
+from lms_refresh.redact import REDACTED, scrub_text
 from lms_refresh.refresh import locked_store, open_key, run_lock, sigterm_raises
 from lms_refresh.statedir import check_writable_file
 from lms_refresh.store import load_driver, store_exists
@@ -57,7 +58,17 @@ def learner_identifier(config, agent=None, moodle_user_id=None):
     try:
         return actor_identifier(agent)
     except InvalidStatement as error:
-        raise ConfigError(f"That learner identifier cannot name an xAPI agent ({error}); check the option's value.")
+        reason = str(error)
+        for value in _strings(agent):  # the reason may quote the value; the message never does
+            reason = reason.replace(value, REDACTED)
+        raise ConfigError(f"That learner identifier cannot name an xAPI agent ({scrub_text(reason)}); "
+                          "check the option's value.")
+
+
+def _strings(value):
+    if isinstance(value, dict):
+        return [text for item in value.values() for text in _strings(item)]
+    return [value] if isinstance(value, str) and value else []
 
 
 def forget(config, identifier, environ, euid, dry_run=False):
