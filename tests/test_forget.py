@@ -8,7 +8,7 @@ from conftest import HOME, statement
 from lms_refresh.lock import RunLock
 from lms_refresh.pseudonym import Pseudonymiser, read_key
 from lms_refresh.sources.xapi import actor_identifier
-from moodledb import EXPECTED_TWO_DAYS, course_iri, load_two_days
+from moodledb import EXPECTED_TWO_DAYS, SITE, course_iri, load_two_days
 from reference import expected_serving
 from test_moodle import moodle_project
 
@@ -119,6 +119,11 @@ def test_forget_a_moodle_user_by_id(tmp_path, moodle, moodle_reader):
     project.cli("run", now="2026-11-25T04:15:00+01:00", check=0)
     assert project.serving() == EXPECTED_TWO_DAYS
     assert project.cli("forget", "--mbox", ADDRESS).returncode == 78  # Moodle names learners by id
+    # The quarantined row names the user only by the pseudonym their events are staged under.
+    pseudonym = Pseudonymiser(read_key(str(project.state / "pseudonymisation.key")))(f"moodle:{SITE}|101")
+    (raw,), = project.query("SELECT raw FROM quarantine")
+    assert json.loads(raw)["relateduserid"] == json.loads(raw)["userid"] == f"pseudonym:{pseudonym}"
+    assert project.query("SELECT COUNT(*) FROM staged_events WHERE actor = ?", (pseudonym,)) == [(3,)]
     result = project.cli("forget", "--moodle-user-id", "101", check=0)
     assert "deleted: 3 staged events, 1 quarantined records" in result.stdout
     # The 23rd without learner 101 (a view, a quiz attempt, a passed completion): 102 and 103 remain.
