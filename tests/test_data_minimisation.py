@@ -36,13 +36,17 @@ def carrying_identifiers():
     no_verb["context"]["extensions"] = {"https://example.edu/contact": f"write to {ADDRESS}"}
     misspelt = statement(learner=NAME)  # as `lms-refresh demo` makes them: the actor under another key
     misspelt["actr"] = dict(misspelt.pop("actor"), name=NAME)
+    bad_mbox = statement(learner="-")  # an mbox that is not a mailto: IRI names no learner: [redacted]
+    bad_mbox["actor"] = {"mbox": ADDRESS, "name": NAME}
+    two_ifis = statement(learner=NAME)
+    two_ifis["actor"]["mbox"] = f"mailto:{ADDRESS}"
     nested = statement(learner=NAME, score=5)
     value = "end"
     for _ in range(200):  # parses, but deeper than a statement can be: withheld whole
         value = {"a": value}
     nested["result"]["extensions"] = {"https://example.edu/x": value}
     return [json.dumps(item).encode() for item in (bad_score, in_timestamp, substatement, no_verb, misspelt,
-                                                             nested)] + [
+                                                             bad_mbox, two_ifis, nested)] + [
         f'{{"actor": {{"mbox": "mailto:{ADDRESS}", "name": "{NAME}"'.encode(),  # not JSON
         f'{{"actor": {{"mbox": "mailto:{ADDRESS}"}}, "name": "{NAME}", "bad": "'.encode() + b'\xff\xfe"} trailing',
     ]

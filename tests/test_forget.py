@@ -130,3 +130,21 @@ def test_forget_a_moodle_user_by_id(tmp_path, moodle, moodle_reader):
     assert project.serving() == [("2026-11-23", course_iri(7), 2, 4, None, None, 0, 0, None, None, 1),
                                  EXPECTED_TWO_DAYS[1]]
     assert project.query("SELECT COUNT(*) FROM quarantine") == [(0,)]
+
+
+def test_forget_follows_the_mappers_identity_rule_an_mbox_and_its_sha1_are_one_learner(sqlite_project):
+    """The pseudonym is the mapper's own: a learner sent as an mbox in one statement and as its
+    mbox_sha1sum in another is one learner to forget, whichever form names them."""
+    import hashlib
+
+    project = sqlite_project
+    project.configure(extra_top="min_cell_size = 2")
+    as_mbox, as_sha1 = statement(learner="-"), statement(learner="-", timestamp="2026-11-03T09:00:00Z")
+    as_mbox["actor"] = {"mbox": f"mailto:{ADDRESS}"}
+    as_sha1["actor"] = {"mbox_sha1sum": hashlib.sha1(f"mailto:{ADDRESS}".encode()).hexdigest()}
+    project.write("a.ndjson", [as_mbox, as_sha1] + [statement(learner=f"u{i}") for i in range(3)])
+    project.cli("run", now=NOW, check=0)
+    assert staged_of(project, {"mbox": f"mailto:{ADDRESS}"}) == 2
+    result = project.cli("forget", "--mbox-sha1sum", as_sha1["actor"]["mbox_sha1sum"], check=0)
+    assert "deleted: 2 staged events" in result.stdout
+    assert project.query("SELECT COUNT(*) FROM staged_events") == [(3,)]
