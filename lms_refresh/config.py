@@ -87,6 +87,19 @@ def _regex(value):
 _path = _typed(str)
 
 
+def _bool(value):
+    if not isinstance(value, bool):
+        raise ValueError("expected true or false")
+    return value
+
+
+def _variance(value):
+    value = _typed(float, 0.0, 100.0)(value)
+    if value != value:  # NaN passes every comparison
+        raise ValueError("must be a number between 0 and 100")
+    return value
+
+
 def _postgres_url(value):
     if not isinstance(value, str) or not re.match(r"^postgres(ql)?://", value):
         raise ValueError("expected a URL such as \"postgresql://user@host:5432/database\"")
@@ -207,6 +220,22 @@ SCHEMA = {
         "textfile": (_path, None),
         "grace": (parse_duration, 7200),
     },
+    "privacy": {
+        # "cell-key" perturbs every published count (the cell key method); "none" publishes exact counts.
+        "method": (_choice("cell-key", "none"), "cell-key"),
+        # The largest change the noise makes to a published count (D: counts are accurate to +-D).
+        "max_noise": (_typed(int, 0, 20), 3),
+        # The noise's variance; at most what max_noise allows (2.0 fits max_noise = 3; see README).
+        "variance": (_variance, 2.0),
+        # Withhold zero counts like small ones, so that a withheld value no longer says "at least one learner".
+        "withhold_zeros": (_bool, False),
+    },
+    "publication": {
+        # SQLite stores: the file dashboards read ("<state directory>-publication/serving.sqlite").
+        "path": (_path, None),
+        # The group allowed to read the publication (file mode 0640); unset: readable by everyone (0644).
+        "group": (_typed(str), None),
+    },
 }
 
 
@@ -230,6 +259,8 @@ class Config:
     alerts: dict
     monitoring: dict
     retry: dict
+    privacy: dict = None
+    publication: dict = None
 
 
 def resolve_state_directory(configured, environ):
@@ -318,7 +349,23 @@ def validate(document, origin, environ):
         alerts={key: values[f"alerts.{key}"] for key in SCHEMA["alerts"]},
         monitoring={key: values[f"monitoring.{key}"] for key in SCHEMA["monitoring"]},
         retry={key: values[f"retry.{key}"] for key in SCHEMA["retry"]},
+        privacy=_privacy(values, origin),
+        publication={"path": values["publication.path"] or os.path.join(
+            state_directory.rstrip("/") + "-publication", "serving.sqlite"), "group": values["publication.group"]},
     )
+
+
+def _privacy(values, origin):
+    """Return the [privacy] table, refusing a variance that its max_noise cannot carry."""
+    from lms_refresh.privacy import noise_bounds
+
+    settings = {key: values[f"privacy.{key}"] for key in SCHEMA["privacy"]}
+    if settings["method"] == "cell-key" and settings["variance"] > noise_bounds(settings["max_noise"]):
+        raise ConfigError(
+            f"{origin}: key 'privacy.variance' is {settings['variance']}, more than privacy.max_noise = "
+            f"{settings['max_noise']} allows ({float(noise_bounds(settings['max_noise'])):.2f}); "
+            "lower the variance or raise max_noise.")
+    return settings
 
 
 def _check_source_keys(table, values, origin):
