@@ -106,13 +106,16 @@ class PerturbationTable:
     def row(self, count):
         """Return [(cumulative threshold in 0..2**32, noise)] for a true count (>= k).
 
-        Near the threshold the noise is narrowed symmetrically to |noise| <= count - k,
-        so it stays zero-mean and never publishes a count below k.
+        Within D of the threshold the noise's downward part is cut at k (the rest of the
+        row renormalised): no count is published below k, and a count of exactly k is not
+        published exactly either (a zero-mean row there could only be "no noise", which
+        would give the threshold attack its answer). Such counts are biased upwards by
+        less than D/2; every count of at least k + D gets the zero-mean row.
         """
         reach = min(max(self.base), count - self.k)
         cached = self._rows.get(reach)
         if cached is None:
-            kept = {j: p for j, p in self.base.items() if abs(j) <= reach}
+            kept = {j: p for j, p in self.base.items() if j >= -reach}
             total = sum(kept.values())
             cumulative, cached = fractions.Fraction(0), []
             for noise, probability in kept.items():
@@ -121,11 +124,19 @@ class PerturbationTable:
             self._rows[reach] = cached
         return cached
 
-    def perturb(self, count, cell_key):
+    def perturb(self, count, cell_key, column):
+        """Return the published value of a count whose cell key is `cell_key`, in column `column`.
+
+        The row is looked up at a position scrambled from (cell key, column): the same
+        records give the same value, while one record more moves each column's noise
+        independently (the raw key would move all columns of a cell together).
+        """
         if self.off or count == 0:
             return count
+        position = int.from_bytes(hashlib.blake2b(
+            (cell_key % MODULUS).to_bytes(4, "big"), digest_size=4, person=column.encode()[:16]).digest(), "big")
         for threshold, noise in self.row(count):
-            if cell_key < threshold:
+            if position < threshold:
                 return count + noise
         return count + self.row(count)[-1][1]
 
@@ -140,25 +151,25 @@ def published_row(cell, settings, table):
     if cell is None or cell["learners"] < k:
         return (None,) * 8 + (1,)
     suppressed = 0
-    values = [table.perturb(cell["learners"], cell["learner_key"] % MODULUS),
-              table.perturb(cell["statements"], cell["statement_key"] % MODULUS)]
+    values = [table.perturb(cell["learners"], cell["learner_key"], "learners"),
+              table.perturb(cell["statements"], cell["statement_key"], "statements")]
     for name, stem in COUNTS.items():
         learners = cell[f"{stem}_learners"]
         if 0 < learners < k or (learners == 0 and settings.withhold_zeros):
             values.append(None)
             suppressed = 1
         else:
-            values.append(table.perturb(cell[name], cell[f"{stem}_key"] % MODULUS))
+            values.append(table.perturb(cell[name], cell[f"{stem}_key"], name))
     if cell["score_learners"] >= k:
         # A mean over the perturbed number of scores: derived from the noisy count, as ABS does for means.
-        scores = table.perturb(cell["score_count"], cell["score_key"] % MODULUS)
+        scores = table.perturb(cell["score_count"], cell["score_key"], "scores")
         values.append(round(cell["score_sum_micro"] * 1.0 / scores / 1000000.0, 6))
     else:
         values.append(None)
         suppressed |= cell["score_learners"] > 0
     if cell["duration_learners"] >= k:
         # A total scaled by the perturbed number of timed records over the true one.
-        timed = table.perturb(cell["duration_count"], cell["duration_key"] % MODULUS)
+        timed = table.perturb(cell["duration_count"], cell["duration_key"], "durations")
         total = cell["duration_ms"] / 1000.0
         values.append(total if timed == cell["duration_count"] else round(total * timed / cell["duration_count"], 3))
     else:
