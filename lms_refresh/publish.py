@@ -90,6 +90,9 @@ def write_publication(path, group, rows, settings, wanted, euid):
     directory = os.path.dirname(os.path.abspath(path))
     gid = _group_id(group) if group else None
     temporary = f"{path}.tmp-{os.getpid()}"
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise StateError(f"Cannot write the publication {path}: {directory} is not a directory; the store is "
+                         "committed and the next run publishes it once publication.path names a file in a directory.")
     try:
         os.makedirs(directory, mode=0o755, exist_ok=True)
         if os.stat(directory).st_uid == euid:
