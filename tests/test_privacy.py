@@ -7,6 +7,7 @@ works — and with the cell key method, where its success must stay within what
 the README promises.
 """
 
+import contextlib
 import random
 import sqlite3
 import uuid
@@ -264,3 +265,44 @@ def test_the_internal_counts_stay_exact_under_perturbation(project):
     assert {(d, iri.rsplit("/", 1)[-1]): (n, f) for d, iri, n, f in internal} == {
         cell: (truth["learners"], truth["failed"]) for cell, truth in cells.items()}
     assert any(row[2] != cells[cell]["learners"] for cell, row in rows_by_cell(project).items())
+
+
+def test_a_store_from_schema_version_2_gets_its_record_keys_and_the_same_publication(project):
+    cells, statements = storyline_cells(6, courses=4, days=3)
+    configure(project, CELL_KEY)
+    project.write("a.ndjson", statements)
+    project.cli("run", now=NOW, check=0)
+    fresh = project.serving()
+    prefix = "lms_refresh." if project.postgres else ""
+    downgrade = [f"DROP VIEW {'lms_refresh_serving.daily_metrics' if project.postgres else 'serving_daily_metrics'}",
+                 f"DROP TABLE {prefix}published_metrics", f"DROP TABLE {prefix}privacy_settings",
+                 f"DROP INDEX {prefix}daily_metrics_by_course"]
+    downgrade += [f"ALTER TABLE {prefix}staged_events DROP COLUMN {column}" for column in ("record_key", "learner_key")]
+    downgrade += [f"ALTER TABLE {prefix}daily_metrics DROP COLUMN {column}" for column in (
+        "learner_key", "statement_key", "attempt_key", "completion_key", "passed_key", "failed_key", "score_key",
+        "duration_count", "duration_key")]
+    if project.postgres:
+        from lms_refresh.store.pg_schema import MIGRATIONS
+
+        downgrade += [next(s for s in MIGRATIONS[0] if "CREATE VIEW" in s).replace("{s}", "lms_refresh"),
+                      "DELETE FROM lms_refresh.schema_version WHERE version = 3",
+                      "UPDATE lms_refresh.meta SET value = '2' WHERE key = 'schema_version'"]
+        for sql in downgrade:
+            project.postgres.admin(sql, project.database)
+    else:
+        from lms_refresh.store.schema import MIGRATIONS
+
+        downgrade += [next(s for s in MIGRATIONS[0] if "CREATE VIEW" in s), "UPDATE meta SET value = '2' WHERE key = 'schema_version'"]
+        with contextlib.closing(sqlite3.connect(project.store)) as db:
+            for sql in downgrade:
+                db.execute(sql)
+            db.commit()
+    assert project.cli("status").returncode == 78  # version 2: status does not upgrade
+    project.write("b.ndjson", [statement(learner="late", course="C0", timestamp=f"{day(0)}T12:00:00Z",
+                                         stored="2026-11-21T09:00:00Z")])
+    project.cli("run", now="2026-11-22T04:15:00Z", check=0)
+    upgraded = project.serving()
+    assert project.query("SELECT COUNT(*) FROM staged_events WHERE record_key IS NULL") == [(0,)]
+    # Every cell but the one the late statement joined is published exactly as before the upgrade.
+    changed = [(a, b) for a, b in zip(fresh, upgraded) if a != b]
+    assert len(upgraded) == len(fresh) and [a[:2] for a, _ in changed] == [(day(0), fresh[0][1])]
