@@ -306,3 +306,17 @@ def test_a_store_from_schema_version_2_gets_its_record_keys_and_the_same_publica
     # Every cell but the one the late statement joined is published exactly as before the upgrade.
     changed = [(a, b) for a, b in zip(fresh, upgraded) if a != b]
     assert len(upgraded) == len(fresh) and [a[:2] for a, _ in changed] == [(day(0), fresh[0][1])]
+
+
+def test_withhold_zeros_and_a_new_threshold_republish_every_day(project):
+    configure(project, EXACT)
+    project.write("a.ndjson", [statement(learner=f"u{i}", timestamp=f"{day(d)}T10:00:00Z")
+                               for d in (0, 1) for i in range(12)])
+    project.cli("run", now=NOW, check=0)
+    assert [row[2:] for row in project.serving()] == [(12, 12, 0, 0, 0, 0, None, None, 0)] * 2
+    project.configure(extra_top=f"min_cell_size = {K}", privacy='method = "none"\nwithhold_zeros = true')
+    project.cli("run", now="2026-11-21T04:15:00Z", check=0)  # reads nothing new: the settings alone republish
+    assert [row[2:] for row in project.serving()] == [(12, 12, None, None, None, None, None, None, 1)] * 2
+    project.configure(extra_top="min_cell_size = 13", privacy='method = "none"')
+    project.cli("run", now="2026-11-22T04:15:00Z", check=0)
+    assert project.serving() == []  # 12 learners < 13 on every day: no row, as for a course never seen
