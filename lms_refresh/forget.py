@@ -12,7 +12,9 @@ import logging
 
 from lms_refresh.errors import ConfigError, UnavailableError
 from lms_refresh.lock import LockHeld
+from lms_refresh.privacy import RecordKeys
 from lms_refresh.pseudonym import Pseudonymiser
+from lms_refresh.publish import publish_if_behind
 from lms_refresh.redact import REDACTED, scrub_text
 from lms_refresh.refresh import locked_store, open_key, run_lock, sigterm_raises
 from lms_refresh.statedir import check_writable_file
@@ -87,6 +89,8 @@ def forget(config, identifier, environ, euid, dry_run=False):
                 check_writable_file(config.store_path, euid)
             with locked_store(config, environ, create=False) as store:
                 _forget(config, store, identifier, report)
+            if not dry_run:
+                publish_if_behind(config, environ, euid)  # the dashboards' copy, after the commit (see publish.py)
     except LockHeld as held:
         # Unlike a run's, this is not "nothing to do": the learner is still there, so say so.
         raise UnavailableError(f"Another refresh holds the lock (held by {held.holder}); nothing was forgotten — "
@@ -106,6 +110,7 @@ def _forget(config, store, identifier, report):
         return
     key = open_key(config, meta, True, report.dry_run)  # a missing or different key is refused: nothing would match
     pseudonym = Pseudonymiser(key)(identifier)
+    store.record_keys = RecordKeys(key)  # a store upgraded in place gets its cell keys in the rebuild
     store.begin()
     try:
         days = store.forget_learner(pseudonym)
