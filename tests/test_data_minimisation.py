@@ -80,8 +80,8 @@ def leaks_in_store(project):
 
 def test_no_identifier_in_any_file_of_the_state_directory_nor_on_stderr(project):
     """Malformed records that name a learner (in the actor, a SubStatement, the authority, the context,
-    the reason, unparseable bytes) leave no trace of the name or address in the state directory, in
-    the store's tables, in the run log or on stderr, after a committed run and after a failed one (65)."""
+    the reason, unparseable bytes) leave no trace of the name or address in the state directory, the
+    publication, the store's tables, the run log or on stderr, after a committed run and a failed one (65)."""
     project.configure(extra_top="max_quarantine_share = 0.5\nmin_cell_size = 2")
     good = [statement(learner=f"u{i}") for i in range(12)] + [statement(learner=NAME)]
     bad = carrying_identifiers()
@@ -99,7 +99,9 @@ def test_no_identifier_in_any_file_of_the_state_directory_nor_on_stderr(project)
     assert project.runs()[-1][1:3] == ("failed", 65)
 
     assert not LEAK.search(committed.stderr.encode()) and not LEAK.search(failed.stderr.encode())
-    for name in files_under(project.state):
+    published = str(project.state) + "-publication"  # the dashboards' file (SQLite)
+    assert os.path.exists(os.path.join(published, "serving.sqlite")) == (project.postgres is None)
+    for name in list(files_under(project.state)) + list(files_under(published)):
         with open(name, "rb") as handle:
             assert not LEAK.search(handle.read()), name
     assert leaks_in_store(project) == []
@@ -236,9 +238,9 @@ def test_a_statement_older_than_the_staging_horizon_is_quarantined_and_counted(p
     (origin, reason), = project.query("SELECT origin, reason FROM quarantine")
     assert origin == f"record {late['id']}"
     assert reason.startswith("older than the staging horizon: its day 2026-11-02 is before 2026-11-13")
-    rows = project.serving()
-    assert rows[0] == before[0]  # the closed day stays as published, never rebuilt from what is left
-    assert rows[1][:3] == ("2026-12-12", f"{HOME}/course/BIO101", 2)
+    rows = {row[0]: row for row in project.serving()}  # every day of the course's span is published
+    assert rows["2026-11-02"] == before[0]  # the closed day stays as published, never rebuilt from what is left
+    assert rows["2026-12-12"][:3] == ("2026-12-12", f"{HOME}/course/BIO101", 2)
 
     # Without staging_days, the recorded horizon still holds: nothing is merged into a closed day.
     project.config.write_text(project.config.read_text().replace(retention, ""))
