@@ -95,6 +95,19 @@ def _regex(value):
 _path = _typed(str)
 
 
+def _bool(value):
+    if not isinstance(value, bool):
+        raise ValueError("expected true or false")
+    return value
+
+
+def _variance(value):
+    value = _typed(float, 0.0, 100.0)(value)
+    if value != value:  # NaN passes every comparison
+        raise ValueError("must be a number between 0 and 100")
+    return value
+
+
 def _postgres_url(value):
     if not isinstance(value, str) or not re.match(r"^postgres(ql)?://", value):
         raise ValueError("expected a URL such as \"postgresql://user@host:5432/database\"")
@@ -225,6 +238,12 @@ SCHEMA = {
         "key_file": Key(_path, None, "The secret HMAC key for learner identifiers; default "
                                      "<state directory>/pseudonymisation.key, created on the first run."),
     },
+    "retention": {
+        "staging_days": Key(_typed(int, 1, 36600), None,
+                            "Staged events of local days older than this many days are dropped; those days stay "
+                            "as published and later statements for them are quarantined (unset: keep everything)."),
+        "quarantine_days": Key(_typed(int, 1, 3660), 30, "Quarantined records are deleted after this many days."),
+    },
     "retry": {
         # Scheduled runs retry a source or store that is unreachable (exit 69).
         "attempts": Key(_typed(int, 1, 20), 3, "Attempts of a scheduled run while the source or store is "
@@ -244,6 +263,22 @@ SCHEMA = {
         "textfile": Key(_path, None, "Write Prometheus gauges to this node_exporter textfile after each run."),
         "grace": Key(parse_duration, 7200, "status calls the data stale this long after a missed weekday "
                                            "04:15 run."),
+    },
+    "privacy": {
+        "method": Key(_choice("cell-key", "none"), "cell-key",
+                      "cell-key: every published count gets a bounded noise fixed by its records (the cell key "
+                      "method); none: exact counts, whose withheld values other columns can give back."),
+        "max_noise": Key(_typed(int, 0, 20), 3, "D: published counts are within +-D of the true count."),
+        "variance": Key(_variance, 2.0, "The noise's variance; at most what max_noise allows (3.33 for 3, 2.0 for 2, "
+                                        "1.0 for 1)."),
+        "withhold_zeros": Key(_bool, False, "Withhold zero counts like small ones, so that a withheld value no "
+                                            "longer says that at least one learner had it."),
+    },
+    "publication": {
+        "path": Key(_path, None, "sqlite: the file dashboards read, replaced after each run; default "
+                                 "<state directory>-publication/serving.sqlite."),
+        "group": Key(_typed(str), None, "The group that may read the publication (mode 0640); unset: every "
+                                        "account may (0644)."),
     },
 }
 
@@ -280,6 +315,9 @@ class Config:
     alerts: dict
     monitoring: dict
     retry: dict
+    retention: dict
+    privacy: dict = None
+    publication: dict = None
 
 
 def resolve_state_directory(configured, environ):
@@ -373,6 +411,11 @@ def validate(document, origin, environ):
         values.update(_section_values(document, section, origin))
 
     _check_source_keys(document.get("source", {}), values, origin)
+    staging_days = values["retention.staging_days"]
+    if staging_days is not None and staging_days < values["window.bootstrap_days"]:
+        raise ConfigError(f"{origin}: key 'retention.staging_days' ({staging_days}) must be at least "
+                          f"window.bootstrap_days ({values['window.bootstrap_days']}), or a first run would "
+                          "quarantine the days it reads.")
     if values["store.type"] == "postgresql" and not values["store.url"]:
         raise ConfigError(f"{origin}: key 'store.url' is required when store.type is \"postgresql\".")
     state_directory = resolve_state_directory(values["state_directory"], environ)
@@ -395,7 +438,24 @@ def validate(document, origin, environ):
         alerts={key: values[f"alerts.{key}"] for key in SCHEMA["alerts"]},
         monitoring={key: values[f"monitoring.{key}"] for key in SCHEMA["monitoring"]},
         retry={key: values[f"retry.{key}"] for key in SCHEMA["retry"]},
+        retention={key: values[f"retention.{key}"] for key in SCHEMA["retention"]},
+        privacy=_privacy(values, origin),
+        publication={"path": values["publication.path"] or os.path.join(
+            state_directory.rstrip("/") + "-publication", "serving.sqlite"), "group": values["publication.group"]},
     )
+
+
+def _privacy(values, origin):
+    """Return the [privacy] table, refusing a variance that its max_noise cannot carry."""
+    from lms_refresh.privacy import noise_bounds
+
+    settings = {key: values[f"privacy.{key}"] for key in SCHEMA["privacy"]}
+    if settings["method"] == "cell-key" and settings["variance"] > noise_bounds(settings["max_noise"]):
+        raise ConfigError(
+            f"{origin}: key 'privacy.variance' is {settings['variance']}, more than privacy.max_noise = "
+            f"{settings['max_noise']} allows ({float(noise_bounds(settings['max_noise'])):.2f}); "
+            "lower the variance or raise max_noise.")
+    return settings
 
 
 def _check_source_keys(table, values, origin):
