@@ -108,6 +108,8 @@ def build_in_fresh_root(suite, workdir, source, commands, timeout=1800):
                       f"--machine=lmsr-build-{suite}-{os.getpid()}",
                       f"--bind={os.path.dirname(source)}:/build", f"--chdir=/build/{name}",
                       "--setenv=DEBIAN_FRONTEND=noninteractive", "--setenv=LANG=C.UTF-8",
+                      # not the host's /etc/localtime bound over the root's: tzdata must install its own
+                      "--timezone=off",
                       "sh", "-ec", f"apt-get update -qq\n{commands}", timeout=timeout)
         return result.stdout + result.stderr
     finally:
