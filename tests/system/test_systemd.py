@@ -462,6 +462,9 @@ def test_reinstall_keeps_state_and_purge_removes_it(system):
     # Persistent=true's stamp, written when the timer elapses (which cannot be waited for here).
     stamp = "/var/lib/systemd/timers/stamp-lms-refresh.timer"
     system.run("touch", stamp)
+    # The alert test's webhook URL is the administrator's own file, which dpkg rightly keeps
+    # (with a warning that /etc/lms-refresh is not empty): an administrator removes it first.
+    system.run("rm", "-f", "/etc/lms-refresh/alert-webhook")
     purge = system.run("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "purge", "-y", "lms-refresh")
     # The .deb was built on Debian 12: on 13 (merged /usr) units under /lib made dpkg warn here.
     assert "warning" not in (purge.stdout + purge.stderr).lower(), purge.stdout + purge.stderr
