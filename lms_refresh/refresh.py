@@ -19,6 +19,8 @@ from lms_refresh import window as windows
 from lms_refresh import __version__
 from lms_refresh.errors import BadInputError, StateError, Terminated
 from lms_refresh.lock import LOCK_NAME, LockHeld, RunLock
+from lms_refresh.privacy import RecordKeys
+from lms_refresh.publish import publish_if_behind
 from lms_refresh.pseudonym import Pseudonymiser, create_key, fingerprint, read_key
 from lms_refresh.sources import build_source
 from lms_refresh.statedir import check_writable_file, prepare_state_directory
@@ -85,7 +87,10 @@ def refresh(config, now, environ, euid, progress, since=None, until=None, dry_ru
             for path in paths:
                 if not dry_run:
                     check_writable_file(path, euid)
-            return _locked_refresh(config, now, environ, progress, report, since, until)
+            result = _locked_refresh(config, now, environ, progress, report, since, until)
+            if not dry_run:
+                publish_if_behind(config, environ, euid)  # after the commit: see publish.py
+            return result
     except LockHeld as held:
         report.outcome = "lock-held"
         report.lock_holder = held.holder
@@ -160,6 +165,7 @@ def _with_store(config, now, environ, store, progress, report, since, until):
         raise LockHeld(holder)
     meta, has_events = store.meta(), store.has_events()
     key = _open_key(config, meta, has_events, report.dry_run)
+    store.record_keys = RecordKeys(key)
     _check_timezone(config, meta, has_events)
     source = build_source(config, Pseudonymiser(key), environ)
     try:
@@ -211,7 +217,7 @@ def _transaction(config, now, store, source, key, watermark, window, report, pro
         days.update(window.local_days(config.timezone))
         report.partitions = sorted(days)
         progress(f"Recomputing {len(days)} daily partitions", force=True)
-        store.set_meta("min_cell_size", config.min_cell_size)
+        store.set_privacy(config.min_cell_size, config.privacy)
         report.rows_written, report.suppressed = store.recompute(days)
         recomputed_at = time.monotonic()
         new_watermark = windows.next_watermark(watermark, window, report.kind == "backfill", source.axis)
