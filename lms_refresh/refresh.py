@@ -16,7 +16,7 @@ import uuid
 
 from lms_refresh import logs
 from lms_refresh import window as windows
-from lms_refresh import __version__
+from lms_refresh import __version__, redact, retention
 from lms_refresh.errors import BadInputError, StateError, Terminated
 from lms_refresh.lock import LOCK_NAME, LockHeld, RunLock
 from lms_refresh.privacy import RecordKeys
@@ -73,14 +73,7 @@ def refresh(config, now, environ, euid, progress, since=None, until=None, dry_ru
     kind = "run" if since is None else "backfill"
     report = Report(run_id=str(uuid.uuid4()), kind=kind, dry_run=dry_run)
     load_driver(config)
-    state_directory = config.state_directory
-    lock_path = os.path.join(state_directory, LOCK_NAME)
-    if dry_run and not os.path.isdir(state_directory):
-        lock = contextlib.nullcontext()  # nothing to protect, and a dry run creates nothing
-    else:
-        prepare_state_directory(state_directory, euid)
-        check_writable_file(lock_path, euid)
-        lock = RunLock(lock_path)
+    lock = run_lock(config, euid, dry_run)
     try:
         with lock, sigterm_raises():
             paths = [config.key_file] + ([config.store_path] if config.store_type == "sqlite" else [])
@@ -101,7 +94,37 @@ def refresh(config, now, environ, euid, progress, since=None, until=None, dry_ru
         return report
 
 
-def _open_key(config, meta, has_events, dry_run):
+# -- the lock and the store, shared by every command that changes the store (run, backfill, forget) --
+
+def run_lock(config, euid, dry_run=False):
+    """Return the run's flock (a context manager), preparing the state directory; a dry run
+    without a state directory takes none: there is nothing to protect, and it creates nothing."""
+    lock_path = os.path.join(config.state_directory, LOCK_NAME)
+    if dry_run and not os.path.isdir(config.state_directory):
+        return contextlib.nullcontext()
+    prepare_state_directory(config.state_directory, euid)
+    check_writable_file(lock_path, euid)
+    return RunLock(lock_path)
+
+
+@contextlib.contextmanager
+def locked_store(config, environ, create):
+    """Yield the open store under its own run lock (a database shared by several hosts has one),
+    with driver errors turned into the domain's; raise LockHeld if another run holds it."""
+    store = open_store(config, environ, create=create)
+    try:
+        # Driver errors anywhere inside (a dropped connection while reading the
+        # watermark as much as during the commit) become the domain's exit codes.
+        with store.errors():
+            holder = store.acquire_run_lock()
+            if holder is not None:
+                raise LockHeld(holder)
+            yield store
+    finally:
+        store.close()
+
+
+def open_key(config, meta, has_events, dry_run):
     """Return the pseudonymisation key, refusing one that does not match the store's data."""
     key = read_key(config.key_file)
     recorded = meta.get("key_fingerprint")
@@ -148,23 +171,16 @@ def _choose_window(config, now, meta, source, since, until):
 
 
 def _locked_refresh(config, now, environ, progress, report, since, until):
-    store = open_store(config, environ, create=not report.dry_run)
     try:
-        # Driver errors anywhere below (a dropped connection while reading the
-        # watermark as much as during the commit) become the domain's exit codes.
-        with store.errors():
+        with locked_store(config, environ, create=not report.dry_run) as store:
             return _with_store(config, now, environ, store, progress, report, since, until)
     finally:
         progress.done()
-        store.close()
 
 
 def _with_store(config, now, environ, store, progress, report, since, until):
-    holder = store.acquire_run_lock()  # a database shared by several hosts has its own lock
-    if holder is not None:
-        raise LockHeld(holder)
     meta, has_events = store.meta(), store.has_events()
-    key = _open_key(config, meta, has_events, report.dry_run)
+    key = open_key(config, meta, has_events, report.dry_run)
     store.record_keys = RecordKeys(key)
     _check_timezone(config, meta, has_events)
     source = build_source(config, Pseudonymiser(key), environ)
@@ -196,13 +212,16 @@ def _transaction(config, now, store, source, key, watermark, window, report, pro
     now_text = windows.to_cursor(now)
     days = set()
     kept_quarantine = []
+    redactor = redact.Redactor(key, config.source.get("site_url"))  # quarantined records keep no identifiers
     progress(f"Reading {source.describe()}, window {window.since_cursor} .. {window.until_cursor}", force=True)
     store.begin()
     try:
+        horizon = retention.staging_horizon(config, now, store.meta())
         for batch in source.batches(window, store.source_index()):
+            retention.hold_back(batch, horizon)  # days whose staged events were dropped stay closed
             days |= store.stage(batch.events, batch.voids, batch.names)
             if batch.quarantined:
-                store.quarantine(report.run_id, batch.quarantined, now_text)
+                store.quarantine(report.run_id, batch.quarantined, now_text, redactor)
                 room = QUARANTINE_KEPT_ON_FAILURE - len(kept_quarantine)
                 kept_quarantine.extend(batch.quarantined[:max(room, 0)])
             store.save_source_state(batch.state)
@@ -215,6 +234,7 @@ def _transaction(config, now, store, source, key, watermark, window, report, pro
         staged_at = time.monotonic()
         _check_tolerance(config, report)
         days.update(window.local_days(config.timezone))
+        days = retention.apply(store, config, now, horizon, days)
         report.partitions = sorted(days)
         progress(f"Recomputing {len(days)} daily partitions", force=True)
         store.set_privacy(config.min_cell_size, config.privacy)
@@ -236,7 +256,7 @@ def _transaction(config, now, store, source, key, watermark, window, report, pro
     except BaseException as error:
         store.rollback()
         if not report.dry_run:
-            _record_failure(store, report, now, error, kept_quarantine)
+            _record_failure(store, report, now, error, kept_quarantine, redactor)
         error.report = report  # what was read and quarantined, for the job's metrics
         raise
 
@@ -266,14 +286,14 @@ def _run_row(report, now, exit_code, message):
     }
 
 
-def _record_failure(store, report, now, error, kept_quarantine):
+def _record_failure(store, report, now, error, kept_quarantine, redactor):
     """After a rollback, note the failed run (and what was quarantined) in its own transaction."""
     exit_code = getattr(error, "exit_code", 1)
     report.outcome = "failed"
     try:
         store.begin()
         if kept_quarantine:
-            store.quarantine(report.run_id, kept_quarantine, windows.to_cursor(now))
+            store.quarantine(report.run_id, kept_quarantine, windows.to_cursor(now), redactor)
         store.record_run(_run_row(report, now, exit_code, str(error)[:1000]))
         store.commit()
     except Exception:  # the store itself may be what failed; the run's own error is what matters
