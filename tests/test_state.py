@@ -6,11 +6,12 @@ import pathlib
 import shutil
 import sqlite3
 import subprocess
+import sys
 import tempfile
 
 import pytest
 
-from conftest import Project, cli_command, statement
+from conftest import Project, statement
 
 
 @pytest.fixture
@@ -95,6 +96,21 @@ def test_root_refuses_a_state_directory_owned_by_the_service_user(project):
     assert all(p.stat().st_uid == 65534 for p in project.state.iterdir())
 
 
+def reachable_cli(directory):
+    """The CLI as a command that another user can run: a clone under /root (0700) is out of its reach.
+
+    Copies the package into `directory` (which that user can traverse) and runs it with the real
+    interpreter behind this one (a virtualenv's python is a symlink inside the clone).
+    """
+    import lms_refresh
+
+    code = directory / "code"
+    shutil.copytree(os.path.dirname(lms_refresh.__file__), code / "lms_refresh",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    return ["env", f"PYTHONPATH={code}", "PYTHONDONTWRITEBYTECODE=1",
+            os.path.realpath(sys.executable), "-m", "lms_refresh"]
+
+
 def test_another_user_gets_told_who_owns_the_state():
     root = tempfile.mkdtemp(prefix="lmsr-owner-")
     os.chmod(root, 0o755)  # reachable by 'nobody', unlike pytest's private tmp_path
@@ -107,8 +123,9 @@ def test_another_user_gets_told_who_owns_the_state():
 def _another_user_gets_told_who_owns_the_state(project):
     populated(project)  # as root: state owned by root
     os.chmod(project.state, 0o755)
-    command = ["runuser", "-u", "nobody", "--"] + cli_command() + ["--config", str(project.config), "run"]
-    result = subprocess.run(command, capture_output=True, text=True)
+    result = subprocess.run(["runuser", "-u", "nobody", "--"] + reachable_cli(project.root.parent)
+                            + ["--config", str(project.config), "run"],
+                            capture_output=True, text=True, cwd=project.root.parent)
     assert result.returncode == 78, result.stderr
     assert f"The state directory {project.state} belongs to user 'root' and is not writable by 'nobody'" in result.stderr
 
