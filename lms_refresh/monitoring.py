@@ -146,6 +146,9 @@ def staleness(status, now, timezone, grace):
     if success is None:
         return f"no successful refresh yet (one was due at {expected.isoformat(timespec='minutes')})"
     started = from_cursor(success["started_at"], "time")
+    if started > now + dt.timedelta(minutes=5):
+        return (f"the last success is dated {started.isoformat(timespec='minutes')}, in the future: the clock was "
+                "wrong then or is wrong now (see README, \"Recovery\")")
     if started < expected.astimezone(dt.timezone.utc) - dt.timedelta(minutes=1):
         return (f"the last success started at {started.isoformat(timespec='minutes')}, before the run due at "
                 f"{expected.isoformat(timespec='minutes')} (grace {grace // 60} min)")

@@ -9,6 +9,7 @@ import click
 import click.testing
 import pytest
 
+from lms_refresh.store.schema import SCHEMA_VERSION
 from conftest import statement
 from lms_refresh.cli import cli
 
@@ -52,7 +53,7 @@ def test_status_before_and_after_a_run(project):
     assert report["lock"] == {"path": str(project.state / "refresh.lock"), "held": False, "holder": None}
     assert report["last_run"]["outcome"] == "success" and report["last_run"]["rows_written"] == 1
     assert report["last_run"]["window_until"] == "2026-11-03T03:15:00.000000Z"
-    assert report["store"]["exists"] and report["store"]["size_bytes"] > 0 and report["store"]["schema_version"] == 2
+    assert report["store"]["exists"] and report["store"]["size_bytes"] > 0 and report["store"]["schema_version"] == SCHEMA_VERSION
     text = project.cli("status", check=0).stdout
     assert "last success: success (exit 0) run" in text and "lock:         free" in text
 

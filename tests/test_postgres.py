@@ -7,6 +7,7 @@ import time
 import psycopg
 import pytest
 
+from lms_refresh.store.schema import SCHEMA_VERSION
 from conftest import Project, statement
 from lms_refresh.store.postgres import LOCK_CLASS
 
@@ -160,7 +161,7 @@ def test_an_older_store_is_upgraded_by_the_next_run(project):
     project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
     project.cli("run", now=NOW, check=0)
     report = json.loads(project.cli("status", "--json", check=0).stdout)
-    assert report["store"]["schema_version"] == 2
+    assert report["store"]["schema_version"] == SCHEMA_VERSION
     assert report["last_run"]["window_since"] == "2026-11-01T00:00:00.000000Z"  # the old watermark was kept
     assert report["last_run"]["version"] == "0.1.0"
 
@@ -190,7 +191,7 @@ def test_a_dashboard_role_reads_the_serving_view_and_nothing_else(server, pg_pro
 def test_check_reports_reachability_version_and_privileges(pg_project):
     pg_project.cli("run", now=NOW, check=0)
     result = pg_project.cli("check", check=0)
-    assert "(schema lms_refresh): reachable, schema v2; can write staging and metrics" in result.stdout
+    assert f"(schema lms_refresh): reachable, schema v{SCHEMA_VERSION}; can write staging and metrics" in result.stdout
 
 
 def test_credentials_and_reachability_errors_are_one_clear_sentence(server, pg_project, tmp_path):

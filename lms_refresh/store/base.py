@@ -28,6 +28,7 @@ class SqlStore:
         self.location = location
         self._voided = None
         self._void_targets = set()
+        self._conflicts = []
 
     def _sql(self, statement):
         return statement if self.placeholder == "?" else statement.replace("?", self.placeholder)
@@ -77,7 +78,8 @@ class SqlStore:
         columns = ", ".join(RUN_FIELDS)
         last = self.execute(f"SELECT {columns} FROM runs ORDER BY {self.run_order} DESC LIMIT 1").fetchone()
         success = self.execute(
-            f"SELECT {columns} FROM runs WHERE exit_code = 0 ORDER BY {self.run_order} DESC LIMIT 1").fetchone()
+            f"SELECT {columns} FROM runs WHERE exit_code = 0 AND kind IN ('run', 'backfill', 'rebuild') "
+            f"ORDER BY {self.run_order} DESC LIMIT 1").fetchone()
         return tuple(dict(zip(RUN_FIELDS, row)) if row else None for row in (last, success))
 
     # -- one run's transaction ------------------------------------------------
@@ -113,9 +115,39 @@ class SqlStore:
         voided = self.record_voids(voids)
         if voided:
             events = [row for row in events if row[3] not in voided]
-        if events:
-            self.insert_events(events)
+        if events and self.insert_events(events) < len(events):
+            self._find_conflicts(events)
         return {row[0] for row in events}
+
+    def _find_conflicts(self, events):
+        """Some rows were not inserted: keep aside those whose id is staged with other content.
+
+        A statement id counts once (the unique index on event_id makes sure); a second
+        version that differs from the staged one is quarantined, never counted.
+        """
+        staged = self.staged_versions({row[3] for row in events})
+        for row in events:
+            kept = staged.get(row[3])
+            if kept is not None and tuple(kept) != tuple(row):
+                self._conflicts.append(row)
+
+    def take_conflicts(self):
+        """Return and forget the conflicting versions found since the last call."""
+        conflicts, self._conflicts = self._conflicts, []
+        return conflicts
+
+    def pending_days(self):
+        """Days whose metrics a migration left to be rebuilt (it removed double-staged statements)."""
+        return {row[0] for row in self.execute("SELECT day FROM pending_days").fetchall()}
+
+    def reset_derived(self):
+        """Empty everything derived from the source (a rebuild refills it in the same transaction);
+        the run log and the quarantine stay."""
+        for table in ("daily_metrics", "staged_events", "voided_events", "courses", "verbs", "source_state",
+                      "pending_days"):
+            self.execute(f"DELETE FROM {table}")
+        self.execute("DELETE FROM meta WHERE key NOT IN ('schema_version', 'min_cell_size')")
+        self.forget_transaction()
 
     def quarantine(self, run_id, rows, now_text):
         """Record quarantined records (once per origin and content)."""
@@ -140,6 +172,7 @@ class SqlStore:
         """Voids learned inside a rolled-back transaction are gone with it."""
         self._voided = None
         self._void_targets.clear()
+        self._conflicts = []
 
     def acquire_run_lock(self):
         """Return None once this store is locked for the run, else who holds it (flock is enough here)."""
