@@ -29,7 +29,7 @@ MAPPING_VERSION = getattr(xapi, "MAPPING_VERSION", 1)
 # meta key -> (the setting as the operator knows it, value assumed when a store recorded none)
 IDENTITY = {
     "identity.course_pattern": ("source.course_pattern", None),
-    "identity.mapping_version": ("the statement mapping version of lms-refresh", "1"),
+    "identity.mapping_version": ("the statement mapping version", "1"),
     "identity.site_url": ("source.site_url", None),
     "identity.site_course_id": ("source.site_course_id", None),
     "identity.guest_user_id": ("source.guest_user_id", None),
@@ -67,6 +67,12 @@ def check_identity(config, meta, has_events):
     for name, value in identity(config).items():
         setting, assumed = IDENTITY[name]
         was = meta.get(name, assumed)
+        if was is not None and was != value and name == "identity.mapping_version":
+            raise StateError(
+                f"The store's rows were derived by statement mapping version {was} but this lms-refresh maps "
+                f"statements by version {value} (see its changelog); apply the new mapping by rebuilding the store "
+                f"with {REBUILD}, or keep the previous lms-refresh."
+            )
         if was is not None and was != value:
             raise StateError(
                 f"The store's rows were derived with {setting} = {was!r} but {config.origin} now gives {value!r}, "

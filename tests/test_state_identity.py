@@ -153,24 +153,19 @@ def test_a_changed_course_pattern_is_refused_and_rebuild_applies_it_without_doub
 
 def test_a_store_without_a_recorded_mapping_version_counts_as_version_1(project, monkeypatch):
     from lms_refresh import state
+    from lms_refresh.config import load_config
+    from lms_refresh.errors import StateError
 
     project.write("a.ndjson", day_batch(12, "2026-11-02"))
     project.cli("run", now=at(T), check=0)
-    assert project.meta()["identity.mapping_version"] == str(state.MAPPING_VERSION)
-    store = project.open_store()
-    store.close()
-    meta = dict(project.meta())
-    del meta["identity.mapping_version"]
-    config = project.open_store  # noqa: F841 (the store is read through the CLI below)
-    from lms_refresh.config import load_config
-
-    assert state.IDENTITY["identity.mapping_version"][1] == "1"
-    loaded = load_config(str(project.config), {})
-    monkeypatch.setattr(state, "MAPPING_VERSION", 2)
-    with pytest.raises(Exception) as refused:
-        state.check_identity(loaded, meta, has_events=True)
-    assert "the statement mapping version of lms-refresh = '1'" in str(refused.value)
-    assert getattr(refused.value, "exit_code", None) == 78
+    meta = project.meta()
+    assert meta["identity.mapping_version"] == str(state.MAPPING_VERSION)
+    del meta["identity.mapping_version"]  # as a store written before versions were recorded
+    monkeypatch.setattr(state, "MAPPING_VERSION", 2)  # a later lms-refresh that maps statements otherwise
+    with pytest.raises(StateError) as refused:
+        state.check_identity(load_config(str(project.config), {}), meta, has_events=True)
+    assert "derived by statement mapping version 1 but this lms-refresh maps statements by version 2" in str(refused.value)
+    assert "lms-refresh rebuild --since DATE" in str(refused.value) and refused.value.exit_code == 78
 
 
 # -- 4: one statement id, two contents ------------------------------------------------------------
