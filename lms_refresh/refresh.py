@@ -295,6 +295,6 @@ def _record_failure(store, report, now, error):
             store.quarantine(report.run_id, report.kept_quarantine, windows.to_cursor(now))
         store.record_run(_run_row(report, now, exit_code, message[:1000]))
         store.commit()
-    except BaseException:  # the store itself may be what failed; the run's own error is what matters
+    except BaseException as failure:  # the store itself may be what failed; the run's own error is what matters
         store.rollback_quietly()
-        logger.warning("Could not record the failed run in the store", exc_info=True)
+        logger.warning("Could not record the failed run in the store (%s: %s).", type(failure).__name__, failure)

@@ -78,7 +78,7 @@ def documents(draw):
     return document
 
 
-@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(documents())
 def test_any_document_is_a_config_or_a_config_error(document):
     try:

@@ -197,6 +197,38 @@ def test_a_conflicting_second_version_of_a_statement_id_is_quarantined_never_cou
     assert project.query("SELECT COUNT(*) FROM quarantine") == [(2,)]  # once per version and where it was seen
 
 
+def test_two_versions_of_one_id_in_the_same_batch_count_once(project):
+    project.configure(extra_top="max_quarantine_share = 0.2")
+    batch = day_batch(12, "2026-11-02")
+    second = dict(batch[3], timestamp="2026-11-01T10:00:00Z")  # the same id, another day
+    project.write("a.ndjson", batch[:6] + [second] + batch[6:])
+    project.cli("run", now=at(T), check=0)
+    assert project.serving() == expected_serving([json.dumps(s) for s in batch], T - dt.timedelta(days=30), T,
+                                                 PARIS, 10)
+    assert project.query("SELECT reason FROM quarantine") == [
+        ("conflicting statement id: already staged with other content",)]
+
+
+def test_moodle_identity_settings_are_recorded_and_guarded(tmp_path):
+    from lms_refresh import state
+    from lms_refresh.config import load_config
+    from lms_refresh.errors import StateError
+
+    path = tmp_path / "moodle.toml"
+    path.write_text('[source]\ntype = "moodle"\nurl = "postgresql://reader@db/moodle"\n'
+                    'site_url = "https://moodle.example.edu"\nsite_course_id = 1\n')
+    config = load_config(str(path), {})
+    meta = dict(state.identity(config), timezone="UTC")
+    assert meta == {"identity.site_url": "https://moodle.example.edu", "identity.site_course_id": "1",
+                    "identity.guest_user_id": "1", "timezone": "UTC"}
+    state.check_identity(config, meta, has_events=True)  # unchanged: fine
+    moved = dict(meta, **{"identity.site_url": "https://old-moodle.example.edu"})
+    with pytest.raises(StateError) as refused:
+        state.check_identity(config, moved, has_events=True)
+    assert "derived with source.site_url = 'https://old-moodle.example.edu'" in str(refused.value)
+    state.check_identity(config, moved, has_events=False)  # an empty store takes the new identity
+
+
 def test_an_older_store_with_a_double_staged_id_is_repaired_by_the_upgrade(sqlite_project):
     import sqlite3
 
