@@ -291,3 +291,35 @@ def test_status_on_a_state_directory_with_only_a_key_is_not_damaged(sqlite_proje
     shutil.copy(__file__, project.state / "unrelated")  # any other file: nothing calls it a store
     status = project.cli("status", now=at(T), check=0)
     assert "not created yet" in status.stdout
+
+
+def test_a_damaged_watermark_can_be_set_by_hand(sqlite_project):
+    import sqlite3
+
+    project = sqlite_project
+    project.write("a.ndjson", day_batch(12, "2026-11-02"))
+    project.cli("run", now=at(T), check=0)
+    with sqlite3.connect(project.store) as db:
+        db.execute("UPDATE meta SET value = 'yesterday' WHERE key = 'watermark'")
+    refused = project.cli("run", now=at(T))
+    assert refused.returncode == 78 and "'lms-refresh watermark set TIME'" in refused.stderr
+    project.cli("watermark", "set", "2026-11-03T04:15", now=at(T), check=0)
+    project.cli("run", now=at(T), check=0)
+    assert project.serving() == reference(project, T)
+    assert [row[:3] for row in project.runs()][-2:] == [("watermark-set", "watermark-set", 0),
+                                                         ("run", "nothing-to-do", 0)]
+
+
+def test_a_moodle_watermark_is_a_log_id(tmp_path):
+    from lms_refresh.config import load_config
+    from lms_refresh.errors import ConfigError
+    from lms_refresh.recovery import parse_cursor
+    from lms_refresh.window import LOG_ID
+
+    path = tmp_path / "moodle.toml"
+    path.write_text('[source]\ntype = "moodle"\nurl = "postgresql://reader@db/moodle"\n'
+                    'site_url = "https://moodle.example.edu"\n')
+    config = load_config(str(path), {})
+    assert parse_cursor(config, "123456") == (LOG_ID, 123456)
+    with pytest.raises(ConfigError, match="is not a Moodle log id"):
+        parse_cursor(config, "2026-11-01")
