@@ -9,9 +9,13 @@ import shutil
 import pytest
 
 from conftest import statement
+from lms_refresh.store.schema import MIGRATIONS
 from reference import expected_serving
 
 PARIS = "Europe/Paris"
+# The migration that made statement ids unique (the last one when these tests were written).
+UNIQUE_IDS = next(number for number, statements in enumerate(MIGRATIONS, 1)
+                  if any("staged_events_event_id" in statement for statement in statements))
 UTC = dt.timezone.utc
 T = dt.datetime(2026, 11, 3, 3, 15, tzinfo=UTC)  # Tuesday 04:15 in Paris
 
@@ -237,7 +241,7 @@ def test_an_older_store_with_a_double_staged_id_is_repaired_by_the_upgrade(sqlit
     project = sqlite_project
     project.state.mkdir()
     store = SqliteStore.open(str(project.store), create=True, migrate=False)
-    store.migrate(target=2)  # the schema before statement ids were unique
+    store.migrate(target=UNIQUE_IDS - 1)  # the schema before statement ids were unique
     store.close()
     batch = day_batch(12, "2026-11-02")
     project.write("a.ndjson", batch)
