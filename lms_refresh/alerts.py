@@ -12,7 +12,9 @@ import re
 import socket
 import subprocess
 
-from lms_refresh.errors import MEANINGS
+from lms_refresh import logs
+from lms_refresh.config import load_alerts, load_config
+from lms_refresh.errors import MEANINGS, ConfigError, RefreshError
 from lms_refresh.credentials import read_secret
 from lms_refresh.monitoring import post, redact_url
 
@@ -24,7 +26,7 @@ _URL_SECRET = re.compile(r"(\w+://)[^\s/@]*@")  # user:password@ in URLs
 
 
 def journal_lines(invocation, limit=JOURNAL_LINES):
-    """Return the last `limit` messages of one invocation, oldest first ([] without a journal)."""
+    """Return the last `limit` (priority, message) records of one invocation, oldest first ([] without a journal)."""
     if not invocation:
         return []
     try:
@@ -39,8 +41,14 @@ def journal_lines(invocation, limit=JOURNAL_LINES):
         entry = reader.get_previous()
         if not entry:
             break
-        lines.append(str(entry.get("MESSAGE", "")))
+        lines.append((int(entry.get("PRIORITY", 6)), str(entry.get("MESSAGE", ""))))
     return list(reversed(lines))
+
+
+def _last_error(lines):
+    """The last record at priority err or worse: with no run row to read, the failure's own sentence."""
+    errors = [message for priority, message in lines if priority <= 3]
+    return errors[-1] if errors else ""
 
 
 def unit_exit_status(unit):
@@ -68,7 +76,10 @@ def redact(text, secrets):
 
 
 def compose(unit, exit_status, result, invocation, last_run, lines, secrets):
-    """Return the alert as a dict (the webhook body; the mail is made from it)."""
+    """Return the alert as a dict (the webhook body; the mail is made from it).
+
+    `lines` are the failed invocation's (priority, message) journal records.
+    """
     try:
         code = int(exit_status)
     except (TypeError, ValueError):
@@ -81,10 +92,12 @@ def compose(unit, exit_status, result, invocation, last_run, lines, secrets):
         "meaning": MEANINGS.get(code, "not an lms-refresh exit status (killed, timed out or crashed?)"),
         "invocation_id": invocation or None,
         "window": None,
-        "message": "",
-        "journal": [redact(line, secrets) for line in lines],
+        "journal": [redact(message, secrets) for _, message in lines],
+        "message": redact(_last_error(lines), secrets),
     }
-    if last_run:
+    # A failure before the run's transaction (a missing key, an unreachable store) leaves no
+    # row: the last row is then an earlier success, whose window and empty message would mislead.
+    if last_run and last_run.get("exit_code") != 0:
         alert["window"] = {"since": last_run["window_since"], "until": last_run["window_until"]}
         alert["message"] = redact(last_run["message"], secrets)
     return alert
@@ -127,8 +140,74 @@ def deliver(alert, settings, environ):
                 logger.warning("Sending the alert mail with %s failed: %s", sendmail, error)
     if settings.get("webhook_url_file"):
         attempted += 1
-        url = read_secret(settings["webhook_url_file"], environ)
-        if post(url, json.dumps(alert).encode(), "application/json", settings["timeout"]):
-            delivered += 1
-            logger.info("Alert delivered to %s", redact_url(url))
+        try:
+            url = read_secret(settings["webhook_url_file"], environ)
+        except ConfigError as error:  # the mail may still go out
+            logger.warning("The alert webhook is not sent: %s", error)
+        else:
+            if post(url, json.dumps(alert).encode(), "application/json", settings["timeout"]):
+                delivered += 1
+                logger.info("Alert delivered to %s", redact_url(url), extra=logs.fields(logs.ALERT_SENT))
+    return delivered, attempted
+
+
+def alert_settings(config_path, environ):
+    """Return (the [alerts] settings, the whole Config or None, the configuration's error or None).
+
+    A broken configuration (a misspelt key: the very failure being reported)
+    still alerts, from the [alerts] table alone. If even that table cannot be
+    read, nobody can be told: raise a ConfigError that says so, which is logged
+    at priority err in the journal.
+    """
+    try:
+        config = load_config(config_path, environ)
+        return config.alerts, config, None
+    except ConfigError as error:
+        broken = error
+    try:
+        settings = load_alerts(config_path)
+    except ConfigError as error:
+        raise ConfigError(f"No alert could be sent: the [alerts] settings cannot be read ({error})") from None
+    logger.warning("The configuration is broken (%s); alerting from its [alerts] table alone, without the "
+                   "failed run's window.", broken)
+    return settings, None, broken
+
+
+def send_alert(config_path, unit, exit_status, result, invocation, environ, last_run_of):
+    """Report that `unit` failed to every [alerts] channel; return (delivered, attempted).
+
+    `last_run_of(config)` returns the store's last run row (for the window and
+    message), or raises RefreshError.
+    """
+    try:
+        settings, config, broken = alert_settings(config_path, environ)
+    except ConfigError as error:
+        status = exit_status if exit_status not in (None, "", "0") else unit_exit_status(unit)
+        raise ConfigError(f"{unit} failed (exit status {status or 'unknown'}) and nobody was alerted. "
+                          f"{error}") from None
+    last_run = None
+    if config is not None:
+        try:
+            last_run = last_run_of(config)
+        except RefreshError as error:
+            logger.warning("The alert goes without the run's window: %s", error)
+    secrets = []
+    for name in ("webhook_url_file", "healthchecks_url_file"):
+        try:
+            secrets.append(read_secret(settings[name], environ))
+        except ConfigError:
+            pass
+    if not exit_status or exit_status == "0":
+        exit_status = unit_exit_status(unit) or (last_run or {}).get("exit_code")
+    logger.info("Alerting that %s failed (exit status %s, result %s)", unit, exit_status, result)
+    lines = journal_lines(invocation)
+    message = compose(unit, exit_status, result, invocation, last_run, lines, secrets)
+    if broken is not None and not message["message"]:
+        message["message"] = redact(str(broken), secrets)
+    delivered, attempted = deliver(message, settings, environ)
+    if attempted == 0:
+        logger.warning("%s failed, but [alerts] in %s names no channel to tell.", unit, config_path)
+    elif not delivered:
+        logger.error("%s failed and no [alerts] channel could be reached; nobody was alerted.", unit,
+                     extra=logs.fields(logs.ALERT_UNDELIVERED))
     return delivered, attempted

@@ -3,6 +3,7 @@
 This module is the only one that knows about click and process exit codes.
 """
 
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -11,14 +12,12 @@ import sys
 
 import click
 
-from lms_refresh import __version__, errors, faults, stopping
+from lms_refresh import __version__, errors, faults, logs, stopping
 from lms_refresh.config import DEFAULT_CONFIG_PATH, load_config
 from lms_refresh.logs import Progress, configure_logging
 from lms_refresh.job import run_job
-from lms_refresh.monitoring import staleness
+from lms_refresh.monitoring import plugin_check, staleness
 from lms_refresh.status import collect_status, format_status, run_checks
-
-CHECK_CRITICAL = 2  # monitoring-plugin convention (Nagios, Icinga) for `status --check`
 from lms_refresh.window import parse_user_time
 
 logger = logging.getLogger("lms_refresh")
@@ -62,6 +61,16 @@ def cli(ctx, config_path, verbose, quiet, now):
     ctx.obj = Settings(config_path, now, stop=ctx.obj)
 
 
+@contextlib.contextmanager
+def _failure_record():
+    """Mark any error of a run or backfill (a configuration error too) as a run-failed journal record."""
+    try:
+        yield
+    except (Exception, errors.Terminated) as error:
+        error.journal_fields = logs.run_fields(logs.RUN_FAILED, getattr(error, "report", None))
+        raise
+
+
 def _do_refresh(settings, since=None, until=None, dry_run=False, rebuild=False):
     config = settings.config()
     report = run_job(
@@ -75,7 +84,7 @@ def _do_refresh(settings, since=None, until=None, dry_run=False, rebuild=False):
             "Dry run (nothing written)" if dry_run else "Rebuild committed" if rebuild else "Refresh committed",
             report.statements_read, report.staged, report.voided, report.quarantined,
             len(report.partitions), report.rows_written, report.suppressed,
-            extra=report.journal_fields(),
+            extra=logs.run_fields(logs.DRY_RUN_FINISHED if dry_run else logs.RUN_FINISHED, report),
         )
     if dry_run:
         window = report.window
@@ -95,7 +104,8 @@ def run(settings, dry_run):
 
     Example: lms-refresh run --dry-run
     """
-    return _do_refresh(settings, dry_run=dry_run)
+    with _failure_record():
+        return _do_refresh(settings, dry_run=dry_run)
 
 
 class UserTime(click.ParamType):
@@ -119,13 +129,14 @@ def backfill(settings, since, until, dry_run):
 
     Example: lms-refresh backfill --since 2026-09-01 --until 2026-10-01
     """
-    timezone = settings.config().timezone
-    try:
-        since_time = parse_user_time(since, timezone)
-        until_time = parse_user_time(until, timezone)
-    except ValueError as error:
-        raise click.BadParameter(str(error))
-    return _do_refresh(settings, since_time, until_time, dry_run)
+    with _failure_record():
+        timezone = settings.config().timezone
+        try:
+            since_time = parse_user_time(since, timezone)
+            until_time = parse_user_time(until, timezone)
+        except ValueError as error:
+            raise click.BadParameter(str(error))
+        return _do_refresh(settings, since_time, until_time, dry_run)
 
 
 @cli.command()
@@ -144,12 +155,13 @@ def rebuild(settings, since, dry_run):
 
     Example: lms-refresh rebuild --since 2026-09-01
     """
-    timezone = settings.config().timezone
-    try:
-        since_time = parse_user_time(since, timezone)
-    except ValueError as error:
-        raise click.BadParameter(str(error))
-    return _do_refresh(settings, since_time, None, dry_run, rebuild=True)
+    with _failure_record():
+        timezone = settings.config().timezone
+        try:
+            since_time = parse_user_time(since, timezone)
+        except ValueError as error:
+            raise click.BadParameter(str(error))
+        return _do_refresh(settings, since_time, None, dry_run, rebuild=True)
 
 
 @cli.group()
@@ -183,19 +195,28 @@ def watermark_set(settings, value):
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--check", is_flag=True,
-              help="Monitoring-plugin exit status: 0 fresh, 2 stale (no success since the last weekday 04:15 run).")
+              help="Act as a monitoring plugin: print one line with perfdata and exit 0 OK (fresh), 1 WARNING "
+                   "(fresh, but the last run failed), 2 CRITICAL (stale: no success since the last weekday 04:15 "
+                   "run plus [monitoring] grace) or 3 UNKNOWN (no store yet, or the configuration or state cannot "
+                   "be read). Overrides --json.")
 @click.pass_obj
 def status(settings, as_json, check):
     """Show the watermark, the last run, the lock and the store, and say when the data is stale.
 
     Example: lms-refresh status --check
     """
+    if check:
+        def read_status():
+            config = settings.config()
+            return collect_status(config, os.environ), config.timezone, config.monitoring["grace"]
+
+        code, line = plugin_check(read_status, settings.now)
+        click.echo(line)
+        return code
     config = settings.config()
     report = collect_status(config, os.environ)
     report["stale"] = staleness(report, settings.now, config.timezone, config.monitoring["grace"])
     click.echo(json.dumps(report, indent=2) if as_json else format_status(report))
-    if check:
-        return CHECK_CRITICAL if report["stale"] else errors.OK
     return errors.OK
 
 
@@ -210,32 +231,18 @@ def alert(settings, unit, exit_status, result, invocation):
     """Tell people that a refresh failed (run by lms-refresh-alert@.service through OnFailure=).
 
     Sends to every channel configured in [alerts]: mail through sendmail, a
-    JSON webhook. Exits 1 only if every configured channel failed.
+    JSON webhook. A configuration broken elsewhere still alerts, from [alerts]
+    alone. Exits 1 only if every configured channel failed, 78 if [alerts]
+    itself cannot be read (logged at priority err).
 
     Example: lms-refresh alert --unit lms-refresh.service --exit-status 65
     """
-    from lms_refresh.alerts import compose, deliver, journal_lines, unit_exit_status
-    from lms_refresh.credentials import read_secret
+    from lms_refresh.alerts import send_alert
 
-    config = settings.config()
-    try:
-        last_run = collect_status(config, os.environ)["last_run"]
-    except errors.RefreshError as error:
-        logger.warning("The alert goes without the run's window: %s", error)
-        last_run = None
-    secrets = []
-    for name in ("webhook_url_file", "healthchecks_url_file"):
-        try:
-            secrets.append(read_secret(config.alerts[name], os.environ))
-        except errors.ConfigError:
-            pass
-    if not exit_status or exit_status == "0":
-        exit_status = unit_exit_status(unit) or (last_run or {}).get("exit_code")
-    logger.info("Alerting that %s failed (exit status %s, result %s)", unit, exit_status, result)
-    message = compose(unit, exit_status, result, invocation, last_run, journal_lines(invocation), secrets)
-    delivered, attempted = deliver(message, config.alerts, os.environ)
-    if attempted == 0:
-        logger.warning("%s failed, but [alerts] in %s names no channel to tell.", unit, config.origin)
+    delivered, attempted = send_alert(
+        settings.config_path, unit, exit_status, result, invocation, os.environ,
+        last_run_of=lambda config: collect_status(config, os.environ)["last_run"],
+    )
     return errors.FAILURE if attempted and not delivered else errors.OK
 
 
@@ -301,7 +308,7 @@ def is_configured(settings):
 @cli.command()
 @click.option("--dir", "directory", type=click.Path(file_okay=False), help="Where to put the sample (default: a new temporary directory).")
 @click.option("--learners", default=2000, show_default=True, help="Number of learners.")
-@click.option("--days", default=21, show_default=True, help="Days of activity.")
+@click.option("--days", default=21, show_default=True, help="Days of activity, ending yesterday.")
 @click.option("--seed", default=7, show_default=True, help="Random seed (same seed, same sample).")
 @click.pass_obj
 def demo(settings, directory, learners, days, seed):
@@ -311,7 +318,10 @@ def demo(settings, directory, learners, days, seed):
     """
     from lms_refresh.demo import run_demo
 
-    run_demo(directory, learners, days, seed, settings.now, os.environ, click.echo)
+    from lms_refresh.demo import command_hint
+
+    run_demo(directory, learners, days, seed, settings.now, os.environ, click.echo,
+             command=command_hint(sys.argv[0], os.environ, sys.executable))
     return errors.OK
 
 
@@ -340,7 +350,8 @@ def _main(argv, stop):
         code = errors.FAILURE
     except (errors.RefreshError, errors.Terminated) as error:
         _ensure_logging()
-        logger.error("%s", error, extra={"EXIT_STATUS": error.exit_code, "ERROR_KIND": type(error).__name__})
+        logger.error("%s", error, extra={**getattr(error, "journal_fields", {}), "EXIT_STATUS": error.exit_code,
+                                         "ERROR_KIND": type(error).__name__})
         code = error.exit_code
     except KeyboardInterrupt:
         code = 130
@@ -349,7 +360,8 @@ def _main(argv, stop):
         if domain is None:
             return _unexpected(error)
         _ensure_logging()
-        logger.error("%s", domain, extra={"EXIT_STATUS": domain.exit_code, "ERROR_KIND": type(domain).__name__})
+        logger.error("%s", domain, extra={**getattr(error, "journal_fields", {}), "EXIT_STATUS": domain.exit_code,
+                                          "ERROR_KIND": type(domain).__name__})
         code = domain.exit_code
     except Exception as error:  # the last resort: one sentence first, then the details
         code = _unexpected(error)
@@ -360,7 +372,7 @@ def _unexpected(error):
     _ensure_logging()
     logger.error(
         "Unexpected failure (%s: %s); nothing was committed.", type(error).__name__, error,
-        exc_info=True, extra={"EXIT_STATUS": errors.FAILURE},
+        exc_info=True, extra={**getattr(error, "journal_fields", {}), "EXIT_STATUS": errors.FAILURE},
     )
     return errors.FAILURE
 

@@ -4,6 +4,7 @@ Every key is declared once in `SCHEMA`; unknown keys, wrong types and
 impossible values are refused with one sentence naming the file and the key.
 """
 
+import collections
 import dataclasses
 import math
 import os
@@ -11,7 +12,7 @@ import re
 import tomllib
 import zoneinfo
 
-from lms_refresh.errors import ConfigError
+from lms_refresh.errors import ConfigError, NotConfiguredError
 
 DEFAULT_CONFIG_PATH = "/etc/lms-refresh/config.toml"
 DEFAULT_STATE_DIRECTORY = "/var/lib/lms-refresh"
@@ -143,81 +144,111 @@ SOURCE_KEYS = {
                 "guest_user_id", "timeout"}, {"url", "site_url"}),
 }
 
-# section -> key -> (validator, default). A default of `None` means "derived"
-# (or, for REQUIRED, that the key must be given).
+# section -> key -> Key(check, default, description). Every entry is a `Key`:
+# its description is the one place that explains the key (the man page is
+# generated from it). A default of `None` means "unset" or "derived" (the
+# description says from what); REQUIRED means the key must be given.
 REQUIRED = object()
+
+
+class Key(collections.namedtuple("Key", "check default description")):
+    """One configuration key: a validator (value -> value, or ValueError), its default, one line on what it does."""
+
+    __slots__ = ()
+
+
 SCHEMA = {
     "": {
-        "timezone": (_timezone, "UTC"),
-        "min_cell_size": (_typed(int, 1, 1000), 10),
-        "max_quarantine_share": (_typed(float, 0.0, 1.0), 0.01),
-        "state_directory": (_path, None),
+        "timezone": Key(_timezone, "UTC", "IANA time zone whose local calendar days are the metrics' partitions."),
+        "min_cell_size": Key(_typed(int, 1, 1000), 10,
+                             "Values derived from fewer distinct learners than this are withheld (NULL)."),
+        "max_quarantine_share": Key(_typed(float, 0.0, 1.0), 0.01,
+                                    "Fail with exit status 65 when more than this share of the window's records "
+                                    "is malformed."),
+        "state_directory": Key(_path, None, "Lock, SQLite store and key; $STATE_DIRECTORY (systemd) wins, "
+                                            "else /var/lib/lms-refresh."),
     },
     "window": {
-        "bootstrap_days": (_typed(int, 1, 3660), 7),
-        "safety_lag": (parse_duration, 300),
-        "lookback": (parse_duration, 0),
+        "bootstrap_days": Key(_typed(int, 1, 3660), 7, "How many days back the very first run reads."),
+        "safety_lag": Key(parse_duration, 300, "A run reads up to now minus this lag."),
+        "lookback": Key(parse_duration, 0, "Re-read this much before the watermark (safe: staging is keyed)."),
     },
     # One table for every source type; SOURCE_KEYS says which keys each type takes.
     "source": {
-        "type": (_choice(*SOURCE_TYPES), REQUIRED),
-        "batch_size": (_typed(int, 1, 100_000), 5000),
-        # xAPI (files and LRS)
-        "course_pattern": (_regex, r"^(.+?/course/[^/?#]+)"),
-        "path": (_path, None),  # xapi-ndjson
-        # xapi-lrs
-        "endpoint": (_http_url, None),
-        "username": (_typed(str), None),
-        # The password (LRS) or database password (Moodle): a credential name or a file path.
-        "password_file": (_path, None),
-        "ca_bundle": (_path, None),
-        "page_size": (_typed(int, 1, 10_000), 500),
-        # How far a statement's timestamp may lie from its stored time. The since/until
-        # sent to the LRS are widened by this, so an LRS that filters on timestamp
-        # instead of stored (Ralph does) still returns every statement of the window.
-        "overlap": (parse_duration, 86400),
-        "timeout": (parse_duration, 60),
-        "request_attempts": (_typed(int, 1, 20), 5),
-        "request_delay": (parse_duration, 2),
-        # moodle
-        "url": (_database_url, None),
-        "prefix": (_identifier_prefix, "mdl_"),
-        "site_url": (_http_url, None),
-        "id_lookback": (_typed(int, 0, 10_000_000), 10_000),
-        "site_course_id": (_typed(int, 0), 1),
-        "guest_user_id": (_typed(int, 0), 1),
+        "type": Key(_choice(*SOURCE_TYPES), REQUIRED, "The kind of source: " + ", ".join(SOURCE_TYPES) + "."),
+        "batch_size": Key(_typed(int, 1, 100_000), 5000, "Records per batch; bounds memory."),
+        "course_pattern": Key(_regex, r"^(.+?/course/[^/?#]+)",
+                              "xAPI: the course is this pattern's capture group on the object id "
+                              "(then parent, grouping ids) when no context activity is a course."),
+        "path": Key(_path, None, "xapi-ndjson: a file or a directory of *.ndjson, *.jsonl (and .gz)."),
+        "endpoint": Key(_http_url, None, "xapi-lrs: the xAPI base URL before /statements, without credentials."),
+        "username": Key(_typed(str), None, "xapi-lrs: the HTTP basic auth user."),
+        "password_file": Key(_path, None, "xapi-lrs, moodle: the password's file, a credential name "
+                                          "($CREDENTIALS_DIRECTORY) or a path."),
+        "ca_bundle": Key(_path, None, "xapi-lrs: CA certificates for a private CA (TLS is always verified)."),
+        "page_size": Key(_typed(int, 1, 10_000), 500, "xapi-lrs: statements asked for per page (the LRS may cap it)."),
+        # The since/until sent to the LRS are widened by this, so an LRS that filters on
+        # timestamp instead of stored (Ralph does) still returns every statement of the window.
+        "overlap": Key(parse_duration, 86400,
+                       "xapi-lrs: how far a statement's timestamp may lie from its stored time."),
+        "timeout": Key(parse_duration, 60, "xapi-lrs: per request; moodle: connect and statement timeout."),
+        "request_attempts": Key(_typed(int, 1, 20), 5,
+                                "xapi-lrs: attempts per request (timeouts, connection errors, 429, 5xx)."),
+        "request_delay": Key(parse_duration, 2, "xapi-lrs: first backoff between attempts, doubled each time."),
+        "url": Key(_database_url, None, "moodle: the PostgreSQL URL of Moodle's database, without the password."),
+        "prefix": Key(_identifier_prefix, "mdl_", "moodle: the table prefix ($CFG->prefix)."),
+        "site_url": Key(_http_url, None, "moodle: $CFG->wwwroot; names the courses in the store."),
+        "id_lookback": Key(_typed(int, 0, 10_000_000), 10_000, "moodle: log ids re-read before the watermark."),
+        "site_course_id": Key(_typed(int, 0), 1, "moodle: $SITEID; the front page is not a course."),
+        "guest_user_id": Key(_typed(int, 0), 1, "moodle: $CFG->siteguest; the guest is not a learner."),
     },
     "store": {
-        "type": (_choice(*STORE_TYPES), "sqlite"),
-        "path": (_path, None),  # sqlite
-        # postgresql: a URL without the password, e.g. "postgresql://lms_refresh@db.example.edu/metrics"
-        "url": (_postgres_url, None),
-        # The password: a credential name ($CREDENTIALS_DIRECTORY) or a file path.
-        "password_file": (_path, None),
-        "schema": (_identifier, "lms_refresh"),
+        "type": Key(_choice(*STORE_TYPES), "sqlite", "The kind of store: " + ", ".join(STORE_TYPES) + "."),
+        "path": Key(_path, None, "sqlite: the store file; default <state directory>/metrics.sqlite."),
+        "url": Key(_postgres_url, None, "postgresql: a URL without the password, "
+                                        "e.g. postgresql://lms_refresh@db.example.edu/metrics."),
+        "password_file": Key(_path, None, "postgresql: the password's file, a credential name "
+                                          "($CREDENTIALS_DIRECTORY) or a path."),
+        "schema": Key(_identifier, "lms_refresh", "postgresql: the schema of the tables; the view is in "
+                                                  "<schema>_serving."),
     },
     "pseudonymisation": {
-        "key_file": (_path, None),
+        "key_file": Key(_path, None, "The secret HMAC key for learner identifiers; default "
+                                     "<state directory>/pseudonymisation.key, created on the first run."),
     },
     "retry": {
         # Scheduled runs retry a source or store that is unreachable (exit 69).
-        "attempts": (_typed(int, 1, 20), 3),
-        "delay": (parse_duration, 600),
+        "attempts": Key(_typed(int, 1, 20), 3, "Attempts of a scheduled run while the source or store is "
+                                               "unreachable (exit 69)."),
+        "delay": Key(parse_duration, 600, "Pause between those attempts."),
     },
     "alerts": {
-        "mail_to": (_typed(str), None),
-        "sendmail": (_path, "/usr/sbin/sendmail"),
-        # Files holding URLs with tokens (credentials): a bare name is looked up in
+        "mail_to": Key(_typed(str), None, "Mail a failed run's alert to this address."),
+        "sendmail": Key(_path, "/usr/sbin/sendmail", "The sendmail program the alert mail goes through."),
+        # Files holding URLs with tokens are credentials: a bare name is looked up in
         # $CREDENTIALS_DIRECTORY (LoadCredential=), anything else is a path.
-        "webhook_url_file": (_path, None),
-        "healthchecks_url_file": (_path, None),
-        "timeout": (parse_duration, 10),
+        "webhook_url_file": Key(_path, None, "A file holding the URL a failed run's alert is POSTed to as JSON."),
+        "healthchecks_url_file": Key(_path, None, "A file holding the Healthchecks URL scheduled runs ping."),
+        "timeout": Key(parse_duration, 10, "Timeout of each delivery and ping."),
     },
     "monitoring": {
-        "textfile": (_path, None),
-        "grace": (parse_duration, 7200),
+        "textfile": Key(_path, None, "Write Prometheus gauges to this node_exporter textfile after each run."),
+        "grace": Key(parse_duration, 7200, "status calls the data stale this long after a missed weekday "
+                                           "04:15 run."),
     },
 }
+
+
+def _check_schema(schema):
+    """Refuse, at import, a SCHEMA entry that is not a Key with a description (the man page needs it)."""
+    for section, keys in schema.items():
+        for name, key in keys.items():
+            if not isinstance(key, Key) or not callable(key.check) or not (key.description or "").strip():
+                raise TypeError(f"SCHEMA[{section!r}][{name!r}] must be Key(check, default, description), "
+                                f"not {key!r}")
+
+
+_check_schema(SCHEMA)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,7 +288,7 @@ def read_toml(path):
         with open(path, "rb") as handle:
             return tomllib.load(handle)
     except FileNotFoundError:
-        raise ConfigError(
+        raise NotConfiguredError(
             f"No configuration file at {path}; create it (see README, 'Configuration') "
             "or pass --config / set LMS_REFRESH_CONFIG."
         )
@@ -271,6 +302,55 @@ def read_toml(path):
         raise ConfigError(f"{path} is not valid UTF-8 text.")
 
 
+def _section_values(document, section, origin):
+    """Validate one table of `document` against SCHEMA[section]; return {dotted name: value}."""
+    keys = SCHEMA[section]
+    values = {}
+    table = {k: v for k, v in document.items() if k in keys} if section == "" else document.get(section, {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{origin}: '{section}' must be a table ([{section}]).")
+    for key in table:
+        if key not in keys:
+            raise ConfigError(
+                f"{origin}: unknown key '{_dotted(section, key)}' "
+                f"(known in [{section}]: {', '.join(sorted(keys))})."
+            )
+    for key, spec in keys.items():
+        name = _dotted(section, key)
+        if key in table:
+            try:
+                values[name] = spec.check(table[key])
+            except ValueError as error:
+                raise ConfigError(f"{origin}: key '{name}' {_phrase(error)}.")
+        elif spec.default is REQUIRED and section == "source" and "source" not in document:
+            raise NotConfiguredError(
+                f"No source is configured yet: {origin} has no [source] table; uncomment and fill in one of "
+                "the commented [source] examples in it (xapi-ndjson, xapi-lrs or moodle; see README, "
+                "'Sources'), then run 'lms-refresh check'."
+            )
+        elif spec.default is REQUIRED:
+            raise ConfigError(f"{origin}: key '{name}' is required.")
+        else:
+            values[name] = spec.default
+    if "timezone" in keys and "timezone" not in table:
+        try:  # the default zone needs the time zone database too
+            _timezone(values["timezone"])
+        except ValueError as error:
+            raise ConfigError(f"{origin}: key 'timezone' {_phrase(error)}.")
+    return values
+
+
+def load_alerts(path):
+    """Return the validated [alerts] table of the file at `path`, ignoring every other table.
+
+    The alert must go out exactly when the rest of the configuration is broken
+    (a misspelt key makes the run exit 78), so it depends on nothing else.
+    """
+    document = read_toml(path)
+    values = _section_values(document, "alerts", path)
+    return {key: values[f"alerts.{key}"] for key in SCHEMA["alerts"]}
+
+
 def validate(document, origin, environ):
     """Given a parsed TOML document, return a Config or raise ConfigError naming the key."""
     values = {}
@@ -280,30 +360,8 @@ def validate(document, origin, environ):
                 raise ConfigError(f"{origin}: '{key}' must be a table ([{key}]).")
         elif key not in SCHEMA[""]:
             raise ConfigError(f"{origin}: unknown key '{key}' (known: {', '.join(_known_keys())}).")
-    for section, keys in SCHEMA.items():
-        table = {k: v for k, v in document.items() if k in keys} if section == "" else document.get(section, {})
-        for key in table:
-            if key not in keys:
-                raise ConfigError(
-                    f"{origin}: unknown key '{_dotted(section, key)}' "
-                    f"(known in [{section}]: {', '.join(sorted(keys))})."
-                )
-        for key, (check, default) in keys.items():
-            name = _dotted(section, key)
-            if key in table:
-                try:
-                    values[name] = check(table[key])
-                except ValueError as error:
-                    raise ConfigError(f"{origin}: key '{name}' {_phrase(error)}.")
-            elif default is REQUIRED:
-                raise ConfigError(f"{origin}: key '{name}' is required.")
-            else:
-                values[name] = default
-        if "timezone" in keys and "timezone" not in table:
-            try:  # the default zone needs the time zone database too
-                _timezone(values["timezone"])
-            except ValueError as error:
-                raise ConfigError(f"{origin}: key 'timezone' {_phrase(error)}.")
+    for section in SCHEMA:
+        values.update(_section_values(document, section, origin))
 
     _check_source_keys(document.get("source", {}), values, origin)
     if values["store.type"] == "postgresql" and not values["store.url"]:
@@ -352,11 +410,16 @@ def _check_source_keys(table, values, origin):
 
 
 def has_source(path):
-    """Return False only if `path` is missing or valid TOML without a [source] table."""
+    """Return False only if `path` is missing or valid TOML without a [source] table.
+
+    Any other error counts as configured, so the run itself fails loudly (78).
+    """
     try:
         document = read_toml(path)
-    except ConfigError as error:
-        return "No configuration file" not in str(error)
+    except NotConfiguredError:
+        return False
+    except ConfigError:
+        return True
     return "source" in document
 
 

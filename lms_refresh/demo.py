@@ -2,6 +2,8 @@
 
 import datetime as dt
 import os
+import shlex
+import shutil
 import tempfile
 import zoneinfo
 
@@ -29,16 +31,36 @@ path = "{statements}"
 """
 
 
-def run_demo(directory, learners, days, seed, now, environ, echo):
-    """Generate a sample under `directory` (or a temp dir), refresh it, and echo the metrics."""
+def command_hint(argv0, environ, executable):
+    """Return how to run lms-refresh again from this shell: a name on PATH only if it is this program.
+
+    The README's demo installs into a virtualenv that is not on PATH, so a bare
+    `lms-refresh` would be "command not found" (or, worse, another version).
+    """
+    if os.path.basename(argv0) == "lms-refresh" and os.access(argv0, os.X_OK):
+        program = os.path.abspath(argv0)
+        on_path = shutil.which("lms-refresh", path=environ.get("PATH", os.defpath))
+        if on_path and os.path.realpath(on_path) == os.path.realpath(program):
+            return "lms-refresh"
+        return shlex.quote(program)
+    return f"{shlex.quote(executable)} -m lms_refresh"
+
+
+def run_demo(directory, learners, days, seed, now, environ, echo, command="lms-refresh"):
+    """Generate a sample under `directory` (or a temp dir), refresh it, and echo the metrics.
+
+    `command` is how the user can run lms-refresh again (see command_hint).
+    """
     directory = directory or tempfile.mkdtemp(prefix="lms-refresh-demo-")
     statements = os.path.join(directory, "statements")
     state = os.path.join(directory, "state")
     if os.path.exists(statements):
         raise FileExistsError(f"{statements} exists already; pick an empty --dir")
     end = now.astimezone(zoneinfo.ZoneInfo(TIMEZONE)).date()
-    count = write_daily_files(statements, generate(seed, end - dt.timedelta(days=days), days, learners, TIMEZONE))
-    echo(f"Generated {count} xAPI statements for {learners} learners over {days} days in {statements}")
+    first, last = end - dt.timedelta(days=days), end - dt.timedelta(days=1)
+    count = write_daily_files(statements, generate(seed, first, days, learners, TIMEZONE, until=now))
+    echo(f"Generated {count} xAPI statements in {statements}: {learners} learners active on the {days} days "
+         f"{first} .. {last} (--days), about 1% synced days late (offline devices), a few malformed on purpose.")
     config_path = os.path.join(directory, "config.toml")
     with open(config_path, "w", encoding="utf-8") as handle:
         handle.write(CONFIG_TEMPLATE.format(timezone=TIMEZONE, state=state, bootstrap_days=days + 7,
@@ -47,10 +69,14 @@ def run_demo(directory, learners, days, seed, now, environ, echo):
     environment = {k: v for k, v in environ.items() if k != "STATE_DIRECTORY"}
     config = load_config(config_path, environment)
     report = refresh(config, now, environment, os.geteuid(), Progress(environment))
+    partitions = report.partitions
     echo(
         f"Refreshed {config.store_path}: {report.statements_read} statements read, "
-        f"{report.quarantined} quarantined, {report.voided} voided, {len(report.partitions)} days, "
-        f"{report.rows_written} metric rows ({report.suppressed} with suppressed values)\n"
+        f"{report.quarantined} quarantined (the malformed ones), {report.voided} voided.\n"
+        f"A first run reads back bootstrap_days = {config.bootstrap_days} days (the sample's {days} plus a week), "
+        f"so it rebuilt the {len(partitions)} local days {partitions[0]} .. {partitions[-1]}, today included; "
+        f"{report.rows_written} metric rows (day x course) came out, {report.suppressed} of them with "
+        "suppressed values.\n"
     )
     store = open_store(config, environment, create=False, read_only=True)
     try:
@@ -59,7 +85,7 @@ def run_demo(directory, learners, days, seed, now, environ, echo):
         store.close()
     echo(format_table(rows[-24:]))
     echo(f"\n(last 24 of {len(rows)} rows; '-' = withheld because fewer than {config.min_cell_size} learners)")
-    echo(f"Try: lms-refresh --config {config_path} status")
+    echo(f"Try: {command} --config {shlex.quote(config_path)} status")
 
 
 def format_table(rows):

@@ -37,6 +37,10 @@ class ConfigError(RefreshError):
     exit_code = CONFIG
 
 
+class NotConfiguredError(ConfigError):
+    """There is no configuration file, or it has no [source] yet: an install not configured so far."""
+
+
 class StateError(ConfigError):
     """The state directory or store is unreadable, corrupt or owned by someone else."""
 

@@ -11,6 +11,7 @@ import logging
 import os
 import time
 
+from lms_refresh import logs
 from lms_refresh.errors import ConfigError, RefreshError, UnavailableError
 from lms_refresh.credentials import read_secret
 from lms_refresh.monitoring import Healthchecks, metrics_text, read_previous, write_textfile
@@ -68,7 +69,7 @@ def _refresh_with_retries(config, now, environ, euid, progress, since, until, dr
                 raise
             delay = config.retry["delay"]
             logger.warning("%s Retrying in %d s (attempt %d of %d).", error, delay, attempt + 1, attempts,
-                           extra={"RETRY_ATTEMPT": attempt + 1, "EXIT_STATUS": error.exit_code})
+                           extra=logs.fields(logs.RUN_RETRYING, RETRY_ATTEMPT=attempt + 1, EXIT_STATUS=error.exit_code))
             progress(f"Unreachable; attempt {attempt + 1} of {attempts} in {delay} s", force=True)
             sleep(delay)  # a stop meanwhile ends the run with 143 (the stop policy raises)
 
@@ -95,6 +96,10 @@ def _job(config, now, environ, euid, progress, since, until, dry_run, rebuild, s
         report = getattr(error, "report", None)
         raise
     finally:
+        if not dry_run and report is not None and report.quarantined:
+            logger.warning("%d of %d records in the window were quarantined (see the store's quarantine table).",
+                           report.quarantined, report.statements_read,
+                           extra=logs.run_fields(logs.QUARANTINE, report))
         if not dry_run and not (report is not None and report.outcome == "lock-held"):
             pings.finish(code, message)
             _write_metrics(config, environ, now, code, clock() - began, report)

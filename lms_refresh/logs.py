@@ -10,8 +10,72 @@ import logging
 import socket
 import sys
 import time
+import uuid
 
 IDENTIFIER = "lms-refresh"
+
+# Each kind of record carries a stable MESSAGE_ID, as systemd's catalog does,
+# so that `journalctl MESSAGE_ID=...` finds every record of one kind whatever
+# its wording. Defined here once and listed in the README; never change one
+# (operators' queries and alerting rules name them), only add new ones.
+MESSAGE_IDS = {
+    "run-started": uuid.UUID("efd465ddcc574f7ab9ffc02623a04297"),
+    "run-finished": uuid.UUID("ef029f020e6c4148adce1996c67f5a7f"),
+    "dry-run-finished": uuid.UUID("800c926172c54c92b352a20bfd1ec5b0"),
+    "nothing-to-do": uuid.UUID("83520f58c27a443dbdf0f9036483b214"),
+    "lock-held": uuid.UUID("b649cc9685904c2eaf43dd052d4dfd5e"),
+    "run-failed": uuid.UUID("97a39074609440c38ab504596ee0bcba"),
+    "quarantine": uuid.UUID("b3843518ef384384abafe5a62103e6d1"),
+    "run-retrying": uuid.UUID("67a108c5bbbe401a85f618ee60ff0bdc"),
+    "alert-sent": uuid.UUID("a2c2a192e29d40cfa63f198179e1d4dc"),
+    "alert-undelivered": uuid.UUID("ed00050407274a8d954481184885fb94"),
+}
+RUN_STARTED = "run-started"
+RUN_FINISHED = "run-finished"
+DRY_RUN_FINISHED = "dry-run-finished"
+NOTHING_TO_DO = "nothing-to-do"
+LOCK_HELD = "lock-held"
+RUN_FAILED = "run-failed"
+QUARANTINE = "quarantine"
+RUN_RETRYING = "run-retrying"
+ALERT_SENT = "alert-sent"
+ALERT_UNDELIVERED = "alert-undelivered"
+
+# The OUTCOME field of the records that end a run (`journalctl OUTCOME=failure`).
+OUTCOMES = {RUN_FINISHED: "success", DRY_RUN_FINISHED: "dry-run", NOTHING_TO_DO: "nothing-to-do",
+            LOCK_HELD: "lock-held", RUN_FAILED: "failure"}
+
+
+def fields(kind, **more):
+    """Return the journal fields of a record of `kind` (a MESSAGE_IDS name): its MESSAGE_ID, OUTCOME, `more`."""
+    record = {"MESSAGE_ID": MESSAGE_IDS[kind].hex}
+    if kind in OUTCOMES:
+        record["OUTCOME"] = OUTCOMES[kind]
+    record.update(more)
+    return record
+
+
+def run_fields(kind, report, **more):
+    """Return the journal fields of a run's record of `kind`, from its Report (or None if it never began).
+
+    Only records that end a run carry counters: the start record has read
+    nothing yet, and a query for STATEMENTS_READ must not count it.
+    """
+    record = fields(kind)
+    if report is not None:
+        record.update(RUN_ID=report.run_id, RUN_KIND=report.kind)
+        if report.window is not None:
+            record.update(WINDOW_SINCE=report.window.since_cursor, WINDOW_UNTIL=report.window.until_cursor)
+        if kind in (RUN_FINISHED, DRY_RUN_FINISHED, RUN_FAILED, QUARANTINE):
+            record.update(
+                STATEMENTS_READ=report.statements_read, ROWS_STAGED=report.staged, VOIDED=report.voided,
+                QUARANTINED=report.quarantined, PARTITIONS=len(report.partitions),
+                ROWS_WRITTEN=report.rows_written, SUPPRESSED=report.suppressed,
+            )
+        if kind == LOCK_HELD:
+            record["LOCK_HOLDER"] = report.lock_holder
+    record.update(more)
+    return record
 
 
 def under_systemd(environ):

@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 import zoneinfo
 
+from lms_refresh.errors import RefreshError
 from lms_refresh.window import TIME, from_cursor
 
 logger = logging.getLogger(__name__)
@@ -150,6 +151,78 @@ def staleness(status, now, timezone, grace):
         return (f"the last success is dated {started.isoformat(timespec='minutes')}, in the future: the clock was "
                 "wrong then or is wrong now (see README, \"Recovery\")")
     if started < expected.astimezone(dt.timezone.utc) - dt.timedelta(minutes=1):
-        return (f"the last success started at {started.isoformat(timespec='minutes')}, before the run due at "
+        local = started.astimezone(expected.tzinfo)  # both times in the configured zone, comparable at a glance
+        return (f"the last success started at {local.isoformat(timespec='minutes')}, before the run due at "
                 f"{expected.isoformat(timespec='minutes')} (grace {grace // 60} min)")
     return None
+
+
+# `status --check` follows the monitoring-plugin convention (Nagios, Icinga,
+# Checkmk, Sensu): one line "NAME STATE - text | perfdata", exit 0..3 only.
+PLUGIN_OK, PLUGIN_WARNING, PLUGIN_CRITICAL, PLUGIN_UNKNOWN = 0, 1, 2, 3
+PLUGIN_STATES = {PLUGIN_OK: "OK", PLUGIN_WARNING: "WARNING", PLUGIN_CRITICAL: "CRITICAL", PLUGIN_UNKNOWN: "UNKNOWN"}
+PLUGIN_NAME = "LMS-REFRESH"
+
+
+def _plugin_text(text):
+    # '|' starts the perfdata and a plugin's output is one line.
+    return " ".join(str(text).replace("|", "/").split())
+
+
+def plugin_line(code, text, perfdata=()):
+    """Return one monitoring-plugin output line: 'LMS-REFRESH OK - text | label=value ...'."""
+    line = f"{PLUGIN_NAME} {PLUGIN_STATES[code]} - {_plugin_text(text)}"
+    if perfdata:
+        line += " | " + " ".join(f"{label}={value}" for label, value in perfdata)
+    return line
+
+
+def plugin_report(status, now, timezone, grace):
+    """Given a status (collect_status) and the clock, return (exit code, line) for `status --check`.
+
+    OK: fresh. WARNING: fresh, but a later run failed. CRITICAL: stale.
+    UNKNOWN: there is no store yet, so nothing can be said about freshness.
+    """
+    if not status["store"]["exists"]:
+        return PLUGIN_UNKNOWN, plugin_line(
+            PLUGIN_UNKNOWN, f"no store at {status['store']['location']} yet: no refresh has run "
+                            f"(state directory {status['state_directory']})")
+    zone = zoneinfo.ZoneInfo(timezone)
+    last_run, success = status["last_run"], status["last_success"]
+    perfdata = []
+    if success is not None:
+        started = from_cursor(success["started_at"], "time")
+        perfdata.append(("last_success_age", f"{max(0, int((now - started).total_seconds()))}s;;;0"))
+    if last_run is not None:
+        perfdata += [("last_exit_code", f"{last_run['exit_code']};;;0"),
+                     ("rows_written", f"{last_run['rows_written']};;;0"),
+                     ("quarantined", f"{last_run['quarantined']};;;0")]
+    perfdata += [("quarantine_kept", f"{status['quarantined_records']};;;0"),
+                 ("store_size", f"{status['store']['size_bytes']}B;;;0")]
+    stale = staleness(status, now, timezone, grace)
+    if stale:
+        return PLUGIN_CRITICAL, plugin_line(PLUGIN_CRITICAL, f"stale: {stale}", perfdata)
+    started_text = from_cursor(success["started_at"], "time").astimezone(zone).isoformat(timespec="minutes")
+    text = f"last success started {started_text}, watermark {status['watermark']}"
+    if last_run is not None and last_run["exit_code"] != 0:
+        failed = from_cursor(last_run["started_at"], "time").astimezone(zone).isoformat(timespec="minutes")
+        return PLUGIN_WARNING, plugin_line(
+            PLUGIN_WARNING, f"the last run ({last_run['kind']}, started {failed}) failed with exit status "
+                            f"{last_run['exit_code']}: {last_run['message']}; {text}", perfdata)
+    return PLUGIN_OK, plugin_line(PLUGIN_OK, text, perfdata)
+
+
+def plugin_check(read_status, now):
+    """Return (exit code, line) for `status --check`; `read_status()` returns (status, timezone, grace).
+
+    Whatever goes wrong while reading the state — a configuration error, an
+    unreadable or damaged store, an unreachable database, a bug — is UNKNOWN
+    (3) with its sentence: any other exit status would be read as a state of
+    the data by the monitoring system (1 = WARNING, 2 = CRITICAL).
+    """
+    try:
+        status, timezone, grace = read_status()
+        return plugin_report(status, now, timezone, grace)
+    except Exception as error:  # noqa: BLE001 — see the docstring
+        reason = str(error) if isinstance(error, RefreshError) else f"{type(error).__name__}: {error}"
+        return PLUGIN_UNKNOWN, plugin_line(PLUGIN_UNKNOWN, f"cannot read the state: {reason}")

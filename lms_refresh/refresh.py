@@ -14,7 +14,7 @@ import os
 import time
 import uuid
 
-from lms_refresh import __version__, faults, state, stopping
+from lms_refresh import __version__, faults, logs, state, stopping
 from lms_refresh import window as windows
 from lms_refresh.errors import BadInputError, RefreshError, StateError, from_os_error
 from lms_refresh.lock import LOCK_NAME, LockHeld, RunLock
@@ -48,17 +48,6 @@ class Report:
     lock_holder: str = ""
     kept_quarantine: list = dataclasses.field(default_factory=list)  # recorded again after a rollback
     started: float = dataclasses.field(default_factory=time.monotonic)
-
-    def journal_fields(self):
-        fields = {"RUN_ID": self.run_id, "RUN_KIND": self.kind, "OUTCOME": self.outcome}
-        if self.window is not None:
-            fields.update(WINDOW_SINCE=self.window.since_cursor, WINDOW_UNTIL=self.window.until_cursor)
-        fields.update(
-            STATEMENTS_READ=self.statements_read, ROWS_STAGED=self.staged, VOIDED=self.voided,
-            QUARANTINED=self.quarantined, PARTITIONS=len(self.partitions),
-            ROWS_WRITTEN=self.rows_written, SUPPRESSED=self.suppressed,
-        )
-        return fields
 
 
 def refresh(config, now, environ, euid, progress, since=None, until=None, dry_run=False, rebuild=False,
@@ -105,7 +94,7 @@ def _refresh(config, now, environ, euid, progress, report, since, until, stop):
         report.lock_holder = held.holder
         logger.info(
             "Another refresh holds the lock (held by %s); nothing to do.", held.holder,
-            extra={"RUN_ID": report.run_id, "LOCK_HOLDER": held.holder},
+            extra=logs.run_fields(logs.LOCK_HELD, report),
         )
         return report
 
@@ -185,7 +174,7 @@ def _read_source(config, now, store, source, key, meta, report, progress, since,
         report.outcome = "nothing-to-do"
         logger.info(
             "Nothing to do: the window %s .. %s is empty.", window.since_cursor, window.until_cursor,
-            extra=report.journal_fields(),
+            extra=logs.run_fields(logs.NOTHING_TO_DO, report),
         )
         if not report.dry_run:  # still a run: staleness checks must see that it happened
             store.begin()
@@ -195,7 +184,7 @@ def _read_source(config, now, store, source, key, meta, report, progress, since,
         return report
     logger.info(
         "Refreshing %s from %s, window %s .. %s", store.describe(), source.describe(),
-        window.since_cursor, window.until_cursor, extra=report.journal_fields(),
+        window.since_cursor, window.until_cursor, extra=logs.run_fields(logs.RUN_STARTED, report),
     )
     _transaction(config, now, store, source, key, watermark, window, report, progress, stop)
     return report

@@ -67,8 +67,13 @@ def statement(rng, learner, course, moment, stored, verb):
 
 
 def generate(seed, start, days, learners, timezone="Europe/Paris", per_learner_day=0.45,
-             late_share=0.01, malformed_share=0.002, void_share=0.001):
-    """Yield (stored time, NDJSON line) for `days` local days from `start` (a date)."""
+             late_share=0.01, malformed_share=0.002, void_share=0.001, until=None):
+    """Yield (stored time, NDJSON line) for `days` local days from `start` (a date).
+
+    With `until` (an aware datetime, e.g. now), nothing stored at or after it
+    is yielded: a statement synced late whose sync would lie in the future has
+    simply not arrived yet, as in a real export.
+    """
     rng = random.Random(seed)
     zone = zoneinfo.ZoneInfo(timezone)
     enrolment = [[c for c, weight, _ in COURSES if rng.random() < weight] or ["BIO101"] for _ in range(learners)]
@@ -87,11 +92,14 @@ def generate(seed, start, days, learners, timezone="Europe/Paris", per_learner_d
                     if rng.random() < late_share:
                         stored += dt.timedelta(days=rng.randint(1, 5), hours=rng.randint(0, 12))
                     record = statement(rng, learner, course, local, stored, rng.choice(_VERB_CHOICES))
-                    if rng.random() < void_share and recent:
+                    arrived = until is None or stored + dt.timedelta(seconds=1) < until
+                    if rng.random() < void_share and recent and arrived:
                         target = rng.choice(recent)
                         yield stored, json.dumps(_voiding(rng, target, stored))
                     recent = (recent + [record["id"]])[-50:]
-                    yield stored, _maybe_malformed(rng, json.dumps(record), malformed_share)
+                    line = _maybe_malformed(rng, json.dumps(record), malformed_share)
+                    if arrived:  # drawn either way, so `until` changes nothing else in the sample
+                        yield stored, line
 
 
 def _voiding(rng, target, stored):

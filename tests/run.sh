@@ -13,6 +13,7 @@ PACKAGES=(
   python3-prometheus-client tzdata util-linux git
   # the LRS tests: Ralph's own virtualenv, and a certificate for HTTPS
   openssl
+  groff-base  # lms-refresh(8) is checked with groff -man -ww -z
   # a real PostgreSQL server for the PostgreSQL store and the Moodle source tests
   postgresql python3-psycopg
   # building and checking the .deb

@@ -117,8 +117,8 @@ def test_unreachable_ping_never_changes_the_exit_status(project, tmp_path):
 def test_alert_content_has_meaning_window_journal_and_no_secrets():
     last_run = {"window_since": "2026-11-02T03:15:00.000000Z", "window_until": "2026-11-03T03:15:00.000000Z",
                 "message": "5 of 6 records were malformed"}
-    lines = ["Refreshing ...", "fetch https://user:hunter2@lrs.example.edu failed for alice@example.edu",
-             "token s3cr3t-token leaked"]
+    lines = [(6, "Refreshing ..."), (3, "fetch https://user:hunter2@lrs.example.edu failed for alice@example.edu"),
+             (6, "token s3cr3t-token leaked")]
     alert = compose("lms-refresh.service", "65", "exit-code", "abc", last_run, lines, ["s3cr3t-token"])
     assert alert["exit_status"] == 65 and "bad input beyond the configured tolerance" in alert["meaning"]
     assert alert["window"] == {"since": "2026-11-02T03:15:00.000000Z", "until": "2026-11-03T03:15:00.000000Z"}
@@ -199,8 +199,8 @@ def test_a_retry_that_finds_the_source_back_succeeds(project):
 
 def test_status_check_says_when_data_is_stale(project):
     project.write("a.ndjson", [statement()])
-    never = project.cli("status", "--check", now=NOW)
-    assert never.returncode == 2 and "STALE:        no successful refresh yet" in never.stdout
+    never = project.cli("status", "--check", now=NOW)  # no store yet: nothing to say about freshness
+    assert never.returncode == 3 and never.stdout.startswith("LMS-REFRESH UNKNOWN - no store at ")
     project.cli("run", now=NOW, check=0)  # Tuesday 04:15
     assert project.cli("status", "--check", now="2026-11-03T12:00:00+01:00").returncode == 0
     assert project.cli("status", "--check", now="2026-11-04T05:00:00+01:00").returncode == 0  # within the grace

@@ -198,6 +198,12 @@ def test_journal_has_structured_fields_once(system):
     fields = committed[0]
     assert fields["PRIORITY"] == "6" and fields["RUN_ID"] and int(fields["ROWS_WRITTEN"]) > 10
     assert fields["WINDOW_SINCE"] < fields["WINDOW_UNTIL"] and fields["OUTCOME"] == "success"
+    assert fields["MESSAGE_ID"] == "ef029f020e6c4148adce1996c67f5a7f"  # run-finished
+    [started] = [r for r in ours if r.get("MESSAGE_ID") == "efd465ddcc574f7ab9ffc02623a04297"]  # run-started
+    assert started["RUN_ID"] == fields["RUN_ID"] and "OUTCOME" not in started and "STATEMENTS_READ" not in started
+    successes = system.run("journalctl", f"_SYSTEMD_INVOCATION_ID={invocation}", "OUTCOME=success", "-o", "json",
+                           "--no-pager").stdout.splitlines()
+    assert len(successes) == 1  # one record per run, as the README's field query promises
     messages = [r["MESSAGE"] for r in ours]
     assert len(messages) == len(set(messages)), messages
     assert not [r for r in records if r.get("_TRANSPORT") == "stdout" and "Refresh committed" in r.get("MESSAGE", "")]
@@ -265,6 +271,58 @@ def test_a_failed_run_alerts_through_on_failure_and_a_success_does_not(system):
         assert system.show(alert_unit, "Result")["Result"] == "success"
     finally:
         system.run("systemctl", "stop", "hook-receiver", check=False)
+        configure(system)
+
+
+def test_a_configuration_error_still_alerts_and_an_unreadable_one_is_logged_at_err(system):
+    port = free_port()
+    system.run("systemd-run", "--unit=hook-receiver-config", "python3", "-c", RECEIVER, str(port), "/run/hook-config.jsonl")
+    system.wait_for(lambda: system.run("python3", "-c", f"import socket; socket.create_connection(('127.0.0.1', {port}))",
+                                       check=False).returncode == 0, "the webhook receiver")
+    system.run("install", "-m", "0640", "-g", "lms-refresh", "/dev/stdin", "/etc/lms-refresh/alert-webhook",
+               input=f"http://127.0.0.1:{port}/hook/secret-token\n")
+    alerts = '[alerts]\nwebhook_url_file = "/etc/lms-refresh/alert-webhook"\n'
+    alert_unit = "lms-refresh-alert@lms-refresh.service.service"
+    try:
+        # The operator's most likely mistake: a misspelt key. The run exits 78; the alert still goes out.
+        system.run("tee", "/etc/lms-refresh/config.toml", input="min_cel_size = 5\n" + CONFIG.format(path="/srv/xapi") + alerts)
+        assert system.run("systemctl", "start", UNIT, check=False).returncode != 0
+        assert system.show(UNIT, "ExecMainStatus")["ExecMainStatus"] == "78"
+        system.wait_for(lambda: system.run("test", "-s", "/run/hook-config.jsonl", check=False).returncode == 0,
+                        "the alert to arrive")
+        [alert] = [json.loads(line) for line in system.run("cat", "/run/hook-config.jsonl").stdout.splitlines()]
+        assert alert["unit"] == UNIT and alert["exit_status"] == 78 and "configuration" in alert["meaning"], alert
+        assert "unknown key 'min_cel_size'" in alert["message"] and alert["window"] is None, alert
+        assert "secret-token" not in json.dumps(alert)
+        system.wait_for(lambda: system.show(alert_unit, "ActiveState")["ActiveState"] == "inactive", "the alert unit")
+        assert system.show(alert_unit, "Result")["Result"] == "success"
+        failed = [json.loads(line) for line in system.run(
+            "journalctl", "-u", UNIT, "-o", "json", "--no-pager", "SYSLOG_IDENTIFIER=lms-refresh", "OUTCOME=failure",
+        ).stdout.splitlines()]
+        assert failed and failed[-1]["MESSAGE_ID"] == "97a39074609440c38ab504596ee0bcba"  # run-failed
+        assert failed[-1]["EXIT_STATUS"] == "78" and failed[-1]["PRIORITY"] == "3"
+        system.run("systemctl", "reset-failed", UNIT)
+
+        # Not even [alerts] can be read: nobody can be told, but the journal says so at priority err.
+        system.run("tee", "/etc/lms-refresh/config.toml", input="this is = not toml\n" + alerts)
+        assert system.run("systemctl", "start", UNIT, check=False).returncode != 0
+
+        def logged():
+            return system.run("journalctl", "-u", alert_unit, "-p", "err", "-o", "json", "--no-pager",
+                              "SYSLOG_IDENTIFIER=lms-refresh").stdout.splitlines()
+
+        system.wait_for(lambda: any("nobody was alerted" in json.loads(line)["MESSAGE"] for line in logged()),
+                        "the alert unit's error record")
+        [record] = [json.loads(line) for line in logged() if "nobody was alerted" in json.loads(line)["MESSAGE"]]
+        assert record["PRIORITY"] == "3" and "exit status 78" in record["MESSAGE"], record
+        assert "/etc/lms-refresh/config.toml is not valid TOML" in record["MESSAGE"], record
+        system.wait_for(lambda: system.show(alert_unit, "ActiveState")["ActiveState"] in ("inactive", "failed"),
+                        "the alert unit")
+        assert system.show(alert_unit, "Result")["Result"] == "exit-code"
+        assert len(system.run("cat", "/run/hook-config.jsonl").stdout.splitlines()) == 1  # nothing was posted
+    finally:
+        system.run("systemctl", "stop", "hook-receiver-config", check=False)
+        system.run("systemctl", "reset-failed", UNIT, alert_unit, check=False)
         configure(system)
 
 
