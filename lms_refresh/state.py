@@ -14,7 +14,7 @@ import os
 from lms_refresh import window as windows
 from lms_refresh.errors import StateError
 from lms_refresh.pseudonym import create_key, fingerprint, read_key
-from lms_refresh.sources import xapi
+from lms_refresh.sources.xapi import MAPPING_VERSION
 
 logger = logging.getLogger(__name__)
 
@@ -22,9 +22,8 @@ REBUILD = "'lms-refresh rebuild --since DATE' (README, \"Recovery\")"
 # How far a recorded time may lie after now before the clock is suspect: more than
 # hosts sharing a store drift apart, far less than any glitch worth stopping for.
 CLOCK_TOLERANCE = dt.timedelta(minutes=5)
-# How statements map to learners and counts. lms_refresh.sources.xapi.MAPPING_VERSION
-# says which mapping this code applies; a store that recorded none was built by version 1.
-MAPPING_VERSION = getattr(xapi, "MAPPING_VERSION", 1)
+# How statements map to learners and counts is lms_refresh.sources.xapi.MAPPING_VERSION;
+# a store that recorded none was built by version 1.
 
 # meta key -> (the setting as the operator knows it, value assumed when a store recorded none)
 IDENTITY = {

@@ -78,7 +78,7 @@ def documents(draw):
     return document
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1000, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(documents())
 def test_any_document_is_a_config_or_a_config_error(document):
     try:
@@ -89,7 +89,7 @@ def test_any_document_is_a_config_or_a_config_error(document):
         assert isinstance(config, Config)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=500, deadline=None, database=None)
 @given(st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=200))
 def test_any_text_is_a_config_or_a_config_error(tmp_path_factory, text):
     path = tmp_path_factory.mktemp("fuzz") / "config.toml"

@@ -239,11 +239,9 @@ def test_a_credential_name_is_read_from_the_credentials_directory(tmp_path, ralp
 
 
 def test_statements_the_engine_cannot_use_are_quarantined_once_by_id(tmp_path, ralph):
-    """Valid xAPI without a learner to count (an anonymous group) is quarantined with its origin."""
+    """Valid xAPI the engine cannot count (a duration beyond the 10000-day bound) is quarantined with its origin."""
     statements = sample_statements(19, learners=100)[:300]
-    odd = dict(statements[0], id=str(uuid.uuid4()),
-               actor={"objectType": "Group", "member": [{"mbox": "mailto:a@example.edu"},
-                                                        {"mbox": "mailto:b@example.edu"}]})
+    odd = dict(statements[0], id=str(uuid.uuid4()), result={"duration": "P20000D"})
     mark = post_then_mark(ralph, statements + [odd])
     project = lrs_project(tmp_path / "lrs", ralph)
     project.cli("run", now=text(mark), check=0)
@@ -251,4 +249,4 @@ def test_statements_the_engine_cannot_use_are_quarantined_once_by_id(tmp_path, r
                 check=0)  # reads it again
     assert project.query("SELECT origin, reason FROM quarantine") == [
         (f"{ralph.endpoint}statements id {odd['id']}",
-         "actor has no inverse functional identifier (mbox, mbox_sha1sum, openid, account)")]
+         "result.duration 'P20000D' is longer than 10000 days")]

@@ -327,3 +327,23 @@ def test_a_moodle_watermark_is_a_log_id(tmp_path):
     assert parse_cursor(config, "123456") == (LOG_ID, 123456)
     with pytest.raises(ConfigError, match="is not a Moodle log id"):
         parse_cursor(config, "2026-11-01")
+
+
+def test_a_store_built_before_mapping_versions_is_refused_until_rebuilt(sqlite_project):
+    import sqlite3
+
+    from lms_refresh.sources.xapi import MAPPING_VERSION
+
+    project = sqlite_project
+    project.write("a.ndjson", day_batch(12, "2026-11-02"))
+    project.cli("run", now=at(T), check=0)
+    with sqlite3.connect(project.store) as db:  # as an lms-refresh that recorded no mapping version left it
+        db.execute("DELETE FROM meta WHERE key LIKE 'identity.%'")
+    later = T + dt.timedelta(days=1)
+    refused = project.cli("run", now=at(later))
+    assert refused.returncode == 78
+    assert f"derived by statement mapping version 1 but this lms-refresh maps statements by version " \
+           f"{MAPPING_VERSION}" in refused.stderr
+    project.cli("rebuild", "--since", "2026-10-01", now=at(later), check=0)
+    project.cli("run", now=at(later), check=0)
+    assert project.serving() == reference(project, later)

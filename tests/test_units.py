@@ -89,16 +89,19 @@ def test_course_activities_without_a_usable_course_id_are_passed_over():
     assert MAPPER.map(body)[1][1] == name_id("https://lms.example.edu/course/BIO101")
 
 
-def test_actor_identifier_precedence_holds_with_the_account_cache():
+def test_the_account_cache_does_not_let_a_second_identifier_or_a_bad_name_through():
     mapper = StatementMapper("UTC", lambda actor: actor, r"course/(\w+)")
     account = {"homePage": "https://lms.example.edu", "name": "ann"}
     assert mapper.map(statement(learner="ann"))[1][2] == "account:https://lms.example.edu|ann"
     both = statement()
-    both["actor"] = {"mbox": "mailto:ann@example.edu", "account": account}
-    assert mapper.map(both)[1][2] == "mbox:mailto:ann@example.edu"
+    both["actor"] = {"mbox": "mailto:ann@example.edu", "account": account}  # cached account, plus an mbox
+    with pytest.raises(InvalidStatement, match=r"^actor has more than one inverse functional identifier "
+                                               r"\(mbox, account\)$"):
+        mapper.map(both)
     odd = statement()
     odd["actor"] = {"account": {"homePage": "https://lms.example.edu", "name": 7}}
-    assert mapper.map(odd)[1][2] == "account:https://lms.example.edu|7"
+    with pytest.raises(InvalidStatement, match=r"^actor.account.name is not a non-empty string$"):
+        mapper.map(odd)
 
 
 @pytest.mark.parametrize("change, reason", [

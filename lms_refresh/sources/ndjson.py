@@ -87,10 +87,12 @@ def parse_lines(mapper, lines, since, until, result):
                 if end != len(text) and text[end:].strip():
                     raise ValueError(f"extra data after the JSON value at character {end}")
                 kind, row = mapper.map(parsed, cursor)
-            except (ValueError, InvalidStatement) as error:
+            except (ValueError, InvalidStatement, RecursionError) as error:
                 cursor = None if prefilter else _stored_of(line)  # what the paused pre-filter would have seen
                 if cursor is None or since <= cursor < until:
                     reason = str(error) if isinstance(error, InvalidStatement) else f"not valid JSON: {error}"
+                    if isinstance(error, RecursionError):  # e.g. [[[[... 100,000 levels deep
+                        reason = "JSON nested too deeply to parse"
                     quarantined.append((number, reason, line.rstrip(b"\r\n").decode("utf-8", "replace")))
                     read += 1
                     continue

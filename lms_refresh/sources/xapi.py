@@ -2,26 +2,40 @@
 
 Course rule, in order: a context activity (parent, then grouping) whose
 definition type is the ADL course type; else the first capturing group (or
-whole match) of `course_pattern` against the object id, then the parent and
-grouping ids; else "unknown".
+whole match) of `course_pattern` against the object id (of an Activity
+object), then the parent and grouping ids; else "unknown".
+
+Only the outer statement counts: its actor, verb and result. An object that
+is an Agent, Group, SubStatement or StatementRef makes the statement an event
+of its actor in its course; a SubStatement's own verb and result are what the
+statement is about (e.g. "planned to attend"), not an attempt or completion.
 
 This runs once per statement, so the common cases are kept cheap: canonical
-times are recognised without parsing, and days, durations and pseudonyms are
-cached (bounded).
+times are recognised without parsing, and days, durations, pseudonyms and
+checked IRIs are cached (bounded).
 """
 
-import datetime as dt
 import hashlib
 import re
 import zoneinfo
 
-from lms_refresh.window import CURSOR_FORMAT
+from lms_refresh.sources.xapi_fields import (  # noqa: F401 (other modules import these from here)
+    UTC_MILLIS, UTC_TIME, InvalidStatement, actor_identifier, event_key, is_iri, parse_duration_ms, parse_time,
+    shown, stored_cursor,
+)
 
-UTC = dt.timezone.utc
+# Bump when a change alters which statements count or how a learner is identified:
+# a store built by an earlier version holds other numbers and must be rebuilt.
+# 2: Agent/Group/SubStatement objects, anonymous Groups, weeks/years/months in durations,
+#    an mbox identified by its SHA-1 form, stricter identifiers, verb ids and booleans.
+MAPPING_VERSION = 2
+
 ADL = "http://adlnet.gov/expapi/verbs/"
 VOIDED = ADL + "voided"
 ATTEMPTED, COMPLETED, PASSED, FAILED = (ADL + v for v in ("attempted", "completed", "passed", "failed"))
 COURSE_TYPE = "http://adlnet.gov/expapi/activities/course"
+# Objects whose id is an activity's; Open edX's event-routing-backends sends "GroupActivity".
+_NOT_ACTIVITIES = frozenset(("Agent", "Group", "SubStatement", "StatementRef"))
 
 # A canonical event, as a tuple in this order (the staging table's column order).
 EVENT_FIELDS = (
@@ -29,28 +43,7 @@ EVENT_FIELDS = (
     "is_attempt", "is_completion", "is_passed", "is_failed", "score_micro", "duration_ms",
 )
 
-_UTC_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.(\d{1,6}))?Z")
-_UTC_MILLIS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d\d\dZ")  # a cheaper test of the usual form
-_DURATION = re.compile(
-    r"P(?:(\d+(?:\.\d+)?)D)?(?:T(?:(\d+(?:\.\d+)?)H)?(?:(\d+(?:\.\d+)?)M)?(?:(\d+(?:\.\d+)?)S)?)?"
-)
 CACHE_LIMIT = 100_000
-
-
-class InvalidStatement(ValueError):
-    """The statement cannot be used; the message is the quarantine reason."""
-
-
-def event_key(statement_id):
-    """Return the 16-byte key of a statement id (a UUID in any letter case), or None if it is not one."""
-    if type(statement_id) is not str or len(statement_id) != 36 or statement_id[8] != "-" or statement_id[13] != "-" \
-            or statement_id[18] != "-" or statement_id[23] != "-":
-        return None
-    try:
-        key = bytes.fromhex(statement_id.replace("-", ""))
-    except ValueError:
-        return None
-    return key if len(key) == 16 else None
 
 
 def name_id(iri):
@@ -59,53 +52,6 @@ def name_id(iri):
     Derived, not assigned, so worker processes agree on ids without asking the store.
     """
     return int.from_bytes(hashlib.blake2b(iri.encode(), digest_size=8).digest(), "big", signed=True)
-
-
-def stored_cursor(text):
-    """Given an ISO 8601 time, return its cursor text (fixed-width UTC) or raise InvalidStatement."""
-    if type(text) is str and len(text) == 24 and _UTC_MILLIS.fullmatch(text):
-        return text[:23] + "000Z"  # the form LRSs write: UTC with milliseconds
-    if isinstance(text, str) and text.endswith("Z"):
-        match = _UTC_TIME.fullmatch(text)
-        if match:  # already UTC: only the fraction needs padding to six digits
-            fraction = match.group(1) or ""
-            return f"{text[:19]}.{fraction:0<6}Z"
-    return parse_time(text, "stored").astimezone(UTC).strftime(CURSOR_FORMAT)
-
-
-def parse_time(text, field):
-    if not isinstance(text, str):
-        raise InvalidStatement(f"{field} is not a string")
-    try:
-        moment = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise InvalidStatement(f"{field} {text[:40]!r} is not an ISO 8601 time")
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)  # xAPI: a time without offset is read as UTC
-    return moment
-
-
-def parse_duration_ms(text):
-    """Given an ISO 8601 duration such as 'PT1H2M3.5S', return whole milliseconds."""
-    match = _DURATION.fullmatch(text) if isinstance(text, str) and text not in ("P", "PT") else None
-    if not match or not any(match.groups()) or text.endswith("T"):
-        raise InvalidStatement(f"result.duration {str(text)[:40]!r} is not an ISO 8601 duration")
-    days, hours, minutes, seconds = (float(part or 0) for part in match.groups())
-    return round((((days * 24 + hours) * 60 + minutes) * 60 + seconds) * 1000)
-
-
-def actor_identifier(actor):
-    """Return the actor's inverse functional identifier as text, or raise InvalidStatement."""
-    if not isinstance(actor, dict):
-        raise InvalidStatement("actor is missing or not an object")
-    for key in ("mbox", "mbox_sha1sum", "openid"):
-        value = actor.get(key)
-        if isinstance(value, str) and value:
-            return f"{key}:{value}"
-    account = actor.get("account")
-    if isinstance(account, dict) and account.get("homePage") and account.get("name"):
-        return f"account:{account['homePage']}|{account['name']}"
-    raise InvalidStatement("actor has no inverse functional identifier (mbox, mbox_sha1sum, openid, account)")
 
 
 def _activities(value, name):
@@ -117,16 +63,6 @@ def _activities(value, name):
     if type(value) is list and all(type(item) is dict for item in value):
         return value
     raise InvalidStatement(f"context.contextActivities.{name} is not an activity or a list of activities")
-
-
-def _course_id(activity):
-    """Return the activity's id if it is typed as a course, else None."""
-    definition = activity.get("definition")
-    if type(definition) is dict and definition.get("type") == COURSE_TYPE:
-        iri = activity.get("id")
-        if type(iri) is str and iri:
-            return iri
-    return None
 
 
 def _bounded(cache):
@@ -144,34 +80,51 @@ class StatementMapper:
         self.course_pattern = re.compile(course_pattern)
         self._days = {}
         self._durations = {}
-        self._accounts = {}  # (homePage, name) -> pseudonym
-        self._ids = {}  # IRI -> 64-bit id, for courses and verbs
+        self._accounts = {}  # (homePage, name) -> pseudonym, for actors known to be valid
+        self._mboxes = {}  # mbox -> pseudonym, likewise
+        self._iris = set()  # object and course ids known to be IRIs
+        self._courses = {}  # course -> 64-bit id
+        self._verbs = {}  # verb IRI -> 64-bit id (only IRIs get here)
         self.new_names = {}  # (kind, id) -> IRI first seen by this mapper; the store records them
 
     def day_of(self, timestamp):
         """Return the local calendar day of an ISO time; cached per UTC minute."""
         # Offsets are whole minutes, so every UTC time in the same minute has the same local day.
-        if len(timestamp) == 24 and _UTC_MILLIS.fullmatch(timestamp) \
-                or timestamp.endswith("Z") and _UTC_TIME.fullmatch(timestamp):
+        if len(timestamp) == 24 and UTC_MILLIS.fullmatch(timestamp) \
+                or timestamp.endswith("Z") and UTC_TIME.fullmatch(timestamp):
             key = timestamp[:16]
         else:
             key = timestamp
         day = self._days.get(key)
         if day is None:
-            day = parse_time(timestamp, "timestamp").astimezone(self.zone).date().isoformat()
+            moment = parse_time(timestamp, "timestamp")
+            try:
+                day = moment.astimezone(self.zone).date().isoformat()
+            except OverflowError:  # within a day of the first or last representable time
+                raise InvalidStatement(f"timestamp {timestamp[:40]!r} is out of range")
             _bounded(self._days)[key] = day
         return day
 
     def actor_of(self, actor):
-        """Return the actor's pseudonym; cached per account, the usual identifier of an LMS's learners."""
-        account = actor.get("account") if type(actor) is dict else None
-        if type(account) is dict and "mbox" not in actor and "mbox_sha1sum" not in actor and "openid" not in actor:
-            key = (account.get("homePage"), account.get("name"))
-            if type(key[0]) is str and type(key[1]) is str:
-                pseudonym = self._accounts.get(key)
-                if pseudonym is None:
-                    pseudonym = _bounded(self._accounts)[key] = self._pseudonym(actor)
-                return pseudonym
+        """Return the actor's pseudonym; cached per account and per mbox, the usual identifiers of learners."""
+        if type(actor) is dict:
+            kind = actor.get("objectType")
+            if kind == "Agent" or kind is None or kind == "Group":
+                account = actor.get("account")
+                if type(account) is dict and "mbox" not in actor and "mbox_sha1sum" not in actor \
+                        and "openid" not in actor:
+                    key = (account.get("homePage"), account.get("name"))
+                    if type(key[0]) is str and type(key[1]) is str:
+                        pseudonym = self._accounts.get(key)
+                        if pseudonym is None:  # checked before it is cached: a hit is a valid account
+                            pseudonym = _bounded(self._accounts)[key] = self._pseudonym(actor)
+                        return pseudonym
+                mbox = actor.get("mbox")
+                if type(mbox) is str and account is None and "mbox_sha1sum" not in actor and "openid" not in actor:
+                    pseudonym = self._mboxes.get(mbox)
+                    if pseudonym is None:
+                        pseudonym = _bounded(self._mboxes)[mbox] = self._pseudonym(actor)
+                    return pseudonym
         return self._pseudonym(actor)
 
     def _pseudonym(self, actor):
@@ -181,11 +134,29 @@ class StatementMapper:
             raise InvalidStatement("the actor's identifier is not valid Unicode")
 
     def duration_of(self, text):
-        duration = self._durations.get(text) if isinstance(text, str) else None
+        duration = self._durations.get(text) if type(text) is str else None
         if duration is None:
             duration = parse_duration_ms(text)
             _bounded(self._durations)[text] = duration
         return duration
+
+    def _iri(self, value, field):
+        """Return `value` if it is an IRI (remembered), else raise InvalidStatement."""
+        if not is_iri(value):
+            raise InvalidStatement(f"{field} {shown(value, 60)} is not an IRI")
+        if len(self._iris) >= CACHE_LIMIT:
+            self._iris.clear()
+        self._iris.add(value)
+        return value
+
+    def _course_id(self, activity):
+        """Return the activity's id if it is typed as a course and is an IRI, else None."""
+        definition = activity.get("definition")
+        if type(definition) is dict and definition.get("type") == COURSE_TYPE:
+            iri = activity.get("id")
+            if type(iri) is str and (iri in self._iris or is_iri(iri) and self._iri(iri, "course")):
+                return iri
+        return None
 
     def course_of(self, statement, object_id):
         context = statement.get("context")
@@ -200,12 +171,12 @@ class StatementMapper:
             raise InvalidStatement("context.contextActivities is not an object")
         parents = activities.get("parent")
         if type(parents) is list and parents and type(parents[0]) is dict:
-            course = _course_id(parents[0])  # the common case: the first parent is the course
+            course = self._course_id(parents[0])  # the common case: the first parent is the course
             if course is not None:
                 return course
         related = _activities(parents, "parent") + _activities(activities.get("grouping"), "grouping")
         for activity in related:
-            course = _course_id(activity)
+            course = self._course_id(activity)
             if course is not None:
                 return course
         for candidate in [object_id] + [a.get("id") for a in related]:
@@ -215,22 +186,32 @@ class StatementMapper:
                     return match.group(1) if match.re.groups else match.group(0)
         return "unknown"
 
-    def _name_id(self, kind, iri):
+    def _name_id(self, kind, iri, cache):
         """Return the stable id of a course or verb IRI, remembering it as new for the store."""
         try:
             number = name_id(iri)
         except UnicodeEncodeError:  # JSON can escape a lone surrogate, which no text column can hold
             raise InvalidStatement(f"the {kind} IRI is not valid Unicode")
-        if len(self._ids) >= CACHE_LIMIT:
-            self._ids.clear()
-        self._ids[iri] = number
+        _bounded(cache)[iri] = number
         self.new_names[(kind, number)] = iri
         return number
+
+    def _verb_key(self, verb_id):
+        if not is_iri(verb_id):
+            raise InvalidStatement(f"verb.id {verb_id[:60]!r} is not an IRI")
+        return self._name_id("verb", verb_id, self._verbs)
 
     def take_new_names(self):
         """Return and forget the names first seen since the last call."""
         names, self.new_names = self.new_names, {}
         return names
+
+    def _object_id(self, target, kind):
+        """Return the id of an object that is not typed Activity, if it is an activity's; else None, or raise."""
+        if type(kind) is not str or kind in _NOT_ACTIVITIES:
+            return None  # an Agent, Group, SubStatement or StatementRef: the context alone names the course
+        object_id = target.get("id")  # an unknown type is read as an Activity (Open edX: "GroupActivity")
+        return None if object_id is None else self._iri(object_id, "object.id")
 
     def map(self, statement, stored=None):
         """Map one statement; `stored` is its already-normalised cursor when the caller has it."""
@@ -257,11 +238,17 @@ class StatementMapper:
                 raise InvalidStatement("a voiding statement's object must be a StatementRef to a UUID")
             return "void", (target_key, key, stored)
         actor = self.actor_of(statement.get("actor"))
-        object_id = target.get("id")
-        if not isinstance(object_id, str) or not object_id:
-            raise InvalidStatement("object.id is missing")
+        kind = target.get("objectType")
+        if kind == "Activity" or kind is None:  # the usual object, inline: this runs for every statement
+            object_id = target.get("id")  # an Activity without an id (Open edX sends some) has no candidate
+            if object_id is not None and (type(object_id) is not str or object_id not in self._iris):
+                object_id = self._iri(object_id, "object.id")
+        else:
+            object_id = self._object_id(target, kind)
         timestamp = statement.get("timestamp")
         if timestamp is None:
+            if any(type(name) is str and name.lower() == "timestamp" for name in statement):
+                raise InvalidStatement("timestamp is spelt with other letter case (keys are case-sensitive)")
             timestamp = raw_stored  # xAPI: the LRS sets timestamp to stored when absent
         if not isinstance(timestamp, str):
             raise InvalidStatement("timestamp is not a string")
@@ -272,20 +259,27 @@ class StatementMapper:
             raise InvalidStatement("result is not an object")
         success = result.get("success")
         completion = result.get("completion")
+        if success is not None and type(success) is not bool:
+            raise InvalidStatement("result.success is not true or false")  # a string "true" would be a lost pass
+        if completion is not None and type(completion) is not bool:
+            raise InvalidStatement("result.completion is not true or false")
         score_micro = duration_ms = None
         score = result.get("score")
-        if isinstance(score, dict) and "scaled" in score:
-            scaled = score["scaled"]
-            if isinstance(scaled, bool) or not isinstance(scaled, (int, float)) or not -1 <= scaled <= 1:
-                raise InvalidStatement("result.score.scaled is not a number between -1 and 1")
-            # Integers keep sums exact, so a partition rebuilt in any order is byte-identical.
-            score_micro = round(scaled * 1_000_000)
+        if score is not None:
+            if type(score) is not dict:
+                raise InvalidStatement("result.score is not an object")
+            scaled = score.get("scaled")
+            if scaled is not None:
+                # raw, min and max are not read: Open edX sends min = max = 0 for zero-weight problems.
+                if isinstance(scaled, bool) or not isinstance(scaled, (int, float)) or not -1 <= scaled <= 1:
+                    raise InvalidStatement("result.score.scaled is not a number between -1 and 1")
+                # Integers keep sums exact, so a partition rebuilt in any order is byte-identical.
+                score_micro = round(scaled * 1_000_000)
         if "duration" in result:
             duration_ms = self.duration_of(result["duration"])
-        ids = self._ids
         course = self.course_of(statement, object_id)
-        course_key = ids.get(course) or self._name_id("course", course)
-        verb_key = ids.get(verb_id) or self._name_id("verb", verb_id)
+        course_key = self._courses.get(course) or self._name_id("course", course, self._courses)
+        verb_key = self._verbs.get(verb_id) or self._verb_key(verb_id)
         return "event", (
             day, course_key, actor, key, stored, timestamp, verb_key,
             1 if verb_id == ATTEMPTED else 0,
