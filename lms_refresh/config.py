@@ -98,6 +98,19 @@ def _regex(value):
 _path = _typed(str)
 
 
+def _bool(value):
+    if not isinstance(value, bool):
+        raise ValueError("expected true or false")
+    return value
+
+
+def _variance(value):
+    value = _typed(float, 0.0, 100.0)(value)
+    if value != value:  # NaN passes every comparison
+        raise ValueError("must be a number between 0 and 100")
+    return value
+
+
 def _postgres_url(value):
     if not isinstance(value, str) or not re.match(r"^postgres(ql)?://", value):
         raise ValueError("expected a URL such as \"postgresql://user@host:5432/database\"")
@@ -236,6 +249,22 @@ SCHEMA = {
         "grace": Key(parse_duration, 7200, "status calls the data stale this long after a missed weekday "
                                            "04:15 run."),
     },
+    "privacy": {
+        "method": Key(_choice("cell-key", "none"), "cell-key",
+                      "cell-key: every published count gets a bounded noise fixed by its records (the cell key "
+                      "method); none: exact counts, whose withheld values other columns can give back."),
+        "max_noise": Key(_typed(int, 0, 20), 3, "D: published counts are within +-D of the true count."),
+        "variance": Key(_variance, 2.0, "The noise's variance; at most what max_noise allows (3.33 for 3, 2.0 for 2, "
+                                        "1.0 for 1)."),
+        "withhold_zeros": Key(_bool, False, "Withhold zero counts like small ones, so that a withheld value no "
+                                            "longer says that at least one learner had it."),
+    },
+    "publication": {
+        "path": Key(_path, None, "sqlite: the file dashboards read, replaced after each run; default "
+                                 "<state directory>-publication/serving.sqlite."),
+        "group": Key(_typed(str), None, "The group that may read the publication (mode 0640); unset: every "
+                                        "account may (0644)."),
+    },
 }
 
 
@@ -271,6 +300,8 @@ class Config:
     alerts: dict
     monitoring: dict
     retry: dict
+    privacy: dict = None
+    publication: dict = None
 
 
 def resolve_state_directory(configured, environ):
@@ -390,7 +421,23 @@ def validate(document, origin, environ):
         alerts={key: values[f"alerts.{key}"] for key in SCHEMA["alerts"]},
         monitoring={key: values[f"monitoring.{key}"] for key in SCHEMA["monitoring"]},
         retry={key: values[f"retry.{key}"] for key in SCHEMA["retry"]},
+        privacy=_privacy(values, origin),
+        publication={"path": values["publication.path"] or os.path.join(
+            state_directory.rstrip("/") + "-publication", "serving.sqlite"), "group": values["publication.group"]},
     )
+
+
+def _privacy(values, origin):
+    """Return the [privacy] table, refusing a variance that its max_noise cannot carry."""
+    from lms_refresh.privacy import noise_bounds
+
+    settings = {key: values[f"privacy.{key}"] for key in SCHEMA["privacy"]}
+    if settings["method"] == "cell-key" and settings["variance"] > noise_bounds(settings["max_noise"]):
+        raise ConfigError(
+            f"{origin}: key 'privacy.variance' is {settings['variance']}, more than privacy.max_noise = "
+            f"{settings['max_noise']} allows ({float(noise_bounds(settings['max_noise'])):.2f}); "
+            "lower the variance or raise max_noise.")
+    return settings
 
 
 def _check_source_keys(table, values, origin):

@@ -38,7 +38,10 @@ FILES = [
     (DEFAULT_CONFIG_PATH, "The configuration (a conffile; every key explained in comments)."),
     (DEFAULT_STATE_DIRECTORY, "The state directory, owned by the user lms-refresh."),
     (f"{DEFAULT_STATE_DIRECTORY}/refresh.lock", "The run lock (flock); it records the holder's PID and host."),
-    (f"{DEFAULT_STATE_DIRECTORY}/metrics.sqlite", "The SQLite store; dashboards read its view serving_daily_metrics."),
+    (f"{DEFAULT_STATE_DIRECTORY}/metrics.sqlite", "The SQLite store; not for dashboards (it holds pseudonymised "
+                                                  "events and the quarantine)."),
+    (f"{DEFAULT_STATE_DIRECTORY}-publication/serving.sqlite", "The publication dashboards read (SQLite stores): "
+                                                              "only the published metrics, replaced after each run."),
     (f"{DEFAULT_STATE_DIRECTORY}/pseudonymisation.key", "The secret key of the learners' pseudonyms; "
                                                         "back it up, and give every host of a shared store "
                                                         "the same one."),

@@ -18,6 +18,8 @@ from lms_refresh import __version__, faults, logs, state, stopping
 from lms_refresh import window as windows
 from lms_refresh.errors import BadInputError, RefreshError, StateError, from_os_error
 from lms_refresh.lock import LOCK_NAME, LockHeld, RunLock
+from lms_refresh.privacy import RecordKeys
+from lms_refresh.publish import publish_if_behind
 from lms_refresh.pseudonym import Pseudonymiser
 from lms_refresh.sources import build_source
 from lms_refresh.sources.xapi import EVENT_FIELDS
@@ -88,7 +90,10 @@ def _refresh(config, now, environ, euid, progress, report, since, until, stop):
             for path in paths:
                 if not report.dry_run:
                     check_writable_file(path, euid)
-            return _locked_refresh(config, now, environ, progress, report, since, until, stop)
+            result = _locked_refresh(config, now, environ, progress, report, since, until, stop)
+            if not report.dry_run:
+                publish_if_behind(config, environ, euid)  # after the commit: see publish.py
+            return result
     except LockHeld as held:
         report.outcome = "lock-held"
         report.lock_holder = held.holder
@@ -147,6 +152,7 @@ def _with_store(config, now, environ, store, progress, report, since, until, sto
             state.check_clock(now, meta, store.last_runs()[0])
             state.check_identity(config, meta, has_events)
         key = state.open_key(config, meta, has_events, report.dry_run, rebuild)
+        store.record_keys = RecordKeys(key)
         source = build_source(config, Pseudonymiser(key), environ)
         try:
             return _read_source(config, now, store, source, key, meta, report, progress, since, until, stop)
@@ -220,7 +226,7 @@ def _transaction(config, now, store, source, key, watermark, window, report, pro
     days |= store.pending_days()
     report.partitions = sorted(days)
     progress(f"Recomputing {len(days)} daily partitions", force=True)
-    store.set_meta("min_cell_size", config.min_cell_size)
+    store.set_privacy(config.min_cell_size, config.privacy)
     faults.point("before-recompute")
     report.rows_written, report.suppressed = store.recompute(days)
     store.execute("DELETE FROM pending_days")

@@ -1,7 +1,9 @@
 """`status` and `check`: read-only views of the state, the store and the source."""
 
+import dataclasses
 import os
 
+from lms_refresh import publish
 from lms_refresh.errors import StateError
 from lms_refresh.lock import LOCK_NAME, probe
 from lms_refresh.pseudonym import Pseudonymiser
@@ -35,8 +37,13 @@ def collect_status(config, environ):
                     status["cursor_kind"] = meta.get("cursor_kind", TIME.name)
                 status["last_run"], status["last_success"] = store.last_runs()
                 status["quarantined_records"] = store.quarantine_count()
+                if status["store"]["schema_version"] >= 3:
+                    status["privacy"] = dataclasses.asdict(store.privacy_settings()) if store.execute(
+                        "SELECT COUNT(*) FROM privacy_settings").fetchone()[0] else None
         finally:
             store.close()
+        if status.get("privacy"):
+            status["publication"] = publish.describe(config, environ)
     return status
 
 
@@ -46,6 +53,22 @@ def _watermark_text(status):
     if status["cursor_kind"] == TIME.name:
         return status["watermark"]
     return f"{status['watermark']} ({status['cursor_kind']})"
+
+
+def _privacy_lines(status):
+    privacy, publication = status.get("privacy"), status.get("publication")
+    if not privacy:
+        return []
+    noise = ("off: exact counts" if privacy["method"] == "none"
+             else f"cell key, counts within +-{privacy['max_noise']}, variance {privacy['variance']}")
+    lines = [f"privacy:      min_cell_size {privacy['min_cell_size']} in force; noise {noise}"
+             + ("; zeros withheld" if privacy["withhold_zeros"] else "")]
+    if publication:
+        when = publication["published_at"]
+        lines.append(f"publication:  {publication['location']}"
+                     + (f", published {when}" if when else (" (not published yet)" if not publication["current"] else ""))
+                     + ("" if publication["current"] else "; behind the store, the next run publishes it"))
+    return lines
 
 
 def format_status(status):
@@ -75,6 +98,7 @@ def format_status(status):
         if run["message"]:
             lines.append(f"{'':<14}{run['message']}")
     lines.append(f"quarantine:   {status['quarantined_records']} record(s) kept")
+    lines.extend(_privacy_lines(status))
     if status.get("stale"):
         lines.append(f"STALE:        {status['stale']}")
     return "\n".join(lines)

@@ -71,7 +71,7 @@ class Project:
         self.source.mkdir(parents=True)
         self.configure()
 
-    def configure(self, extra_top="", retry_attempts=1, **window):
+    def configure(self, extra_top="", retry_attempts=1, privacy='method = "none"', **window):
         settings = {"bootstrap_days": 30, "safety_lag": '"0s"', "lookback": '"0s"'}
         settings.update(window)
         lines = ['timezone = "Europe/Paris"', f'state_directory = "{self.state}"', extra_top, "[window]"]
@@ -81,6 +81,8 @@ class Project:
         else:
             lines += ["[source]", 'type = "xapi-ndjson"', f'path = "{self.source}"', "batch_size = 500"]
         lines += ["[retry]", f"attempts = {retry_attempts}", 'delay = "1s"']
+        # Exact counts unless a test asks for noise: the engine's tests compare with tests/reference.py.
+        lines += ["[privacy]", privacy]
         if self.postgres:
             lines += ["[store]", 'type = "postgresql"', f'url = "{self.postgres.url(self.database)}"',
                       f'password_file = "{self.postgres.password_file}"']

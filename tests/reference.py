@@ -69,4 +69,23 @@ def expected_serving(lines, since, until, timezone, k):
                    if visible and timed_learners >= k else None)
         row.append(1 if suppressed else 0)
         rows.append(tuple(row))
-    return rows
+    return _fill_spans(rows)
+
+
+def _fill_spans(rows):
+    """Publish every day from a course's first to its last visible day; the days between without a
+    visible row are withheld rows, and days outside that span (or courses never visible) have no row."""
+    by_course = collections.defaultdict(dict)
+    for row in rows:
+        by_course[row[1]][row[0]] = row
+    filled = []
+    for course, days in by_course.items():
+        visible = sorted(day for day, row in days.items() if row[2] is not None)
+        if not visible:
+            continue
+        day, last = dt.date.fromisoformat(visible[0]), dt.date.fromisoformat(visible[-1])
+        while day <= last:
+            text = day.isoformat()
+            filled.append(days.get(text, (text, course) + (None,) * 8 + (1,)))
+            day += dt.timedelta(days=1)
+    return sorted(filled)

@@ -12,6 +12,7 @@ import pytest
 from lms_refresh.store.schema import SCHEMA_VERSION
 from conftest import statement
 from lms_refresh.cli import cli
+from lms_refresh.store.schema import SCHEMA_VERSION
 
 
 @pytest.fixture

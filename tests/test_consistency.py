@@ -78,4 +78,4 @@ def test_no_published_value_derives_from_fewer_than_min_cell_size_learners(tmp_p
     assert published > 0
 
 
-# SIGKILL and SIGTERM at every phase of a run: tests/test_faults.py (deterministic fault points).
+# SIGKILL and SIGTERM at every phase of a run, publication included: tests/test_faults.py.

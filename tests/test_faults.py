@@ -17,6 +17,21 @@ FIRST = dt.datetime(2026, 11, 2, 3, 15, tzinfo=UTC)
 SECOND = dt.datetime(2026, 11, 4, 3, 15, tzinfo=UTC)
 
 # The phases a run over an existing store passes, and whether the run has committed there.
+NOISY = 'method = "cell-key"'  # the perturbed publication must converge byte for byte too
+
+
+def publication_bytes(project):
+    """The SQLite publication's bytes (None if there is none); a PostgreSQL store publishes its view."""
+    path = project.state.parent / "state-publication" / "serving.sqlite"
+    return path.read_bytes() if project.postgres is None and path.exists() else None
+
+
+def copy(base, root):
+    victim = base.copy_to(root)
+    victim.configure(privacy=NOISY)
+    return victim
+
+
 RUN_PHASES = {"batch-staged": False, "batch-staged@3": False, "before-recompute": False, "after-recompute": False,
               "before-commit": False, "after-commit": True, "before-exit": True}
 
@@ -33,18 +48,23 @@ def scenario(tmp_path, make_project):
     """A store holding a first run, new statements for a second (several batches), and the reference
     state after an uninterrupted second run."""
     base = make_project(tmp_path / "base")
+    base.configure(privacy=NOISY)
     base.write("a.ndjson", [statement(learner=f"u{i % 40}", timestamp="2026-11-01T10:00:00Z") for i in range(300)])
     base.cli("run", now=FIRST.isoformat(), check=0)
     second = [statement(learner=f"v{i % 60}", timestamp=f"2026-11-0{1 + i % 3}T1{i % 10}:00:00Z",
                         stored=f"2026-11-0{2 + i % 2}T12:00:00Z", score=(i % 5) / 5) for i in range(1800)]
     base.write("b.ndjson", second)  # 1800 statements: four batches of 500
     previous = base.dump()
-    reference = base.copy_to(tmp_path / "reference")
+    reference = copy(base, tmp_path / "reference")
     reference.cli("run", now=SECOND.isoformat(), check=0)
     final = reference.dump()
+    exact = copy(base, tmp_path / "exact")
+    exact.configure(privacy='method = "none"')
+    exact.cli("run", now=SECOND.isoformat(), check=0)
     lines = [line for name in ("a.ndjson", "b.ndjson") for line in (base.source / name).read_text().splitlines()]
-    assert reference.serving() == expected_serving(lines, FIRST - dt.timedelta(days=30), SECOND, PARIS, 10)
+    assert exact.serving() == expected_serving(lines, FIRST - dt.timedelta(days=30), SECOND, PARIS, 10)
     assert final != previous
+    base.published = publication_bytes(reference)
     return base, previous, final
 
 
@@ -52,7 +72,7 @@ def scenario(tmp_path, make_project):
 @pytest.mark.parametrize("action", ["kill", "term"])
 def test_a_kill_or_stop_at_any_phase_leaves_previous_or_new_and_converges(scenario, tmp_path, phase, action):
     base, previous, final = scenario
-    victim = base.copy_to(tmp_path / "victim")
+    victim = copy(base, tmp_path / "victim")
     result = victim.cli("run", now=SECOND.isoformat(), env={faults.ENVIRONMENT_VARIABLE: f"{phase}:{action}"})
     committed = RUN_PHASES[phase]
     if action == "kill":
@@ -66,14 +86,15 @@ def test_a_kill_or_stop_at_any_phase_leaves_previous_or_new_and_converges(scenar
         assert "Stopped by SIGTERM; the run was rolled back and nothing was committed." in result.stderr
         assert victim.runs()[-1][1:3] == ("failed", 143)
     assert victim.dump() == (final if committed else previous)
+    assert publication_bytes(victim) in (None, base.published)  # the copy starts without one
     victim.cli("run", now=SECOND.isoformat(), check=0)
-    assert victim.dump() == final
+    assert victim.dump() == final and publication_bytes(victim) == base.published
 
 
 @pytest.mark.parametrize("phase", ["batch-staged@2", "before-commit"])
 def test_an_unexpected_exception_at_a_phase_rolls_back_with_exit_1(scenario, tmp_path, phase):
     base, previous, final = scenario
-    victim = base.copy_to(tmp_path / "victim")
+    victim = copy(base, tmp_path / "victim")
     result = victim.cli("run", now=SECOND.isoformat(), env={faults.ENVIRONMENT_VARIABLE: f"{phase}:raise"})
     assert result.returncode == 1
     assert "Unexpected failure (InjectedFault: fault injected at" in result.stderr
@@ -85,7 +106,7 @@ def test_an_unexpected_exception_at_a_phase_rolls_back_with_exit_1(scenario, tmp
 @pytest.mark.parametrize("phase", ["batch-staged", "before-commit"])
 def test_a_full_disk_exits_69_and_the_run_log_says_so(scenario, tmp_path, phase):
     base, previous, final = scenario
-    victim = base.copy_to(tmp_path / "victim")
+    victim = copy(base, tmp_path / "victim")
     result = victim.cli("run", now=SECOND.isoformat(), env={faults.ENVIRONMENT_VARIABLE: f"{phase}:enospc"})
     assert result.returncode == 69
     assert "the disk is full" in result.stderr and "nothing was committed" in result.stderr

@@ -10,6 +10,7 @@ import pytest
 from lms_refresh.store.schema import SCHEMA_VERSION
 from conftest import Project, statement
 from lms_refresh.store.postgres import LOCK_CLASS
+from lms_refresh.store.schema import SCHEMA_VERSION
 
 NOW = "2026-11-03T04:15:00+01:00"
 
@@ -183,7 +184,8 @@ def test_a_dashboard_role_reads_the_serving_view_and_nothing_else(server, pg_pro
     with psycopg.connect(url, autocommit=True) as db:
         rows = db.execute("SELECT day, course, active_learners, suppressed FROM lms_refresh_serving.daily_metrics").fetchall()
         assert [(str(r[0]), r[2], r[3]) for r in rows] == [("2026-11-02", 12, 0)]
-        for private in ("lms_refresh.staged_events", "lms_refresh.daily_metrics", "lms_refresh.meta"):
+        for private in ("lms_refresh.staged_events", "lms_refresh.daily_metrics", "lms_refresh.meta",
+                        "lms_refresh.published_metrics", "lms_refresh.privacy_settings", "lms_refresh.quarantine"):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 db.execute(f"SELECT * FROM {private}")
 

@@ -8,8 +8,57 @@ SERVING_COLUMNS = (
 )
 
 
+# Schema version 3 (both stores; formatted with the dialect's names and types).
+PRIVACY_MIGRATION = [
+    # The cell key method's record keys, computed in Python with the secret key at staging
+    # time. NULL only in rows staged before this version; the next run fills them in.
+    "ALTER TABLE {s}staged_events ADD COLUMN record_key {integer}",
+    "ALTER TABLE {s}staged_events ADD COLUMN learner_key {integer}",
+    "INSERT INTO {s}meta (key, value) VALUES ('record_keys', 'missing')",
+] + [f"ALTER TABLE {{s}}daily_metrics ADD COLUMN {column} {{integer}} NOT NULL DEFAULT 0" for column in (
+    "learner_key", "statement_key", "attempt_key", "completion_key", "passed_key", "failed_key", "score_key",
+    "duration_count", "duration_key")] + [
+    # The publication rebuilds a course's whole span: its rows must be one range away.
+    "CREATE INDEX daily_metrics_by_course ON {s}daily_metrics (course_id, day)",
+    # What is published: suppressed, perturbed and gap-filled in Python (lms_refresh.privacy).
+    """CREATE TABLE {s}published_metrics (
+        course_id {integer} NOT NULL, day TEXT NOT NULL, active_learners {integer}, statements {integer},
+        attempts {integer}, completions {integer}, passed {integer}, failed {integer},
+        avg_scaled_score {real}, total_duration_seconds {real}, suppressed {integer} NOT NULL,
+        PRIMARY KEY (course_id, day)){without_rowid}""",
+    # The threshold and the noise in a typed row: a value that is not a positive integer is
+    # refused by the CHECK, so nothing can switch suppression off by writing text into meta.
+    """CREATE TABLE {s}privacy_settings (
+        id {integer} PRIMARY KEY CHECK (id = 1),
+        min_cell_size {integer} NOT NULL CHECK ({t_min}min_cell_size >= 1),
+        method TEXT NOT NULL CHECK (method IN ('cell-key', 'none')),
+        max_noise {integer} NOT NULL CHECK ({t_noise}max_noise BETWEEN 0 AND 100),
+        variance {real} NOT NULL CHECK ({t_variance}variance >= 0),
+        withhold_zeros {integer} NOT NULL CHECK ({t_zeros}withhold_zeros IN (0, 1)))""",
+]
+
+
+
+def typed_checks(sqlite):
+    """The CHECK prefixes that make SQLite refuse a value of the wrong type (PostgreSQL's types already do)."""
+    if not sqlite:
+        return {"t_min": "", "t_noise": "", "t_variance": "", "t_zeros": ""}
+    return {"t_min": "typeof(min_cell_size) = 'integer' AND ", "t_noise": "typeof(max_noise) = 'integer' AND ",
+            "t_variance": "typeof(variance) = 'real' AND ", "t_zeros": "typeof(withhold_zeros) = 'integer' AND "}
+
+
+# The serving view from schema version 3 on: the published rows, nothing computed in SQL.
+PUBLISHED_VIEW = """
+CREATE VIEW {view} AS
+SELECT {day} AS day, c.iri AS course, p.active_learners, p.statements, p.attempts, p.completions,
+  p.passed, p.failed, p.avg_scaled_score, p.total_duration_seconds, p.suppressed
+FROM {s}published_metrics AS p
+JOIN {s}courses AS c USING (course_id)
+"""
+
+
 def serving_view_sql(view, schema_prefix, day, average, duration):
-    """Return the CREATE VIEW of the serving layer, in one place for every store.
+    """Return the CREATE VIEW of the serving layer up to schema version 2, in one place for every store.
 
     Suppression lives in the view, reading min_cell_size from meta, so changing
     the setting re-suppresses every published day at once. A value is withheld

@@ -8,8 +8,19 @@ migrating, staging in bulk, rebuilding partitions) lives in each store.
 import hashlib
 import json
 
+from lms_refresh import privacy
 from lms_refresh.errors import StateError
 from lms_refresh.store import SERVING_COLUMNS
+
+# daily_metrics' columns that the publication derives from (see lms_refresh.privacy.published_row).
+CELL_FIELDS = (
+    "day", "learners", "statements", "attempts", "attempt_learners", "completions", "completion_learners",
+    "passed", "passed_learners", "failed", "failed_learners", "score_sum_micro", "score_count", "score_learners",
+    "duration_ms", "duration_count", "duration_learners", "learner_key", "statement_key", "attempt_key",
+    "completion_key", "passed_key", "failed_key", "score_key", "duration_key",
+)
+PRIVACY_FIELDS = ("min_cell_size", "method", "max_noise", "variance", "withhold_zeros")
+PUBLISHED_FIELDS = ("course_id", "day") + SERVING_COLUMNS[2:]
 
 RUN_FIELDS = (
     "run_id", "kind", "started_at", "finished_at", "outcome", "exit_code", "window_since",
@@ -29,6 +40,8 @@ class SqlStore:
         self._voided = None
         self._void_targets = set()
         self._conflicts = []
+        self.record_keys = None  # a privacy.RecordKeys, set once the run has its secret key
+        self._republish_all = False
 
     def _sql(self, statement):
         return statement if self.placeholder == "?" else statement.replace("?", self.placeholder)
@@ -115,7 +128,7 @@ class SqlStore:
         voided = self.record_voids(voids)
         if voided:
             events = [row for row in events if row[3] not in voided]
-        if events and self.insert_events(events) < len(events):
+        if events and self.insert_events(self.record_keys.add(events)) < len(events):
             self._find_conflicts(events)
         return {row[0] for row in events}
 
@@ -127,8 +140,8 @@ class SqlStore:
         """
         staged = self.staged_versions({row[3] for row in events})
         for row in events:
-            kept = staged.get(row[3])
-            if kept is not None and tuple(kept) != tuple(row):
+            kept = staged.get(row[3])  # (with the record keys after the event's own fields)
+            if kept is not None and tuple(kept)[:len(row)] != tuple(row):
                 self._conflicts.append(row)
 
     def take_conflicts(self):
@@ -143,11 +156,13 @@ class SqlStore:
     def reset_derived(self):
         """Empty everything derived from the source (a rebuild refills it in the same transaction);
         the run log and the quarantine stay."""
-        for table in ("daily_metrics", "staged_events", "voided_events", "courses", "verbs", "source_state",
-                      "pending_days"):
+        for table in ("published_metrics", "daily_metrics", "staged_events", "voided_events", "courses", "verbs",
+                      "source_state", "pending_days"):
             self.execute(f"DELETE FROM {table}")
-        self.execute("DELETE FROM meta WHERE key NOT IN ('schema_version', 'min_cell_size')")
+        self.execute("DELETE FROM meta WHERE key IN ('watermark', 'cursor_kind', 'timezone', 'key_fingerprint') "
+                     "OR key LIKE 'identity.%'")
         self.forget_transaction()
+        self._republish_all = True
 
     def quarantine(self, run_id, rows, now_text):
         """Record quarantined records (once per origin and content)."""
@@ -168,11 +183,95 @@ class SqlStore:
         self.execute(f"INSERT INTO runs ({', '.join(RUN_FIELDS)}) VALUES ({placeholders})",
                      [run[field] for field in RUN_FIELDS])
 
+    # -- the publication (lms_refresh.privacy) ---------------------------------
+
+    def privacy_settings(self):
+        """Return the typed privacy settings the publication is computed with (StateError if missing)."""
+        row = self.execute(f"SELECT {', '.join(PRIVACY_FIELDS)} FROM privacy_settings").fetchone()
+        if row is None:
+            raise StateError(f"The store {self.describe()} has no privacy settings; nothing was published. "
+                             "Run lms-refresh again to store them from the configuration.")
+        values = dict(zip(PRIVACY_FIELDS, row))
+        values["withhold_zeros"] = bool(values["withhold_zeros"])
+        return privacy.Settings(**values)
+
+    def set_privacy(self, min_cell_size, settings):
+        """Store the threshold and the noise settings; a change republishes every course."""
+        new = (min_cell_size, settings["method"], settings["max_noise"], float(settings["variance"]),
+               int(settings["withhold_zeros"]))
+        old = self.execute(f"SELECT {', '.join(PRIVACY_FIELDS)} FROM privacy_settings").fetchone()
+        if old is None or tuple(old) != new:
+            self.execute("DELETE FROM privacy_settings")
+            self.execute(f"INSERT INTO privacy_settings (id, {', '.join(PRIVACY_FIELDS)}) VALUES (1, ?, ?, ?, ?, ?)",
+                         new)
+            self._republish_all = True
+        self.set_meta("min_cell_size", min_cell_size)  # kept for readers of older versions; never read
+
+    def fill_record_keys(self):
+        """Give rows staged before schema version 3 their record keys; return True if there were any."""
+        if self.execute("SELECT value FROM meta WHERE key = 'record_keys'").fetchone() is None:
+            return False
+        rows = self.execute("SELECT day, course_id, actor, event_id FROM staged_events "
+                            "WHERE record_key IS NULL").fetchall()
+        self.executemany(
+            "UPDATE staged_events SET record_key = ?, learner_key = ? "
+            "WHERE day = ? AND course_id = ? AND actor = ? AND event_id = ?",
+            [(self.record_keys.event(e), self.record_keys.learner(a), d, c, a, e) for d, c, a, e in rows])
+        self.execute("DELETE FROM meta WHERE key = 'record_keys'")
+        return True
+
+    def all_days(self):
+        return {row[0] for row in self.execute("SELECT DISTINCT day FROM staged_events").fetchall()} | {
+            row[0] for row in self.execute("SELECT DISTINCT day FROM daily_metrics").fetchall()}
+
+    def courses_on(self, days):
+        """Return the course ids with a metrics row on any of `days`."""
+        found = set()
+        for day in days:
+            found.update(row[0] for row in self.execute(
+                "SELECT course_id FROM daily_metrics WHERE day = ?", (day,)).fetchall())
+        return found
+
+    def publish_courses(self, courses):
+        """Rebuild the published rows of `courses` (every course after a settings change) from daily_metrics."""
+        settings = self.privacy_settings()
+        if self._republish_all:
+            courses = {row[0] for row in self.execute("SELECT course_id FROM published_metrics UNION "
+                                                      "SELECT course_id FROM daily_metrics").fetchall()}
+            self._republish_all = False
+        placeholders = ", ".join("?" for _ in PUBLISHED_FIELDS)
+        for course in sorted(courses):
+            cells = {row[0]: dict(zip(CELL_FIELDS, row)) for row in self.execute(
+                f"SELECT {', '.join(CELL_FIELDS)} FROM daily_metrics WHERE course_id = ?", (course,)).fetchall()}
+            self.execute("DELETE FROM published_metrics WHERE course_id = ?", (course,))
+            rows = [(course,) + row for row in privacy.course_rows(cells, settings)]
+            if rows:
+                self.executemany(f"INSERT INTO published_metrics ({', '.join(PUBLISHED_FIELDS)}) "
+                                 f"VALUES ({placeholders})", rows)
+
+    def suppressed_on(self, days):
+        """Return how many published rows of `days` have a withheld value (one pass over the withheld rows)."""
+        counts = self.execute("SELECT day, COUNT(*) FROM published_metrics WHERE suppressed = 1 GROUP BY day")
+        days = set(days)
+        return sum(count for day, count in counts.fetchall() if day in days)
+
+    def recompute(self, days):
+        """Delete and rebuild the partitions of `days` from all staged events of those days, then republish
+        the courses they touch. Returns (rows written, suppressed cells among the published rows of `days`).
+        """
+        if self.fill_record_keys():
+            days = set(days) | self.all_days()  # an upgraded store: every day gets its cell keys
+        courses = self.courses_on(days)
+        written = self.rebuild_partitions(days)
+        self.publish_courses(courses | self.courses_on(days))
+        return written, self.suppressed_on(days)
+
     def forget_transaction(self):
         """Voids learned inside a rolled-back transaction are gone with it."""
         self._voided = None
         self._void_targets.clear()
         self._conflicts = []
+        self._republish_all = False
 
     def acquire_run_lock(self):
         """Return None once this store is locked for the run, else who holds it (flock is enough here)."""

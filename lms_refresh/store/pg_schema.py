@@ -6,7 +6,7 @@ with its owner's rights, so such a role reads metrics without any access to
 staging or pseudonymised actors.
 """
 
-from lms_refresh.store import serving_view_sql
+from lms_refresh.store import PRIVACY_MIGRATION, PUBLISHED_VIEW, serving_view_sql, typed_checks
 
 _SERVING_VIEW = serving_view_sql(
     "{s}_serving.daily_metrics", "{s}.", day="m.day::date",
@@ -58,7 +58,11 @@ MIGRATIONS = [
     [
         "ALTER TABLE {s}.runs ADD COLUMN version text NOT NULL DEFAULT ''",
     ],
-    # 3: a statement id counts once (see the SQLite store's migration 3)
+    # 3: record keys (cell key method), the published rows, the typed privacy settings
+    [statement.format(s="{s}.", integer="bigint", real="float8", without_rowid="", **typed_checks(sqlite=False))
+     for statement in PRIVACY_MIGRATION] + ["DROP VIEW {s}_serving.daily_metrics", PUBLISHED_VIEW.format(
+        view="{s}_serving.daily_metrics", s="{s}.", day="p.day::date")],
+    # 4: a statement id counts once (see the SQLite store's migration 4)
     [
         "CREATE TABLE {s}.pending_days (day text PRIMARY KEY)",
         "CREATE INDEX staged_events_id_scan ON {s}.staged_events (event_id)",

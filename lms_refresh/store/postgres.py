@@ -28,12 +28,20 @@ SELECT day, course_id, COUNT(*), SUM(n),
     SUM(attempts), COUNT(*) FILTER (WHERE attempts > 0), SUM(completions), COUNT(*) FILTER (WHERE completions > 0),
     SUM(passed), COUNT(*) FILTER (WHERE passed > 0), SUM(failed), COUNT(*) FILTER (WHERE failed > 0),
     SUM(score_sum), SUM(scores), COUNT(*) FILTER (WHERE scores > 0),
-    SUM(duration), COUNT(*) FILTER (WHERE durations > 0)
+    SUM(duration), COUNT(*) FILTER (WHERE durations > 0),
+    SUM(learner_key) %% 4294967296, SUM(k_all) %% 4294967296, SUM(k_attempt) %% 4294967296,
+    SUM(k_completion) %% 4294967296, SUM(k_passed) %% 4294967296, SUM(k_failed) %% 4294967296,
+    SUM(k_score) %% 4294967296, SUM(durations), SUM(k_duration) %% 4294967296
 FROM (
     SELECT day, course_id, actor, COUNT(*) AS n, SUM(is_attempt) AS attempts,
         SUM(is_completion) AS completions, SUM(is_passed) AS passed, SUM(is_failed) AS failed,
         SUM(score_micro) AS score_sum, COUNT(score_micro) AS scores,
-        SUM(duration_ms) AS duration, COUNT(duration_ms) AS durations
+        SUM(duration_ms) AS duration, COUNT(duration_ms) AS durations,
+        MIN(learner_key) AS learner_key, SUM(record_key) AS k_all, SUM(is_attempt * record_key) AS k_attempt,
+        SUM(is_completion * record_key) AS k_completion, SUM(is_passed * record_key) AS k_passed,
+        SUM(is_failed * record_key) AS k_failed,
+        COALESCE(SUM(record_key) FILTER (WHERE score_micro IS NOT NULL), 0) AS k_score,
+        COALESCE(SUM(record_key) FILTER (WHERE duration_ms IS NOT NULL), 0) AS k_duration
     FROM staged_events WHERE day = ANY(%s)
     GROUP BY day, course_id, actor) AS per_learner
 GROUP BY day, course_id
@@ -248,14 +256,11 @@ class PostgresStore(SqlStore):
         self._void_targets.clear()
         return days
 
-    def recompute(self, days):
-        """Delete and rebuild the partitions of `days` from all staged events of those days."""
+    def rebuild_partitions(self, days):
+        """Delete and rebuild the metrics of `days` from all staged events of those days; return the rows written."""
         days = sorted(days)
         self.db.execute("DELETE FROM daily_metrics WHERE day = ANY(%s)", (days,))
-        written = self.db.execute(_RECOMPUTE, (days,)).rowcount
-        suppressed = self.db.execute(
-            f"SELECT COUNT(*) FROM {self.serving} WHERE suppressed = 1 AND day = ANY(%s::date[])", (days,)).fetchone()[0]
-        return written, suppressed
+        return self.db.execute(_RECOMPUTE, (days,)).rowcount
 
 
 def first_line(error):

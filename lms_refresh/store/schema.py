@@ -4,7 +4,7 @@ Migration N brings a store from version N-1 to N. Each runs in its own
 transaction together with the version bump, so a crash leaves either version.
 """
 
-from lms_refresh.store import serving_view_sql
+from lms_refresh.store import PRIVACY_MIGRATION, PUBLISHED_VIEW, serving_view_sql, typed_checks
 
 _SERVING_VIEW = serving_view_sql(
     "serving_daily_metrics", "", day="m.day",
@@ -62,7 +62,13 @@ MIGRATIONS = [
     [
         "ALTER TABLE runs ADD COLUMN version TEXT NOT NULL DEFAULT ''",
     ],
-    # 3: a statement id counts once. Earlier stores could hold one id under two
+    # 3: record keys (cell key method), the published rows, the typed privacy settings
+    [statement.format(s="", integer="INTEGER", real="REAL", day="p.day",
+                      without_rowid=" WITHOUT ROWID",
+                      **typed_checks(sqlite=True))
+     for statement in PRIVACY_MIGRATION] + ["DROP VIEW serving_daily_metrics", PUBLISHED_VIEW.format(
+        view="serving_daily_metrics", s="", day="p.day")],
+    # 4: a statement id counts once. Earlier stores could hold one id under two
     # (day, course, learner) keys; all but the first copy go, and their days are
     # rebuilt by the next run (pending_days).
     [

@@ -16,7 +16,7 @@ from lms_refresh.errors import StateError, UnavailableError
 from lms_refresh.store.base import SqlStore
 from lms_refresh.store.schema import MIGRATIONS, SCHEMA_VERSION
 
-_EVENT_INSERT = "INSERT OR IGNORE INTO staged_events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_EVENT_INSERT = "INSERT OR IGNORE INTO staged_events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
 # One pass per cell. "Learners with an attempt" and the like are distinct counts of
 # the actor over the rows that have one (the flags are 0 or 1). SQLite does this
@@ -30,9 +30,24 @@ SELECT day, course_id, COUNT(DISTINCT actor), COUNT(*),
     SUM(is_passed), COUNT(DISTINCT CASE WHEN is_passed THEN actor END),
     SUM(is_failed), COUNT(DISTINCT CASE WHEN is_failed THEN actor END),
     SUM(score_micro), COUNT(score_micro), COUNT(DISTINCT CASE WHEN score_micro IS NOT NULL THEN actor END),
-    SUM(duration_ms), COUNT(DISTINCT CASE WHEN duration_ms IS NOT NULL THEN actor END)
+    SUM(duration_ms), COUNT(DISTINCT CASE WHEN duration_ms IS NOT NULL THEN actor END),
+    0, SUM(record_key) % 4294967296, SUM(is_attempt * record_key) % 4294967296,
+    SUM(is_completion * record_key) % 4294967296, SUM(is_passed * record_key) % 4294967296,
+    SUM(is_failed * record_key) % 4294967296,
+    COALESCE(SUM(CASE WHEN score_micro IS NOT NULL THEN record_key END) % 4294967296, 0),
+    COUNT(duration_ms), COALESCE(SUM(CASE WHEN duration_ms IS NOT NULL THEN record_key END) % 4294967296, 0)
 FROM staged_events WHERE day IN (SELECT value FROM json_each(?))
 GROUP BY day, course_id
+"""
+
+# A cell's learner key sums each distinct learner's key once; the staging key is ordered by
+# (day, course, actor), so this is one range scan per day.
+_LEARNER_KEYS = """
+UPDATE daily_metrics SET learner_key = k.total FROM (
+    SELECT day, course_id, SUM(learner_key) % 4294967296 AS total FROM (
+        SELECT DISTINCT day, course_id, actor, learner_key FROM staged_events
+        WHERE day IN (SELECT value FROM json_each(?))) GROUP BY day, course_id) AS k
+WHERE daily_metrics.day = k.day AND daily_metrics.course_id = k.course_id
 """
 
 # Errors that a later attempt may not meet again: the store is busy or the disk full.
@@ -262,16 +277,10 @@ class SqliteStore(SqlStore):
         self._void_targets.clear()
         return days
 
-    def recompute(self, days):
-        """Delete and rebuild the partitions of `days` from all staged events of those days.
-
-        Returns (rows written, suppressed cells among them).
-        """
+    def rebuild_partitions(self, days):
+        """Delete and rebuild the metrics of `days` from all staged events of those days; return the rows written."""
         days_json = json.dumps(sorted(days))
         self.db.execute("DELETE FROM daily_metrics WHERE day IN (SELECT value FROM json_each(?))", (days_json,))
         written = self.db.execute(_RECOMPUTE, (days_json,)).rowcount
-        suppressed = self.db.execute(
-            f"SELECT COUNT(*) FROM {self.serving} WHERE suppressed = 1 AND day IN (SELECT value FROM json_each(?))",
-            (days_json,),
-        ).fetchone()[0]
-        return written, suppressed
+        self.db.execute(_LEARNER_KEYS, (days_json,))
+        return written

@@ -1,0 +1,198 @@
+"""Disclosure control for the published numbers: the cell key method, thresholds, no existence signal.
+
+The cell key method (Australian Bureau of Statistics' TableBuilder, UK ONS
+2021 Census tables): every staged record carries a fixed random record key,
+derived with the secret pseudonymisation key so that nobody who knows
+statement ids or pseudonyms can compute it. A cell's key is the sum of its
+records' keys modulo 2**32 (the method's "modulo 1" in integers), and a
+fixed perturbation table maps (cell key, true count) to a bounded noise. The
+same records always give the same published value; one record more or less
+gives a fresh, unpredictable noise.
+
+Published rows are computed here, in Python, from each store's per-cell
+aggregates, so the two stores cannot drift apart.
+"""
+
+import dataclasses
+import datetime as dt
+import fractions
+import hashlib
+
+from lms_refresh.errors import StateError
+
+MODULUS = 2 ** 32
+METHODS = ("cell-key", "none")
+# The event counts of a cell, each with the distinct learners it derives from (for the threshold).
+COUNTS = {"attempts": "attempt", "completions": "completion", "passed": "passed", "failed": "failed"}
+
+
+class RecordKeys:
+    """Record keys derived with the secret key: one per event (by id), one per learner (by pseudonym)."""
+
+    def __init__(self, key):
+        self._key = hashlib.sha256(b"lms-refresh record keys\0" + key).digest()
+        self._learners = {}
+
+    def event(self, event_id):
+        return int.from_bytes(hashlib.blake2b(bytes(event_id), key=self._key, digest_size=4,
+                                              person=b"event").digest(), "big")
+
+    def learner(self, actor):
+        value = self._learners.get(actor)
+        if value is None:
+            data = int(actor).to_bytes(8, "big", signed=True)
+            value = int.from_bytes(hashlib.blake2b(data, key=self._key, digest_size=4,
+                                                   person=b"learner").digest(), "big")
+            if len(self._learners) < 1_000_000:  # bounded: a learner's key is cheap to recompute
+                self._learners[actor] = value
+        return value
+
+    def add(self, events):
+        """Given staged event rows, return them with their record key and their learner's key appended."""
+        return [row + (self.event(row[3]), self.learner(row[2])) for row in events]
+
+
+def noise_bounds(max_noise):
+    """Return the largest variance the table's shape allows for `max_noise` (its tails fall linearly)."""
+    if max_noise == 0:
+        return fractions.Fraction(0)
+    tail = sum(max_noise + 1 - j for j in range(1, max_noise + 1))
+    spread = sum(j * j * (max_noise + 1 - j) for j in range(1, max_noise + 1))
+    return fractions.Fraction(spread, tail)
+
+
+def base_distribution(max_noise, variance):
+    """Return {noise: probability} over -D..D: zero mean, the given variance, tails falling linearly."""
+    variance = fractions.Fraction(variance).limit_denominator(10 ** 6)
+    if max_noise == 0 or variance == 0:
+        return {0: fractions.Fraction(1)}
+    spread = sum(j * j * (max_noise + 1 - j) for j in range(1, max_noise + 1))
+    weight = variance / (2 * spread)
+    table = {j: weight * (max_noise + 1 - abs(j)) for j in range(-max_noise, max_noise + 1) if j}
+    table[0] = 1 - sum(table.values())
+    if table[0] < 0:
+        raise ValueError(f"a variance of {float(variance)} needs a larger max_noise")
+    return dict(sorted(table.items()))
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What the publication is computed with (the store keeps a typed copy: privacy_settings)."""
+
+    min_cell_size: int
+    method: str = "cell-key"
+    max_noise: int = 3
+    variance: float = 2.0
+    withhold_zeros: bool = False
+
+    def __post_init__(self):
+        # Fail closed: a threshold that is not a positive integer never reaches the publication.
+        if isinstance(self.min_cell_size, bool) or not isinstance(self.min_cell_size, int) or self.min_cell_size < 1:
+            raise StateError(f"The stored threshold min_cell_size ({self.min_cell_size!r}) is not a positive "
+                             "integer; nothing was published. Run lms-refresh again to store it from the configuration.")
+        if self.method not in METHODS:
+            raise StateError(f"The stored perturbation method {self.method!r} is unknown; nothing was published.")
+
+
+class PerturbationTable:
+    """Map (cell key, true count) to a published count, for counts that passed the threshold."""
+
+    def __init__(self, settings):
+        self.k = settings.min_cell_size
+        self.base = base_distribution(settings.max_noise, settings.variance)
+        self.off = settings.method == "none"
+        self._rows = {}
+
+    def row(self, count):
+        """Return [(cumulative threshold in 0..2**32, noise)] for a true count (>= k).
+
+        Within D of the threshold the noise's downward part is cut at k (the rest of the
+        row renormalised): no count is published below k, and a count of exactly k is not
+        published exactly either (a zero-mean row there could only be "no noise", which
+        would give the threshold attack its answer). Such counts are biased upwards by
+        less than D/2; every count of at least k + D gets the zero-mean row.
+        """
+        reach = min(max(self.base), count - self.k)
+        cached = self._rows.get(reach)
+        if cached is None:
+            kept = {j: p for j, p in self.base.items() if j >= -reach}
+            total = sum(kept.values())
+            cumulative, cached = fractions.Fraction(0), []
+            for noise, probability in kept.items():
+                cumulative += probability / total
+                cached.append((int(cumulative * MODULUS), noise))
+            self._rows[reach] = cached
+        return cached
+
+    def perturb(self, count, cell_key, column):
+        """Return the published value of a count whose cell key is `cell_key`, in column `column`.
+
+        The row is looked up at a position scrambled from (cell key, column): the same
+        records give the same value, while one record more moves each column's noise
+        independently (the raw key would move all columns of a cell together).
+        """
+        if self.off or count == 0:
+            return count
+        position = int.from_bytes(hashlib.blake2b(
+            (cell_key % MODULUS).to_bytes(4, "big"), digest_size=4, person=column.encode()[:16]).digest(), "big")
+        for threshold, noise in self.row(count):
+            if position < threshold:
+                return count + noise
+        return count + self.row(count)[-1][1]
+
+
+def published_row(cell, settings, table):
+    """Given one cell's aggregates (a dict, see `store.base.CELL_FIELDS`), return its published values.
+
+    Returns (active_learners, statements, attempts, completions, passed, failed,
+    avg_scaled_score, total_duration_seconds, suppressed).
+    """
+    k = settings.min_cell_size
+    if cell is None or cell["learners"] < k:
+        return (None,) * 8 + (1,)
+    suppressed = 0
+    values = [table.perturb(cell["learners"], cell["learner_key"], "learners"),
+              table.perturb(cell["statements"], cell["statement_key"], "statements")]
+    for name, stem in COUNTS.items():
+        learners = cell[f"{stem}_learners"]
+        if 0 < learners < k or (learners == 0 and settings.withhold_zeros):
+            values.append(None)
+            suppressed = 1
+        else:
+            values.append(table.perturb(cell[name], cell[f"{stem}_key"], name))
+    if cell["score_learners"] >= k:
+        # A mean over the perturbed number of scores: derived from the noisy count, as ABS does for means.
+        scores = table.perturb(cell["score_count"], cell["score_key"], "scores")
+        values.append(round(cell["score_sum_micro"] * 1.0 / scores / 1000000.0, 6))
+    else:
+        values.append(None)
+        suppressed |= cell["score_learners"] > 0
+    if cell["duration_learners"] >= k:
+        # A total scaled by the perturbed number of timed records over the true one.
+        timed = table.perturb(cell["duration_count"], cell["duration_key"], "durations")
+        total = cell["duration_ms"] / 1000.0
+        values.append(total if timed == cell["duration_count"] else round(total * timed / cell["duration_count"], 3))
+    else:
+        values.append(None)
+        suppressed |= cell["duration_learners"] > 0
+    return tuple(values) + (int(suppressed),)
+
+
+def course_rows(cells, settings):
+    """Given one course's cells {day text: aggregates}, return its published rows [(day, values...)].
+
+    Every day from the course's first to its last day with at least k learners is
+    published, withheld or not, so a day without activity and a day with 1..k-1
+    learners look the same; a course that never reaches k publishes no row.
+    """
+    table = PerturbationTable(settings)
+    visible = sorted(day for day, cell in cells.items() if cell["learners"] >= settings.min_cell_size)
+    if not visible:
+        return []
+    day, last = dt.date.fromisoformat(visible[0]), dt.date.fromisoformat(visible[-1])
+    rows = []
+    while day <= last:
+        text = day.isoformat()
+        rows.append((text,) + published_row(cells.get(text), settings, table))
+        day += dt.timedelta(days=1)
+    return rows
