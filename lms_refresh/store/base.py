@@ -160,7 +160,7 @@ class SqlStore:
                       "source_state", "pending_days"):
             self.execute(f"DELETE FROM {table}")
         self.execute("DELETE FROM meta WHERE key IN ('watermark', 'cursor_kind', 'timezone', 'key_fingerprint') "
-                     "OR key LIKE 'identity.%'")
+                     "OR substr(key, 1, 9) = 'identity.'")
         self.forget_transaction()
         self._republish_all = True
 
