@@ -245,6 +245,10 @@ def _transaction(config, now, store, source, key, watermark, window, report, pro
     with stop.commit():
         store.commit()
     faults.point("after-commit")
+    try:
+        state.remember_store(config, key)
+    except OSError as error:  # the run stands; the next one writes the note again
+        logger.warning("Could not note the store in %s (%s).", state.marker_path(config), error)
     logger.debug("Phases: pull and stage %.2f s, recompute %.2f s, commit %.2f s",
                  staged_at - report.started, recomputed_at - staged_at, time.monotonic() - recomputed_at)
 

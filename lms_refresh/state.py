@@ -8,6 +8,7 @@ watermark or last run dated after now. Each refusal names the way out;
 """
 
 import datetime as dt
+import json
 import logging
 import os
 
@@ -18,6 +19,7 @@ from lms_refresh.sources.xapi import MAPPING_VERSION
 
 logger = logging.getLogger(__name__)
 
+MARKER = "store-identity"  # in the state directory: which store the key built
 REBUILD = "'lms-refresh rebuild --since DATE' (README, \"Recovery\")"
 # How far a recorded time may lie after now before the clock is suspect: more than
 # hosts sharing a store drift apart, far less than any glitch worth stopping for.
@@ -80,14 +82,40 @@ def check_identity(config, meta, has_events):
             )
 
 
+def marker_path(config):
+    """The state directory's note that a store was built with this key (see `remember_store`)."""
+    return os.path.join(config.state_directory, MARKER)
+
+
+def remember_store(config, key):
+    """After a commit, note in the state directory which store this key built (a key copied here
+    for a first run has no such note; a key whose store was lost has one)."""
+    path = marker_path(config)
+    text = json.dumps({"store": config.store_path if config.store_type == "sqlite" else config.store["url"],
+                       "schema": config.store["schema"] if config.store_type == "postgresql" else None,
+                       "key_fingerprint": fingerprint(key)}, sort_keys=True) + "\n"
+    try:
+        with open(path, encoding="utf-8") as handle:
+            if handle.read() == text:
+                return
+    except OSError:
+        pass
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
 def check_store_present(config, store_is_new):
-    """Refuse to start a new store beside a key that belonged to the one that is gone."""
-    if store_is_new and os.path.exists(config.key_file):
+    """Refuse to start a new store where a store built with this key existed and is gone."""
+    if store_is_new and os.path.exists(config.key_file) and os.path.exists(marker_path(config)):
         raise StateError(
             f"The store {config.store_path} is missing (or empty) but the pseudonymisation key {config.key_file} "
-            "is there, so a store was deleted or replaced and its history would be lost; restore the store from "
-            f"a backup, or re-create its history from the source with {REBUILD} (also the way to start a new "
-            "store with a key copied from another host)."
+            f"and the note of the store it built ({marker_path(config)}) are there, so the store was deleted or "
+            "replaced and its history would be lost; restore the store from a backup, or re-create its history "
+            f"from the source with {REBUILD}."
         )
 
 
