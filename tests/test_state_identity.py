@@ -347,3 +347,14 @@ def test_a_store_built_before_mapping_versions_is_refused_until_rebuilt(sqlite_p
     project.cli("rebuild", "--since", "2026-10-01", now=at(later), check=0)
     project.cli("run", now=at(later), check=0)
     assert project.serving() == reference(project, later)
+
+
+def test_a_key_copied_in_for_a_first_run_starts_a_store(project):
+    from lms_refresh.pseudonym import create_key
+
+    project.state.mkdir()
+    create_key(str(project.state / "pseudonymisation.key"))  # from another host, or made in advance
+    project.write("a.ndjson", day_batch(12, "2026-11-02"))
+    project.cli("run", now=at(T), check=0)
+    assert project.serving() == reference(project, T)
+    assert (project.state / "store-identity").exists()  # from now on, losing the store is refused
