@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from lms_refresh import __version__, errors, faults, logs, stopping
+from lms_refresh import __version__, errors, faults, logs, redact, stopping
 from lms_refresh.config import DEFAULT_CONFIG_PATH, load_config
 from lms_refresh.logs import Progress, configure_logging
 from lms_refresh.job import run_job
@@ -286,6 +286,54 @@ def grant_reader(settings, role):
     return errors.OK
 
 
+@cli.command()
+@click.option("--mbox", metavar="ADDRESS", help="xAPI: the learner's e-mail address (mailto: optional).")
+@click.option("--mbox-sha1sum", metavar="HEX", help="xAPI: the SHA-1 of the learner's mailto: IRI.")
+@click.option("--openid", metavar="URL", help="xAPI: the learner's OpenID.")
+@click.option("--account-homepage", metavar="URL", help="xAPI: the account's homePage (with --account-name).")
+@click.option("--account-name", metavar="NAME", help="xAPI: the account's name (with --account-homepage).")
+@click.option("--moodle-user-id", type=click.IntRange(min=1), metavar="N", help="Moodle: the user's id.")
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted and rebuilt; write nothing.")
+@click.pass_obj
+def forget(settings, mbox, mbox_sha1sum, openid, account_homepage, account_name, moodle_user_id, dry_run):
+    """Erase one learner: delete their staged events and quarantined records, rebuild their days.
+
+    Name the learner as the source knows them, by exactly one identifier. It
+    runs under the run's lock, in one transaction, and logs counts only; run
+    it as the service user (sudo -u lms-refresh). Erase the learner at the
+    source too, or a backfill brings them back.
+
+    Example: lms-refresh forget --account-homepage https://lms.example.edu --account-name 4711
+    """
+    from lms_refresh.forget import forget as forget_learner, learner_identifier
+
+    if (account_homepage is None) != (account_name is None):
+        raise click.UsageError("--account-homepage and --account-name name one account together; give both.")
+    given = [option for option, value in (("--mbox", mbox), ("--mbox-sha1sum", mbox_sha1sum), ("--openid", openid),
+                                          ("--account-homepage/--account-name", account_name),
+                                          ("--moodle-user-id", moodle_user_id)) if value is not None]
+    if len(given) != 1:
+        raise click.UsageError("Name the learner by exactly one identifier (--mbox, --mbox-sha1sum, --openid, "
+                               f"--account-homepage with --account-name, or --moodle-user-id); got {len(given)}.")
+    agent = None
+    if mbox is not None:
+        agent = {"mbox": mbox if mbox.lower().startswith("mailto:") else f"mailto:{mbox}"}
+    elif mbox_sha1sum is not None:
+        agent = {"mbox_sha1sum": mbox_sha1sum}
+    elif openid is not None:
+        agent = {"openid": openid}
+    elif account_name is not None:
+        agent = {"account": {"homePage": account_homepage, "name": account_name}}
+    config = settings.config()
+    identifier = learner_identifier(config, agent, moodle_user_id)
+    report = forget_learner(config, identifier, os.environ, os.geteuid(), dry_run=dry_run)
+    click.echo(f"{'would delete' if dry_run else 'deleted'}: {report.events} staged events, "
+               f"{report.quarantined} quarantined records")
+    click.echo(f"rebuilt:     {len(report.partitions)} daily partitions ({report.rows_written} rows, "
+               f"{report.suppressed} suppressed)" + (" — rolled back" if dry_run else ""))
+    return errors.OK
+
+
 @cli.command("is-configured")
 @click.pass_obj
 def is_configured(settings):
@@ -350,8 +398,8 @@ def _main(argv, stop):
         code = errors.FAILURE
     except (errors.RefreshError, errors.Terminated) as error:
         _ensure_logging()
-        logger.error("%s", error, extra={**getattr(error, "journal_fields", {}), "EXIT_STATUS": error.exit_code,
-                                         "ERROR_KIND": type(error).__name__})
+        logger.error("%s", redact.scrub_text(str(error)), extra={
+            **getattr(error, "journal_fields", {}), "EXIT_STATUS": error.exit_code, "ERROR_KIND": type(error).__name__})
         code = error.exit_code
     except KeyboardInterrupt:
         code = 130
@@ -371,7 +419,7 @@ def _main(argv, stop):
 def _unexpected(error):
     _ensure_logging()
     logger.error(
-        "Unexpected failure (%s: %s); nothing was committed.", type(error).__name__, error,
+        "Unexpected failure (%s: %s); nothing was committed.", type(error).__name__, redact.scrub_text(str(error)),
         exc_info=True, extra={**getattr(error, "journal_fields", {}), "EXIT_STATUS": errors.FAILURE},
     )
     return errors.FAILURE

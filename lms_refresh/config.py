@@ -229,6 +229,12 @@ SCHEMA = {
         "key_file": Key(_path, None, "The secret HMAC key for learner identifiers; default "
                                      "<state directory>/pseudonymisation.key, created on the first run."),
     },
+    "retention": {
+        "staging_days": Key(_typed(int, 1, 36600), None,
+                            "Staged events of local days older than this many days are dropped; those days stay "
+                            "as published and later statements for them are quarantined (unset: keep everything)."),
+        "quarantine_days": Key(_typed(int, 1, 3660), 30, "Quarantined records are deleted after this many days."),
+    },
     "retry": {
         # Scheduled runs retry a source or store that is unreachable (exit 69).
         "attempts": Key(_typed(int, 1, 20), 3, "Attempts of a scheduled run while the source or store is "
@@ -300,6 +306,7 @@ class Config:
     alerts: dict
     monitoring: dict
     retry: dict
+    retention: dict
     privacy: dict = None
     publication: dict = None
 
@@ -395,6 +402,11 @@ def validate(document, origin, environ):
         values.update(_section_values(document, section, origin))
 
     _check_source_keys(document.get("source", {}), values, origin)
+    staging_days = values["retention.staging_days"]
+    if staging_days is not None and staging_days < values["window.bootstrap_days"]:
+        raise ConfigError(f"{origin}: key 'retention.staging_days' ({staging_days}) must be at least "
+                          f"window.bootstrap_days ({values['window.bootstrap_days']}), or a first run would "
+                          "quarantine the days it reads.")
     if values["store.type"] == "postgresql" and not values["store.url"]:
         raise ConfigError(f"{origin}: key 'store.url' is required when store.type is \"postgresql\".")
     state_directory = resolve_state_directory(values["state_directory"], environ)
@@ -421,6 +433,7 @@ def validate(document, origin, environ):
         alerts={key: values[f"alerts.{key}"] for key in SCHEMA["alerts"]},
         monitoring={key: values[f"monitoring.{key}"] for key in SCHEMA["monitoring"]},
         retry={key: values[f"retry.{key}"] for key in SCHEMA["retry"]},
+        retention={key: values[f"retention.{key}"] for key in SCHEMA["retention"]},
         privacy=_privacy(values, origin),
         publication={"path": values["publication.path"] or os.path.join(
             state_directory.rstrip("/") + "-publication", "serving.sqlite"), "group": values["publication.group"]},

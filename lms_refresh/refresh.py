@@ -14,7 +14,7 @@ import os
 import time
 import uuid
 
-from lms_refresh import __version__, faults, logs, state, stopping
+from lms_refresh import __version__, faults, logs, redact, retention, state, stopping
 from lms_refresh import window as windows
 from lms_refresh.errors import BadInputError, RefreshError, StateError, from_os_error
 from lms_refresh.lock import LOCK_NAME, LockHeld, RunLock
@@ -76,14 +76,7 @@ def refresh(config, now, environ, euid, progress, since=None, until=None, dry_ru
 
 def _refresh(config, now, environ, euid, progress, report, since, until, stop):
     load_driver(config)
-    state_directory = config.state_directory
-    lock_path = os.path.join(state_directory, LOCK_NAME)
-    if report.dry_run and not os.path.isdir(state_directory):
-        lock = contextlib.nullcontext()  # nothing to protect, and a dry run creates nothing
-    else:
-        prepare_state_directory(state_directory, euid)
-        check_writable_file(lock_path, euid)
-        lock = RunLock(lock_path)
+    lock = run_lock(config, euid, report.dry_run)
     try:
         with lock:
             paths = [config.key_file] + ([config.store_path] if config.store_type == "sqlite" else [])
@@ -102,6 +95,46 @@ def _refresh(config, now, environ, euid, progress, report, since, until, stop):
             extra=logs.run_fields(logs.LOCK_HELD, report),
         )
         return report
+
+
+# -- the lock and the store, shared by every command that changes the store (run, backfill, forget) --
+
+def run_lock(config, euid, dry_run=False):
+    """Return the run's flock (a context manager), preparing the state directory; a dry run
+    without a state directory takes none: there is nothing to protect, and it creates nothing."""
+    lock_path = os.path.join(config.state_directory, LOCK_NAME)
+    if dry_run and not os.path.isdir(config.state_directory):
+        return contextlib.nullcontext()
+    prepare_state_directory(config.state_directory, euid)
+    check_writable_file(lock_path, euid)
+    return RunLock(lock_path)
+
+
+@contextlib.contextmanager
+def locked_store(config, environ, create):
+    """Yield the open store under its own run lock (a database shared by several hosts has one),
+    with driver errors turned into the domain's; raise LockHeld if another run holds it."""
+    store = open_store(config, environ, create=create)
+    try:
+        # Driver errors anywhere inside (a dropped connection while reading the
+        # watermark as much as during the commit) become the domain's exit codes.
+        with store.errors():
+            holder = store.acquire_run_lock()
+            if holder is not None:
+                raise LockHeld(holder)
+            yield store
+    finally:
+        store.close()
+
+
+def sigterm_raises():
+    """SIGTERM raises Terminated for the block (see lms_refresh.stopping), for commands that commit once."""
+    return stopping.installed()
+
+
+def open_key(config, meta, has_events, dry_run):
+    """Return the pseudonymisation key, refusing one that does not match the store's data (see state.open_key)."""
+    return state.open_key(config, meta, has_events, dry_run, rebuild=False)
 
 
 def _choose_window(config, now, meta, source, since, until, kind):
@@ -145,6 +178,7 @@ def _with_store(config, now, environ, store, progress, report, since, until, sto
     holder = store.acquire_run_lock()  # a database shared by several hosts has its own lock
     if holder is not None:
         raise LockHeld(holder)
+    redactor = None
     try:
         meta, has_events = store.meta(), store.has_events()
         rebuild = report.kind == "rebuild"
@@ -153,9 +187,11 @@ def _with_store(config, now, environ, store, progress, report, since, until, sto
             state.check_identity(config, meta, has_events)
         key = state.open_key(config, meta, has_events, report.dry_run, rebuild)
         store.record_keys = RecordKeys(key)
+        redactor = redact.Redactor(key, config.source.get("site_url"))  # quarantined records keep no identifiers
         source = build_source(config, Pseudonymiser(key), environ)
         try:
-            return _read_source(config, now, store, source, key, meta, report, progress, since, until, stop)
+            return _read_source(config, now, store, source, key, meta, report, progress, since, until, stop,
+                                redactor)
         finally:
             source.close()
     except BaseException as error:
@@ -166,14 +202,14 @@ def _with_store(config, now, environ, store, progress, report, since, until, sto
         if domain is None and isinstance(error, OSError):
             domain = from_os_error(error, error.filename or store.describe())
         if not report.dry_run:
-            _record_failure(store, report, now, domain or error)
+            _record_failure(store, report, now, domain or error, redactor)
         (domain or error).report = report  # what was read and quarantined, for the job's metrics
         if domain is not None:
             raise domain from error
         raise
 
 
-def _read_source(config, now, store, source, key, meta, report, progress, since, until, stop):
+def _read_source(config, now, store, source, key, meta, report, progress, since, until, stop, redactor):
     watermark, window = _choose_window(config, now, meta, source, since, until, report.kind)
     report.window = window
     if window.empty:
@@ -192,11 +228,11 @@ def _read_source(config, now, store, source, key, meta, report, progress, since,
         "Refreshing %s from %s, window %s .. %s", store.describe(), source.describe(),
         window.since_cursor, window.until_cursor, extra=logs.run_fields(logs.RUN_STARTED, report),
     )
-    _transaction(config, now, store, source, key, watermark, window, report, progress, stop)
+    _transaction(config, now, store, source, key, watermark, window, report, progress, stop, redactor)
     return report
 
 
-def _transaction(config, now, store, source, key, watermark, window, report, progress, stop):
+def _transaction(config, now, store, source, key, watermark, window, report, progress, stop, redactor):
     now_text = windows.to_cursor(now)
     days = set()
     progress(f"Reading {source.describe()}, window {window.since_cursor} .. {window.until_cursor}", force=True)
@@ -205,11 +241,13 @@ def _transaction(config, now, store, source, key, watermark, window, report, pro
         store.reset_derived()
         logger.warning("Rebuilding the store: everything derived from the source is replaced by what it holds "
                        "from %s on.", window.since_cursor, extra={"RUN_ID": report.run_id})
+    horizon = retention.staging_horizon(config, now, store.meta())
     for batch in source.batches(window, store.source_index()):
+        retention.hold_back(batch, horizon)  # days whose staged events were dropped stay closed
         days |= store.stage(batch.events, batch.voids, batch.names)
         quarantined = batch.quarantined + _conflicts(store.take_conflicts())
         if quarantined:
-            store.quarantine(report.run_id, quarantined, now_text)
+            store.quarantine(report.run_id, quarantined, now_text, redactor)
             room = QUARANTINE_KEPT_ON_FAILURE - len(report.kept_quarantine)
             report.kept_quarantine.extend(quarantined[:max(room, 0)])
         store.save_source_state(batch.state)
@@ -224,6 +262,7 @@ def _transaction(config, now, store, source, key, watermark, window, report, pro
     _check_tolerance(config, report)
     days.update(window.local_days(config.timezone))
     days |= store.pending_days()
+    days = retention.apply(store, config, now, horizon, days)
     report.partitions = sorted(days)
     progress(f"Recomputing {len(days)} daily partitions", force=True)
     store.set_privacy(config.min_cell_size, config.privacy)
@@ -283,15 +322,15 @@ def _run_row(report, now, exit_code, message):
     }
 
 
-def _record_failure(store, report, now, error):
+def _record_failure(store, report, now, error, redactor):
     """After a rollback, note the failed run (and what was quarantined) in its own transaction."""
     exit_code = getattr(error, "exit_code", 1)
     report.outcome = "failed"
     message = str(error) if isinstance(error, RefreshError) else f"{type(error).__name__}: {error}"
     try:
         store.begin()
-        if report.kept_quarantine:
-            store.quarantine(report.run_id, report.kept_quarantine, windows.to_cursor(now))
+        if report.kept_quarantine and redactor is not None:
+            store.quarantine(report.run_id, report.kept_quarantine, windows.to_cursor(now), redactor)
         store.record_run(_run_row(report, now, exit_code, message[:1000]))
         store.commit()
     except BaseException as failure:  # the store itself may be what failed; the run's own error is what matters

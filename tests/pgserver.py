@@ -1,20 +1,29 @@
 """A throwaway PostgreSQL server for the tests and the benchmark (../shared/recipes/servers.md)."""
 
+import glob
 import os
 import shutil
 import subprocess
 
 
+def _server_binaries():
+    """The newest installed PostgreSQL's bin directory: 15 on Debian 12, 17 on Debian 13."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda path: int(path.split("/")[4]))
+    if not found:
+        raise RuntimeError("No PostgreSQL server is installed; install the 'postgresql' package (tests/run.sh does).")
+    return os.path.dirname(found[-1])
+
+
 class PostgresServer:
     """A throwaway PostgreSQL cluster on loopback (../shared/recipes/servers.md), one database per test."""
 
-    BIN = "/usr/lib/postgresql/15/bin"
     PASSWORD = "refresh-secret"
 
     def __init__(self, durable=False):
         import socket
         import tempfile
 
+        self.bin = _server_binaries()
         self.base = tempfile.mkdtemp(prefix="lmsr-pg-")
         os.chmod(self.base, 0o755)
         self.data, self.sockets = os.path.join(self.base, "data"), os.path.join(self.base, "sock")
@@ -24,9 +33,9 @@ class PostgresServer:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
-        self._postgres(f"{self.BIN}/initdb", "-D", self.data, "-A", "trust", "--auth-host=scram-sha-256",
+        self._postgres(f"{self.bin}/initdb", "-D", self.data, "-A", "trust", "--auth-host=scram-sha-256",
                        "-U", "postgres", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync")
-        self._postgres(f"{self.BIN}/pg_ctl", "-D", self.data, "-l", os.path.join(self.data, "server.log"), "-w",
+        self._postgres(f"{self.bin}/pg_ctl", "-D", self.data, "-l", os.path.join(self.data, "server.log"), "-w",
                        "-t", "30", "-o", f"-k {self.sockets} -p {self.port} -c listen_addresses=127.0.0.1"
                        + ("" if durable else " -c fsync=off"),  # tests need no crash safety of the server itself
                        "start")
@@ -58,6 +67,6 @@ class PostgresServer:
         return f"postgresql://lms_refresh@127.0.0.1:{self.port}/{database}"
 
     def stop(self):
-        subprocess.run(["runuser", "-u", "postgres", "--", f"{self.BIN}/pg_ctl", "-D", self.data, "-m", "immediate",
+        subprocess.run(["runuser", "-u", "postgres", "--", f"{self.bin}/pg_ctl", "-D", self.data, "-m", "immediate",
                         "-w", "stop"], capture_output=True, timeout=60)
         shutil.rmtree(self.base, ignore_errors=True)

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The whole test suite on a fresh Debian 12 machine (as root, or with sudo):
+# The whole test suite on a fresh Debian 12 or 13 machine (as root, or with sudo):
 # installs what the tests need from Debian and runs pytest with Debian's own
 # Python and libraries — the versions the .deb depends on.
 # Extra arguments go to pytest, e.g. `bash tests/run.sh -k lock -x`.
@@ -10,7 +10,7 @@ export DEBIAN_FRONTEND=noninteractive
 PACKAGES=(
   # the engine and its tests, on the versions the .deb depends on
   python3 python3-venv python3-setuptools python3-click python3-systemd python3-requests python3-pytest
-  python3-prometheus-client tzdata util-linux git
+  python3-prometheus-client python3-hypothesis tzdata util-linux git
   # the LRS tests: Ralph's own virtualenv, and a certificate for HTTPS
   openssl
   groff-base  # lms-refresh(8) is checked with groff -man -ww -z
@@ -19,7 +19,8 @@ PACKAGES=(
   # building and checking the .deb
   build-essential debhelper dh-python pybuild-plugin-pyproject python3-all lintian
   # booting Debian 12 and 13 with systemd as PID 1 for tests/system
-  systemd-container mmdebstrap
+  # (and pgrep, from procps, to find a booted container's systemd; minimal roots lack it)
+  systemd-container mmdebstrap procps
 )
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" >/dev/null

@@ -270,6 +270,14 @@ def test_utc_timestamps_in_every_spelling_have_the_same_day(suffix):
     assert counted(ann(timestamp="2026-11-02T23:30:00.250" + suffix))[0] == "2026-11-03"
 
 
+def test_a_leap_second_is_on_the_day_of_the_second_before_it():
+    assert counted(ann(timestamp="2016-12-31T23:59:60.5Z"))[0] == "2017-01-01"  # 00:59:60 in Paris
+    assert counted(ann(timestamp="2016-12-31T18:59:60-05:00"))[0] == "2017-01-01"
+    body = ann(timestamp="2016-12-31T22:59:60Z")
+    assert StatementMapper("UTC", str, "x").map(body)[1][0] == "2016-12-31"
+    quarantined(ann(timestamp="2016-12-31T23:59:61Z"), "timestamp '2016-12-31T23:59:61Z' is not an ISO 8601 time")
+
+
 def test_the_day_cache_keeps_offsets_apart():
     m = mapper()
     assert m.map(ann(timestamp="2026-11-02T20:30:00+00:00"))[1][0] == "2026-11-02"

@@ -113,6 +113,11 @@ def scaled_micro(final, grade_range):
     return round(min(max((final - low) / (high - low), 0.0), 1.0) * 1_000_000)
 
 
+def learner_identifier(site_url, user_id):
+    """Return the text a Moodle user is pseudonymised from: the mapper, `forget` and the quarantine share it."""
+    return f"moodle:{site_url.rstrip('/')}|{user_id}"
+
+
 class InvalidRow(ValueError):
     """A log row that cannot be used; the message is the quarantine reason."""
 
@@ -177,7 +182,7 @@ class RowMapper:
         self.names[("verb", verb_key)] = verb
         cursor = windows.to_cursor(moment)
         event_id = hashlib.blake2b(f"{self.site}|log|{log_id}".encode(), digest_size=16).digest()
-        actor = self.pseudonymise(f"moodle:{self.site}|{user}")
+        actor = self.pseudonymise(learner_identifier(self.site, user))
         score = scaled_micro(*self._grade(other)) if verb == SCORED else None
         return (day, course_key, actor, event_id, cursor, cursor, verb_key, attempt, completion, passed, failed,
                 score, None)

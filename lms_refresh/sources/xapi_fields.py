@@ -79,7 +79,14 @@ def parse_time(text, field):
     try:
         moment = dt.datetime.fromisoformat(text)
     except ValueError:
-        raise InvalidStatement(f"{field} {text[:40]!r} is not an ISO 8601 time")
+        moment = None
+        if text[16:19] == ":60":  # a leap second (23:59:60Z): on the same day as the second before it
+            try:
+                moment = dt.datetime.fromisoformat(text[:17] + "59" + text[19:])
+            except ValueError:
+                pass
+        if moment is None:
+            raise InvalidStatement(f"{field} {text[:40]!r} is not an ISO 8601 time")
     if "T" not in text and "t" not in text and " " not in text:
         # A date alone names no instant, so its local day depends on a zone nobody gave.
         raise InvalidStatement(f"{field} {text[:40]!r} has no time of day")

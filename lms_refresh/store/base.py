@@ -5,10 +5,9 @@ another style converts them in `_sql`. Dialect-specific work (opening,
 migrating, staging in bulk, rebuilding partitions) lives in each store.
 """
 
-import hashlib
 import json
 
-from lms_refresh import privacy
+from lms_refresh import privacy, redact
 from lms_refresh.errors import StateError
 from lms_refresh.store import SERVING_COLUMNS
 
@@ -164,13 +163,36 @@ class SqlStore:
         self.forget_transaction()
         self._republish_all = True
 
-    def quarantine(self, run_id, rows, now_text):
-        """Record quarantined records (once per origin and content)."""
+    def quarantine(self, run_id, rows, now_text, redactor):
+        """Record quarantined (origin, reason, raw) records, once per origin and content.
+
+        Every record goes through `redactor` (a `redact.Redactor`) here, the one
+        place quarantined records are written: no identifier of a person is stored.
+        """
         self.executemany(
             "INSERT INTO quarantine (run_id, origin, reason, raw, digest, recorded_at) VALUES (?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (origin, digest) DO NOTHING",
-            [(run_id, o, reason, raw, hashlib.sha256(raw.encode()).hexdigest(), now_text) for o, reason, raw in rows],
+            [(run_id,) + redactor.row(origin, reason, raw) + (now_text,) for origin, reason, raw in rows],
         )
+
+    # -- erasure and retention (see lms_refresh.forget and lms_refresh.retention) --
+
+    def forget_learner(self, actor):
+        """Delete the staged events of one pseudonymised learner; return the day of each deleted event."""
+        return [row[0] for row in self.execute("DELETE FROM staged_events WHERE actor = ? RETURNING day", (actor,))]
+
+    def forget_quarantined(self, pseudonym):
+        """Delete the quarantined records that name this pseudonym; return how many."""
+        pattern = '%"' + redact.marker(pseudonym) + '"%'  # a whole JSON string: -12 is not -123
+        return self.execute("DELETE FROM quarantine WHERE raw LIKE ?", (pattern,)).rowcount
+
+    def drop_staged_before(self, day):
+        """Delete the staged events of local days before `day` (one range of the clustered key)."""
+        return self.execute("DELETE FROM staged_events WHERE day < ?", (day,)).rowcount
+
+    def expire_quarantine(self, cutoff):
+        """Delete the quarantined records recorded before the cursor text `cutoff`."""
+        return self.execute("DELETE FROM quarantine WHERE recorded_at < ?", (cutoff,)).rowcount
 
     def save_source_state(self, state):
         if state:
@@ -180,6 +202,8 @@ class SqlStore:
 
     def record_run(self, run):
         placeholders = ", ".join("?" for _ in RUN_FIELDS)
+        # A message may quote what it failed on; the run log keeps no e-mail address.
+        run = dict(run, message=redact.scrub_text(run["message"]))
         self.execute(f"INSERT INTO runs ({', '.join(RUN_FIELDS)}) VALUES ({placeholders})",
                      [run[field] for field in RUN_FIELDS])
 
@@ -261,6 +285,9 @@ class SqlStore:
         """
         if self.fill_record_keys():
             days = set(days) | self.all_days()  # an upgraded store: every day gets its cell keys
+        horizon = self.meta().get("staging_horizon")  # see lms_refresh.retention
+        if horizon is not None:
+            days = {day for day in days if day >= horizon}  # a closed day is never rebuilt from what is left
         courses = self.courses_on(days)
         written = self.rebuild_partitions(days)
         self.publish_courses(courses | self.courses_on(days))

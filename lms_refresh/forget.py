@@ -1,0 +1,129 @@
+"""Erase one learner (GDPR art. 17): their staged events and quarantined records go, their days are rebuilt.
+
+The learner is named as the source knows them (an xAPI agent's identifier, a
+Moodle user id); the pseudonym is computed by the mappers' own identifier
+functions, so it is the one that was staged. Everything happens under the
+run's lock, in one transaction, with the exit codes of a run. Nothing that
+names the learner is logged or stored.
+"""
+
+import dataclasses
+import logging
+
+from lms_refresh.errors import ConfigError, UnavailableError
+from lms_refresh.lock import LockHeld
+from lms_refresh.privacy import RecordKeys
+from lms_refresh.pseudonym import Pseudonymiser
+from lms_refresh.publish import publish_if_behind
+from lms_refresh.redact import REDACTED, scrub_text
+from lms_refresh.refresh import locked_store, open_key, run_lock, sigterm_raises
+from lms_refresh.statedir import check_writable_file
+from lms_refresh.store import load_driver, store_exists
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class ForgetReport:
+    dry_run: bool
+    events: int = 0
+    quarantined: int = 0
+    partitions: list = dataclasses.field(default_factory=list)
+    rows_written: int = 0
+    suppressed: int = 0
+
+    def journal_fields(self):
+        return {"FORGOTTEN_EVENTS": self.events, "FORGOTTEN_QUARANTINED": self.quarantined,
+                "PARTITIONS": len(self.partitions), "ROWS_WRITTEN": self.rows_written,
+                "SUPPRESSED": self.suppressed}
+
+
+def learner_identifier(config, agent=None, moodle_user_id=None):
+    """Return the identifier text the configured source's mapper pseudonymises for this learner.
+
+    `agent` is an xAPI Agent (a dict with one identifier) for xAPI sources;
+    `moodle_user_id` a Moodle user id for the Moodle source.
+    """
+    kind = config.source["type"]
+    if kind == "moodle":
+        if moodle_user_id is None:
+            raise ConfigError(f"The source in {config.origin} is Moodle's log, which names learners by user id; "
+                              "use --moodle-user-id.")
+        from lms_refresh.sources.moodle import learner_identifier as moodle_identifier
+
+        return moodle_identifier(config.source["site_url"], moodle_user_id)
+    if agent is None:
+        raise ConfigError(f"The source in {config.origin} is xAPI ({kind}), which names learners by an agent "
+                          "identifier; use --mbox, --mbox-sha1sum, --openid or --account-homepage with --account-name.")
+    from lms_refresh.sources.xapi import InvalidStatement, actor_identifier
+
+    try:
+        return actor_identifier(agent)
+    except InvalidStatement as error:
+        reason = str(error)
+        for value in _strings(agent):  # the reason may quote the value; the message never does
+            reason = reason.replace(value, REDACTED)
+        raise ConfigError(f"That learner identifier cannot name an xAPI agent ({scrub_text(reason)}); "
+                          "check the option's value.")
+
+
+def _strings(value):
+    if isinstance(value, dict):
+        return [text for item in value.values() for text in _strings(item)]
+    return [value] if isinstance(value, str) and value else []
+
+
+def forget(config, identifier, environ, euid, dry_run=False):
+    """Delete the staged events and quarantined records of the learner `identifier` names, and rebuild their days.
+
+    Returns a ForgetReport; raises a RefreshError subclass on failure, after rolling back.
+    """
+    report = ForgetReport(dry_run=dry_run)
+    load_driver(config)
+    if not store_exists(config, environ):
+        logger.info("There is no store yet (%s); nothing to forget.", config.store_path)
+        return report
+    try:
+        with run_lock(config, euid, dry_run), sigterm_raises():
+            if config.store_type == "sqlite" and not dry_run:
+                check_writable_file(config.store_path, euid)
+            with locked_store(config, environ, create=False) as store:
+                _forget(config, store, identifier, report)
+            if not dry_run:
+                publish_if_behind(config, environ, euid)  # the dashboards' copy, after the commit (see publish.py)
+    except LockHeld as held:
+        # Unlike a run's, this is not "nothing to do": the learner is still there, so say so.
+        raise UnavailableError(f"Another refresh holds the lock (held by {held.holder}); nothing was forgotten — "
+                               "run lms-refresh forget again when it has finished.")
+    logger.info(
+        "%s one learner: %d staged events and %d quarantined records deleted; rebuilt %d daily partitions "
+        "(%d rows, %d suppressed cells).", "Would forget (dry run, nothing written)" if dry_run else "Forgot",
+        report.events, report.quarantined, len(report.partitions), report.rows_written, report.suppressed,
+        extra=report.journal_fields(),
+    )
+    return report
+
+
+def _forget(config, store, identifier, report):
+    meta, has_events = store.meta(), store.has_events()
+    if not has_events and not store.quarantine_count():
+        return
+    key = open_key(config, meta, True, report.dry_run)  # a missing or different key is refused: nothing would match
+    pseudonym = Pseudonymiser(key)(identifier)
+    store.record_keys = RecordKeys(key)  # a store upgraded in place gets its cell keys in the rebuild
+    store.begin()
+    try:
+        days = store.forget_learner(pseudonym)
+        report.events = len(days)
+        report.quarantined = store.forget_quarantined(pseudonym)
+        # Days before the staging horizon hold no staged events, so none of them is rebuilt here.
+        report.partitions = sorted(set(days))
+        if report.partitions:
+            report.rows_written, report.suppressed = store.recompute(set(days))
+        if report.dry_run:
+            store.rollback()
+        else:
+            store.commit()
+    except BaseException:
+        store.rollback()
+        raise
