@@ -6,6 +6,7 @@ import time
 import psycopg
 import pytest
 
+from lms_refresh.store.schema import SCHEMA_VERSION
 from conftest import Project, statement
 from lrsserver import HeldLrs
 from lms_refresh.store.postgres import LOCK_CLASS

@@ -34,6 +34,7 @@ from lms_refresh.errors import BadInputError, ConfigError
 from lms_refresh.sources import RAW_KEPT, Batch, TimeOrderedSource
 from lms_refresh.sources.files import (NotRegularFile, UpTo, chunk_lines, denied, export_files, numbered_lines,
                                        open_regular)
+from lms_refresh.sources.pool import stop_pool
 from lms_refresh.sources.xapi import InvalidStatement, stored_cursor
 
 logger = logging.getLogger(__name__)
@@ -345,8 +346,7 @@ class NdjsonSource(TimeOrderedSource):
                     yield tracker.state(signature)
         finally:
             if pool is not None:
-                pool.terminate()
-                pool.join()
+                stop_pool(pool)  # bounded even if a stop killed a worker holding a queue lock
 
     def _results(self, pool, tasks, since, until):
         """Yield, for each task in order, an iterator of its ChunkResults."""
