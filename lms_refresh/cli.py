@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from lms_refresh import __version__, errors, logs, redact
+from lms_refresh import __version__, errors, faults, logs, redact, stopping
 from lms_refresh.config import DEFAULT_CONFIG_PATH, load_config
 from lms_refresh.logs import Progress, configure_logging
 from lms_refresh.job import run_job
@@ -24,9 +24,10 @@ logger = logging.getLogger("lms_refresh")
 
 
 class Settings:
-    def __init__(self, config_path, now):
+    def __init__(self, config_path, now, stop=None):
         self.config_path = config_path
         self.now = now
+        self.stop = stop  # the process's SIGTERM policy (see lms_refresh.stopping)
 
     def config(self):
         return load_config(self.config_path, os.environ)
@@ -57,7 +58,7 @@ def _parse_now(ctx, param, value):
 def cli(ctx, config_path, verbose, quiet, now):
     """Keep an LMS metrics store fresh: pull new activity, recompute daily metrics, suppress small cells."""
     configure_logging(-1 if quiet else verbose, os.environ)
-    ctx.obj = Settings(config_path, now)
+    ctx.obj = Settings(config_path, now, stop=ctx.obj)
 
 
 @contextlib.contextmanager
@@ -70,17 +71,17 @@ def _failure_record():
         raise
 
 
-def _do_refresh(settings, since=None, until=None, dry_run=False):
+def _do_refresh(settings, since=None, until=None, dry_run=False, rebuild=False):
     config = settings.config()
     report = run_job(
         config, settings.now, os.environ, os.geteuid(), Progress(os.environ),
-        since=since, until=until, dry_run=dry_run,
+        since=since, until=until, dry_run=dry_run, rebuild=rebuild, stop=settings.stop,
     )
     if report.outcome == "success":
         logger.info(
             "%s: read %d statements, staged %d, voided %d, quarantined %d; rebuilt %d partitions "
             "(%d rows, %d suppressed cells).",
-            "Dry run (nothing written)" if dry_run else "Refresh committed",
+            "Dry run (nothing written)" if dry_run else "Rebuild committed" if rebuild else "Refresh committed",
             report.statements_read, report.staged, report.voided, report.quarantined,
             len(report.partitions), report.rows_written, report.suppressed,
             extra=logs.run_fields(logs.DRY_RUN_FINISHED if dry_run else logs.RUN_FINISHED, report),
@@ -136,6 +137,59 @@ def backfill(settings, since, until, dry_run):
         except ValueError as error:
             raise click.BadParameter(str(error))
         return _do_refresh(settings, since_time, until_time, dry_run)
+
+
+@cli.command()
+@click.option("--since", required=True, type=UserTime(), help="Re-read the source from here: ISO date or datetime.")
+@click.option("--dry-run", is_flag=True, help="Show what the rebuilt store would hold; write nothing.")
+@click.pass_obj
+def rebuild(settings, since, dry_run):
+    """Start the store's derived data over from the source, from SINCE to now.
+
+    The way to apply a change the store refuses (time zone, course_pattern,
+    site_url, the key), and to re-create history after the store was lost. In
+    one transaction it empties staging and metrics, re-reads the source from
+    SINCE and records the configuration's identity; days before SINCE that the
+    source no longer holds are gone. The run log and the quarantine stay.
+    Run it as the service user, like backfill.
+
+    Example: lms-refresh rebuild --since 2026-09-01
+    """
+    with _failure_record():
+        timezone = settings.config().timezone
+        try:
+            since_time = parse_user_time(since, timezone)
+        except ValueError as error:
+            raise click.BadParameter(str(error))
+        return _do_refresh(settings, since_time, None, dry_run, rebuild=True)
+
+
+@cli.group()
+def watermark():
+    """Inspect or move the store's watermark (see 'watermark set').
+
+    Example: lms-refresh watermark set 2026-11-02T04:00
+    """
+
+
+@watermark.command("set")
+@click.argument("value", metavar="TIME")
+@click.pass_obj
+def watermark_set(settings, value):
+    """Set the watermark to TIME (a log id for a Moodle source), e.g. after a clock glitch.
+
+    A date means local midnight and a datetime without an offset is local time
+    in the configured time zone. The next run reads from there: what it reads
+    twice counts once. Takes the run lock; run it as the service user.
+
+    Example: lms-refresh watermark set 2026-11-02T04:00
+    """
+    from lms_refresh.recovery import set_watermark
+
+    old, new = set_watermark(settings.config(), settings.now, os.environ, os.geteuid(), value)
+    logger.warning("Watermark set from %s to %s; the next run reads from there.", old or "none", new)
+    click.echo(f"watermark: {old or 'none'} -> {new}")
+    return errors.OK
 
 
 @cli.command()
@@ -322,7 +376,20 @@ def demo(settings, directory, learners, days, seed):
 def main(argv=None):
     """Entry point: run the CLI and exit with the documented code."""
     try:
-        code = cli.main(args=argv, prog_name="lms-refresh", standalone_mode=False)
+        faults.arm(os.environ)
+    except ValueError as error:  # the test-only seam, misspelt
+        click.echo(f"Error: {error}.", err=True)
+        sys.exit(errors.USAGE)
+    # One SIGTERM policy for the whole process: a stop after the commit must not kill it by the signal.
+    with stopping.installed() as stop:
+        code = _main(argv, stop)
+        faults.point("before-exit")
+    sys.exit(code)
+
+
+def _main(argv, stop):
+    try:
+        code = cli.main(args=argv, prog_name="lms-refresh", standalone_mode=False, obj=stop)
     except click.ClickException as error:
         error.show()
         code = error.exit_code
@@ -336,14 +403,26 @@ def main(argv=None):
         code = error.exit_code
     except KeyboardInterrupt:
         code = 130
-    except Exception as error:  # the last resort: one sentence first, then the details
+    except OSError as error:
+        domain = errors.from_os_error(error, error.filename or "a file")
+        if domain is None:
+            return _unexpected(error)
         _ensure_logging()
-        logger.error(
-            "Unexpected failure (%s: %s); nothing was committed.", type(error).__name__, redact.scrub_text(str(error)),
-            exc_info=True, extra={**getattr(error, "journal_fields", {}), "EXIT_STATUS": errors.FAILURE},
-        )
-        code = errors.FAILURE
-    sys.exit(code if isinstance(code, int) else errors.OK)
+        logger.error("%s", domain, extra={**getattr(error, "journal_fields", {}), "EXIT_STATUS": domain.exit_code,
+                                          "ERROR_KIND": type(domain).__name__})
+        code = domain.exit_code
+    except Exception as error:  # the last resort: one sentence first, then the details
+        code = _unexpected(error)
+    return code if isinstance(code, int) else errors.OK
+
+
+def _unexpected(error):
+    _ensure_logging()
+    logger.error(
+        "Unexpected failure (%s: %s); nothing was committed.", type(error).__name__, redact.scrub_text(str(error)),
+        exc_info=True, extra={**getattr(error, "journal_fields", {}), "EXIT_STATUS": errors.FAILURE},
+    )
+    return errors.FAILURE
 
 
 def _ensure_logging():

@@ -6,6 +6,7 @@ impossible values are refused with one sentence naming the file and the key.
 
 import collections
 import dataclasses
+import math
 import os
 import re
 import tomllib
@@ -19,6 +20,7 @@ SOURCE_TYPES = ("xapi-ndjson", "xapi-lrs", "moodle")
 STORE_TYPES = ("sqlite", "postgresql")
 
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+LONGEST_DURATION = 3660 * 86400  # ten years: longer is a typo, and would overflow date arithmetic
 
 
 def parse_duration(value):
@@ -28,14 +30,20 @@ def parse_duration(value):
     if isinstance(value, int):
         if value < 0:
             raise ValueError("a duration cannot be negative")
-        return value
+        return _bounded_duration(value)
     if not isinstance(value, str):
         raise ValueError("expected a duration such as \"5m\" or a number of seconds")
     match = _DURATION.match(value.strip())
     if not value.strip() or not match:
         raise ValueError(f"{value!r} is not a duration such as \"90s\", \"5m\", \"1h30m\" or \"2d\"")
     days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
-    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    return _bounded_duration(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
+
+
+def _bounded_duration(seconds):
+    if seconds > LONGEST_DURATION:
+        raise ValueError(f"must be at most 3660 days ({LONGEST_DURATION} seconds)")
+    return seconds
 
 
 def _timezone(value):
@@ -55,6 +63,8 @@ def _typed(kind, low=None, high=None):
                 value = float(value)
             else:
                 raise ValueError(f"expected {'a number' if kind is float else kind.__name__}")
+        if kind is float and not math.isfinite(value):
+            raise ValueError(f"must be a finite number, not {value}")
         if low is not None and value < low:
             raise ValueError(f"must be at least {low}")
         if high is not None and value > high:
@@ -400,6 +410,10 @@ def validate(document, origin, environ):
     if values["store.type"] == "postgresql" and not values["store.url"]:
         raise ConfigError(f"{origin}: key 'store.url' is required when store.type is \"postgresql\".")
     state_directory = resolve_state_directory(values["state_directory"], environ)
+    key_file = values["pseudonymisation.key_file"] or os.path.join(state_directory, "pseudonymisation.key")
+    if os.path.isdir(key_file):
+        raise ConfigError(f"{origin}: key 'pseudonymisation.key_file' names a directory ({key_file}); "
+                          "name the key file itself.")
     source = {key: values[f"source.{key}"] for key in ("type",) + tuple(sorted(SOURCE_KEYS[values["source.type"]][0]))}
     return Config(
         origin=origin,
@@ -415,7 +429,7 @@ def validate(document, origin, environ):
         store_path=(values["store.url"] if values["store.type"] == "postgresql"
                     else values["store.path"] or os.path.join(state_directory, "metrics.sqlite")),
         store={key: values[f"store.{key}"] for key in SCHEMA["store"]},
-        key_file=values["pseudonymisation.key_file"] or os.path.join(state_directory, "pseudonymisation.key"),
+        key_file=key_file,
         alerts={key: values[f"alerts.{key}"] for key in SCHEMA["alerts"]},
         monitoring={key: values[f"monitoring.{key}"] for key in SCHEMA["monitoring"]},
         retry={key: values[f"retry.{key}"] for key in SCHEMA["retry"]},

@@ -4,6 +4,8 @@ This is the one place that defines what an exit status means; the CLI turns
 every `RefreshError` into its `exit_code`, and the README documents the table.
 """
 
+import errno
+
 OK = 0  # success, nothing to do, or another run holds the lock
 FAILURE = 1  # unexpected failure; nothing committed
 USAGE = 2  # usage error (click's own code)
@@ -63,3 +65,20 @@ class Terminated(BaseException):
     """
 
     exit_code = TERMINATED
+
+
+def from_os_error(error, what):
+    """Given an OSError met while writing `what`, return the domain error it means, or None.
+
+    A full disk or quota is transient (69: the retry may find room); a read-only
+    file system is named as such (78: someone has to remount it).
+    """
+    number = getattr(error, "errno", None)
+    if number in (errno.ENOSPC, errno.EDQUOT):
+        kind = "disk quota is exhausted" if number == errno.EDQUOT else "disk is full"
+        return UnavailableError(f"Cannot write {what}: the {kind} ({error.strerror}); free some space — "
+                                "nothing was committed.")
+    if number == errno.EROFS:
+        return StateError(f"Cannot write {what}: it is on a read-only file system; remount it read-write "
+                          "(or point the configuration at a writable place).")
+    return None

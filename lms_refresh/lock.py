@@ -48,8 +48,13 @@ class RunLock:
             holder = read_holder(fd)
             os.close(fd)
             raise LockHeld(holder or "unknown")
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+        except OSError as error:  # a full disk: say which file could not be written
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            raise OSError(error.errno, error.strerror, self.path) from error
         self.fd = fd
         # Forked helpers (the parsing workers) must not keep the lock alive if the
         # run itself is killed: the flock lasts as long as any copy of the descriptor.

@@ -147,6 +147,9 @@ def staleness(status, now, timezone, grace):
     if success is None:
         return f"no successful refresh yet (one was due at {expected.isoformat(timespec='minutes')})"
     started = from_cursor(success["started_at"], "time")
+    if started > now + dt.timedelta(minutes=5):
+        return (f"the last success is dated {started.isoformat(timespec='minutes')}, in the future: the clock was "
+                "wrong then or is wrong now (see README, \"Recovery\")")
     if started < expected.astimezone(dt.timezone.utc) - dt.timedelta(minutes=1):
         local = started.astimezone(expected.tzinfo)  # both times in the configured zone, comparable at a glance
         return (f"the last success started at {local.isoformat(timespec='minutes')}, before the run due at "

@@ -8,23 +8,23 @@ clock, environment, effective uid) is passed in.
 import contextlib
 import dataclasses
 import datetime as dt
+import json
 import logging
 import os
-import signal
 import time
 import uuid
 
-from lms_refresh import logs
+from lms_refresh import __version__, faults, logs, redact, retention, state, stopping
 from lms_refresh import window as windows
-from lms_refresh import __version__, redact, retention
-from lms_refresh.errors import BadInputError, StateError, Terminated
+from lms_refresh.errors import BadInputError, RefreshError, StateError, from_os_error
 from lms_refresh.lock import LOCK_NAME, LockHeld, RunLock
 from lms_refresh.privacy import RecordKeys
 from lms_refresh.publish import publish_if_behind
-from lms_refresh.pseudonym import Pseudonymiser, create_key, fingerprint, read_key
+from lms_refresh.pseudonym import Pseudonymiser
 from lms_refresh.sources import build_source
+from lms_refresh.sources.xapi import EVENT_FIELDS
 from lms_refresh.statedir import check_writable_file, prepare_state_directory
-from lms_refresh.store import load_driver, open_store
+from lms_refresh.store import load_driver, open_store, store_exists
 
 logger = logging.getLogger(__name__)
 
@@ -48,40 +48,43 @@ class Report:
     rows_written: int = 0
     suppressed: int = 0
     lock_holder: str = ""
+    kept_quarantine: list = dataclasses.field(default_factory=list)  # recorded again after a rollback
     started: float = dataclasses.field(default_factory=time.monotonic)
 
 
-@contextlib.contextmanager
-def sigterm_raises():
-    """Turn SIGTERM into a Terminated exception so the transaction rolls back on the way out."""
-
-    def handler(signum, frame):
-        raise Terminated("Stopped by SIGTERM; the run was rolled back and nothing was committed.")
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def refresh(config, now, environ, euid, progress, since=None, until=None, dry_run=False):
+def refresh(config, now, environ, euid, progress, since=None, until=None, dry_run=False, rebuild=False,
+            stop=None):
     """Run one refresh of the window [since, until) (or the scheduled one if both are None).
 
+    `rebuild` empties everything derived from the source and re-reads it from
+    `since`, in the same transaction (see README, "Recovery"). `stop` is the
+    process's SIGTERM policy (a new one is installed for the call if None).
     Returns a Report; raises a RefreshError subclass on failure, after rolling back.
     """
-    kind = "run" if since is None else "backfill"
+    kind = "rebuild" if rebuild else "run" if since is None else "backfill"
     report = Report(run_id=str(uuid.uuid4()), kind=kind, dry_run=dry_run)
+    with contextlib.nullcontext(stop) if stop else stopping.installed() as stop:
+        stop.begin()
+        try:
+            return _refresh(config, now, environ, euid, progress, report, since, until, stop)
+        except OSError as error:  # the lock file, the key, a new store's file: the state directory's disk
+            domain = from_os_error(error, error.filename or config.state_directory)
+            if domain is None:
+                raise
+            raise domain from error
+
+
+def _refresh(config, now, environ, euid, progress, report, since, until, stop):
     load_driver(config)
-    lock = run_lock(config, euid, dry_run)
+    lock = run_lock(config, euid, report.dry_run)
     try:
-        with lock, sigterm_raises():
+        with lock:
             paths = [config.key_file] + ([config.store_path] if config.store_type == "sqlite" else [])
             for path in paths:
-                if not dry_run:
+                if not report.dry_run:
                     check_writable_file(path, euid)
-            result = _locked_refresh(config, now, environ, progress, report, since, until)
-            if not dry_run:
+            result = _locked_refresh(config, now, environ, progress, report, since, until, stop)
+            if not report.dry_run:
                 publish_if_behind(config, environ, euid)  # after the commit: see publish.py
             return result
     except LockHeld as held:
@@ -124,74 +127,90 @@ def locked_store(config, environ, create):
         store.close()
 
 
+def sigterm_raises():
+    """SIGTERM raises Terminated for the block (see lms_refresh.stopping), for commands that commit once."""
+    return stopping.installed()
+
+
 def open_key(config, meta, has_events, dry_run):
-    """Return the pseudonymisation key, refusing one that does not match the store's data."""
-    key = read_key(config.key_file)
-    recorded = meta.get("key_fingerprint")
-    if key is None:
-        if recorded is not None or has_events:
-            raise StateError(
-                f"The pseudonymisation key {config.key_file} is missing but the store already holds "
-                "pseudonymised learners; restore the key from a backup (a new key would count every learner twice)."
-            )
-        key = os.urandom(32) if dry_run else create_key(config.key_file)
-        logger.info("Created a new pseudonymisation key at %s", config.key_file)
-    elif recorded is not None and recorded != fingerprint(key):
-        raise StateError(
-            f"The pseudonymisation key {config.key_file} is not the key this store was built with; "
-            "restore the original key file."
-        )
-    return key
+    """Return the pseudonymisation key, refusing one that does not match the store's data (see state.open_key)."""
+    return state.open_key(config, meta, has_events, dry_run, rebuild=False)
 
 
-def _check_timezone(config, meta, has_events):
-    recorded = meta.get("timezone")
-    if recorded is not None and recorded != config.timezone and has_events:
-        raise StateError(
-            f"The store's days were computed in time zone {recorded} but the configuration ({config.origin}) "
-            f"says {config.timezone}; keep {recorded}, or move the store aside and rebuild with 'lms-refresh backfill'."
-        )
-
-
-def _choose_window(config, now, meta, source, since, until):
-    watermark = meta.get("watermark")
+def _choose_window(config, now, meta, source, since, until, kind):
+    watermark = meta.get("watermark") if kind != "rebuild" else None  # a rebuild starts the store over
     if watermark is not None:
         # Stores written before cursors had kinds hold stored times.
-        kind = meta.get("cursor_kind", windows.TIME.name)
-        if kind != source.axis.name:
+        cursor_kind = meta.get("cursor_kind", windows.TIME.name)
+        if cursor_kind != source.axis.name:
             raise StateError(
-                f"The store's watermark is a {kind} cursor but source type {config.source['type']!r} "
+                f"The store's watermark is a {cursor_kind} cursor but source type {config.source['type']!r} "
                 f"counts by {source.axis.name}; a store follows one source — point store.path (or "
                 "store.url) at a new store for this source."
             )
         watermark = source.axis.parse(watermark)
     if since is None:
         return watermark, source.run_window(watermark, now, config)
-    return watermark, source.backfill_window(since, until, now, config)
+    return watermark, source.backfill_window(since, until or now, now, config)
 
 
-def _locked_refresh(config, now, environ, progress, report, since, until):
+def _locked_refresh(config, now, environ, progress, report, since, until, stop):
+    state.check_store_present(config, not store_exists(config, environ) and report.kind != "rebuild")
+    store = open_store(config, environ, create=not report.dry_run)
     try:
-        with locked_store(config, environ, create=not report.dry_run) as store:
-            return _with_store(config, now, environ, store, progress, report, since, until)
+        # Driver errors anywhere below (a dropped connection while reading the
+        # watermark as much as during the commit) become the domain's exit codes.
+        with store.errors():
+            return _with_store(config, now, environ, store, progress, report, since, until, stop)
+    except Exception as error:
+        if not stop.committed:
+            raise
+        # The run's work is committed; what failed is tidying up after it.
+        logger.warning("The run committed, but tidying up after it failed (%s); the committed run stands.", error)
+        return report
     finally:
         progress.done()
+        with contextlib.suppress(Exception):
+            store.close()
 
 
-def _with_store(config, now, environ, store, progress, report, since, until):
-    meta, has_events = store.meta(), store.has_events()
-    key = open_key(config, meta, has_events, report.dry_run)
-    store.record_keys = RecordKeys(key)
-    _check_timezone(config, meta, has_events)
-    source = build_source(config, Pseudonymiser(key), environ)
+def _with_store(config, now, environ, store, progress, report, since, until, stop):
+    holder = store.acquire_run_lock()  # a database shared by several hosts has its own lock
+    if holder is not None:
+        raise LockHeld(holder)
+    redactor = None
     try:
-        return _read_source(config, now, store, source, key, meta, report, progress, since, until)
-    finally:
-        source.close()
+        meta, has_events = store.meta(), store.has_events()
+        rebuild = report.kind == "rebuild"
+        if not rebuild:
+            state.check_clock(now, meta, store.last_runs()[0])
+            state.check_identity(config, meta, has_events)
+        key = state.open_key(config, meta, has_events, report.dry_run, rebuild)
+        store.record_keys = RecordKeys(key)
+        redactor = redact.Redactor(key, config.source.get("site_url"))  # quarantined records keep no identifiers
+        source = build_source(config, Pseudonymiser(key), environ)
+        try:
+            return _read_source(config, now, store, source, key, meta, report, progress, since, until, stop,
+                                redactor)
+        finally:
+            source.close()
+    except BaseException as error:
+        if stop.committed:
+            raise
+        store.rollback_quietly()  # a failing ROLLBACK must never replace the error that got us here
+        domain = store.translate(error) if isinstance(error, Exception) else None
+        if domain is None and isinstance(error, OSError):
+            domain = from_os_error(error, error.filename or store.describe())
+        if not report.dry_run:
+            _record_failure(store, report, now, domain or error, redactor)
+        (domain or error).report = report  # what was read and quarantined, for the job's metrics
+        if domain is not None:
+            raise domain from error
+        raise
 
 
-def _read_source(config, now, store, source, key, meta, report, progress, since, until):
-    watermark, window = _choose_window(config, now, meta, source, since, until)
+def _read_source(config, now, store, source, key, meta, report, progress, since, until, stop, redactor):
+    watermark, window = _choose_window(config, now, meta, source, since, until, report.kind)
     report.window = window
     if window.empty:
         report.outcome = "nothing-to-do"
@@ -199,68 +218,85 @@ def _read_source(config, now, store, source, key, meta, report, progress, since,
             "Nothing to do: the window %s .. %s is empty.", window.since_cursor, window.until_cursor,
             extra=logs.run_fields(logs.NOTHING_TO_DO, report),
         )
+        if not report.dry_run:  # still a run: staleness checks must see that it happened
+            store.begin()
+            store.record_run(_run_row(report, now, 0, ""))
+            with stop.commit():
+                store.commit()
         return report
     logger.info(
         "Refreshing %s from %s, window %s .. %s", store.describe(), source.describe(),
         window.since_cursor, window.until_cursor, extra=logs.run_fields(logs.RUN_STARTED, report),
     )
-    _transaction(config, now, store, source, key, watermark, window, report, progress)
+    _transaction(config, now, store, source, key, watermark, window, report, progress, stop, redactor)
     return report
 
 
-def _transaction(config, now, store, source, key, watermark, window, report, progress):
+def _transaction(config, now, store, source, key, watermark, window, report, progress, stop, redactor):
     now_text = windows.to_cursor(now)
     days = set()
-    kept_quarantine = []
-    redactor = redact.Redactor(key, config.source.get("site_url"))  # quarantined records keep no identifiers
     progress(f"Reading {source.describe()}, window {window.since_cursor} .. {window.until_cursor}", force=True)
     store.begin()
-    try:
-        horizon = retention.staging_horizon(config, now, store.meta())
-        for batch in source.batches(window, store.source_index()):
-            retention.hold_back(batch, horizon)  # days whose staged events were dropped stay closed
-            days |= store.stage(batch.events, batch.voids, batch.names)
-            if batch.quarantined:
-                store.quarantine(report.run_id, batch.quarantined, now_text, redactor)
-                room = QUARANTINE_KEPT_ON_FAILURE - len(kept_quarantine)
-                kept_quarantine.extend(batch.quarantined[:max(room, 0)])
-            store.save_source_state(batch.state)
-            report.statements_read += batch.read
-            report.staged += len(batch.events)
-            report.voided += len(batch.voids)
-            report.quarantined += len(batch.quarantined)
-            progress(f"Read {report.statements_read} statements in the window, {report.quarantined} quarantined")
-        days |= store.finish_staging()
-        staged_at = time.monotonic()
-        _check_tolerance(config, report)
-        days.update(window.local_days(config.timezone))
-        days = retention.apply(store, config, now, horizon, days)
-        report.partitions = sorted(days)
-        progress(f"Recomputing {len(days)} daily partitions", force=True)
-        store.set_privacy(config.min_cell_size, config.privacy)
-        report.rows_written, report.suppressed = store.recompute(days)
-        recomputed_at = time.monotonic()
-        new_watermark = windows.next_watermark(watermark, window, report.kind == "backfill", source.axis)
-        if new_watermark is not None:
-            store.set_meta("watermark", source.axis.format(new_watermark))
-            store.set_meta("cursor_kind", source.axis.name)
-        store.set_meta("timezone", config.timezone)
-        store.set_meta("key_fingerprint", fingerprint(key))
-        store.record_run(_run_row(report, now, 0, ""))
-        if report.dry_run:
-            store.rollback()
-        else:
-            store.commit()
-        logger.debug("Phases: pull and stage %.2f s, recompute %.2f s, commit %.2f s",
-                     staged_at - report.started, recomputed_at - staged_at, time.monotonic() - recomputed_at)
-    except BaseException as error:
+    if report.kind == "rebuild":
+        store.reset_derived()
+        logger.warning("Rebuilding the store: everything derived from the source is replaced by what it holds "
+                       "from %s on.", window.since_cursor, extra={"RUN_ID": report.run_id})
+    horizon = retention.staging_horizon(config, now, store.meta())
+    for batch in source.batches(window, store.source_index()):
+        retention.hold_back(batch, horizon)  # days whose staged events were dropped stay closed
+        days |= store.stage(batch.events, batch.voids, batch.names)
+        quarantined = batch.quarantined + _conflicts(store.take_conflicts())
+        if quarantined:
+            store.quarantine(report.run_id, quarantined, now_text, redactor)
+            room = QUARANTINE_KEPT_ON_FAILURE - len(report.kept_quarantine)
+            report.kept_quarantine.extend(quarantined[:max(room, 0)])
+        store.save_source_state(batch.state)
+        report.statements_read += batch.read
+        report.staged += len(batch.events) - (len(quarantined) - len(batch.quarantined))
+        report.voided += len(batch.voids)
+        report.quarantined += len(quarantined)
+        progress(f"Read {report.statements_read} statements in the window, {report.quarantined} quarantined")
+        faults.point("batch-staged")
+    days |= store.finish_staging()
+    staged_at = time.monotonic()
+    _check_tolerance(config, report)
+    days.update(window.local_days(config.timezone))
+    days |= store.pending_days()
+    days = retention.apply(store, config, now, horizon, days)
+    report.partitions = sorted(days)
+    progress(f"Recomputing {len(days)} daily partitions", force=True)
+    store.set_privacy(config.min_cell_size, config.privacy)
+    faults.point("before-recompute")
+    report.rows_written, report.suppressed = store.recompute(days)
+    store.execute("DELETE FROM pending_days")
+    faults.point("after-recompute")
+    recomputed_at = time.monotonic()
+    new_watermark = windows.next_watermark(watermark, window, report.kind != "run", source.axis)
+    if new_watermark is not None:
+        store.set_meta("watermark", source.axis.format(new_watermark))
+        store.set_meta("cursor_kind", source.axis.name)
+    state.record(store, config, key)
+    store.record_run(_run_row(report, now, 0, ""))
+    if report.dry_run:
         store.rollback()
-        if not report.dry_run:
-            _record_failure(store, report, now, error, kept_quarantine, redactor)
-        error.report = report  # what was read and quarantined, for the job's metrics
-        raise
+        return
+    faults.point("before-commit")
+    with stop.commit():
+        store.commit()
+    faults.point("after-commit")
+    try:
+        state.remember_store(config, key)
+    except OSError as error:  # the run stands; the next one writes the note again
+        logger.warning("Could not note the store in %s (%s).", state.marker_path(config), error)
+    logger.debug("Phases: pull and stage %.2f s, recompute %.2f s, commit %.2f s",
+                 staged_at - report.started, recomputed_at - staged_at, time.monotonic() - recomputed_at)
 
 
+def _conflicts(rows):
+    """Quarantine records for second versions of staged statement ids (their canonical content)."""
+    return [(f"statement {row[3].hex()}", "conflicting statement id: already staged with other content",
+             json.dumps({name: value.hex() if isinstance(value, bytes) else value
+                         for name, value in zip(EVENT_FIELDS, row)}, sort_keys=True)) for row in rows]
 def _check_tolerance(config, report):
     if report.quarantined and report.quarantined > config.max_quarantine_share * report.statements_read:
         share = report.quarantined / report.statements_read
@@ -286,17 +322,17 @@ def _run_row(report, now, exit_code, message):
     }
 
 
-def _record_failure(store, report, now, error, kept_quarantine, redactor):
+def _record_failure(store, report, now, error, redactor):
     """After a rollback, note the failed run (and what was quarantined) in its own transaction."""
     exit_code = getattr(error, "exit_code", 1)
     report.outcome = "failed"
+    message = str(error) if isinstance(error, RefreshError) else f"{type(error).__name__}: {error}"
     try:
         store.begin()
-        if kept_quarantine:
-            store.quarantine(report.run_id, kept_quarantine, windows.to_cursor(now), redactor)
-        store.record_run(_run_row(report, now, exit_code, str(error)[:1000]))
+        if report.kept_quarantine and redactor is not None:
+            store.quarantine(report.run_id, report.kept_quarantine, windows.to_cursor(now), redactor)
+        store.record_run(_run_row(report, now, exit_code, message[:1000]))
         store.commit()
-    except Exception:  # the store itself may be what failed; the run's own error is what matters
-        with contextlib.suppress(Exception):
-            store.rollback()
-        logger.warning("Could not record the failed run in the store", exc_info=True)
+    except BaseException as failure:  # the store itself may be what failed; the run's own error is what matters
+        store.rollback_quietly()
+        logger.warning("Could not record the failed run in the store (%s: %s).", type(failure).__name__, failure)

@@ -47,6 +47,13 @@ def check_writable_file(path, euid):
     _refuse_foreign(path, info, euid, os.R_OK | os.W_OK, path)
 
 
+def _read_only(path):
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def _refuse_foreign(what, info, euid, access, path):
     """Refuse to use `path` as root when another user owns it, or when we lack `access` to it."""
     owner = user_name(info.st_uid)
@@ -55,6 +62,9 @@ def _refuse_foreign(what, info, euid, access, path):
             f"{what} belongs to user '{owner}'; running as root would leave root-owned files "
             f"that break the next timer run: {_run_as_hint(owner)}."
         )
+    if not os.access(path, access) and _read_only(path):
+        raise StateError(f"{what} is on a read-only file system; remount it read-write (the service needs to "
+                         "write its lock, store and key there).")
     if not os.access(path, access):
         raise StateError(
             f"{what} belongs to user '{owner}' and is not writable by '{user_name(euid)}': {_run_as_hint(owner)}."

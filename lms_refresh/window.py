@@ -29,7 +29,7 @@ def from_cursor(text, what="watermark"):
     except (TypeError, ValueError):
         raise StateError(
             f"The stored {what} {text!r} is not a valid time; the store is damaged — restore it "
-            "from a backup or set an explicit window with 'lms-refresh backfill'."
+            "from a backup, or set the watermark with 'lms-refresh watermark set TIME'."
         )
     return moment.replace(tzinfo=UTC)
 
@@ -71,7 +71,7 @@ class IdAxis:
         if not isinstance(text, str) or not text.isdigit():
             raise StateError(
                 f"The stored {what} {text!r} is not a log id; the store is damaged — restore it "
-                "from a backup or set an explicit window with 'lms-refresh backfill'."
+                "from a backup, or set the watermark with 'lms-refresh watermark set ID'."
             )
         return int(text)
 

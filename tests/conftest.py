@@ -100,16 +100,21 @@ class Project:
                 handle.write((item if isinstance(item, str) else json.dumps(item)) + "\n")
         return path
 
-    def cli(self, *args, now=None, env=None, check=None, **kwargs):
-        """Run the installed CLI with this project's config; return the CompletedProcess."""
-        command = cli_command() + ["--config", str(self.config)]
-        if now:
-            command += ["--now", now]
+    def cli_args(self, *args, now=None):
+        """The command line that runs the installed CLI with this project's config."""
+        return cli_command() + ["--config", str(self.config)] + (["--now", now] if now else []) + list(args)
+
+    def environment(self, env=None):
+        """The environment of a CLI run here: this one without systemd's variables, plus `env`."""
         environment = {k: v for k, v in os.environ.items()
                        if k not in ("STATE_DIRECTORY", "JOURNAL_STREAM", "INVOCATION_ID", "NOTIFY_SOCKET")}
         environment.update(env or {})
-        result = subprocess.run(command + list(args), capture_output=True, text=True, env=environment,
-                                timeout=300, **kwargs)
+        return environment
+
+    def cli(self, *args, now=None, env=None, check=None, **kwargs):
+        """Run the installed CLI with this project's config; return the CompletedProcess."""
+        result = subprocess.run(self.cli_args(*args, now=now), capture_output=True, text=True,
+                                env=self.environment(env), timeout=300, **kwargs)
         if check is not None:
             assert result.returncode == check, (result.returncode, result.stdout, result.stderr)
         return result

@@ -9,6 +9,7 @@ import click
 import click.testing
 import pytest
 
+from lms_refresh.store.schema import SCHEMA_VERSION
 from conftest import statement
 from lms_refresh.cli import cli
 from lms_refresh.store.schema import SCHEMA_VERSION

@@ -7,6 +7,7 @@ import time
 import psycopg
 import pytest
 
+from lms_refresh.store.schema import SCHEMA_VERSION
 from conftest import Project, statement
 from lms_refresh.store.postgres import LOCK_CLASS
 from lms_refresh.store.schema import SCHEMA_VERSION

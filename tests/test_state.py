@@ -39,11 +39,25 @@ def test_corrupt_store_is_refused_not_rebuilt(project):
     assert project.store.read_bytes().startswith(b"this is not a database")
 
 
-def test_empty_store_file_is_refused(project):
+def test_empty_store_file_from_an_interrupted_creation_is_created_over(project):
     project.state.mkdir()
-    project.store.touch()
-    result = project.cli("run", now=NOW)
-    assert result.returncode == 78 and "exists but is empty" in result.stderr
+    project.store.touch()  # what a kill during creation left before stores were created under a temporary name
+    project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
+    status = project.cli("status", now=NOW, check=0)
+    assert "(not created yet)" in status.stdout and "damaged" not in status.stderr
+    project.cli("run", now=NOW, check=0)
+    assert project.serving()[0][2] == 12
+
+
+def test_empty_store_file_beside_a_key_is_refused(project):
+    populated(project)
+    for leftover in ("metrics.sqlite-wal", "metrics.sqlite-shm"):
+        (project.state / leftover).unlink(missing_ok=True)
+    project.store.write_bytes(b"")  # truncated: the key says there was a store with history
+    result = project.cli("run", now="2026-11-04T04:15:00Z")
+    assert result.returncode == 78
+    assert f"The store {project.store} is missing (or empty) but the pseudonymisation key" in result.stderr
+    assert "lms-refresh rebuild --since DATE" in result.stderr
 
 
 def test_missing_key_with_existing_data_is_refused(project):

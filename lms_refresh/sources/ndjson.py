@@ -23,6 +23,7 @@ import signal
 
 from lms_refresh.errors import BadInputError, ConfigError, UnavailableError
 from lms_refresh.sources import Batch, TimeOrderedSource
+from lms_refresh.sources.pool import stop_pool
 from lms_refresh.sources.xapi import InvalidStatement, stored_cursor
 
 SUFFIXES = (".ndjson", ".jsonl", ".ndjson.gz", ".jsonl.gz")
@@ -288,8 +289,7 @@ class NdjsonSource(TimeOrderedSource):
                     yield Batch(state={path: signature + [tracker.low, tracker.high]})
         finally:
             if pool is not None:
-                pool.terminate()
-                pool.join()
+                stop_pool(pool)  # bounded even if a stop killed a worker holding a queue lock
 
     def _results(self, pool, tasks, since, until):
         """Yield the ChunkResult of each task, in order."""

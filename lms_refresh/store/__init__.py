@@ -111,12 +111,13 @@ def open_store(config, environ, create, read_only=False, migrate=True):
 
 
 def store_exists(config, environ):
-    """Whether the store has been created (for a database: whether it answers and has our schema)."""
+    """Whether the store has been created: a migrated SQLite file (not an absent, empty or
+    half-created one), or a database schema with our tables. Never creates or migrates."""
     if config.store_type == "sqlite":
-        import os
+        from lms_refresh.store.sqlite import SqliteStore
 
-        return os.path.exists(config.store_path)
-    store = open_store(config, environ, create=True, read_only=True)
+        return SqliteStore.present(config.store_path)
+    store = open_store(config, environ, create=True, migrate=False)
     try:
         return store.schema_version() > 0
     finally:

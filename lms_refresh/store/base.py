@@ -38,6 +38,7 @@ class SqlStore:
         self.location = location
         self._voided = None
         self._void_targets = set()
+        self._conflicts = []
         self.record_keys = None  # a privacy.RecordKeys, set once the run has its secret key
         self._republish_all = False
 
@@ -89,7 +90,8 @@ class SqlStore:
         columns = ", ".join(RUN_FIELDS)
         last = self.execute(f"SELECT {columns} FROM runs ORDER BY {self.run_order} DESC LIMIT 1").fetchone()
         success = self.execute(
-            f"SELECT {columns} FROM runs WHERE exit_code = 0 ORDER BY {self.run_order} DESC LIMIT 1").fetchone()
+            f"SELECT {columns} FROM runs WHERE exit_code = 0 AND kind IN ('run', 'backfill', 'rebuild') "
+            f"ORDER BY {self.run_order} DESC LIMIT 1").fetchone()
         return tuple(dict(zip(RUN_FIELDS, row)) if row else None for row in (last, success))
 
     # -- one run's transaction ------------------------------------------------
@@ -125,9 +127,41 @@ class SqlStore:
         voided = self.record_voids(voids)
         if voided:
             events = [row for row in events if row[3] not in voided]
-        if events:
-            self.insert_events(self.record_keys.add(events))
+        if events and self.insert_events(self.record_keys.add(events)) < len(events):
+            self._find_conflicts(events)
         return {row[0] for row in events}
+
+    def _find_conflicts(self, events):
+        """Some rows were not inserted: keep aside those whose id is staged with other content.
+
+        A statement id counts once (the unique index on event_id makes sure); a second
+        version that differs from the staged one is quarantined, never counted.
+        """
+        staged = self.staged_versions({row[3] for row in events})
+        for row in events:
+            kept = staged.get(row[3])  # (with the record keys after the event's own fields)
+            if kept is not None and tuple(kept)[:len(row)] != tuple(row):
+                self._conflicts.append(row)
+
+    def take_conflicts(self):
+        """Return and forget the conflicting versions found since the last call."""
+        conflicts, self._conflicts = self._conflicts, []
+        return conflicts
+
+    def pending_days(self):
+        """Days whose metrics a migration left to be rebuilt (it removed double-staged statements)."""
+        return {row[0] for row in self.execute("SELECT day FROM pending_days").fetchall()}
+
+    def reset_derived(self):
+        """Empty everything derived from the source (a rebuild refills it in the same transaction);
+        the run log and the quarantine stay."""
+        for table in ("published_metrics", "daily_metrics", "staged_events", "voided_events", "courses", "verbs",
+                      "source_state", "pending_days"):
+            self.execute(f"DELETE FROM {table}")
+        self.execute("DELETE FROM meta WHERE key IN ('watermark', 'cursor_kind', 'timezone', 'key_fingerprint') "
+                     "OR substr(key, 1, 9) = 'identity.'")
+        self.forget_transaction()
+        self._republish_all = True
 
     def quarantine(self, run_id, rows, now_text, redactor):
         """Record quarantined (origin, reason, raw) records, once per origin and content.
@@ -263,6 +297,7 @@ class SqlStore:
         """Voids learned inside a rolled-back transaction are gone with it."""
         self._voided = None
         self._void_targets.clear()
+        self._conflicts = []
         self._republish_all = False
 
     def acquire_run_lock(self):

@@ -62,6 +62,18 @@ MIGRATIONS = [
     [statement.format(s="{s}.", integer="bigint", real="float8", without_rowid="", **typed_checks(sqlite=False))
      for statement in PRIVACY_MIGRATION] + ["DROP VIEW {s}_serving.daily_metrics", PUBLISHED_VIEW.format(
         view="{s}_serving.daily_metrics", s="{s}.", day="p.day::date")],
+    # 4: a statement id counts once (see the SQLite store's migration 4)
+    [
+        "CREATE TABLE IF NOT EXISTS {s}.pending_days (day text PRIMARY KEY)",
+        "CREATE INDEX IF NOT EXISTS staged_events_id_scan ON {s}.staged_events (event_id)",
+        """INSERT INTO {s}.pending_days SELECT DISTINCT s.day FROM {s}.staged_events s JOIN {s}.staged_events t
+            ON t.event_id = s.event_id AND (t.day, t.course_id, t.actor) <> (s.day, s.course_id, s.actor)""",
+        """DELETE FROM {s}.staged_events WHERE (day, course_id, actor, event_id) IN (
+            SELECT s.day, s.course_id, s.actor, s.event_id FROM {s}.staged_events s JOIN {s}.staged_events t
+            ON t.event_id = s.event_id AND (t.day, t.course_id, t.actor) < (s.day, s.course_id, s.actor))""",
+        "DROP INDEX {s}.staged_events_id_scan",
+        "CREATE UNIQUE INDEX IF NOT EXISTS staged_events_event_id ON {s}.staged_events (event_id)",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

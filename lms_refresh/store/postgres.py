@@ -14,6 +14,7 @@ import socket
 import psycopg
 from psycopg import sql
 
+from lms_refresh import faults
 from lms_refresh.credentials import read_secret
 from lms_refresh.errors import ConfigError, StateError, UnavailableError
 from lms_refresh.store.base import SqlStore
@@ -82,13 +83,28 @@ class PostgresStore(SqlStore):
                 # A dry run on a new database: build the schema inside the run's own
                 # transaction, which the dry run rolls back with everything else.
                 db.execute("BEGIN")
-                for statements in MIGRATIONS:
-                    for statement in statements:
-                        db.execute(store._ddl(statement))
-                store.set_meta("schema_version", SCHEMA_VERSION)
+                store._build()
+            elif version == 0 and migrate and not read_only:
+                store._create()
             elif migrate and not read_only:
                 store.migrate()
         return store
+
+    def _build(self):
+        for statements in MIGRATIONS:
+            for statement in statements:
+                self.db.execute(self._ddl(statement))
+        self.set_meta("schema_version", SCHEMA_VERSION)
+        self.db.execute(f"INSERT INTO {self.schema}.schema_version (version) SELECT generate_series(1, %s)",
+                        (SCHEMA_VERSION,))
+
+    def _create(self):
+        """Build a new store's schema in one transaction, so no half-built store is ever visible."""
+        with self.db.transaction():
+            self.db.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (LOCK_CLASS + 1, self.schema))
+            if self.schema_version() == 0:  # another host may have built it while we waited
+                self._build()
+                faults.point("store-created")
 
     def describe(self):
         return f"{self.location} (schema {self.schema})"
@@ -120,22 +136,36 @@ class PostgresStore(SqlStore):
                     self.db.execute(self._ddl(statement))
                 self.db.execute(f"INSERT INTO {self.schema}.schema_version (version) VALUES (%s)", (number,))
                 self.set_meta("schema_version", number)
+                faults.point("migration-applied")
+            faults.point("migration-committed")
+
+    def translate(self, error):
+        """Return the domain error a driver error means, or None if it is not the driver's."""
+        if isinstance(error, psycopg.errors.InsufficientPrivilege):
+            return ConfigError(f"The store {self.describe()} refused an operation: {first_line(error)}; "
+                               "grant the refresh role ownership of its schemas.")
+        if isinstance(error, (psycopg.errors.DiskFull, psycopg.errors.OutOfMemory)):
+            return UnavailableError(f"The store {self.describe()} could not be written: the database server is out "
+                                    f"of space ({first_line(error)}); nothing was committed.")
+        if isinstance(error, psycopg.errors.ReadOnlySqlTransaction):
+            return StateError(f"The store {self.describe()} is read-only ({first_line(error)}); point store.url "
+                              "at the primary server.")
+        if isinstance(error, psycopg.OperationalError):
+            return _unreachable(self.location, error)
+        if isinstance(error, psycopg.Error):
+            if self.db.broken or self.db.closed:
+                # A connection lost during a pipelined executemany surfaces as a plain DatabaseError.
+                return _unreachable(self.location, error)
+            return StateError(f"The store {self.describe()} failed: {first_line(error)}; check its schema.")
+        return None
 
     @contextlib.contextmanager
     def errors(self):
         """Turn driver errors into the domain's: a lost or refused connection is transient (69)."""
         try:
             yield
-        except psycopg.errors.InsufficientPrivilege as error:
-            raise ConfigError(f"The store {self.describe()} refused an operation: {first_line(error)}; "
-                              "grant the refresh role ownership of its schemas.")
-        except psycopg.OperationalError as error:
-            raise _unreachable(self.location, error)
         except psycopg.Error as error:
-            if self.db.broken or self.db.closed:
-                # A connection lost during a pipelined executemany surfaces as a plain DatabaseError.
-                raise _unreachable(self.location, error)
-            raise StateError(f"The store {self.describe()} failed: {first_line(error)}; check its schema.")
+            raise self.translate(error) from error
 
     def acquire_run_lock(self):
         """Take the run's advisory lock for this session; return None, or who holds it."""
@@ -194,12 +224,28 @@ class PostgresStore(SqlStore):
                 self.db.close()
         self.forget_transaction()
 
+    def rollback_quietly(self):
+        """Roll back on the way out of a failure; a failing ROLLBACK must not replace the failure."""
+        try:
+            self.rollback()
+        except psycopg.Error:
+            with contextlib.suppress(psycopg.Error):
+                self.db.close()  # the server rolls back a closed session's transaction
+        self.forget_transaction()
+
     def insert_events(self, events):
         with self.db.cursor().copy("COPY pg_temp.incoming FROM STDIN") as copy:
             for row in events:
                 copy.write_row(row)
-        self.db.execute("INSERT INTO staged_events SELECT * FROM pg_temp.incoming ON CONFLICT DO NOTHING")
+        inserted = self.db.execute(
+            "INSERT INTO staged_events SELECT * FROM pg_temp.incoming ON CONFLICT DO NOTHING").rowcount
         self.db.execute("TRUNCATE pg_temp.incoming")
+        return inserted
+
+    def staged_versions(self, ids):
+        """Return {event_id: staged row} for those of `ids` that are staged."""
+        rows = self.db.execute("SELECT * FROM staged_events WHERE event_id = ANY(%s)", (list(ids),))
+        return {bytes(row[3]): row for row in rows}
 
     def finish_staging(self):
         """Delete the targets of this run's voiding statements; return the days they were in."""

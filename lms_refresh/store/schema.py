@@ -68,6 +68,20 @@ MIGRATIONS = [
                       **typed_checks(sqlite=True))
      for statement in PRIVACY_MIGRATION] + ["DROP VIEW serving_daily_metrics", PUBLISHED_VIEW.format(
         view="serving_daily_metrics", s="", day="p.day")],
+    # 4: a statement id counts once. Earlier stores could hold one id under two
+    # (day, course, learner) keys; all but the first copy go, and their days are
+    # rebuilt by the next run (pending_days).
+    [
+        "CREATE TABLE IF NOT EXISTS pending_days (day TEXT PRIMARY KEY) WITHOUT ROWID",
+        "CREATE INDEX IF NOT EXISTS staged_events_id_scan ON staged_events (event_id)",
+        """INSERT OR IGNORE INTO pending_days SELECT s.day FROM staged_events s JOIN staged_events t
+            ON t.event_id = s.event_id AND (t.day, t.course_id, t.actor) <> (s.day, s.course_id, s.actor)""",
+        """DELETE FROM staged_events WHERE (day, course_id, actor, event_id) IN (
+            SELECT s.day, s.course_id, s.actor, s.event_id FROM staged_events s JOIN staged_events t
+            ON t.event_id = s.event_id AND (t.day, t.course_id, t.actor) < (s.day, s.course_id, s.actor))""",
+        "DROP INDEX staged_events_id_scan",
+        "CREATE UNIQUE INDEX IF NOT EXISTS staged_events_event_id ON staged_events (event_id)",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

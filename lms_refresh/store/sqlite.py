@@ -11,6 +11,7 @@ import os
 import sqlite3
 import urllib.parse
 
+from lms_refresh import faults
 from lms_refresh.errors import StateError, UnavailableError
 from lms_refresh.store.base import SqlStore
 from lms_refresh.store.schema import MIGRATIONS, SCHEMA_VERSION
@@ -53,10 +54,17 @@ WHERE daily_metrics.day = k.day AND daily_metrics.course_id = k.course_id
 _TRANSIENT = ("locked", "busy", "disk", "unable to open", "full")
 
 
+def _read_only_file_system(path):
+    try:
+        return bool(os.statvfs(os.path.dirname(os.path.abspath(path)) or ".").f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def _damaged(path, error):
     return StateError(
         f"The store {path} cannot be used ({error}); it may be damaged — restore it from a backup, "
-        "or move it aside and rebuild with 'lms-refresh backfill'."
+        "or move it aside and re-create its history with 'lms-refresh rebuild --since DATE'."
     )
 
 
@@ -68,18 +76,36 @@ class SqliteStore(SqlStore):
     def path(self):
         return self.location
 
+    @staticmethod
+    def present(path):
+        """Whether `path` holds a store: False when it is absent, empty, or a database with no tables
+        (what an interrupted creation by an older lms-refresh left), True for anything else."""
+        try:
+            if os.path.getsize(path) == 0:
+                return False
+        except FileNotFoundError:
+            return False
+        try:
+            db = sqlite3.connect(f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro", uri=True)
+            try:
+                return db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0] > 0
+            finally:
+                db.close()
+        except sqlite3.DatabaseError:
+            return True  # something is there; opening it says what is wrong with it
+
     @classmethod
     def open(cls, path, create, read_only=False, migrate=True):
         """Open (and unless told otherwise create and migrate) the store at `path`.
 
         With create=False a missing store is an empty in-memory one, so a dry
-        run or a check never leaves a file behind.
+        run or a check never leaves a file behind. A new store is built under a
+        temporary name and renamed into place once fully migrated.
         """
-        exists = os.path.exists(path)
-        if exists and os.path.getsize(path) == 0:
-            raise StateError(
-                f"The store {path} exists but is empty (a truncated file?); move it aside to start over."
-            )
+        exists = cls.present(path)
+        if not exists and create and migrate and not read_only:
+            cls._create(path)
+            exists = True
         if not exists and not create:
             target = ":memory:"
         elif read_only:
@@ -92,20 +118,58 @@ class SqliteStore(SqlStore):
             raise UnavailableError(f"Cannot open the store {path}: {error}.")
         store = cls(db, path if target != ":memory:" else ":memory:")
         try:
-            db.execute("PRAGMA busy_timeout = 30000")
-            if target != ":memory:" and not read_only:
-                db.execute("PRAGMA journal_mode = WAL")
-                # WAL + NORMAL stays consistent on power loss; at worst the last run is
-                # undone along with its watermark, and the next run redoes it.
-                db.execute("PRAGMA synchronous = NORMAL")
-            db.execute("PRAGMA cache_size = -65536")
+            store._configure(wal=target != ":memory:" and not read_only)
             store.check_version(strict=read_only and exists)
             if migrate and not read_only:
                 store.migrate()
         except sqlite3.DatabaseError as error:
             db.close()
-            raise _damaged(path, error)
+            raise store.translate(error)
         return store
+
+    def _configure(self, wal):
+        self.db.execute("PRAGMA busy_timeout = 30000")
+        if wal:
+            self.db.execute("PRAGMA journal_mode = WAL")
+            # WAL + NORMAL stays consistent on power loss; at worst the last run is
+            # undone along with its watermark, and the next run redoes it.
+            self.db.execute("PRAGMA synchronous = NORMAL")
+        self.db.execute("PRAGMA cache_size = -65536")
+
+    @classmethod
+    def _create(cls, path):
+        """Build a fully migrated store beside `path` and rename it into place (so a crash
+        meanwhile leaves no half-built store under the store's name)."""
+        directory, name = os.path.split(os.path.abspath(path))
+        for leftover in os.listdir(directory):  # earlier creations that were killed (we hold the run lock)
+            if leftover.startswith(f"{name}.creating-"):
+                os.unlink(os.path.join(directory, leftover))
+        temporary = os.path.join(directory, f"{name}.creating-{os.getpid()}")
+        db = sqlite3.connect(temporary, isolation_level=None)
+        store = cls(db, temporary)
+        try:
+            store._configure(wal=True)
+            store.migrate()
+            faults.point("store-created")
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.DatabaseError as error:
+            raise store.translate(error)
+        finally:
+            db.close()  # the last connection: SQLite folds the WAL into the file and removes it
+        fd = os.open(temporary, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        for stale in (path + "-wal", path + "-shm"):  # never replay an old file's log onto the new one
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(stale)
+        os.replace(temporary, path)
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def describe(self):
         return self.path
@@ -129,22 +193,39 @@ class SqliteStore(SqlStore):
                 for statement in MIGRATIONS[number - 1]:
                     self.db.execute(statement)
                 self.set_meta("schema_version", number)
+                faults.point("migration-applied")
                 self.db.execute("COMMIT")
             except BaseException:
-                self.db.execute("ROLLBACK")
+                self.rollback_quietly()
                 raise
+            faults.point("migration-committed")
+
+    def translate(self, error):
+        """Return the domain error a driver error means (None if it is not the driver's):
+        a full disk or a busy store is transient (69), a read-only file system is named,
+        anything else is a damaged store (78)."""
+        if not isinstance(error, sqlite3.DatabaseError):
+            return None
+        text = str(error)
+        if isinstance(error, sqlite3.OperationalError) and "full" in text:
+            return UnavailableError(f"The store {self.path} could not be written: the disk is full ({error}); "
+                                    "free some space — nothing was committed.")
+        if "readonly" in text or "read-only" in text or isinstance(error, sqlite3.OperationalError) and \
+                "unable to open" in text:
+            if _read_only_file_system(self.path):
+                return StateError(f"The store {self.path} is on a read-only file system ({error}); remount it "
+                                  "read-write (or point store.path at a writable place).")
+        if isinstance(error, sqlite3.OperationalError) and any(word in text for word in _TRANSIENT):
+            return UnavailableError(f"The store {self.path} could not be written ({error}); nothing was committed.")
+        return _damaged(self.path, error)
 
     @contextlib.contextmanager
     def errors(self):
-        """Turn driver errors into the domain's: transient ones 69, the rest a damaged store (78)."""
+        """Turn driver errors into the domain's (see `translate`)."""
         try:
             yield
-        except sqlite3.OperationalError as error:
-            if any(word in str(error) for word in _TRANSIENT):
-                raise UnavailableError(f"The store {self.path} could not be written ({error}); nothing was committed.")
-            raise _damaged(self.path, error)
         except sqlite3.DatabaseError as error:
-            raise _damaged(self.path, error)
+            raise self.translate(error) from error
 
     def size_bytes(self):
         if self.path == ":memory:":
@@ -164,8 +245,24 @@ class SqliteStore(SqlStore):
             self.db.execute("ROLLBACK")
         self.forget_transaction()
 
+    def rollback_quietly(self):
+        """Roll back on the way out of a failure; a failing ROLLBACK must not replace the failure."""
+        with contextlib.suppress(sqlite3.Error):
+            self.rollback()
+        self.forget_transaction()
+
     def insert_events(self, events):
-        self.db.executemany(_EVENT_INSERT, events)
+        """Insert the rows whose statement id is new; return how many were."""
+        return self.db.executemany(_EVENT_INSERT, events).rowcount
+
+    def staged_versions(self, ids):
+        """Return {event_id: staged row} for those of `ids` that are staged."""
+        ids, found = list(ids), {}
+        for start in range(0, len(ids), 500):
+            part = ids[start:start + 500]
+            found.update((row[3], row) for row in self.db.execute(
+                f"SELECT * FROM staged_events WHERE event_id IN ({', '.join('?' * len(part))})", part))
+        return found
 
     def finish_staging(self):
         """Delete the targets of this run's voiding statements; return the days they were in."""

@@ -1,0 +1,80 @@
+"""A test-only seam: fail on purpose at a named phase of a run.
+
+The crash tests set `LMS_REFRESH_FAULT="PHASE:ACTION"` (or `"PHASE@N:ACTION"`
+for the Nth time the phase is reached) and check that whatever happens there
+leaves the previous state or the new one, never a mixture. Operators never
+set it. Unset, `point()` costs one comparison.
+
+Actions: `kill` (SIGKILL, as a power cut would), `term` (SIGTERM to this
+process, as `systemctl stop` does), `termgroup` (SIGTERM to the whole process
+group, parsing workers included), `raise` (an unexpected exception) and
+`enospc` (the disk is full).
+"""
+
+import errno
+import os
+import signal
+
+ENVIRONMENT_VARIABLE = "LMS_REFRESH_FAULT"
+
+# Every phase the engine reports, in the order a run reaches them. Adding one is
+# one line here plus a `faults.point("name")` where it happens.
+PHASES = (
+    "store-created",        # a new store is migrated under its temporary name, before it takes its own name
+    "migration-applied",    # a migration's statements ran; its transaction is not committed (@N: migration N)
+    "migration-committed",  # a migration committed (@N: migration N)
+    "batch-staged",         # a batch is staged inside the run's transaction (@N: the Nth batch)
+    "before-recompute",
+    "after-recompute",
+    "before-commit",
+    "after-commit",
+    "before-exit",          # the run's work and reporting are done; the process is about to exit
+)
+ACTIONS = ("kill", "term", "termgroup", "raise", "enospc")
+
+_armed = None  # (phase, occurrence, action) once arm() found a fault to inject
+_reached = {}
+
+
+class InjectedFault(RuntimeError):
+    """The `raise` action: an exception no code path expects."""
+
+
+def parse(text):
+    """Given 'PHASE[@N]:ACTION', return (phase, N, action) or raise ValueError."""
+    where, _, action = text.partition(":")
+    phase, _, occurrence = where.partition("@")
+    if phase not in PHASES or action not in ACTIONS or (occurrence and not occurrence.isdigit()):
+        raise ValueError(f"{ENVIRONMENT_VARIABLE}={text!r}: expected PHASE[@N]:ACTION with a phase among "
+                         f"{', '.join(PHASES)} and an action among {', '.join(ACTIONS)}")
+    return phase, int(occurrence or 1), action
+
+
+def arm(environ):
+    """Read the fault to inject from `environ` (once, at start-up); without one, every point is a no-op."""
+    global _armed
+    text = environ.get(ENVIRONMENT_VARIABLE)
+    _armed = parse(text) if text else None
+    _reached.clear()
+
+
+def point(phase):
+    """The engine reached `phase`: inject the armed fault if this is its place."""
+    if _armed is None:
+        return
+    wanted, occurrence, action = _armed
+    if phase != wanted:
+        return
+    _reached[phase] = _reached.get(phase, 0) + 1
+    if _reached[phase] != occurrence:
+        return
+    if action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif action == "term":
+        os.kill(os.getpid(), signal.SIGTERM)
+    elif action == "termgroup":
+        os.killpg(os.getpgrp(), signal.SIGTERM)
+    elif action == "raise":
+        raise InjectedFault(f"fault injected at {phase}")
+    elif action == "enospc":
+        raise OSError(errno.ENOSPC, f"No space left on device (injected at {phase})")

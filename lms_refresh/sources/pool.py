@@ -1,0 +1,48 @@
+"""Ending a pool of parsing workers within seconds, whatever state its workers are in.
+
+`Pool.terminate()` first takes the task queue's read lock. A worker waiting
+for a task holds that lock, so a worker killed while waiting — SIGTERM to the
+whole process group, which is what `systemctl stop` sends — dies holding it
+and `terminate()` then waits forever (and systemd waits out TimeoutStopSec).
+So terminate() runs in a helper thread; if it has not finished promptly the
+workers are killed outright and the locks only dead workers can hold are
+released; if even that does not free it, the pool is left to the process's
+exit rather than holding the run up.
+"""
+
+import logging
+import threading
+
+logger = logging.getLogger(__name__)
+
+PROMPT = 1.0  # seconds a healthy terminate() needs at most
+LAST_CHANCE = 3.0
+
+
+def stop_pool(pool):
+    """Terminate `pool` (a multiprocessing Pool) and reap its workers, in a few seconds at most."""
+    ending = threading.Thread(target=pool.terminate, name="pool-terminate", daemon=True)
+    ending.start()
+    ending.join(PROMPT)
+    if ending.is_alive():
+        _kill_workers(pool)
+        for queue, name in ((getattr(pool, "_inqueue", None), "_rlock"), (getattr(pool, "_outqueue", None), "_wlock")):
+            lock = getattr(queue, name, None)
+            if lock is not None and not lock.acquire(False):
+                lock.release()  # held by a worker that no longer exists: nobody else will ever release it
+            elif lock is not None:
+                lock.release()
+        ending.join(LAST_CHANCE)
+    if ending.is_alive():
+        logger.warning("The parsing workers' pool did not shut down cleanly; it is left to the process's exit.")
+        return
+    pool.join()
+
+
+def _kill_workers(pool):
+    workers = list(getattr(pool, "_pool", []))
+    for worker in workers:
+        if worker.exitcode is None:
+            worker.kill()
+    for worker in workers:
+        worker.join(1.0)

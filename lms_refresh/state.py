@@ -1,0 +1,169 @@
+"""The state as a whole: key <-> store <-> recorded identity <-> clock.
+
+A run refuses (exit 78) whatever would make it lose history or count a
+statement twice without a word: a store gone while its key remains, a key
+that is not the store's, a setting that changes what a staged row is, a
+watermark or last run dated after now. Each refusal names the way out;
+`lms-refresh rebuild` is the explicit one for all but the clock.
+"""
+
+import datetime as dt
+import json
+import logging
+import os
+
+from lms_refresh import window as windows
+from lms_refresh.errors import StateError
+from lms_refresh.pseudonym import create_key, fingerprint, read_key
+from lms_refresh.sources.xapi import MAPPING_VERSION
+
+logger = logging.getLogger(__name__)
+
+MARKER = "store-identity"  # in the state directory: which store the key built
+REBUILD = "'lms-refresh rebuild --since DATE' (README, \"Recovery\")"
+# How far a recorded time may lie after now before the clock is suspect: more than
+# hosts sharing a store drift apart, far less than any glitch worth stopping for.
+CLOCK_TOLERANCE = dt.timedelta(minutes=5)
+# How statements map to learners and counts is lms_refresh.sources.xapi.MAPPING_VERSION;
+# a store that recorded none was built by version 1.
+
+# meta key -> (the setting as the operator knows it, value assumed when a store recorded none)
+IDENTITY = {
+    "identity.course_pattern": ("source.course_pattern", None),
+    "identity.mapping_version": ("the statement mapping version", "1"),
+    "identity.site_url": ("source.site_url", None),
+    "identity.site_course_id": ("source.site_course_id", None),
+    "identity.guest_user_id": ("source.guest_user_id", None),
+}
+
+
+def identity(config):
+    """Return {meta key: text} of the settings a staged row's identity derives from (besides
+    the time zone and the key, recorded under their own names)."""
+    source = config.source
+    if source["type"] == "moodle":
+        return {"identity.site_url": source["site_url"], "identity.site_course_id": str(source["site_course_id"]),
+                "identity.guest_user_id": str(source["guest_user_id"])}
+    return {"identity.course_pattern": source["course_pattern"], "identity.mapping_version": str(MAPPING_VERSION)}
+
+
+def record(store, config, key):
+    """Write the identity the store's rows now derive from (inside the run's transaction)."""
+    for name, value in identity(config).items():
+        store.set_meta(name, value)
+    store.set_meta("timezone", config.timezone)
+    store.set_meta("key_fingerprint", fingerprint(key))
+
+
+def check_identity(config, meta, has_events):
+    """Refuse settings that would stage the same statements under other identities than the store's."""
+    if not has_events:
+        return
+    recorded = meta.get("timezone")
+    if recorded is not None and recorded != config.timezone:
+        raise StateError(
+            f"The store's days were computed in time zone {recorded} but the configuration ({config.origin}) "
+            f"says {config.timezone}; keep {recorded}, or apply the change by rebuilding the store with {REBUILD}."
+        )
+    for name, value in identity(config).items():
+        setting, assumed = IDENTITY[name]
+        was = meta.get(name, assumed)
+        if was is not None and was != value and name == "identity.mapping_version":
+            raise StateError(
+                f"The store's rows were derived by statement mapping version {was} but this lms-refresh maps "
+                f"statements by version {value} (see its changelog); apply the new mapping by rebuilding the store "
+                f"with {REBUILD}, or keep the previous lms-refresh."
+            )
+        if was is not None and was != value:
+            raise StateError(
+                f"The store's rows were derived with {setting} = {was!r} but {config.origin} now gives {value!r}, "
+                "which would count the same statements a second time under other names; put the old value back, "
+                f"or apply the change by rebuilding the store with {REBUILD}."
+            )
+
+
+def marker_path(config):
+    """The state directory's note that a store was built with this key (see `remember_store`)."""
+    return os.path.join(config.state_directory, MARKER)
+
+
+def remember_store(config, key):
+    """After a commit, note in the state directory which store this key built (a key copied here
+    for a first run has no such note; a key whose store was lost has one)."""
+    path = marker_path(config)
+    text = json.dumps({"store": config.store_path if config.store_type == "sqlite" else config.store["url"],
+                       "schema": config.store["schema"] if config.store_type == "postgresql" else None,
+                       "key_fingerprint": fingerprint(key)}, sort_keys=True) + "\n"
+    try:
+        with open(path, encoding="utf-8") as handle:
+            if handle.read() == text:
+                return
+    except OSError:
+        pass
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+def check_store_present(config, store_is_new):
+    """Refuse to start a new store where a store built with this key existed and is gone."""
+    if store_is_new and os.path.exists(config.key_file) and os.path.exists(marker_path(config)):
+        raise StateError(
+            f"The store {config.store_path} is missing (or empty) but the pseudonymisation key {config.key_file} "
+            f"and the note of the store it built ({marker_path(config)}) are there, so the store was deleted or "
+            "replaced and its history would be lost; restore the store from a backup, or re-create its history "
+            f"from the source with {REBUILD}."
+        )
+
+
+def open_key(config, meta, has_events, dry_run, rebuild):
+    """Return the pseudonymisation key, refusing one that does not match the store's data."""
+    key = read_key(config.key_file)
+    recorded = meta.get("key_fingerprint")
+    if key is None:
+        if (recorded is not None or has_events) and not rebuild:
+            raise StateError(
+                f"The pseudonymisation key {config.key_file} is missing but the store already holds pseudonymised "
+                "learners; every host that shares a store needs the same key: copy it from a host that has it (or "
+                f"restore it from a backup) to {config.key_file}, owned by the service user, mode 0600 — a new key "
+                f"would count every learner twice (or re-create the store's history with {REBUILD})."
+            )
+        if dry_run:
+            return os.urandom(32)  # a dry run creates no key (nor says it did)
+        key = create_key(config.key_file)
+        logger.info("Created a new pseudonymisation key at %s", config.key_file)
+    elif recorded is not None and recorded != fingerprint(key) and not rebuild:
+        raise StateError(
+            f"The pseudonymisation key {config.key_file} is not the key this store was built with; restore the "
+            "original key file (every host sharing a store needs the same one), or re-create the store's history "
+            f"under this key with {REBUILD}."
+        )
+    return key
+
+
+def check_clock(now, meta, last_run):
+    """Refuse a watermark or last run dated after now (beyond CLOCK_TOLERANCE): the clock was or is wrong,
+    and a window from a future watermark would silently skip everything stored before it."""
+    limit = now + CLOCK_TOLERANCE
+    found = []
+    if meta.get("watermark") and meta.get("cursor_kind", windows.TIME.name) == windows.TIME.name:
+        found.append(("watermark", windows.from_cursor(meta["watermark"])))
+    if last_run is not None:
+        found.append(("last run's start", windows.from_cursor(last_run["started_at"], "run start")))
+    for what, moment in found:
+        if moment > limit:
+            raise StateError(
+                f"The store's {what} {windows.to_cursor(moment)} is later than the current time "
+                f"{windows.to_cursor(now)} (by {_span(moment - now)}): the clock was wrong then or is wrong now. "
+                "Check it (timedatectl), then set the watermark back to the last time you trust with "
+                "'lms-refresh watermark set TIME' (README, \"Recovery\"); re-reading a stretch twice is safe."
+            )
+
+
+def _span(delta):
+    if delta >= dt.timedelta(days=2):
+        return f"{delta.days} days"
+    return f"{int(delta.total_seconds() // 60)} minutes"

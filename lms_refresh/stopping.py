@@ -1,0 +1,59 @@
+"""What SIGTERM (`systemctl stop`) does to a command.
+
+Before a run commits, a stop rolls it back: the handler raises `Terminated`
+(exit 143). Once it has committed, the work is done and kept, so a stop only
+lets the run finish its report and exit 0 — dying by the signal then would
+make systemd mark a successful run failed and fire the failure alert. The
+commit itself runs with SIGTERM blocked, so a stop lands either before it or
+after it, never inside.
+"""
+
+import contextlib
+import logging
+import signal
+
+from lms_refresh.errors import Terminated
+
+logger = logging.getLogger(__name__)
+
+
+class StopPolicy:
+    """The process's SIGTERM handler and whether the run has committed yet."""
+
+    def __init__(self):
+        self.committed = False
+        self.requested = False
+
+    def handler(self, signum, frame):
+        if self.requested:
+            return  # the first stop is already on its way out; raising again would interrupt the rollback
+        self.requested = True
+        if self.committed:
+            logger.warning("SIGTERM after the run committed; finishing the report, the run's result stands.")
+            return
+        raise Terminated("Stopped by SIGTERM; the run was rolled back and nothing was committed.")
+
+    def begin(self):
+        """A new attempt of a run: nothing of it is committed yet."""
+        self.committed = False
+
+    @contextlib.contextmanager
+    def commit(self):
+        """Run the block (the COMMIT) with SIGTERM held back, then count the run as committed."""
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            yield
+            self.committed = True
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+@contextlib.contextmanager
+def installed(policy=None):
+    """Install `policy` (a new one if None) as the SIGTERM handler for the block; yield it."""
+    policy = policy or StopPolicy()
+    previous = signal.signal(signal.SIGTERM, policy.handler)
+    try:
+        yield policy
+    finally:
+        signal.signal(signal.SIGTERM, previous)
