@@ -220,6 +220,8 @@ def _read_source(config, now, store, source, key, meta, report, progress, since,
         )
         if not report.dry_run:  # still a run: staleness checks must see that it happened
             store.begin()
+            # Retention does not wait for new records: a quiet source's old data goes on time too.
+            retention.apply(store, config, now, retention.staging_horizon(config, now, meta), set())
             store.record_run(_run_row(report, now, 0, ""))
             with stop.commit():
                 store.commit()

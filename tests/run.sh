@@ -14,6 +14,7 @@ PACKAGES=(
   # the LRS tests: Ralph's own virtualenv, and a certificate for HTTPS
   openssl
   groff-base  # lms-refresh(8) is checked with groff -man -ww -z
+  sqlite3  # a dashboard's reading of the publication, as another user, with the sqlite3 CLI
   # a real PostgreSQL server for the PostgreSQL store and the Moodle source tests
   postgresql python3-psycopg
   # building and checking the .deb

@@ -258,3 +258,22 @@ def test_staging_days_shorter_than_the_first_run_is_refused(project):
     assert result.returncode == 78
     assert (f"{project.config}: key 'retention.staging_days' (7) must be at least window.bootstrap_days (30)"
             in result.stderr)
+
+
+def test_retention_applies_in_runs_with_nothing_to_read(project):
+    """A quiet source does not keep old data alive: a run whose window is empty still deletes."""
+    project.configure(extra_top="max_quarantine_share = 0.5")
+    retention = "[retention]\nquarantine_days = 30\nstaging_days = 30\n"
+    project.config.write_text(project.config.read_text() + retention)
+    project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)] + [statement(learner="x", score=9)])
+    project.cli("run", now=NOW, check=0)
+    assert project.query("SELECT COUNT(*) FROM quarantine") == [(1,)]
+    # 31 days on, a safety lag of 31 days ends the window where the last run ended: nothing to read.
+    project.configure(extra_top="max_quarantine_share = 0.5", safety_lag='"31d"')
+    project.config.write_text(project.config.read_text() + retention)
+    quiet = project.cli("run", now="2026-12-04T04:15:00+01:00", check=0)
+    assert "Nothing to do" in quiet.stderr
+    assert project.query("SELECT COUNT(*) FROM quarantine") == [(0,)]
+    assert project.query("SELECT COUNT(*) FROM staged_events") == [(0,)]  # 2 November is before 4 November
+    assert project.meta()["staging_horizon"] == "2026-11-04"
+    assert project.serving()[0][:3] == ("2026-11-02", f"{HOME}/course/BIO101", 12)  # still as published
