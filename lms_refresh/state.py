@@ -87,13 +87,18 @@ def marker_path(config):
     return os.path.join(config.state_directory, MARKER)
 
 
+def _store_location(config):
+    """What the note records of a store: its file, or its database URL and schema."""
+    if config.store_type == "sqlite":
+        return {"store": config.store_path, "schema": None}
+    return {"store": config.store["url"], "schema": config.store["schema"]}
+
+
 def remember_store(config, key):
     """After a commit, note in the state directory which store this key built (a key copied here
     for a first run has no such note; a key whose store was lost has one)."""
     path = marker_path(config)
-    text = json.dumps({"store": config.store_path if config.store_type == "sqlite" else config.store["url"],
-                       "schema": config.store["schema"] if config.store_type == "postgresql" else None,
-                       "key_fingerprint": fingerprint(key)}, sort_keys=True) + "\n"
+    text = json.dumps(dict(_store_location(config), key_fingerprint=fingerprint(key)), sort_keys=True) + "\n"
     try:
         with open(path, encoding="utf-8") as handle:
             if handle.read() == text:
@@ -108,9 +113,27 @@ def remember_store(config, key):
     os.replace(temporary, path)
 
 
+def _remembered_location(config):
+    """The store location the note records, or None without a (readable) note."""
+    try:
+        with open(marker_path(config), encoding="utf-8") as handle:
+            note = json.load(handle)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}  # a note we cannot read: assume it names this store (refusing is the safe side)
+    return {"store": note.get("store"), "schema": note.get("schema")}
+
+
 def check_store_present(config, store_is_new):
-    """Refuse to start a new store where a store built with this key existed and is gone."""
-    if store_is_new and os.path.exists(config.key_file) and os.path.exists(marker_path(config)):
+    """Refuse to start a new store where the store built with this key existed and is gone.
+
+    Only the location the note names counts: pointing store.path (or store.url) at a new
+    store, as a change of source requires, starts that store beside the old one."""
+    if not (store_is_new and os.path.exists(config.key_file)):
+        return
+    remembered = _remembered_location(config)
+    if remembered is not None and remembered in ({}, _store_location(config)):
         raise StateError(
             f"The store {config.store_path} is missing (or empty) but the pseudonymisation key {config.key_file} "
             f"and the note of the store it built ({marker_path(config)}) are there, so the store was deleted or "

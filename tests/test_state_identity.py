@@ -109,6 +109,26 @@ def test_a_deleted_store_is_refused_while_its_key_remains_and_rebuild_restores_h
     assert project.runs()[-1][1:] == ("nothing-to-do", 0, project.runs()[-1][3], project.runs()[-1][3])
 
 
+def test_a_new_store_path_beside_the_old_store_starts_that_store(tmp_path):
+    """Pointing store.path at a new file (as a change of source requires) is no lost store: the
+    note names the old store, which is still there; only that store's loss is refused."""
+    from conftest import Project
+
+    project = Project(tmp_path)
+    project.write("a.ndjson", day_batch(12, "2026-11-02"))
+    project.cli("run", now=at(T), check=0)
+    old = project.store.read_bytes()
+    with open(project.config, "a", encoding="utf-8") as handle:
+        handle.write(f'[store]\npath = "{project.state / "second.sqlite"}"\n')
+    project.cli("run", now=at(T + dt.timedelta(hours=1)), check=0)
+    assert (project.state / "second.sqlite").exists()
+    assert project.store.read_bytes() == old  # the first store is left as it was
+    (project.state / "second.sqlite").unlink()
+    refused = project.cli("run", now=at(T + dt.timedelta(hours=2)))
+    assert refused.returncode == 78  # now the note names second.sqlite, which is gone
+    assert f"The store {project.state / 'second.sqlite'} is missing (or empty)" in refused.stderr
+
+
 def test_a_missing_key_message_says_every_host_needs_the_same_key(project):
     project.write("a.ndjson", day_batch(12, "2026-11-02"))
     project.cli("run", now=at(T), check=0)
