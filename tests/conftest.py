@@ -50,6 +50,16 @@ def statement(learner="u1", verb="experienced", course="BIO101", timestamp="2026
     return body
 
 
+def collect_batches(source, window, index=None):
+    """Read a source's whole window: (events, quarantined records, source state)."""
+    events, quarantined, state = [], [], {}
+    for batch in source.batches(window, index or {}):
+        events += batch.events
+        quarantined += batch.quarantined
+        state.update(batch.state)
+    return events, quarantined, state
+
+
 def voiding(target, stored):
     return {"id": str(uuid.uuid4()), "actor": {"mbox": "mailto:teacher@example.edu"},
             "verb": {"id": ADL + "voided"}, "object": {"objectType": "StatementRef", "id": target},

@@ -17,7 +17,7 @@ import tempfile
 
 import pytest
 
-from conftest import Project, cli_command, statement
+from conftest import Project, cli_command, collect_batches, statement
 from lms_refresh.errors import BadInputError
 from lms_refresh.pseudonym import Pseudonymiser
 from lms_refresh.sources.ndjson import NdjsonSource
@@ -120,12 +120,7 @@ MAPPER = StatementMapper("Europe/Paris", Pseudonymiser(b"k" * 32), r"^(.+?/cours
 
 
 def collect(source, index=None):
-    events, quarantined, state = [], [], {}
-    for batch in source.batches(WINDOW, index or {}):
-        events += batch.events
-        quarantined += batch.quarantined
-        state.update(batch.state)
-    return events, quarantined, state
+    return collect_batches(source, WINDOW, index)
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import statement
+from conftest import collect_batches, statement
 from lms_refresh.pseudonym import Pseudonymiser
 from lms_refresh.sources.ndjson import NdjsonSource
 from lms_refresh.sources.xapi import StatementMapper
@@ -28,12 +28,7 @@ def lines(count):
 
 
 def collect(source, index=None):
-    events, quarantined, state = [], [], {}
-    for batch in source.batches(WINDOW, index or {}):
-        events += batch.events
-        quarantined += batch.quarantined
-        state.update(batch.state)
-    return events, quarantined, state
+    return collect_batches(source, WINDOW, index)
 
 
 @pytest.mark.parametrize("workers", [1, 2])
