@@ -85,7 +85,8 @@ def run_demo(directory, learners, days, seed, now, environ, echo, command="lms-r
         store.close()
     echo(format_table(rows[-24:]))
     noise = config.privacy["max_noise"] if config.privacy["method"] != "none" else 0
-    echo(f"\n(last 24 of {len(rows)} rows; '-' = withheld because fewer than {config.min_cell_size} learners"
+    shown = "last 24" if len(rows) > 24 else "all"
+    echo(f"\n({shown} of {len(rows)} rows; '-' = withheld because fewer than {config.min_cell_size} learners"
          + (f"; every other count is perturbed by up to ±{noise} (cell key method), so columns need not add up)"
             if noise else ")"))
     echo(f"Try: {command} --config {shlex.quote(config_path)} status")
