@@ -52,3 +52,22 @@ def test_sigterm_to_the_process_group_while_workers_parse_exits_143_promptly(pro
     assert project.serving() == []
     assert project.cli("run", now="2026-11-03T04:15:00+01:00").returncode == 0
     assert project.serving()[0][3] == 20000
+
+
+def test_a_parsing_worker_killed_mid_run_ends_the_run_with_a_sentence_instead_of_a_hang(project):
+    """The kernel's out-of-memory killer takes a worker and the task it held: the run must not wait
+    for that result for ever (systemd would wait out TimeoutStartSec); it fails with 1, commits
+    nothing, and the next run converges."""
+    filler = "x" * 900
+    project.write("a.ndjson", [dict(statement(learner=f"u{i % 50}"), extensions={"pad": filler}) for i in range(20000)])
+    assert (project.source / "a.ndjson").stat().st_size > 16 << 20  # parsed by the pool of workers
+    began = time.monotonic()
+    result = project.cli("run", now="2026-11-03T04:15:00+01:00", env={faults.ENVIRONMENT_VARIABLE: "chunk-parsed:kill"})
+    assert time.monotonic() - began < 60
+    assert result.returncode == 1, result.stderr
+    assert "A parsing worker (pid " in result.stderr and "ended with signal SIGKILL while reading the export " \
+        "files — for example killed by the kernel for lack of memory" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert project.serving() == []
+    project.cli("run", now="2026-11-03T04:15:00+01:00", check=0)
+    assert project.serving()[0][3] == 20000

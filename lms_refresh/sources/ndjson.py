@@ -30,11 +30,12 @@ import re
 import signal
 import zlib
 
+from lms_refresh import faults
 from lms_refresh.errors import BadInputError, ConfigError
 from lms_refresh.sources import RAW_KEPT, Batch, TimeOrderedSource
 from lms_refresh.sources.files import (NotRegularFile, UpTo, chunk_lines, denied, export_files, numbered_lines,
                                        open_regular)
-from lms_refresh.sources.pool import stop_pool
+from lms_refresh.sources.pool import result_of, stop_pool, workers_of
 from lms_refresh.sources.xapi import InvalidStatement, stored_cursor
 
 logger = logging.getLogger(__name__)
@@ -207,6 +208,7 @@ def _worker_init(mapper):
 
 def _worker_read(path, start, end, since, until, limit, signature, max_lines):
     result = read_chunk(_worker_mapper, path, start, end, since, until, limit, signature, max_lines)
+    faults.point("chunk-parsed")
     # The events are flat tuples of str, int, bytes and None: marshal passes them to the
     # parent at a fraction of pickle's cost (the rest of the result is small).
     result.batch.events = marshal.dumps(result.batch.events)
@@ -358,16 +360,17 @@ class NdjsonSource(TimeOrderedSource):
         # A bounded pipeline across files: a few chunks in flight (enough that neither the
         # workers nor the staging process wait on the other's bursts), results taken in order.
         pending = collections.deque()
+        workers = workers_of(pool)
         for task in tasks:
             path, start, end, signature = task
             pending.append((task, pool.apply_async(_worker_read, (path, start, end, since, until, self.limit,
                                                                   signature, self.max_lines))))
             if len(pending) >= 4 * self.workers:
                 task, result = pending.popleft()
-                yield self._rest(_unmarshal(result.get()), task, since, until)
+                yield self._rest(_unmarshal(result_of(result, workers)), task, since, until)
         while pending:
             task, result = pending.popleft()
-            yield self._rest(_unmarshal(result.get()), task, since, until)
+            yield self._rest(_unmarshal(result_of(result, workers)), task, since, until)
 
     def _rest(self, result, task, since, until):
         """Yield a chunk's first result, then (rarely: a chunk of very short lines) the rest, read here."""
