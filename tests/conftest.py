@@ -50,6 +50,21 @@ def statement(learner="u1", verb="experienced", course="BIO101", timestamp="2026
     return body
 
 
+def reachable_cli(directory):
+    """The CLI as a command that another user can run: a clone under /root (0700) is out of its reach.
+
+    Copies the package into `directory` (which that user can traverse) and runs it with the real
+    interpreter behind this one (a virtualenv's python is a symlink inside the clone).
+    """
+    import lms_refresh
+
+    code = directory / "code"
+    shutil.copytree(os.path.dirname(lms_refresh.__file__), code / "lms_refresh",
+                    ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
+    return ["env", f"PYTHONPATH={code}", "PYTHONDONTWRITEBYTECODE=1",
+            os.path.realpath(sys.executable), "-m", "lms_refresh"]
+
+
 def collect_batches(source, window, index=None):
     """Read a source's whole window: (events, quarantined records, source state)."""
     events, quarantined, state = [], [], {}

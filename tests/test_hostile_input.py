@@ -17,7 +17,7 @@ import tempfile
 
 import pytest
 
-from conftest import Project, cli_command, collect_batches, statement
+from conftest import Project, cli_command, collect_batches, reachable_cli, statement
 from lms_refresh.errors import BadInputError
 from lms_refresh.pseudonym import Pseudonymiser
 from lms_refresh.sources.ndjson import NdjsonSource
@@ -35,9 +35,11 @@ OVERSIZED = "the record is {} bytes long, more than source.max_record_bytes ({})
 
 def measured(project, *args, now=NOW, user=None):
     """Run the CLI; return (exit code, stderr, peak RSS in MiB of it and of its parsing workers)."""
-    command = cli_command() + ["--config", str(project.config), "--now", now] + list(args)
-    if user:
-        command = ["runuser", "-u", user, "--"] + command
+    arguments = ["--config", str(project.config), "--now", now] + list(args)
+    if user:  # the clone may be under /root (0700): run a copy of the code that user can reach
+        command = ["runuser", "-u", user, "--"] + reachable_cli(project.root.parent) + arguments
+    else:
+        command = cli_command() + arguments
     environment = {k: v for k, v in os.environ.items() if k not in ("STATE_DIRECTORY", "JOURNAL_STREAM",
                                                                     "INVOCATION_ID", "NOTIFY_SOCKET")}
     with tempfile.TemporaryFile() as err:

@@ -6,12 +6,11 @@ import pathlib
 import shutil
 import sqlite3
 import subprocess
-import sys
 import tempfile
 
 import pytest
 
-from conftest import Project, statement
+from conftest import Project, reachable_cli, statement
 
 
 @pytest.fixture
@@ -108,21 +107,6 @@ def test_root_refuses_a_state_directory_owned_by_the_service_user(project):
     assert "belongs to user 'nobody'; running as root would leave root-owned files" in result.stderr
     assert "sudo -u nobody lms-refresh" in result.stderr
     assert all(p.stat().st_uid == 65534 for p in project.state.iterdir())
-
-
-def reachable_cli(directory):
-    """The CLI as a command that another user can run: a clone under /root (0700) is out of its reach.
-
-    Copies the package into `directory` (which that user can traverse) and runs it with the real
-    interpreter behind this one (a virtualenv's python is a symlink inside the clone).
-    """
-    import lms_refresh
-
-    code = directory / "code"
-    shutil.copytree(os.path.dirname(lms_refresh.__file__), code / "lms_refresh",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    return ["env", f"PYTHONPATH={code}", "PYTHONDONTWRITEBYTECODE=1",
-            os.path.realpath(sys.executable), "-m", "lms_refresh"]
 
 
 def test_another_user_gets_told_who_owns_the_state():

@@ -16,7 +16,6 @@ import re
 import shutil
 import subprocess
 import tempfile
-import threading
 
 import sys
 
@@ -132,14 +131,33 @@ def configure(box, path="/srv/xapi", extra=""):
     box.run("tee", "/etc/lms-refresh/config.toml", input=CONFIG.format(path=path) + extra)
 
 
-def start_blocked_run(box):
-    """Start the service on a source with a named pipe: the run holds the lock until we write to it."""
-    fifo = os.path.join(box.data, "slow.ndjson")
-    os.mkfifo(fifo)
-    os.chmod(fifo, 0o644)
-    box.run("systemctl", "start", "--no-block", UNIT)
-    box.wait_for(lambda: "Reading" in box.show(UNIT, "StatusText")["StatusText"], "the run's STATUS=")
-    return fifo
+@contextlib.contextmanager
+def blocked_run(box):
+    """Start the service on an LRS that holds the run's second request — inside its transaction, with
+    the lock held — until released. The LRS listens on the host's loopback, which the container
+    shares (export directories are no way to block a run: only regular files are opened). The
+    NDJSON configuration is put back afterwards."""
+    from lrsserver import HeldLrs
+
+    root = tempfile.mkdtemp(prefix="lmsr-held-")
+    lrs = HeldLrs(root, [])
+    password = "/etc/lms-refresh/held-password"
+    box.run("tee", password, input=HeldLrs.PASSWORD + "\n")
+    box.run("chown", "root:lms-refresh", password)
+    box.run("chmod", "0640", password)
+    box.run("tee", "/etc/lms-refresh/config.toml", input=(
+        'timezone = "Europe/Paris"\n[window]\nbootstrap_days = 30\nsafety_lag = "0s"\n'
+        '[source]\ntype = "xapi-lrs"\nendpoint = "' + lrs.source["endpoint"] + '"\nusername = "lms-refresh"\n'
+        f'password_file = "{password}"\nrequest_attempts = 1\noverlap = "20d"\n'))
+    try:
+        box.run("systemctl", "start", "--no-block", UNIT)
+        assert lrs.arrived.wait(120), "the run never reached the held request"
+        yield lrs
+    finally:
+        lrs.stop()
+        configure(box)
+        box.run("rm", "-f", password)
+        shutil.rmtree(root)
 
 
 @contextlib.contextmanager
@@ -155,16 +173,6 @@ def failing_run(system):
     finally:
         os.unlink(garbage)
         system.run("systemctl", "reset-failed", UNIT)
-
-
-def release(fifo):
-    def feed():
-        with open(fifo, "w") as writer:
-            writer.write("\n")
-
-    thread = threading.Thread(target=feed, daemon=True)
-    thread.start()
-    return thread
 
 
 def test_units_verify_and_the_timer_fires_on_weekdays_at_0415(system):
@@ -230,20 +238,17 @@ def test_journal_has_structured_fields_once(system):
 
 
 def test_overlap_manual_run_and_second_start_do_nothing(system):
-    fifo = start_blocked_run(system)
-    try:
+    with blocked_run(system) as lrs:
         running = system.show(UNIT, "MainPID", "InvocationID")
-        assert "Status:" in system.run("systemctl", "status", UNIT, "--no-pager", check=False).stdout
+        assert "Status: \"Reading" in system.run("systemctl", "status", UNIT, "--no-pager", check=False).stdout
         manual = as_service_user(system, "run", check=False)
         assert manual.returncode == 0 and "Another refresh holds the lock" in manual.stderr
         system.run("systemctl", "start", "--no-block", UNIT)
         assert system.show(UNIT, "MainPID", "InvocationID") == running
-        release(fifo).join(timeout=60)
+        lrs.release()
         system.wait_for(lambda: system.show(UNIT, "ActiveState")["ActiveState"] == "inactive", "the run to end")
         assert system.show(UNIT, "Result", "ExecMainStatus") == {"Result": "success", "ExecMainStatus": "0"}
         assert system.show(UNIT, "InvocationID") == {"InvocationID": running["InvocationID"]}
-    finally:
-        os.unlink(fifo)
 
 
 RECEIVER = """
@@ -378,14 +383,11 @@ def test_unreachable_source_is_retried_then_exits_69(system):
 
 def test_stop_rolls_back_with_143_and_the_next_start_converges(system):
     before = status(system)
-    fifo = start_blocked_run(system)
-    try:
+    with blocked_run(system):
         system.run("systemctl", "stop", UNIT)
         assert system.show(UNIT, "ExecMainStatus")["ExecMainStatus"] == "143"
         after = status(system)
         assert after["watermark"] == before["watermark"] and after["last_run"]["exit_code"] == 143
-    finally:
-        os.unlink(fifo)
     system.run("systemctl", "reset-failed", UNIT, check=False)
     system.run("systemctl", "start", UNIT)
     assert status(system)["last_run"]["outcome"] == "success"
