@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 
 import pytest
@@ -63,6 +64,32 @@ def reachable_cli(directory):
                     ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
     return ["env", f"PYTHONPATH={code}", "PYTHONDONTWRITEBYTECODE=1",
             os.path.realpath(sys.executable), "-m", "lms_refresh"]
+
+
+# Runs a command as the grandchild of a small interpreter and reports its peak RSS. Measured from
+# the test process directly, a child's ru_maxrss starts at the RSS the test process had when it
+# forked (Linux keeps the larger high-water mark across exec), which says nothing of the command.
+_PEAK_RSS = """\
+import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)  # the child's peak, and its reaped children's (the parsing workers)
+with open(sys.argv[1], "w") as out:
+    out.write(str(usage.ru_maxrss))
+code = os.waitstatus_to_exitcode(status)
+sys.exit(code if code >= 0 else 128 - code)
+"""
+
+
+def run_for_peak_rss(command, environment):
+    """Run `command`; return (exit code, stderr, peak RSS in MiB of it and of its children)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        figure = os.path.join(scratch, "maxrss")
+        result = subprocess.run([sys.executable, "-c", _PEAK_RSS, figure] + list(command),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=environment)
+        with open(figure) as handle:
+            return result.returncode, result.stderr.decode(), int(handle.read()) / 1024
 
 
 def collect_batches(source, window, index=None):

@@ -12,12 +12,11 @@ import os
 import pathlib
 import shutil
 import socket
-import subprocess
 import tempfile
 
 import pytest
 
-from conftest import Project, cli_command, collect_batches, reachable_cli, statement
+from conftest import Project, cli_command, collect_batches, reachable_cli, run_for_peak_rss, statement
 from lms_refresh.errors import BadInputError
 from lms_refresh.pseudonym import Pseudonymiser
 from lms_refresh.sources.ndjson import NdjsonSource
@@ -40,15 +39,7 @@ def measured(project, *args, now=NOW, user=None):
         command = ["runuser", "-u", user, "--"] + reachable_cli(project.root.parent) + arguments
     else:
         command = cli_command() + arguments
-    environment = {k: v for k, v in os.environ.items() if k not in ("STATE_DIRECTORY", "JOURNAL_STREAM",
-                                                                    "INVOCATION_ID", "NOTIFY_SOCKET")}
-    with tempfile.TemporaryFile() as err:
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, env=environment)
-        # wait4 gives this child's peak (the largest of it and its reaped children), not the test process's.
-        _, status, usage = os.wait4(process.pid, 0)
-        process.returncode = os.waitstatus_to_exitcode(status)
-        err.seek(0)
-        return process.returncode, err.read().decode(), usage.ru_maxrss / 1024
+    return run_for_peak_rss(command, project.environment())
 
 
 def good_lines(count, first=0):

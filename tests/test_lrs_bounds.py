@@ -8,16 +8,13 @@ the LRS sends — an error body, a header, a status line — may reach stderr,
 the run log or a Healthchecks ping.
 """
 
-import os
 import socket
-import subprocess
-import tempfile
 import threading
 import time
 
 import pytest
 
-from conftest import cli_command
+from conftest import cli_command, run_for_peak_rss
 from test_lrs import lrs_project, post_then_mark, sample_statements, text
 from test_monitoring import Receiver
 
@@ -28,14 +25,7 @@ SECRET = "alice@example.edu token=SECRET123"
 def measured(project, *args, now):
     """Run the CLI; return (exit code, stderr, peak RSS in MiB of it and its children)."""
     command = cli_command() + ["--config", str(project.config), "--now", now] + list(args)
-    environment = {k: v for k, v in os.environ.items() if k not in ("STATE_DIRECTORY", "JOURNAL_STREAM",
-                                                                    "INVOCATION_ID", "NOTIFY_SOCKET")}
-    with tempfile.TemporaryFile() as err:
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, env=environment)
-        _, status, usage = os.wait4(process.pid, 0)  # this child's own peak, not the test process's
-        process.returncode = os.waitstatus_to_exitcode(status)
-        err.seek(0)
-        return process.returncode, err.read().decode(), usage.ru_maxrss / 1024
+    return run_for_peak_rss(command, project.environment())
 
 
 @pytest.fixture
