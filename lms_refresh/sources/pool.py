@@ -76,7 +76,7 @@ def stop_pool(pool):
 
 
 def _kill_workers(pool):
-    workers = list(getattr(pool, "_pool", []))
+    workers = workers_of(pool)
     for worker in workers:
         if worker.exitcode is None:
             worker.kill()
