@@ -42,19 +42,39 @@ class Container:
         with open(self.log, "w") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             env=dict(os.environ, PATH=HOST_PATH))
-        deadline = time.monotonic() + 120
+        # A loaded (or nested) machine can take minutes to boot a container.
+        deadline = time.monotonic() + 300
         while self.leader is None:
             assert self.process.poll() is None, open(self.log).read()
             assert time.monotonic() < deadline, "the container did not start"
-            children = subprocess.run(["pgrep", "-P", str(self.process.pid)], capture_output=True, text=True).stdout.split()
-            self.leader = children[0] if children else None
+            self.leader = self._container_init()
             time.sleep(0.1)
         while True:
-            state = self.run("systemctl", "is-system-running", "--wait", check=False, timeout=120).stdout.strip()
+            result = self.run("systemctl", "is-system-running", "--wait", check=False, timeout=300)
+            state = result.stdout.strip()
             if state in ("running", "degraded"):
                 break
-            assert time.monotonic() < deadline, f"system state {state!r}"
+            assert self.process.poll() is None, open(self.log).read()
+            assert time.monotonic() < deadline, (
+                f"system state {state!r} ({result.returncode}): {result.stderr.strip()}\n{open(self.log).read()}")
             time.sleep(0.5)
+
+    def _container_init(self):
+        """The PID of the container's systemd, or None while nspawn is still starting it.
+
+        nspawn forks an intermediate child which clones the container's PID 1 and exits, so
+        "the first child of nspawn" can briefly be that intermediate process: entering it
+        fails once it is gone. The container's PID 1 is the child in a PID namespace of its own.
+        """
+        ours = os.readlink("/proc/self/ns/pid")
+        children = subprocess.run(["pgrep", "-P", str(self.process.pid)], capture_output=True, text=True).stdout.split()
+        for pid in children:
+            try:
+                if os.readlink(f"/proc/{pid}/ns/pid") != ours:
+                    return pid
+            except OSError:  # it just exited
+                continue
+        return None
 
     def run(self, *command, check=True, timeout=300, input=None):
         """Run a command inside the container (as root); return the CompletedProcess."""
