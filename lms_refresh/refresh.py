@@ -9,12 +9,10 @@ both. `run`, `backfill` and `rebuild` are this one code path; they differ
 only in the request (how the window is chosen, and a rebuild's reset).
 """
 
-import contextlib
 import dataclasses
 import datetime as dt
 import json
 import logging
-import os
 import time
 import typing
 import uuid
@@ -22,14 +20,15 @@ import uuid
 from lms_refresh import __version__, faults, logs, redact, retention, state, stopping
 from lms_refresh import window as windows
 from lms_refresh.errors import BadInputError, StateError, Terminated, exit_status, from_os_error
-from lms_refresh.lock import LOCK_NAME, LockHeld, RunLock
+from lms_refresh.exclusive import locked_store, run_lock
+from lms_refresh.lock import LockHeld
 from lms_refresh.privacy import RecordKeys
 from lms_refresh.publish import publish_if_behind
 from lms_refresh.pseudonym import Pseudonymiser
 from lms_refresh.sources import build_source
 from lms_refresh.sources.xapi import EVENT_FIELDS
-from lms_refresh.statedir import check_writable_file, prepare_state_directory
-from lms_refresh.store import load_driver, open_store, store_exists
+from lms_refresh.statedir import check_writable_file
+from lms_refresh.store import load_driver, store_exists
 
 logger = logging.getLogger(__name__)
 
@@ -126,17 +125,18 @@ class Refresh:
     # -- the phases, in the order a run reaches them --
 
     def lock(self):
-        """Return the run's flock (a context manager), preparing the state directory (see run_lock)."""
+        """Return the run's flock (a context manager), preparing the state directory (see exclusive.py)."""
         return run_lock(self.config, self.euid, self.request.dry_run)
 
     def open_store(self):
-        """Return the store, refusing to start a new one where the key's store was lost (see state.py)."""
+        """Return the store under its own lock (a context manager, see exclusive.py), refusing to start
+        a new one where the key's store was lost (see state.py)."""
         config = self.config
         if not self.request.dry_run:
             for path in [config.key_file] + ([config.store_path] if config.store_type == "sqlite" else []):
                 check_writable_file(path, self.euid)
         state.check_store_present(config, not store_exists(config, self.environ) and self.request.kind != REBUILD)
-        return open_store(config, self.environ, create=not self.request.dry_run)
+        return locked_store(config, self.environ, create=not self.request.dry_run)
 
     def check_state(self, store, meta):
         """Return the pseudonymisation key, once the clock and the store's identity are checked against it."""
@@ -264,12 +264,10 @@ class Refresh:
     # -- how the phases are put together --
 
     def _locked(self):
-        store = self.open_store()
         try:
-            # Driver errors anywhere below (a dropped connection while reading the
-            # watermark as much as during the commit) become the domain's exit codes.
-            with store.errors():
-                self._with_store(store)
+            with self.open_store() as store:
+                self._began = True
+                self._roll_back_on_failure(store)
         except Exception as error:
             if not self.stop.committed:
                 raise
@@ -277,14 +275,8 @@ class Refresh:
             logger.warning("The run committed, but tidying up after it failed (%s); the committed run stands.", error)
         finally:
             self.progress.done()
-            with contextlib.suppress(Exception):
-                store.close()
 
-    def _with_store(self, store):
-        holder = store.acquire_run_lock()  # a database shared by several hosts has its own lock
-        if holder is not None:
-            raise LockHeld(holder)
-        self._began = True
+    def _roll_back_on_failure(self, store):
         try:
             self._refresh(store)
         except BaseException as error:
@@ -370,43 +362,3 @@ def _conflicts(rows):
     return [(f"statement {row[3].hex()}", "conflicting statement id: already staged with other content",
              json.dumps({name: value.hex() if isinstance(value, bytes) else value
                          for name, value in zip(EVENT_FIELDS, row)}, sort_keys=True)) for row in rows]
-
-
-# -- the lock and the store, shared by every command that changes the store (run, backfill, forget) --
-
-def run_lock(config, euid, dry_run=False):
-    """Return the run's flock (a context manager), preparing the state directory; a dry run
-    without a state directory takes none: there is nothing to protect, and it creates nothing."""
-    lock_path = os.path.join(config.state_directory, LOCK_NAME)
-    if dry_run and not os.path.isdir(config.state_directory):
-        return contextlib.nullcontext()
-    prepare_state_directory(config.state_directory, euid)
-    check_writable_file(lock_path, euid)
-    return RunLock(lock_path)
-
-
-@contextlib.contextmanager
-def locked_store(config, environ, create):
-    """Yield the open store under its own run lock (a database shared by several hosts has one),
-    with driver errors turned into the domain's; raise LockHeld if another run holds it."""
-    store = open_store(config, environ, create=create)
-    try:
-        # Driver errors anywhere inside (a dropped connection while reading the
-        # watermark as much as during the commit) become the domain's exit codes.
-        with store.errors():
-            holder = store.acquire_run_lock()
-            if holder is not None:
-                raise LockHeld(holder)
-            yield store
-    finally:
-        store.close()
-
-
-def sigterm_raises():
-    """SIGTERM raises Terminated for the block (see lms_refresh.stopping), for commands that commit once."""
-    return stopping.installed()
-
-
-def open_key(config, meta, has_events, dry_run):
-    """Return the pseudonymisation key, refusing one that does not match the store's data (see state.open_key)."""
-    return state.open_key(config, meta, has_events, dry_run, rebuild=False)
