@@ -23,17 +23,17 @@ logger = logging.getLogger(__name__)
 
 
 def _pings(config, environ, enabled):
-    if not enabled or not config.alerts["healthchecks_url_file"]:
+    if not enabled or not config.alerts.healthchecks_url_file:
         return Healthchecks(None, 0)
     try:
-        return Healthchecks(read_secret(config.alerts["healthchecks_url_file"], environ), config.alerts["timeout"])
+        return Healthchecks(read_secret(config.alerts.healthchecks_url_file, environ), config.alerts.timeout)
     except ConfigError as error:
         logger.warning("Healthchecks pings are off for this run: %s", error)
         return Healthchecks(None, 0)
 
 
 def _write_metrics(config, environ, now, exit_code, duration, report):
-    path = config.monitoring["textfile"]
+    path = config.monitoring.textfile
     if not path:
         return
     try:
@@ -79,7 +79,7 @@ def _refresh_with_retries(refresh, sleep, clock):
     The retries happen inside the one service start, so systemd's start rate
     limit never counts them and the unit's final exit status stays the real one.
     """
-    attempts = refresh.config.retry["attempts"] if refresh.request.scheduled else 1
+    attempts = refresh.config.retry.attempts if refresh.request.scheduled else 1
     began = clock()
     attempt = refresh
     for number in range(1, attempts + 1):
@@ -88,7 +88,7 @@ def _refresh_with_retries(refresh, sleep, clock):
         outcome = attempt.run()
         if number == attempts or not isinstance(outcome.error, UnavailableError):
             return outcome
-        delay = refresh.config.retry["delay"]
+        delay = refresh.config.retry.delay
         logger.warning("%s Retrying in %d s (attempt %d of %d).", outcome.error, delay, number + 1, attempts,
                        extra=logs.fields(logs.RUN_RETRYING, RETRY_ATTEMPT=number + 1,
                                          EXIT_STATUS=outcome.error.exit_code))

@@ -133,7 +133,7 @@ class Refresh:
         a new one where the key's store was lost (see state.py)."""
         config = self.config
         if not self.request.dry_run:
-            for path in [config.key_file] + ([config.store_path] if config.store_type == "sqlite" else []):
+            for path in [config.key_file] + ([config.store.path] if config.store.type == "sqlite" else []):
                 check_writable_file(path, self.euid)
         state.check_store_present(config, not store_exists(config, self.environ) and self.request.kind != REBUILD)
         return locked_store(config, self.environ, create=not self.request.dry_run)
@@ -147,7 +147,7 @@ class Refresh:
             state.check_identity(config, meta, has_events)
         key = state.open_key(config, meta, has_events, self.request.dry_run, rebuild)
         store.record_keys = RecordKeys(key)
-        self._redactor = redact.Redactor(key, config.source.get("site_url"))  # quarantined records keep no identifiers
+        self._redactor = redact.Redactor(key, getattr(config.source, "site_url", None))  # quarantined records keep no identifiers
         return key
 
     def choose_window(self, meta, source):
@@ -159,7 +159,7 @@ class Refresh:
             if cursor_kind != source.axis.name:
                 raise StateError(
                     f"The store's watermark is a {cursor_kind} cursor but source type "
-                    f"{self.config.source['type']!r} counts by {source.axis.name}; a store follows one source — "
+                    f"{self.config.source.type!r} counts by {source.axis.name}; a store follows one source — "
                     "point store.path (or store.url) at a new store for this source."
                 )
             watermark = source.axis.parse(watermark)
