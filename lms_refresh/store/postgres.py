@@ -65,8 +65,8 @@ class PostgresStore(SqlStore):
     @classmethod
     def open(cls, settings, environ, create=True, read_only=False, migrate=True):
         """Connect to the store; migrate it unless `read_only` or `migrate=False`."""
-        url = settings["url"]
-        password = read_secret(settings["password_file"], environ) if settings["password_file"] else None
+        url = settings.url
+        password = read_secret(settings.password_file, environ) if settings.password_file else None
         name = f"lms-refresh pid {os.getpid()} on {socket.gethostname()}"
         try:
             db = psycopg.connect(url, password=password, autocommit=True, connect_timeout=15, application_name=name)
@@ -75,9 +75,9 @@ class PostgresStore(SqlStore):
                 raise ConfigError(f"The store {display_url(url)} refused the credentials ({first_line(error)}); "
                                   "check store.url's user and the file named by store.password_file.")
             raise _unreachable(url, error)
-        store = cls(db, display_url(url), settings["schema"])
+        store = cls(db, display_url(url), settings.schema)
         with store.errors():
-            db.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(settings["schema"])))
+            db.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(settings.schema)))
             version = store.check_version(strict=read_only)
             if version == 0 and not create and not read_only:
                 # A dry run on a new database: build the schema inside the run's own
