@@ -7,16 +7,13 @@ flock) from refreshing the same store at once.
 """
 
 import contextlib
-import os
-import re
-import socket
 
 import psycopg
 from psycopg import sql
 
 from lms_refresh import faults
-from lms_refresh.credentials import read_secret
 from lms_refresh.errors import ConfigError, StateError, UnavailableError
+from lms_refresh.postgresql import connect, connection_error, display_url, first_line, unreachable
 from lms_refresh.store.base import SqlStore
 from lms_refresh.store.pg_schema import MIGRATIONS, SCHEMA_VERSION
 
@@ -48,11 +45,6 @@ GROUP BY day, course_id
 """
 
 
-def display_url(url):
-    """The URL without any password, for messages."""
-    return re.sub(r"(://[^/@:]*):[^/@]*@", r"\1@", url)
-
-
 class PostgresStore(SqlStore):
     placeholder = "%s"
     schema_target = SCHEMA_VERSION
@@ -66,15 +58,8 @@ class PostgresStore(SqlStore):
     def open(cls, settings, environ, create=True, read_only=False, migrate=True):
         """Connect to the store; migrate it unless `read_only` or `migrate=False`."""
         url = settings["url"]
-        password = read_secret(settings["password_file"], environ) if settings["password_file"] else None
-        name = f"lms-refresh pid {os.getpid()} on {socket.gethostname()}"
-        try:
-            db = psycopg.connect(url, password=password, autocommit=True, connect_timeout=15, application_name=name)
-        except psycopg.OperationalError as error:
-            if getattr(error, "sqlstate", None) in ("28P01", "28000") or "authentication failed" in str(error):
-                raise ConfigError(f"The store {display_url(url)} refused the credentials ({first_line(error)}); "
-                                  "check store.url's user and the file named by store.password_file.")
-            raise _unreachable(url, error)
+        db = connect(url, settings["password_file"], environ, f"The store {display_url(url)}", "store",
+                     connect_timeout=15)
         store = cls(db, display_url(url), settings["schema"])
         with store.errors():
             db.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(settings["schema"])))
@@ -151,11 +136,11 @@ class PostgresStore(SqlStore):
             return StateError(f"The store {self.describe()} is read-only ({first_line(error)}); point store.url "
                               "at the primary server.")
         if isinstance(error, psycopg.OperationalError):
-            return _unreachable(self.location, error)
+            return connection_error(error, f"The store {self.location}", "store")
         if isinstance(error, psycopg.Error):
             if self.db.broken or self.db.closed:
                 # A connection lost during a pipelined executemany surfaces as a plain DatabaseError.
-                return _unreachable(self.location, error)
+                return unreachable(error, f"The store {self.location}")
             return StateError(f"The store {self.describe()} failed: {first_line(error)}; check its schema.")
         return None
 
@@ -262,13 +247,3 @@ class PostgresStore(SqlStore):
         self.db.execute("DELETE FROM daily_metrics WHERE day = ANY(%s)", (days,))
         return self.db.execute(_RECOMPUTE, (days,)).rowcount
 
-
-def first_line(error):
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-
-
-def _unreachable(url, error):
-    return UnavailableError(
-        f"The store {display_url(url)} is unreachable or dropped the connection ({first_line(error)}); "
-        "nothing was committed."
-    )
