@@ -125,27 +125,27 @@ def mail_text(alert, recipient):
 def deliver(alert, settings, environ):
     """Send `alert` to every configured channel; return (delivered, attempted) counts."""
     attempted = delivered = 0
-    recipient = settings.get("mail_to")
+    recipient = settings.mail_to
     if recipient:
         attempted += 1
-        sendmail = settings["sendmail"]
+        sendmail = settings.sendmail
         if not os.access(sendmail, os.X_OK):
             logger.warning("No %s to send the alert mail with; install a mail transfer agent.", sendmail)
         else:
             try:
                 subprocess.run([sendmail, "-t", "-oi"], input=mail_text(alert, recipient).encode(), check=True,
-                               timeout=settings["timeout"], capture_output=True)
+                               timeout=settings.timeout, capture_output=True)
                 delivered += 1
             except (subprocess.SubprocessError, OSError) as error:
                 logger.warning("Sending the alert mail with %s failed: %s", sendmail, error)
-    if settings.get("webhook_url_file"):
+    if settings.webhook_url_file:
         attempted += 1
         try:
-            url = read_secret(settings["webhook_url_file"], environ)
+            url = read_secret(settings.webhook_url_file, environ)
         except ConfigError as error:  # the mail may still go out
             logger.warning("The alert webhook is not sent: %s", error)
         else:
-            if post(url, json.dumps(alert).encode(), "application/json", settings["timeout"]):
+            if post(url, json.dumps(alert).encode(), "application/json", settings.timeout):
                 delivered += 1
                 logger.info("Alert delivered to %s", redact_url(url), extra=logs.fields(logs.ALERT_SENT))
     return delivered, attempted
@@ -194,7 +194,7 @@ def send_alert(config_path, unit, exit_status, result, invocation, environ, last
     secrets = []
     for name in ("webhook_url_file", "healthchecks_url_file"):
         try:
-            secrets.append(read_secret(settings[name], environ))
+            secrets.append(read_secret(getattr(settings, name), environ))
         except ConfigError:
             pass
     if not exit_status or exit_status == "0":

@@ -208,14 +208,14 @@ def status(settings, as_json, check):
     if check:
         def read_status():
             config = settings.config()
-            return collect_status(config, os.environ), config.timezone, config.monitoring["grace"]
+            return collect_status(config, os.environ), config.timezone, config.monitoring.grace
 
         code, line = plugin_check(read_status, settings.now)
         click.echo(line)
         return code
     config = settings.config()
     report = collect_status(config, os.environ)
-    report["stale"] = staleness(report, settings.now, config.timezone, config.monitoring["grace"])
+    report["stale"] = staleness(report, settings.now, config.timezone, config.monitoring.grace)
     click.echo(json.dumps(report, indent=2) if as_json else format_status(report))
     return errors.OK
 
@@ -272,7 +272,7 @@ def grant_reader(settings, role):
     Example: lms-refresh grant-reader metabase
     """
     config = settings.config()
-    if config.store_type != "postgresql":
+    if config.store.type != "postgresql":
         raise errors.ConfigError("grant-reader needs store.type = \"postgresql\"; a SQLite store has no roles "
                                  "(give dashboards read access to the file instead).")
     from lms_refresh.store import open_store

@@ -71,9 +71,9 @@ def run_demo(directory, learners, days, seed, now, environ, echo, command="lms-r
     report = refresh(config, now, environment, os.geteuid(), Progress(environment))
     partitions = report.partitions
     echo(
-        f"Refreshed {config.store_path}: {report.statements_read} statements read, "
+        f"Refreshed {config.store.path}: {report.statements_read} statements read, "
         f"{report.quarantined} quarantined (the malformed ones), {report.voided} voided.\n"
-        f"A first run reads back bootstrap_days = {config.bootstrap_days} days (the sample's {days} plus a week), "
+        f"A first run reads back bootstrap_days = {config.window.bootstrap_days} days (the sample's {days} plus a week), "
         f"so it rebuilt the {len(partitions)} local days {partitions[0]} .. {partitions[-1]}, today included; "
         f"{report.rows_written} metric rows (day x course) came out, {report.suppressed} of them with "
         "suppressed values.\n"
@@ -84,7 +84,7 @@ def run_demo(directory, learners, days, seed, now, environ, echo, command="lms-r
     finally:
         store.close()
     echo(format_table(rows[-24:]))
-    noise = config.privacy["max_noise"] if config.privacy["method"] != "none" else 0
+    noise = config.privacy.max_noise if config.privacy.method != "none" else 0
     shown = "last 24" if len(rows) > 24 else "all"
     echo(f"\n({shown} of {len(rows)} rows; '-' = withheld because fewer than {config.min_cell_size} learners"
          + (f"; every other count is perturbed by up to ±{noise} (cell key method), so columns need not add up)"

@@ -44,12 +44,12 @@ def learner_identifier(config, agent=None, moodle_user_id=None):
     `agent` is an xAPI Agent (a dict with one identifier) for xAPI sources;
     `moodle_user_id` a Moodle user id for the Moodle source.
     """
-    kind = config.source["type"]
+    kind = config.source.type
     if kind == "moodle":
         if moodle_user_id is None:
             raise ConfigError(f"The source in {config.origin} is Moodle's log, which names learners by user id; "
                               "use --moodle-user-id.")
-        return moodle_identifier(config.source["site_url"], moodle_user_id)
+        return moodle_identifier(config.source.site_url, moodle_user_id)
     if agent is None:
         raise ConfigError(f"The source in {config.origin} is xAPI ({kind}), which names learners by an agent "
                           "identifier; use --mbox, --mbox-sha1sum, --openid or --account-homepage with --account-name.")
@@ -79,12 +79,12 @@ def forget(config, identifier, environ, euid, dry_run=False):
     report = ForgetReport(dry_run=dry_run)
     load_driver(config)
     if not store_exists(config, environ):
-        logger.info("There is no store yet (%s); nothing to forget.", config.store_path)
+        logger.info("There is no store yet (%s); nothing to forget.", config.store_location)
         return report
     try:
         with run_lock(config, euid, dry_run), sigterm_raises():
-            if config.store_type == "sqlite" and not dry_run:
-                check_writable_file(config.store_path, euid)
+            if config.store.type == "sqlite" and not dry_run:
+                check_writable_file(config.store.path, euid)
             with locked_store(config, environ, create=False) as store:
                 _forget(config, store, identifier, report)
             if not dry_run:

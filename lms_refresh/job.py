@@ -23,17 +23,17 @@ logger = logging.getLogger(__name__)
 
 
 def _pings(config, environ, enabled):
-    if not enabled or not config.alerts["healthchecks_url_file"]:
+    if not enabled or not config.alerts.healthchecks_url_file:
         return Healthchecks(None, 0)
     try:
-        return Healthchecks(read_secret(config.alerts["healthchecks_url_file"], environ), config.alerts["timeout"])
+        return Healthchecks(read_secret(config.alerts.healthchecks_url_file, environ), config.alerts.timeout)
     except ConfigError as error:
         logger.warning("Healthchecks pings are off for this run: %s", error)
         return Healthchecks(None, 0)
 
 
 def _write_metrics(config, environ, now, exit_code, duration, report):
-    path = config.monitoring["textfile"]
+    path = config.monitoring.textfile
     if not path:
         return
     try:
@@ -56,7 +56,7 @@ def _refresh_with_retries(config, now, environ, euid, progress, since, until, dr
     The retries happen inside the one service start, so systemd's start rate
     limit never counts them and the unit's final exit status stays the real one.
     """
-    attempts = config.retry["attempts"] if since is None and not dry_run and not rebuild else 1
+    attempts = config.retry.attempts if since is None and not dry_run and not rebuild else 1
     began = clock()
     for attempt in range(1, attempts + 1):
         try:
@@ -67,7 +67,7 @@ def _refresh_with_retries(config, now, environ, euid, progress, since, until, dr
         except UnavailableError as error:
             if attempt == attempts:
                 raise
-            delay = config.retry["delay"]
+            delay = config.retry.delay
             logger.warning("%s Retrying in %d s (attempt %d of %d).", error, delay, attempt + 1, attempts,
                            extra=logs.fields(logs.RUN_RETRYING, RETRY_ATTEMPT=attempt + 1, EXIT_STATUS=error.exit_code))
             progress(f"Unreachable; attempt {attempt + 1} of {attempts} in {delay} s", force=True)

@@ -1,7 +1,7 @@
 """Write the lms-refresh(8) manual page (roff) from the same sources as the program.
 
 The commands and their options come from the click command tree, the
-configuration keys (defaults and one-line descriptions) from config.SCHEMA,
+configuration keys (defaults, what they accept and one-line descriptions) from config.SCHEMA,
 the exit statuses from errors.MEANINGS, the journal's MESSAGE_IDs from
 logs.MESSAGE_IDS and the units from their files, so the page cannot drift
 from the program. The package build runs:
@@ -17,7 +17,8 @@ import sys
 import click
 
 from lms_refresh import __version__, logs
-from lms_refresh.config import DEFAULT_CONFIG_PATH, DEFAULT_STATE_DIRECTORY, REQUIRED, SCHEMA, parse_duration
+from lms_refresh.config import DEFAULT_CONFIG_PATH, DEFAULT_STATE_DIRECTORY, REQUIRED, SCHEMA
+from lms_refresh.validators import at_least_a_second, parse_duration
 from lms_refresh.errors import MEANINGS
 from lms_refresh.monitoring import PLUGIN_STATES
 
@@ -103,7 +104,7 @@ def format_default(key):
         return "required"
     if key.default is None:
         return "unset"
-    if key.check is parse_duration:
+    if key.check in (parse_duration, at_least_a_second):
         return json.dumps(format_duration(key.default))
     return json.dumps(key.default)
 
@@ -126,12 +127,12 @@ def _configuration(schema):
         _escape(f"A TOML file, {DEFAULT_CONFIG_PATH} unless --config or $LMS_REFRESH_CONFIG names another. "
                 "Unknown keys, wrong types and impossible values are refused with one sentence naming the file "
                 "and the key (exit status 78). Durations are \"90s\", \"5m\", \"1h30m\", \"2d\" or a number "
-                "of seconds. Each key is shown with its default."),
+                "of seconds. Each key is shown with its default and what it accepts."),
     ]
     for section, keys in schema.items():
         lines.append(".SS " + (_escape(f"[{section}]") if section else "Top level"))
         for name, key in keys.items():
-            lines += _item(f"{name} = {format_default(key)}", key.description)
+            lines += _item(f"{name} = {format_default(key)}", f"{key.description} Accepts {key.check.accepts}.")
     return lines
 
 

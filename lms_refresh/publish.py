@@ -66,14 +66,14 @@ def read_state(config, environ):
 
 def publish_if_behind(config, environ, euid):
     """Publish the store's serving rows unless the publication already holds them; return True if written."""
-    if config.store_type != "sqlite" or not store_exists(config, environ):
+    if config.store.type != "sqlite" or not store_exists(config, environ):
         return False
     rows, settings = read_state(config, environ)
     wanted = digest(rows, settings)
-    path = config.publication["path"]
+    path = config.publication.path
     if published_digest(path) == wanted:
         return False
-    write_publication(path, config.publication["group"], rows, settings, wanted, euid)
+    write_publication(path, config.publication.group, rows, settings, wanted, euid)
     logger.info("Published %d rows to %s", len(rows), path, extra={"PUBLICATION": path, "PUBLISHED_ROWS": len(rows)})
     return True
 
@@ -145,11 +145,11 @@ def _write_database(path, rows, settings, wanted):
 
 def describe(config, environ):
     """Return a JSON-ready dict: where the publication is, when it was last published, whether it is current."""
-    if config.store_type != "sqlite":
-        schema = config.store["schema"]
+    if config.store.type != "sqlite":
+        schema = config.store.schema
         return {"location": f"view {schema}_serving.daily_metrics in the store", "published_at": None,
                 "current": True}
-    path = config.publication["path"]
+    path = config.publication.path
     info = {"location": path, "published_at": None, "current": False}
     if os.path.exists(path):
         import datetime as dt

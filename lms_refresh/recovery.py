@@ -19,7 +19,7 @@ from lms_refresh.store import load_driver, open_store, store_exists
 
 def parse_cursor(config, text):
     """Given the operator's TIME (or, for a Moodle source, a log id), return (axis, value)."""
-    if config.source["type"] == "moodle":
+    if config.source.type == "moodle":
         if not text.isdigit():
             raise ConfigError(f"{text!r} is not a Moodle log id; the watermark of a Moodle source is a log id "
                               "(e.g. 1234567).")
@@ -59,7 +59,7 @@ def set_watermark(config, now, environ, euid, text):
 
 def _set(config, now, environ, axis, value):
     if not store_exists(config, environ):
-        raise StateError(f"The store {config.store_path} does not exist yet; the first run chooses its window "
+        raise StateError(f"The store {config.store_location} does not exist yet; the first run chooses its window "
                          "itself (or use 'lms-refresh backfill').")
     store = open_store(config, environ, create=False)
     try:

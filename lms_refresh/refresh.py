@@ -79,7 +79,7 @@ def _refresh(config, now, environ, euid, progress, report, since, until, stop):
     lock = run_lock(config, euid, report.dry_run)
     try:
         with lock:
-            paths = [config.key_file] + ([config.store_path] if config.store_type == "sqlite" else [])
+            paths = [config.key_file] + ([config.store.path] if config.store.type == "sqlite" else [])
             for path in paths:
                 if not report.dry_run:
                     check_writable_file(path, euid)
@@ -144,7 +144,7 @@ def _choose_window(config, now, meta, source, since, until, kind):
         cursor_kind = meta.get("cursor_kind", windows.TIME.name)
         if cursor_kind != source.axis.name:
             raise StateError(
-                f"The store's watermark is a {cursor_kind} cursor but source type {config.source['type']!r} "
+                f"The store's watermark is a {cursor_kind} cursor but source type {config.source.type!r} "
                 f"counts by {source.axis.name}; a store follows one source — point store.path (or "
                 "store.url) at a new store for this source."
             )
@@ -187,7 +187,7 @@ def _with_store(config, now, environ, store, progress, report, since, until, sto
             state.check_identity(config, meta, has_events)
         key = state.open_key(config, meta, has_events, report.dry_run, rebuild)
         store.record_keys = RecordKeys(key)
-        redactor = redact.Redactor(key, config.source.get("site_url"))  # quarantined records keep no identifiers
+        redactor = redact.Redactor(key, getattr(config.source, "site_url", None))  # quarantined records keep no identifiers
         source = build_source(config, Pseudonymiser(key), environ)
         try:
             return _read_source(config, now, store, source, key, meta, report, progress, since, until, stop,

@@ -28,7 +28,7 @@ HORIZON_KEY = "staging_horizon"  # in the store's meta: the first local day whos
 def staging_horizon(config, now, meta):
     """Return the first local day (ISO text) whose events are kept, or None to keep every day."""
     recorded = meta.get(HORIZON_KEY)
-    days = config.retention["staging_days"]
+    days = config.retention.staging_days
     computed = None
     if days is not None:
         today = now.astimezone(zoneinfo.ZoneInfo(config.timezone)).date()
@@ -67,5 +67,5 @@ def apply(store, config, now, horizon, days):
         store.drop_staged_before(horizon)
         store.set_meta(HORIZON_KEY, horizon)
         days = {day for day in days if day >= horizon}
-    store.expire_quarantine(windows.to_cursor(now - dt.timedelta(days=config.retention["quarantine_days"])))
+    store.expire_quarantine(windows.to_cursor(now - dt.timedelta(days=config.retention.quarantine_days)))
     return days

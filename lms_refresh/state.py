@@ -41,10 +41,10 @@ def identity(config):
     """Return {meta key: text} of the settings a staged row's identity derives from (besides
     the time zone and the key, recorded under their own names)."""
     source = config.source
-    if source["type"] == "moodle":
-        return {"identity.site_url": source["site_url"], "identity.site_course_id": str(source["site_course_id"]),
-                "identity.guest_user_id": str(source["guest_user_id"])}
-    return {"identity.course_pattern": source["course_pattern"], "identity.mapping_version": str(MAPPING_VERSION)}
+    if source.type == "moodle":
+        return {"identity.site_url": source.site_url, "identity.site_course_id": str(source.site_course_id),
+                "identity.guest_user_id": str(source.guest_user_id)}
+    return {"identity.course_pattern": source.course_pattern, "identity.mapping_version": str(MAPPING_VERSION)}
 
 
 def record(store, config, key):
@@ -89,9 +89,9 @@ def marker_path(config):
 
 def _store_location(config):
     """What the note records of a store: its file, or its database URL and schema."""
-    if config.store_type == "sqlite":
-        return {"store": config.store_path, "schema": None}
-    return {"store": config.store["url"], "schema": config.store["schema"]}
+    if config.store.type == "sqlite":
+        return {"store": config.store.path, "schema": None}
+    return {"store": config.store.url, "schema": config.store.schema}
 
 
 def remember_store(config, key):
@@ -135,7 +135,7 @@ def check_store_present(config, store_is_new):
     remembered = _remembered_location(config)
     if remembered is not None and remembered in ({}, _store_location(config)):
         raise StateError(
-            f"The store {config.store_path} is missing (or empty) but the pseudonymisation key {config.key_file} "
+            f"The store {config.store_location} is missing (or empty) but the pseudonymisation key {config.key_file} "
             f"and the note of the store it built ({marker_path(config)}) are there, so the store was deleted or "
             "replaced and its history would be lost; restore the store from a backup, or re-create its history "
             f"from the source with {REBUILD}."

@@ -21,7 +21,7 @@ def collect_status(config, environ):
         "config": config.origin,
         "state_directory": config.state_directory,
         "lock": {"path": lock_path, "held": holder is not None, "holder": holder},
-        "store": {"type": config.store_type, "location": config.store_path,
+        "store": {"type": config.store.type, "location": config.store_location,
                   "exists": store_exists(config, environ), "size_bytes": 0},
         "watermark": None, "cursor_kind": None, "last_run": None, "last_success": None, "quarantined_records": 0,
     }
@@ -134,5 +134,5 @@ def run_checks(config, euid, environ):
         finally:
             store.close()
     else:
-        lines.append(f"store {config.store_path}: will be created on the first run")
+        lines.append(f"store {config.store_location}: will be created on the first run")
     return lines

@@ -125,15 +125,15 @@ def upper_bound(now, safety_lag, complete_through):
 def run_window(watermark, now, config, complete_through):
     """Given the stored watermark (or None), return the window of a scheduled run."""
     if watermark is None:
-        since = now - dt.timedelta(days=config.bootstrap_days)
+        since = now - dt.timedelta(days=config.window.bootstrap_days)
     else:
-        since = watermark - dt.timedelta(seconds=config.lookback)
-    return Window(since, upper_bound(now, config.safety_lag, complete_through))
+        since = watermark - dt.timedelta(seconds=config.window.lookback)
+    return Window(since, upper_bound(now, config.window.safety_lag, complete_through))
 
 
 def backfill_window(since, until, now, config, complete_through):
     """Given an operator's explicit window, return it clamped to what is complete."""
-    return Window(since, min(until, upper_bound(now, config.safety_lag, complete_through)))
+    return Window(since, min(until, upper_bound(now, config.window.safety_lag, complete_through)))
 
 
 def next_watermark(current, window, is_backfill, axis=TIME):

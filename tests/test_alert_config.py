@@ -5,7 +5,7 @@ import json
 import pytest
 
 from lms_refresh.alerts import compose, deliver
-from lms_refresh.config import load_alerts
+from lms_refresh.config import Alerts, load_alerts
 from lms_refresh.errors import ConfigError
 from test_monitoring import Receiver
 
@@ -66,7 +66,7 @@ def test_alert_settings_are_read_on_their_own(tmp_path):
     path = tmp_path / "config.toml"
     path.write_text('min_cel_size = 5\n[window]\nsafety_lag = "x"\n[alerts]\nmail_to = "team@example.edu"\n')
     settings = load_alerts(str(path))
-    assert settings["mail_to"] == "team@example.edu" and settings["timeout"] == 10 and settings["webhook_url_file"] is None
+    assert settings.mail_to == "team@example.edu" and settings.timeout == 10 and settings.webhook_url_file is None
     path.write_text('[alerts]\nmail_to = 3\n')
     with pytest.raises(ConfigError, match="key 'alerts.mail_to' expected str"):
         load_alerts(str(path))
@@ -85,8 +85,8 @@ def test_an_unreadable_webhook_file_does_not_stop_the_mail(tmp_path):
     stub.write_text(f"#!/bin/sh\ncat > {captured}\n")
     stub.chmod(0o755)
     alert = compose("lms-refresh.service", "78", "exit-code", None, None, [], [])
-    settings = {"mail_to": "team@example.edu", "sendmail": str(stub), "timeout": 5,
-                "webhook_url_file": str(tmp_path / "absent")}
+    settings = Alerts(mail_to="team@example.edu", sendmail=str(stub), timeout=5,
+                      webhook_url_file=str(tmp_path / "absent"), healthchecks_url_file=None)
     assert deliver(alert, settings, {}) == (1, 2)
     assert "exit status 78" in captured.read_text()
 

@@ -1,5 +1,6 @@
 """Configuration: every mistake is refused with one sentence naming the file and the key."""
 
+import dataclasses
 import pytest
 
 from lms_refresh.config import load_config, parse_duration
@@ -16,14 +17,14 @@ def load(tmp_path, text, environ=None):
 
 def test_defaults(tmp_path):
     config = load(tmp_path, MINIMAL)
-    assert (config.timezone, config.min_cell_size, config.bootstrap_days, config.safety_lag) == ("UTC", 10, 7, 300)
-    assert config.store_path == "/var/lib/lms-refresh/metrics.sqlite"
+    assert (config.timezone, config.min_cell_size, config.window.bootstrap_days, config.window.safety_lag) == ("UTC", 10, 7, 300)
+    assert config.store.path == "/var/lib/lms-refresh/metrics.sqlite"
     assert config.key_file == "/var/lib/lms-refresh/pseudonymisation.key"
 
 
 def test_state_directory_from_systemd_wins(tmp_path):
     config = load(tmp_path, 'state_directory = "/srv/state"\n' + MINIMAL, {"STATE_DIRECTORY": "/var/lib/lms-refresh"})
-    assert config.store_path == "/var/lib/lms-refresh/metrics.sqlite"
+    assert config.store.path == "/var/lib/lms-refresh/metrics.sqlite"
     assert load(tmp_path, 'state_directory = "/srv/state"\n' + MINIMAL).state_directory == "/srv/state"
 
 
@@ -85,8 +86,8 @@ def test_each_source_block_of_the_packaged_config_is_valid_when_uncommented(tmp_
         path = tmp_path / "config.toml"
         path.write_text(f"{head}[source]\n{settings}\n\n[store]\n{tail}")
         config = load_config(str(path), {})
-        kinds.append(config.source["type"])
-        assert set(config.source) - {"type"} == SOURCE_KEYS[config.source["type"]][0]
+        kinds.append(config.source.type)
+        assert {field.name for field in dataclasses.fields(config.source)} - {"type"} == SOURCE_KEYS[config.source.type][0]
     assert kinds == ["xapi-ndjson", "xapi-lrs", "moodle"]
 
 
@@ -101,3 +102,34 @@ def test_source_keys_belong_to_their_kind(tmp_path):
     with pytest.raises(ConfigError, match="must not contain a user name or password"):
         load(tmp_path, '[source]\ntype = "xapi-lrs"\nendpoint = "https://u:p@lrs.example.edu/"\nusername = "u"\n'
                        'password_file = "p"\n')
+
+
+def test_the_packaged_config_shows_every_key_in_its_table_with_its_declared_default():
+    """debian/config.toml is tested against config.SCHEMA, the one declaration of the keys: every key is
+    shown in its own table, no other key is, and each shown value is the default (an example, for a key
+    without one) that the key's validator accepts."""
+    import os
+    import re
+    import tomllib
+
+    from lms_refresh.config import REQUIRED, SCHEMA
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    shown = {}
+    section = ""
+    for line in open(os.path.join(root, "debian", "config.toml")):
+        header = re.match(r"^#? ?\[(\w+)\]", line)
+        if header:
+            section = header.group(1)
+            continue
+        assignment = re.match(r"^#? ?(\w+) = (.*)$", line)
+        if assignment:
+            key, text = assignment.groups()
+            assert key in SCHEMA.get(section, {}), f"debian/config.toml shows [{section}] {key}, which is no such key"
+            value = SCHEMA[section][key].check(tomllib.loads(f"v = {text}")["v"])
+            default = SCHEMA[section][key].default
+            if default is not None and default is not REQUIRED and (section, key) != ("store", "type"):
+                assert value == default, f"debian/config.toml shows [{section}] {key} = {text}, not its default"
+            shown.setdefault((section, key), value)
+    declared = {(section, key) for section, keys in SCHEMA.items() for key in keys}
+    assert declared - set(shown) == set(), "keys the packaged configuration does not show"

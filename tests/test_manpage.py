@@ -10,7 +10,8 @@ import pytest
 
 from lms_refresh import logs
 from lms_refresh.cli import cli
-from lms_refresh.config import SCHEMA, Key, _check_schema, _typed
+from lms_refresh.config import SCHEMA, Key, _check_schema
+from lms_refresh.validators import typed
 from lms_refresh.errors import MEANINGS
 from lms_refresh.manpage import format_default, format_duration, read_units, render
 
@@ -102,10 +103,12 @@ def test_the_page_has_exit_statuses_files_units_environment_and_message_ids(page
 
 
 def test_a_schema_entry_in_the_old_form_is_refused():
-    with pytest.raises(TypeError, match=r"SCHEMA\['window'\]\['x'\] must be Key\(check, default, description\)"):
-        _check_schema({"window": {"x": (_typed(int), 1)}})
+    with pytest.raises(TypeError, match=r"SCHEMA\['window'\]\['x'\] must be Key\(check, default, description\) with a validator"):
+        _check_schema({"window": {"x": (typed(int), 1)}})
     with pytest.raises(TypeError):
-        _check_schema({"window": {"x": Key(_typed(int), 1, "  ")}})  # a description is required
+        _check_schema({"window": {"x": Key(typed(int), 1, "  ")}})  # a description is required
+    with pytest.raises(TypeError):
+        _check_schema({"window": {"x": Key(lambda value: value, 1, "A key.")}})  # and a documented validator
 
 
 def test_the_package_builds_and_installs_the_page_and_the_readme():

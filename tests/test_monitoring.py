@@ -9,6 +9,7 @@ import pytest
 
 from conftest import statement
 from lms_refresh.alerts import compose, deliver, redact
+from lms_refresh.config import Alerts
 
 
 @pytest.fixture
@@ -134,7 +135,8 @@ def test_sendmail_receives_the_alert(tmp_path):
     stub.write_text(f"#!/bin/sh\necho \"$@\" > {captured}.args\ncat > {captured}\n")
     stub.chmod(0o755)
     alert = compose("lms-refresh.service", "69", "exit-code", None, None, [], [])
-    settings = {"mail_to": "data-team@example.edu", "sendmail": str(stub), "webhook_url_file": None, "timeout": 5}
+    settings = Alerts(mail_to="data-team@example.edu", sendmail=str(stub), webhook_url_file=None, timeout=5,
+                      healthchecks_url_file=None)
     assert deliver(alert, settings, {}) == (1, 1)
     mail = captured.read_text()
     assert mail.startswith("To: data-team@example.edu\nSubject: [lms-refresh] lms-refresh.service failed on ")

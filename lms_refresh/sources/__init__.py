@@ -64,16 +64,16 @@ class TimeOrderedSource:
 def build_source(config, pseudonymise, environ):
     """Given a Config, the pseudonymising function and the environment, return the source object."""
     settings = config.source
-    kind = settings["type"]
+    kind = settings.type
     if kind in ("xapi-ndjson", "xapi-lrs"):
         from lms_refresh.sources.xapi import StatementMapper
 
-        mapper = StatementMapper(config.timezone, pseudonymise, settings["course_pattern"])
+        mapper = StatementMapper(config.timezone, pseudonymise, settings.course_pattern)
         if kind == "xapi-ndjson":
             from lms_refresh.sources.ndjson import NdjsonSource
 
-            return NdjsonSource(settings["path"], mapper, settings["batch_size"],
-                                max_record_bytes=settings["max_record_bytes"])
+            return NdjsonSource(settings.path, mapper, settings.batch_size,
+                                max_record_bytes=settings.max_record_bytes)
         from lms_refresh.sources.lrs import LrsSource
 
         return LrsSource(settings, mapper, environ)

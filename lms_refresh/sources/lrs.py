@@ -49,9 +49,9 @@ class LrsSource(LrsClient, TimeOrderedSource):
 
     def __init__(self, settings, mapper, environ, sleep=time.sleep, jitter=random.random, clock=time.monotonic):
         super().__init__(settings, environ, sleep, jitter, clock)
-        self.page_size = settings["page_size"]
-        self.overlap = dt.timedelta(seconds=settings["overlap"])
-        self.max_pages = settings["max_pages"]
+        self.page_size = settings.page_size
+        self.overlap = dt.timedelta(seconds=settings.overlap)
+        self.max_pages = settings.max_pages
         self.mapper = mapper
         self._probed, self._consistent = False, None
 

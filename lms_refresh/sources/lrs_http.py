@@ -132,17 +132,17 @@ class LrsClient:
         import requests  # imported here: only this source needs it
 
         self.requests = requests
-        self.endpoint = settings["endpoint"] if settings["endpoint"].endswith("/") else settings["endpoint"] + "/"
+        self.endpoint = settings.endpoint if settings.endpoint.endswith("/") else settings.endpoint + "/"
         self.statements_url = urllib.parse.urljoin(self.endpoint, "statements")
-        self.username = settings["username"]
-        self.password_file = settings["password_file"]
-        self.ca_bundle = settings["ca_bundle"]
-        self.timeout = settings["timeout"]
-        self.attempts = settings["request_attempts"]
-        self.delay = settings["request_delay"]
-        self.response_deadline = settings["response_deadline"]
-        self.max_bytes = settings["max_response_bytes"]
-        self.read_deadline = settings["read_deadline"]
+        self.username = settings.username
+        self.password_file = settings.password_file
+        self.ca_bundle = settings.ca_bundle
+        self.timeout = settings.timeout
+        self.attempts = settings.request_attempts
+        self.delay = settings.request_delay
+        self.response_deadline = settings.response_deadline
+        self.max_bytes = settings.max_response_bytes
+        self.read_deadline = settings.read_deadline
         self.environ = environ
         self.sleep, self.jitter, self.clock = sleep, jitter, clock
         self._began = None  # when this run's first request started: read_deadline counts from there

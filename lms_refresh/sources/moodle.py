@@ -196,16 +196,16 @@ class MoodleSource:
     axis = windows.LOG_ID
 
     def __init__(self, settings, timezone, pseudonymise, environ):
-        self.url = settings["url"]
-        self.password_file = settings["password_file"]
-        self.table = f"{settings['prefix']}logstore_standard_log"
-        self.grade_items = f"{settings['prefix']}grade_items"
+        self.url = settings.url
+        self.password_file = settings.password_file
+        self.table = f"{settings.prefix}logstore_standard_log"
+        self.grade_items = f"{settings.prefix}grade_items"
         self._grades_readable = True
-        self.id_lookback = settings["id_lookback"]
-        self.batch_size = settings["batch_size"]
-        self.timeout = settings["timeout"]
-        self.mapper = RowMapper(timezone, pseudonymise, settings["site_url"], settings["site_course_id"],
-                                settings["guest_user_id"])
+        self.id_lookback = settings.id_lookback
+        self.batch_size = settings.batch_size
+        self.timeout = settings.timeout
+        self.mapper = RowMapper(timezone, pseudonymise, settings.site_url, settings.site_course_id,
+                                settings.guest_user_id)
         self.environ = environ
         self._db = None
 
@@ -253,7 +253,7 @@ class MoodleSource:
         newest = self.query("SELECT max(id) FROM {table}")[0][0] or 0
         until = newest + 1
         if watermark is None:
-            start = math.ceil((now - dt.timedelta(days=config.bootstrap_days)).timestamp())
+            start = math.ceil((now - dt.timedelta(days=config.window.bootstrap_days)).timestamp())
             first = self.query("SELECT min(id) FROM {table} WHERE timecreated >= %s", (start,))[0][0]
             since = until if first is None else first
         else:

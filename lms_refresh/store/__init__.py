@@ -93,30 +93,30 @@ CROSS JOIN (SELECT CAST(value AS INTEGER) AS k FROM {schema_prefix}meta WHERE ke
 def load_driver(config):
     """Import the store's driver now: a SIGTERM during a slow import inside the run would be
     reported by the driver as an import failure instead of a clean stop."""
-    if config.store_type == "postgresql":
+    if config.store.type == "postgresql":
         import lms_refresh.store.postgres  # noqa: F401
 
 
 def open_store(config, environ, create, read_only=False, migrate=True):
     """Given a Config, return an opened store; `create=False` never creates one."""
-    if config.store_type == "sqlite":
+    if config.store.type == "sqlite":
         from lms_refresh.store.sqlite import SqliteStore
 
-        return SqliteStore.open(config.store_path, create=create, read_only=read_only, migrate=migrate)
-    if config.store_type == "postgresql":
+        return SqliteStore.open(config.store.path, create=create, read_only=read_only, migrate=migrate)
+    if config.store.type == "postgresql":
         from lms_refresh.store.postgres import PostgresStore
 
         return PostgresStore.open(config.store, environ, create=create, read_only=read_only, migrate=migrate)
-    raise ConfigError(f"store type {config.store_type!r} is not supported")
+    raise ConfigError(f"store type {config.store.type!r} is not supported")
 
 
 def store_exists(config, environ):
     """Whether the store has been created: a migrated SQLite file (not an absent, empty or
     half-created one), or a database schema with our tables. Never creates or migrates."""
-    if config.store_type == "sqlite":
+    if config.store.type == "sqlite":
         from lms_refresh.store.sqlite import SqliteStore
 
-        return SqliteStore.present(config.store_path)
+        return SqliteStore.present(config.store.path)
     store = open_store(config, environ, create=True, migrate=False)
     try:
         return store.schema_version() > 0

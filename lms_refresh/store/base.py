@@ -221,8 +221,8 @@ class SqlStore:
 
     def set_privacy(self, min_cell_size, settings):
         """Store the threshold and the noise settings; a change republishes every course."""
-        new = (min_cell_size, settings["method"], settings["max_noise"], float(settings["variance"]),
-               int(settings["withhold_zeros"]))
+        new = (min_cell_size, settings.method, settings.max_noise, float(settings.variance),
+               int(settings.withhold_zeros))
         old = self.execute(f"SELECT {', '.join(PRIVACY_FIELDS)} FROM privacy_settings").fetchone()
         if old is None or tuple(old) != new:
             self.execute("DELETE FROM privacy_settings")

@@ -57,12 +57,12 @@ class PostgresStore(SqlStore):
     @classmethod
     def open(cls, settings, environ, create=True, read_only=False, migrate=True):
         """Connect to the store; migrate it unless `read_only` or `migrate=False`."""
-        url = settings["url"]
-        db = connect(url, settings["password_file"], environ, f"The store {display_url(url)}", "store",
+        url = settings.url
+        db = connect(url, settings.password_file, environ, f"The store {display_url(url)}", "store",
                      connect_timeout=15)
-        store = cls(db, display_url(url), settings["schema"])
+        store = cls(db, display_url(url), settings.schema)
         with store.errors():
-            db.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(settings["schema"])))
+            db.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(settings.schema)))
             version = store.check_version(strict=read_only)
             if version == 0 and not create and not read_only:
                 # A dry run on a new database: build the schema inside the run's own

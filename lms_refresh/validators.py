@@ -1,0 +1,177 @@
+"""The values a configuration key may take: one validator per kind of value.
+
+A validator takes the TOML value and returns it (possibly normalised, e.g. a
+duration in seconds) or raises ValueError with the end of a sentence ("must be
+at least 1"). Each also says what it accepts, in words, and the Python type of
+what it returns (`accepts`, `type`): the typed configuration sections and the
+man page are built from them (see lms_refresh.config).
+"""
+
+import math
+import re
+import zoneinfo
+
+_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+LONGEST_DURATION = 3660 * 86400  # ten years: longer is a typo, and would overflow date arithmetic
+
+
+def accepting(accepts, kind):
+    """Mark a validator with what it accepts (words for the documentation) and the type it returns."""
+    def mark(check):
+        check.accepts, check.type = accepts, kind
+        return check
+
+    return mark
+
+
+@accepting('a duration ("90s", "5m", "1h30m", "2d") or a number of seconds, at most 3660 days', int)
+def parse_duration(value):
+    """Given an int (seconds) or a string like '90s', '5m', '1h30m', '2d', return seconds."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("a duration cannot be negative")
+        return _bounded_duration(value)
+    if not isinstance(value, str):
+        raise ValueError("expected a duration such as \"5m\" or a number of seconds")
+    match = _DURATION.match(value.strip())
+    if not value.strip() or not match:
+        raise ValueError(f"{value!r} is not a duration such as \"90s\", \"5m\", \"1h30m\" or \"2d\"")
+    days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
+    return _bounded_duration(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
+
+
+def _bounded_duration(seconds):
+    if seconds > LONGEST_DURATION:
+        raise ValueError(f"must be at most 3660 days ({LONGEST_DURATION} seconds)")
+    return seconds
+
+
+@accepting("a duration of at least 1 second", int)
+def at_least_a_second(value):
+    seconds = parse_duration(value)
+    if seconds < 1:
+        raise ValueError("must be at least 1 second")
+    return seconds
+
+
+@accepting('an IANA time zone name such as "Europe/Paris"', str)
+def timezone(value):
+    if not isinstance(value, str):
+        raise ValueError("expected a time zone name such as \"Europe/Paris\"")
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"{value!r} is not a known time zone (see timedatectl list-timezones; is tzdata installed?)")
+    return value
+
+
+def _range_words(low, high):
+    if low is not None and high is not None:
+        return f" from {low} to {high}"
+    if low is not None:
+        return f" of at least {low}"
+    return f" of at most {high}" if high is not None else ""
+
+
+def typed(kind, low=None, high=None):
+    """A validator of one TOML type (an int also passes as a float), within [low, high] if given."""
+    words = {int: "an integer", float: "a number", str: "text"}[kind] + _range_words(low, high)
+
+    @accepting(words, kind)
+    def check(value):
+        if isinstance(value, bool) or not isinstance(value, kind):
+            if kind is float and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+            else:
+                raise ValueError(f"expected {'a number' if kind is float else kind.__name__}")
+        if kind is float and not math.isfinite(value):
+            raise ValueError(f"must be a finite number, not {value}")
+        if low is not None and value < low:
+            raise ValueError(f"must be at least {low}")
+        if high is not None and value > high:
+            raise ValueError(f"must be at most {high}")
+        return value
+
+    return check
+
+
+def choice(*choices):
+    """A validator of one of `choices`."""
+    @accepting("one of " + ", ".join(f'"{c}"' for c in choices), str)
+    def check(value):
+        if value not in choices:
+            raise ValueError(f"must be one of {', '.join(repr(c) for c in choices)}")
+        return value
+
+    return check
+
+
+@accepting("a regular expression with at most one capturing group", str)
+def regex(value):
+    if not isinstance(value, str):
+        raise ValueError("expected a regular expression")
+    try:
+        compiled = re.compile(value)
+    except re.error as error:
+        raise ValueError(f"is not a valid regular expression ({error})")
+    if compiled.groups > 1:
+        raise ValueError("may have at most one capturing group")
+    return value
+
+
+path = accepting("a path", str)(typed(str))
+
+
+@accepting("true or false", bool)
+def boolean(value):
+    if not isinstance(value, bool):
+        raise ValueError("expected true or false")
+    return value
+
+
+@accepting("a number from 0 to 100", float)
+def variance(value):
+    return typed(float, 0.0, 100.0)(value)
+
+
+@accepting('a postgresql:// URL without a password', str)
+def postgres_url(value):
+    if not isinstance(value, str) or not re.match(r"^postgres(ql)?://", value):
+        raise ValueError("expected a URL such as \"postgresql://user@host:5432/database\"")
+    if re.match(r"^postgres(ql)?://[^/@]*:[^/@]*@", value) or "password=" in value:
+        raise ValueError("must not contain a password; put it in the file named by store.password_file")
+    return value
+
+
+@accepting("an http:// or https:// URL without a user name or password", str)
+def http_url(value):
+    if not isinstance(value, str) or not re.match(r"^https?://[^/?#]+", value):
+        raise ValueError("expected an http:// or https:// URL such as \"https://lrs.example.edu/xAPI/\"")
+    if "@" in value.split("/")[2]:
+        raise ValueError("must not contain a user name or password; use source.username and source.password_file")
+    return value
+
+
+@accepting("a postgresql:// URL of Moodle's database without a password", str)
+def database_url(value):
+    if isinstance(value, str) and re.match(r"^(mysql|mariadb)(\+\w+)?://", value):
+        raise ValueError("is a MySQL/MariaDB URL; only PostgreSQL Moodle databases are supported "
+                         "(Debian's python3-psycopg is the one database driver lms-refresh depends on)")
+    return postgres_url(value)
+
+
+def sql_name(longest, example, what):
+    """A validator for a lower-case SQL name (a schema, a table prefix) that is safe to splice into SQL."""
+    @accepting(f"a lower-case {what} of at most {longest} characters", str)
+    def check(value):
+        if not isinstance(value, str) or not re.fullmatch(rf"[a-z_][a-z0-9_]{{0,{longest - 1}}}", value):
+            raise ValueError(f"must be a lower-case {what} such as \"{example}\"")
+        return value
+
+    return check
+
+
+identifier = sql_name(41, "lms_refresh", "SQL identifier")
+identifier_prefix = sql_name(21, "mdl_", "table prefix")
