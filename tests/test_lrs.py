@@ -197,6 +197,7 @@ def test_consistent_through_bounds_the_window(tmp_path, ralph):
     assert project.meta()["watermark"] == text(middle)
 
 
+@pytest.mark.ralph  # starts its own Ralph, with TLS
 def test_tls_is_verified_and_a_ca_bundle_makes_a_private_certificate_trusted(tmp_path):
     server = RalphServer(tls=True)
     try:
