@@ -91,3 +91,27 @@ def test_a_store_upgraded_from_every_version_equals_a_new_one(tmp_path, make_pro
     finally:
         fresh.close()
         upgraded.close()
+
+
+# -- parameter styles: the PostgreSQL driver converts `?`, nothing else -------------------------------
+
+def test_the_postgresql_driver_converts_only_placeholders_and_doubles_every_percent_sign():
+    from lms_refresh.store.postgres import format_style
+
+    statement = ("SELECT ?, 'it''s ?%', \"a?b%\", 7 % 4, $x$ ? % $x$ -- why? 100%\n"
+                 "/* ? % */ FROM t WHERE day = ANY(?)")
+    assert format_style(statement) == (
+        "SELECT %s, 'it''s ?%%', \"a?b%%\", 7 %% 4, $x$ ? %% $x$ -- why? 100%%\n"
+        "/* ? %% */ FROM t WHERE day = ANY(%s)")
+
+
+def test_a_literal_question_mark_and_percent_sign_reach_either_store_unchanged(tmp_path, make_project):
+    store = _store(make_project(tmp_path / "p"))
+    try:
+        row = store.execute("SELECT '?%' || ? AS \"a?%\", 7 % 4, ? -- is it? 100%\n/* ? */",
+                            ("x", 5)).fetchone()
+        assert tuple(row) == ("?%x", 3, 5)
+        # A statement with no parameter at all is sent as written, too.
+        assert tuple(store.execute("SELECT '50%?', 9 % 5").fetchone()) == ("50%?", 4)
+    finally:
+        store.close()

@@ -1,37 +1,25 @@
-"""What the SQLite and PostgreSQL stores share: the run's bookkeeping in plain SQL.
+"""What the SQLite and PostgreSQL stores share: the run's bookkeeping and the metrics' rebuild, in SQL
+written once (the store's `dialect` supplies what differs).
 
-Statements are written with `?` placeholders; a store whose driver wants
-another style converts them in `_sql`. Dialect-specific work (opening,
-migrating, staging in bulk, rebuilding partitions) lives in each store.
+Statements are written with `?` placeholders; a store whose driver wants another style converts
+them in `_sql`. Driver-specific work (opening, migrating, staging in bulk) lives in each store.
 """
 
 import json
 
 from lms_refresh import privacy, redact
 from lms_refresh.errors import StateError
-from lms_refresh.store import SERVING_COLUMNS
+from lms_refresh.store.tables import SERVING_COLUMNS, column_names
 
 # daily_metrics' columns that the publication derives from (see lms_refresh.privacy.published_row).
-CELL_FIELDS = (
-    "day", "learners", "statements", "attempts", "attempt_learners", "completions", "completion_learners",
-    "passed", "passed_learners", "failed", "failed_learners", "score_sum_micro", "score_count", "score_learners",
-    "duration_ms", "duration_count", "duration_learners", "learner_key", "statement_key", "attempt_key",
-    "completion_key", "passed_key", "failed_key", "score_key", "duration_key",
-)
-PRIVACY_FIELDS = ("min_cell_size", "method", "max_noise", "variance", "withhold_zeros")
-PUBLISHED_FIELDS = ("course_id", "day") + SERVING_COLUMNS[2:]
-
-RUN_FIELDS = (
-    "run_id", "kind", "started_at", "finished_at", "outcome", "exit_code", "window_since",
-    "window_until", "statements_read", "staged", "voided", "quarantined", "partitions",
-    "rows_written", "suppressed", "message", "version",
-)
+CELL_FIELDS = tuple(name for name in column_names("daily_metrics") if name != "course_id")
+PRIVACY_FIELDS = column_names("privacy_settings")[1:]  # after the id of the one row
+PUBLISHED_FIELDS = column_names("published_metrics")
+RUN_FIELDS = column_names("runs")
 
 
 class SqlStore:
-    placeholder = "?"
-    serving = "serving_daily_metrics"
-    run_order = "seq"
+    dialect = None  # a store.dialect.Dialect
 
     def __init__(self, connection, location):
         self.db = connection
@@ -42,8 +30,14 @@ class SqlStore:
         self.record_keys = None  # a privacy.RecordKeys, set once the run has its secret key
         self._republish_all = False
 
+    @property
+    def run_order(self):
+        """What orders the run log's rows."""
+        return self.dialect.insertion_order
+
     def _sql(self, statement):
-        return statement if self.placeholder == "?" else statement.replace("?", self.placeholder)
+        """Return `statement`, written with `?` placeholders, in the driver's parameter style."""
+        return statement
 
     def execute(self, statement, parameters=()):
         return self.db.execute(self._sql(statement), parameters)
@@ -292,6 +286,15 @@ class SqlStore:
         written = self.rebuild_partitions(days)
         self.publish_courses(courses | self.courses_on(days))
         return written, self.suppressed_on(days)
+
+    def rebuild_partitions(self, days):
+        """Delete and rebuild the metrics of `days` from all staged events of those days; return the rows written."""
+        days = self.dialect.day_set(days)
+        cells, learner_keys = self.dialect.recompute
+        self.execute(f"DELETE FROM daily_metrics WHERE {self.dialect.days_in}", (days,))
+        written = self.execute(cells, (days,)).rowcount
+        self.execute(learner_keys, (days,))
+        return written
 
     def forget_transaction(self):
         """Voids learned inside a rolled-back transaction are gone with it."""
