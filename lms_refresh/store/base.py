@@ -5,6 +5,7 @@ Statements are written with `?` placeholders; a store whose driver wants another
 them in `_sql`. Driver-specific work (opening, migrating, staging in bulk) lives in each store.
 """
 
+import dataclasses
 import json
 
 from lms_refresh import privacy, redact
@@ -203,10 +204,14 @@ class SqlStore:
 
     # -- the publication (lms_refresh.privacy) ---------------------------------
 
-    def privacy_settings(self):
-        """Return the typed privacy settings the publication is computed with (StateError if missing)."""
+    def privacy_settings(self, missing_ok=False):
+        """Return the typed privacy settings in force, which the publication is computed with: the one
+        row of privacy_settings, the only place the threshold is kept. Without it nothing may be
+        published (fail closed): a StateError, or None if `missing_ok` (for a report)."""
         row = self.execute(f"SELECT {', '.join(PRIVACY_FIELDS)} FROM privacy_settings").fetchone()
         if row is None:
+            if missing_ok:
+                return None
             raise StateError(f"The store {self.describe()} has no privacy settings; nothing was published. "
                              "Run lms-refresh again to store them from the configuration.")
         values = dict(zip(PRIVACY_FIELDS, row))
@@ -215,15 +220,17 @@ class SqlStore:
 
     def set_privacy(self, min_cell_size, settings):
         """Store the threshold and the noise settings; a change republishes every course."""
-        new = (min_cell_size, settings.method, settings.max_noise, float(settings.variance),
-               int(settings.withhold_zeros))
-        old = self.execute(f"SELECT {', '.join(PRIVACY_FIELDS)} FROM privacy_settings").fetchone()
-        if old is None or tuple(old) != new:
+        new = privacy.Settings(min_cell_size, settings.method, settings.max_noise, float(settings.variance),
+                               bool(settings.withhold_zeros))
+        if self.privacy_settings(missing_ok=True) != new:
+            row = dict(dataclasses.asdict(new), withhold_zeros=int(new.withhold_zeros))
             self.execute("DELETE FROM privacy_settings")
             self.execute(f"INSERT INTO privacy_settings (id, {', '.join(PRIVACY_FIELDS)}) VALUES (1, ?, ?, ?, ?, ?)",
-                         new)
+                         [row[field] for field in PRIVACY_FIELDS])
             self._republish_all = True
-        self.set_meta("min_cell_size", min_cell_size)  # kept for readers of older versions; never read
+        # Schema versions 1 and 2 kept the threshold as text in meta as well: that copy would no
+        # longer follow the settings in force, so it goes.
+        self.execute("DELETE FROM meta WHERE key = 'min_cell_size'")
 
     def fill_record_keys(self):
         """Give rows staged before schema version 3 their record keys; return True if there were any."""
