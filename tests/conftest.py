@@ -51,7 +51,7 @@ def _missing_systemd():
 
 REQUIREMENTS = {"postgresql": _missing_postgresql, "ralph": _missing_ralph, "systemd": _missing_systemd}
 # The fixtures that reach each kind of server: a test using one is marked without saying so itself.
-MARKING_FIXTURES = {"postgres_server": "postgresql", "ralph": "ralph"}
+MARKING_FIXTURES = {"postgres_server": "postgresql", "ralph_server": "ralph"}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -341,12 +341,18 @@ def sqlite_project(tmp_path):
     return Project(tmp_path / "p")
 
 
-@pytest.fixture
-def ralph():
-    """A real LRS (Ralph) on loopback, empty, for one test."""
+@pytest.fixture(scope="session")
+def ralph_server():
     server = RalphServer()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def ralph(ralph_server):
+    """A real LRS (Ralph) on loopback, empty and healed for each test; one server for the session."""
+    ralph_server.reset()
+    return ralph_server
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ process, `env -i`, other users and systemd stay subprocesses (`Project.cli`).
 What a process would reset and this one must not leak from one run to the next
 is restored and checked after each run: the root logger (the CLI configures it
 and removes pytest's handlers), the SIGTERM handler (lms_refresh.stopping
-installs its own), the armed fault (lms_refresh.faults), the environment
+installs its own) and the SIGALRM handler and timer (the LRS source's response deadline), the armed fault (lms_refresh.faults), the environment
 (exactly `environment` during the run, the test's own after it), the working
 directory and the umask.
 """
@@ -47,7 +47,8 @@ def invoke(argv, environment):
     changes.update(environment)
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
-    sigterm, cwd, umask = signal.getsignal(signal.SIGTERM), os.getcwd(), _umask()
+    sigterm, sigalrm = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGALRM)
+    cwd, umask = os.getcwd(), _umask()
     exited, code = False, None
     with _runner().isolation(env=changes) as streams:
         try:
@@ -64,6 +65,8 @@ def invoke(argv, environment):
         stdout, stderr = (stream.getvalue().decode("utf-8", "replace") for stream in streams[:2])
     assert exited, "lms_refresh.cli.main returned instead of exiting"
     assert signal.getsignal(signal.SIGTERM) is sigterm, "the CLI left its SIGTERM handler installed"
+    assert signal.getsignal(signal.SIGALRM) is sigalrm and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0), \
+        "the CLI left its SIGALRM handler installed or a timer running"
     assert os.getcwd() == cwd and _umask() == umask, "the CLI changed the working directory or the umask"
     code = 0 if code is None else code if isinstance(code, int) else 1
     return subprocess.CompletedProcess(["lms-refresh"] + list(argv), code, stdout, stderr)
