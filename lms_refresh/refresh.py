@@ -22,7 +22,6 @@ from lms_refresh.privacy import RecordKeys
 from lms_refresh.publish import publish_if_behind
 from lms_refresh.pseudonym import Pseudonymiser
 from lms_refresh.sources import build_source
-from lms_refresh.sources.xapi import EVENT_FIELDS
 from lms_refresh.statedir import check_writable_file, prepare_state_directory
 from lms_refresh.store import load_driver, open_store, store_exists
 
@@ -244,7 +243,8 @@ def _transaction(config, now, store, source, key, watermark, window, report, pro
         logger.warning("Rebuilding the store: everything derived from the source is replaced by what it holds "
                        "from %s on.", window.since_cursor, extra={"RUN_ID": report.run_id})
     horizon = retention.staging_horizon(config, now, store.meta())
-    for batch in source.batches(window, store.source_index()):
+    source.restore(store.source_index())
+    for batch in source.batches(window):
         retention.hold_back(batch, horizon)  # days whose staged events were dropped stay closed
         days |= store.stage(batch.events, batch.voids, batch.names)
         quarantined = batch.quarantined + _conflicts(store.take_conflicts())
@@ -296,9 +296,9 @@ def _transaction(config, now, store, source, key, watermark, window, report, pro
 
 def _conflicts(rows):
     """Quarantine records for second versions of staged statement ids (their canonical content)."""
-    return [(f"statement {row[3].hex()}", "conflicting statement id: already staged with other content",
+    return [(f"statement {event.event_id.hex()}", "conflicting statement id: already staged with other content",
              json.dumps({name: value.hex() if isinstance(value, bytes) else value
-                         for name, value in zip(EVENT_FIELDS, row)}, sort_keys=True)) for row in rows]
+                         for name, value in event._asdict().items()}, sort_keys=True)) for event in rows]
 def _check_tolerance(config, report):
     if report.quarantined and report.quarantined > config.max_quarantine_share * report.statements_read:
         share = report.quarantined / report.statements_read
