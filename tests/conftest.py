@@ -10,12 +10,77 @@ import uuid
 
 import pytest
 
+import inprocess
 from lms_refresh.sources.xapi import ADL, COURSE_TYPE
-from lrsserver import RalphServer
+from lrsserver import VENV as RALPH_VENV, RalphServer
 from moodledb import READER, READER_PASSWORD, MoodleDatabase
 from pgserver import PostgresServer
 
 HOME = "https://lms.example.edu"
+
+# What the marked tests need, checked before each of them. Without it a test is skipped with a
+# sentence saying what to install, except under tests/run.sh, which installs everything and sets
+# LMS_REFRESH_REQUIRE_ALL=1: there a missing server, and any other skip, fails the test instead.
+REQUIRE_ALL = "LMS_REFRESH_REQUIRE_ALL"
+
+
+def _missing_postgresql():
+    import glob
+    import importlib.util
+
+    if not glob.glob("/usr/lib/postgresql/*/bin/initdb") or importlib.util.find_spec("psycopg") is None:
+        return ("PostgreSQL is not installed: install the Debian packages postgresql and python3-psycopg "
+                "(tests/run.sh does)")
+    return None
+
+
+def _missing_ralph():
+    if not os.access(os.path.join(RALPH_VENV, "bin", "ralph"), os.X_OK):
+        return (f"Ralph is not installed: create {RALPH_VENV} with 'ralph-malph[cli,lrs]==5.1.0' "
+                "(tests/run.sh does; $LMS_REFRESH_RALPH_VENV names another place)")
+    return None
+
+
+def _missing_systemd():
+    absent = [tool for tool in ("systemd-nspawn", "mmdebstrap") if shutil.which(tool) is None]
+    if absent or os.geteuid() != 0:
+        return (f"booting Debian under systemd needs root and systemd-nspawn and mmdebstrap ({', '.join(absent) or 'not root'}): "
+                "install the Debian packages systemd-container and mmdebstrap and run as root (tests/run.sh does)")
+    return None
+
+
+REQUIREMENTS = {"postgresql": _missing_postgresql, "ralph": _missing_ralph, "systemd": _missing_systemd}
+# The fixtures that reach each kind of server: a test using one is marked without saying so itself.
+MARKING_FIXTURES = {"postgres_server": "postgresql", "ralph_server": "ralph"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for fixture, marker in MARKING_FIXTURES.items():
+            if fixture in getattr(item, "fixturenames", ()) and item.get_closest_marker(marker) is None:
+                item.add_marker(marker)
+        if item.get_closest_marker("system") is not None and item.get_closest_marker("systemd") is None:
+            item.add_marker("systemd")
+
+
+def pytest_runtest_setup(item):
+    for marker, missing in REQUIREMENTS.items():
+        if item.get_closest_marker(marker) is not None:
+            reason = missing()
+            if reason:
+                pytest.skip(reason)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and os.environ.get(REQUIRE_ALL) == "1" and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        report.outcome = "failed"
+        report.longrepr = (f"{REQUIRE_ALL}=1 (tests/run.sh, which installs everything) allows no skip, "
+                           f"but this test was skipped: {reason}")
 
 
 def cli_command():
@@ -174,6 +239,15 @@ class Project:
             assert result.returncode == check, (result.returncode, result.stdout, result.stderr)
         return result
 
+    def invoke(self, *args, now=None, env=None, check=None):
+        """Run the CLI with this project's config inside this process (tests/inprocess.py): the same
+        exit status, stdout and stderr as `cli`, for behaviours that are not about processes."""
+        argv = ["--config", str(self.config)] + (["--now", now] if now else []) + list(args)
+        result = inprocess.invoke(argv, self.environment(env))
+        if check is not None:
+            assert result.returncode == check, (result.returncode, result.stdout, result.stderr)
+        return result
+
     def start(self, *args, now=None):
         command = cli_command() + ["--config", str(self.config)] + (["--now", now] if now else []) + list(args)
         environment = {k: v for k, v in os.environ.items() if k not in ("STATE_DIRECTORY", "JOURNAL_STREAM", "INVOCATION_ID")}
@@ -246,7 +320,7 @@ def postgres_server():
     server.stop()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
 def store_kind(request):
     return request.param
 
@@ -270,12 +344,18 @@ def sqlite_project(tmp_path):
     return Project(tmp_path / "p")
 
 
-@pytest.fixture
-def ralph():
-    """A real LRS (Ralph) on loopback, empty, for one test."""
+@pytest.fixture(scope="session")
+def ralph_server():
     server = RalphServer()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def ralph(ralph_server):
+    """A real LRS (Ralph) on loopback, empty and healed for each test; one server for the session."""
+    ralph_server.reset()
+    return ralph_server
 
 
 @pytest.fixture(scope="session")

@@ -27,9 +27,9 @@ def with_webhook(project, tmp_path, receiver, top="", alerts=""):
 
 def test_a_misspelt_key_fails_the_run_but_still_alerts(sqlite_project, tmp_path, receiver):
     with_webhook(sqlite_project, tmp_path, receiver, top="min_cel_size = 5\n")
-    run = sqlite_project.cli("run")
+    run = sqlite_project.invoke("run")
     assert run.returncode == 78 and "unknown key 'min_cel_size'" in run.stderr
-    result = sqlite_project.cli("alert", env=ENV)
+    result = sqlite_project.invoke("alert", env=ENV)
     assert result.returncode == 0, result.stderr
     assert "alerting from its [alerts] table alone" in result.stderr
     [(path, body)] = receiver.received
@@ -47,7 +47,7 @@ def test_a_misspelt_key_fails_the_run_but_still_alerts(sqlite_project, tmp_path,
 ])
 def test_unreadable_alert_settings_say_nobody_was_alerted(sqlite_project, tmp_path, receiver, top, alerts, says):
     with_webhook(sqlite_project, tmp_path, receiver, top=top, alerts=alerts)
-    result = sqlite_project.cli("alert", env=ENV)
+    result = sqlite_project.invoke("alert", env=ENV)
     assert result.returncode == 78
     assert " ERROR lms-refresh.service failed (exit status 78) and nobody was alerted. No alert could be sent: " \
            "the [alerts] settings cannot be read (" in result.stderr
@@ -57,7 +57,7 @@ def test_unreadable_alert_settings_say_nobody_was_alerted(sqlite_project, tmp_pa
 
 def test_a_missing_configuration_file_says_nobody_was_alerted(sqlite_project):
     sqlite_project.config.unlink()
-    result = sqlite_project.cli("alert", env=ENV)
+    result = sqlite_project.invoke("alert", env=ENV)
     assert result.returncode == 78 and "nobody was alerted" in result.stderr
     assert f"No configuration file at {sqlite_project.config}" in result.stderr
 

@@ -45,27 +45,27 @@ def test_every_command_has_help_with_an_example(command):
 
 
 def test_status_before_and_after_a_run(project):
-    before = project.cli("status", check=0).stdout
+    before = project.invoke("status", check=0).stdout
     assert "watermark:    none (the next run bootstraps)" in before and "not created yet" in before
     project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
-    project.cli("run", now=NOW, check=0)
-    report = json.loads(project.cli("status", "--json", check=0).stdout)
+    project.invoke("run", now=NOW, check=0)
+    report = json.loads(project.invoke("status", "--json", check=0).stdout)
     assert report["watermark"] == "2026-11-03T03:15:00.000000Z"
     assert report["lock"] == {"path": str(project.state / "refresh.lock"), "held": False, "holder": None}
     assert report["last_run"]["outcome"] == "success" and report["last_run"]["rows_written"] == 1
     assert report["last_run"]["window_until"] == "2026-11-03T03:15:00.000000Z"
     assert report["store"]["exists"] and report["store"]["size_bytes"] > 0 and report["store"]["schema_version"] == SCHEMA_VERSION
-    text = project.cli("status", check=0).stdout
+    text = project.invoke("status", check=0).stdout
     assert "last success: success (exit 0) run" in text and "lock:         free" in text
 
 
 def test_check_writes_nothing_and_reports_each_part(project):
-    result = project.cli("check", check=0)
+    result = project.invoke("check", check=0)
     assert "ok  configuration" in result.stdout and "ok  source: 0 export file(s) readable" in result.stdout
     assert "will be created on the first run" in result.stdout
     assert not project.state.exists()
     project.source.rmdir()
-    missing = project.cli("check")
+    missing = project.invoke("check")
     assert missing.returncode == 69 and "does not exist" in missing.stderr
 
 
@@ -105,7 +105,7 @@ def test_errors_go_to_the_journal_with_error_priority(project, monkeypatch):
 
 def test_without_systemd_logs_are_human_lines_on_stderr(project):
     project.write("a.ndjson", [statement()])
-    result = project.cli("run", now=NOW, check=0)
+    result = project.invoke("run", now=NOW, check=0)
     assert " INFO Refresh committed: read 1 statements" in result.stderr
     assert result.stdout == ""
 
@@ -118,7 +118,7 @@ def test_sd_notify_status_reaches_the_notify_socket(project, tmp_path):
         server.bind(address)
         server.settimeout(10)
         project.write("a.ndjson", [statement()])
-        project.cli("run", now=NOW, env={"NOTIFY_SOCKET": address}, check=0)
+        project.invoke("run", now=NOW, env={"NOTIFY_SOCKET": address}, check=0)
         received = []
         server.settimeout(0.5)
         try:

@@ -63,7 +63,7 @@ def test_durations(text, seconds):
 
 def test_cli_reports_config_errors_with_exit_78(project):
     project.config.write_text("min_cell_size = -3\n")
-    result = project.cli("check")
+    result = project.invoke("check")
     assert result.returncode == 78
     assert f"{project.config}: key 'min_cell_size' must be at least 1." in result.stderr
     assert "Traceback" not in result.stderr

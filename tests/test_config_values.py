@@ -29,7 +29,7 @@ def test_absurd_values_are_refused_by_check_and_run(sqlite_project, change, mess
     text = project.config.read_text()
     assert change[0] in text
     project.config.write_text(text.replace(change[0], change[1], 1))
-    result = project.cli(command, now="2026-11-03T04:15:00Z")
+    result = project.invoke(command, now="2026-11-03T04:15:00Z")
     assert result.returncode == 78, result.stderr
     assert f"{project.config}: {message}" in result.stderr
     assert "Traceback" not in result.stderr
@@ -39,7 +39,7 @@ def test_absurd_values_are_refused_by_check_and_run(sqlite_project, change, mess
 def test_a_key_file_that_is_a_directory_is_refused(sqlite_project, tmp_path, command):
     project = sqlite_project
     project.config.write_text(project.config.read_text() + f'[pseudonymisation]\nkey_file = "{tmp_path}"\n')
-    result = project.cli(command, now="2026-11-03T04:15:00Z")
+    result = project.invoke(command, now="2026-11-03T04:15:00Z")
     assert result.returncode == 78
     assert f"{project.config}: key 'pseudonymisation.key_file' names a directory ({tmp_path})" in result.stderr
 

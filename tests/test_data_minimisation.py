@@ -88,13 +88,13 @@ def test_no_identifier_in_any_file_of_the_state_directory_nor_on_stderr(project)
     path = project.write("a.ndjson", good)
     with open(path, "ab") as handle:
         handle.write(b"\n".join(bad) + b"\n")  # the last is not UTF-8
-    committed = project.cli("-v", "run", now=NOW, check=0)
+    committed = project.invoke("-v", "run", now=NOW, check=0)
     assert project.runs()[-1][1:3] == ("success", 0)
     assert project.query("SELECT quarantined FROM runs") == [(len(bad),)]
     # A second window with too much bad input fails with 65 and keeps its evidence after the rollback.
     project.write("b.ndjson", [statement(learner=NAME, timestamp="2026-11-03T08:00:00Z", score=2)] * 3
                   + [statement(learner="u1", timestamp="2026-11-03T08:00:00Z")])
-    failed = project.cli("-v", "run", now="2026-11-04T04:15:00+01:00")
+    failed = project.invoke("-v", "run", now="2026-11-04T04:15:00+01:00")
     assert failed.returncode == 65 and "records in the window were malformed" in failed.stderr
     assert project.runs()[-1][1:3] == ("failed", 65)
 
@@ -120,7 +120,7 @@ def test_quarantined_actors_carry_the_pseudonym_the_run_stages(sqlite_project):
     project.configure(extra_top="max_quarantine_share = 0.5")
     project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)]
                   + [statement(learner=NAME), statement(learner=NAME, score=7)])
-    project.cli("run", now=NOW, check=0)
+    project.invoke("run", now=NOW, check=0)
     pseudonym = Pseudonymiser(read_key(str(project.state / "pseudonymisation.key")))(
         actor_identifier({"account": {"homePage": HOME, "name": NAME}}))
     assert project.query("SELECT COUNT(*) FROM staged_events WHERE actor = ?", (pseudonym,)) == [(1,)]
@@ -203,13 +203,13 @@ def test_quarantined_records_older_than_quarantine_days_are_deleted(project):
         return good + [statement(learner=learner, timestamp=moment, score=9)]
 
     project.write("a.ndjson", day(0, "old"))
-    project.cli("run", now="2026-11-03T04:15:00Z", check=0)
+    project.invoke("run", now="2026-11-03T04:15:00Z", check=0)
     project.write("b.ndjson", day(29, "kept"))
-    project.cli("run", now="2026-12-02T04:15:00Z", check=0)  # 29 days later: the first record stays
+    project.invoke("run", now="2026-12-02T04:15:00Z", check=0)  # 29 days later: the first record stays
     assert project.query("SELECT recorded_at FROM quarantine ORDER BY id") == [
         ("2026-11-03T04:15:00.000000Z",), ("2026-12-02T04:15:00.000000Z",)]
     project.write("c.ndjson", day(31, "new"))
-    project.cli("run", now="2026-12-04T04:15:00Z", check=0)  # 31 days after the first: it is deleted
+    project.invoke("run", now="2026-12-04T04:15:00Z", check=0)  # 31 days after the first: it is deleted
     assert project.query("SELECT recorded_at FROM quarantine ORDER BY id") == [
         ("2026-12-02T04:15:00.000000Z",), ("2026-12-04T04:15:00.000000Z",)]
 
@@ -222,7 +222,7 @@ def test_a_statement_older_than_the_staging_horizon_is_quarantined_and_counted(p
     project.config.write_text(project.config.read_text() + retention)
     old = [statement(learner=f"u{i}", timestamp="2026-11-02T10:00:00Z") for i in range(5)]
     project.write("a.ndjson", old)
-    project.cli("run", now=NOW, check=0)
+    project.invoke("run", now=NOW, check=0)
     before = project.serving()
     assert [row[:3] for row in before] == [("2026-11-02", f"{HOME}/course/BIO101", 5)]
 
@@ -230,7 +230,7 @@ def test_a_statement_older_than_the_staging_horizon_is_quarantined_and_counted(p
     late = statement(learner="u9", timestamp="2026-11-02T11:00:00Z", stored="2026-12-12T09:00:00Z")
     recent = [statement(learner=f"u{i}", timestamp="2026-12-12T09:00:00Z") for i in range(2)]
     project.write("b.ndjson", [late] + recent)
-    result = project.cli("run", now="2026-12-13T04:15:00+01:00", check=0)
+    result = project.invoke("run", now="2026-12-13T04:15:00+01:00", check=0)
     assert "quarantined 1" in result.stderr
     assert project.query("SELECT statements_read, staged, quarantined FROM runs ORDER BY started_at")[-1] == (3, 2, 1)
     assert project.meta()["staging_horizon"] == "2026-11-13"
@@ -246,7 +246,7 @@ def test_a_statement_older_than_the_staging_horizon_is_quarantined_and_counted(p
     project.config.write_text(project.config.read_text().replace(retention, ""))
     project.write("c.ndjson", [statement(learner="u8", timestamp="2026-11-05T11:00:00Z", stored="2026-12-13T09:00:00Z"),
                                statement(learner="u8", timestamp="2026-12-13T09:00:00Z")])
-    project.cli("run", now="2026-12-14T04:15:00+01:00", check=0)
+    project.invoke("run", now="2026-12-14T04:15:00+01:00", check=0)
     assert project.query("SELECT quarantined FROM runs ORDER BY started_at")[-1] == (1,)
     assert project.query("SELECT MIN(day), COUNT(*) FROM staged_events") == [("2026-12-12", 3)]
     assert project.serving()[0] == before[0]
@@ -254,7 +254,7 @@ def test_a_statement_older_than_the_staging_horizon_is_quarantined_and_counted(p
 
 def test_staging_days_shorter_than_the_first_run_is_refused(project):
     project.config.write_text(project.config.read_text() + "[retention]\nstaging_days = 7\n")
-    result = project.cli("check")
+    result = project.invoke("check")
     assert result.returncode == 78
     assert (f"{project.config}: key 'retention.staging_days' (7) must be at least window.bootstrap_days (30)"
             in result.stderr)
@@ -266,12 +266,12 @@ def test_retention_applies_in_runs_with_nothing_to_read(project):
     retention = "[retention]\nquarantine_days = 30\nstaging_days = 30\n"
     project.config.write_text(project.config.read_text() + retention)
     project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)] + [statement(learner="x", score=9)])
-    project.cli("run", now=NOW, check=0)
+    project.invoke("run", now=NOW, check=0)
     assert project.query("SELECT COUNT(*) FROM quarantine") == [(1,)]
     # 31 days on, a safety lag of 31 days ends the window where the last run ended: nothing to read.
     project.configure(extra_top="max_quarantine_share = 0.5", safety_lag='"31d"')
     project.config.write_text(project.config.read_text() + retention)
-    quiet = project.cli("run", now="2026-12-04T04:15:00+01:00", check=0)
+    quiet = project.invoke("run", now="2026-12-04T04:15:00+01:00", check=0)
     assert "Nothing to do" in quiet.stderr
     assert project.query("SELECT COUNT(*) FROM quarantine") == [(0,)]
     assert project.query("SELECT COUNT(*) FROM staged_events") == [(0,)]  # 2 November is before 4 November

@@ -47,12 +47,12 @@ def test_a_full_disk_at_the_lock_exits_69_with_a_sentence(small_disk, tmp_path):
     project = project_on(small_disk, tmp_path)
     project.state.mkdir()
     fill(small_disk)
-    result = project.cli("run", now=NOW)
+    result = project.invoke("run", now=NOW)
     assert result.returncode == 69, result.stderr
     assert f"Cannot write {project.state / 'refresh.lock'}: the disk is full" in result.stderr
     assert "Traceback" not in result.stderr
     (small_disk / "filler").unlink()
-    project.cli("run", now=NOW, check=0)
+    project.invoke("run", now=NOW, check=0)
     assert project.serving()[0][2] == 12
 
 
@@ -60,7 +60,7 @@ def test_a_disk_that_fills_up_during_the_run_exits_69(small_disk, tmp_path):
     project = project_on(small_disk, tmp_path)
     project.write("b.ndjson", [statement(learner=f"v{i % 300}", timestamp="2026-11-01T10:00:00Z")
                                for i in range(6000)])
-    result = project.cli("run", now=NOW)
+    result = project.invoke("run", now=NOW)
     assert result.returncode == 69, result.stderr
     assert "the disk is full" in result.stderr and "Traceback" not in result.stderr
     assert project.serving() == [] or "watermark" not in project.meta()
@@ -68,12 +68,12 @@ def test_a_disk_that_fills_up_during_the_run_exits_69(small_disk, tmp_path):
 
 def test_a_read_only_file_system_is_named_by_run_and_status(small_disk, tmp_path):
     project = project_on(small_disk, tmp_path)
-    project.cli("run", now=NOW, check=0)
+    project.invoke("run", now=NOW, check=0)
     subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
-    run = project.cli("run", now="2026-11-04T04:15:00+01:00")
+    run = project.invoke("run", now="2026-11-04T04:15:00+01:00")
     assert run.returncode == 78
     assert f"The state directory {project.state} is on a read-only file system; remount it read-write" in run.stderr
-    status = project.cli("status", now="2026-11-04T04:15:00+01:00")
+    status = project.invoke("status", now="2026-11-04T04:15:00+01:00")
     assert status.returncode == 0, status.stderr  # it only reads: the state is shown as it is
     assert "watermark:    2026-11-03T03:15:00.000000Z" in status.stdout
     assert "damaged" not in status.stdout + status.stderr

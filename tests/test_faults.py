@@ -44,24 +44,33 @@ def test_every_phase_is_tested():
     assert tested == set(faults.PHASES)
 
 
+_SCENARIOS = {}  # per kind of store: built once, never changed (every test runs on a copy)
+
+
 @pytest.fixture
-def scenario(tmp_path, make_project):
+def scenario(store_kind, make_project, tmp_path_factory):
     """A store holding a first run, new statements for a second (several batches), and the reference
     state after an uninterrupted second run."""
-    base = make_project(tmp_path / "base")
+    if store_kind not in _SCENARIOS:
+        _SCENARIOS[store_kind] = build_scenario(tmp_path_factory.mktemp(f"scenario-{store_kind}"), make_project)
+    return _SCENARIOS[store_kind]
+
+
+def build_scenario(root, make_project):
+    base = make_project(root / "base")
     base.configure(privacy=NOISY)
     base.write("a.ndjson", [statement(learner=f"u{i % 40}", timestamp="2026-11-01T10:00:00Z") for i in range(300)])
-    base.cli("run", now=FIRST.isoformat(), check=0)
+    base.invoke("run", now=FIRST.isoformat(), check=0)
     second = [statement(learner=f"v{i % 60}", timestamp=f"2026-11-0{1 + i % 3}T1{i % 10}:00:00Z",
                         stored=f"2026-11-0{2 + i % 2}T12:00:00Z", score=(i % 5) / 5) for i in range(1800)]
     base.write("b.ndjson", second)  # 1800 statements: four batches of 500
     previous = base.dump()
-    reference = copy(base, tmp_path / "reference")
-    reference.cli("run", now=SECOND.isoformat(), check=0)
+    reference = copy(base, root / "reference")
+    reference.invoke("run", now=SECOND.isoformat(), check=0)
     final = reference.dump()
-    exact = copy(base, tmp_path / "exact")
+    exact = copy(base, root / "exact")
     exact.configure(privacy='method = "none"')
-    exact.cli("run", now=SECOND.isoformat(), check=0)
+    exact.invoke("run", now=SECOND.isoformat(), check=0)
     lines = [line for name in ("a.ndjson", "b.ndjson") for line in (base.source / name).read_text().splitlines()]
     assert exact.serving() == expected_serving(lines, FIRST - dt.timedelta(days=30), SECOND, PARIS, 10)
     assert final != previous
@@ -74,6 +83,7 @@ def scenario(tmp_path, make_project):
 def test_a_kill_or_stop_at_any_phase_leaves_previous_or_new_and_converges(scenario, tmp_path, phase, action):
     base, previous, final = scenario
     victim = copy(base, tmp_path / "victim")
+    # A kill or a stop signals the process: a subprocess. Everything else runs in this process.
     result = victim.cli("run", now=SECOND.isoformat(), env={faults.ENVIRONMENT_VARIABLE: f"{phase}:{action}"})
     committed = RUN_PHASES[phase]
     if action == "kill":
@@ -88,7 +98,7 @@ def test_a_kill_or_stop_at_any_phase_leaves_previous_or_new_and_converges(scenar
         assert victim.runs()[-1][1:3] == ("failed", 143)
     assert victim.dump() == (final if committed else previous)
     assert publication_bytes(victim) in (None, base.published)  # the copy starts without one
-    victim.cli("run", now=SECOND.isoformat(), check=0)
+    victim.invoke("run", now=SECOND.isoformat(), check=0)
     assert victim.dump() == final and publication_bytes(victim) == base.published
 
 
@@ -96,11 +106,11 @@ def test_a_kill_or_stop_at_any_phase_leaves_previous_or_new_and_converges(scenar
 def test_an_unexpected_exception_at_a_phase_rolls_back_with_exit_1(scenario, tmp_path, phase):
     base, previous, final = scenario
     victim = copy(base, tmp_path / "victim")
-    result = victim.cli("run", now=SECOND.isoformat(), env={faults.ENVIRONMENT_VARIABLE: f"{phase}:raise"})
+    result = victim.invoke("run", now=SECOND.isoformat(), env={faults.ENVIRONMENT_VARIABLE: f"{phase}:raise"})
     assert result.returncode == 1
     assert "Unexpected failure (InjectedFault: fault injected at" in result.stderr
     assert victim.dump() == previous
-    victim.cli("run", now=SECOND.isoformat(), check=0)
+    victim.invoke("run", now=SECOND.isoformat(), check=0)
     assert victim.dump() == final
 
 
@@ -108,13 +118,13 @@ def test_an_unexpected_exception_at_a_phase_rolls_back_with_exit_1(scenario, tmp
 def test_a_full_disk_exits_69_and_the_run_log_says_so(scenario, tmp_path, phase):
     base, previous, final = scenario
     victim = copy(base, tmp_path / "victim")
-    result = victim.cli("run", now=SECOND.isoformat(), env={faults.ENVIRONMENT_VARIABLE: f"{phase}:enospc"})
+    result = victim.invoke("run", now=SECOND.isoformat(), env={faults.ENVIRONMENT_VARIABLE: f"{phase}:enospc"})
     assert result.returncode == 69
     assert "the disk is full" in result.stderr and "nothing was committed" in result.stderr
     assert victim.dump() == previous
-    status = json.loads(victim.cli("status", "--json", now=SECOND.isoformat(), check=0).stdout)
+    status = json.loads(victim.invoke("status", "--json", now=SECOND.isoformat(), check=0).stdout)
     assert status["last_run"]["exit_code"] == 69 and "the disk is full" in status["last_run"]["message"]
-    victim.cli("run", now=SECOND.isoformat(), check=0)
+    victim.invoke("run", now=SECOND.isoformat(), check=0)
     assert victim.dump() == final
 
 
@@ -138,8 +148,8 @@ def test_a_kill_or_stop_while_the_store_is_created_or_upgraded(project, phase, a
     assert result.returncode == (-9 if action == "kill" else 143), result.stderr
     if action == "term":
         assert "Stopped by SIGTERM" in result.stderr and "damaged" not in result.stderr
-    status = project.cli("status", now=FIRST.isoformat())
+    status = project.invoke("status", now=FIRST.isoformat())
     assert "damaged" not in status.stdout + status.stderr
-    assert project.cli("run", now=FIRST.isoformat()).returncode == 0
+    assert project.invoke("run", now=FIRST.isoformat()).returncode == 0
     assert project.serving() == expected_serving([json.dumps(s) for s in lines], FIRST - dt.timedelta(days=30),
                                                  FIRST, PARIS, 10)

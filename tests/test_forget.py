@@ -43,18 +43,18 @@ def test_forget_deletes_the_learner_and_rebuilds_their_days_to_a_recount_without
     project.configure(extra_top="min_cell_size = 2")
     lines = activity()
     project.write("a.ndjson", lines)
-    project.cli("run", now=NOW, check=0)
+    project.invoke("run", now=NOW, check=0)
     before = project.serving()
     assert before == expected_serving(lines, SINCE, UNTIL, "Europe/Paris", 2)
     account = ("--account-homepage", HOME, "--account-name", NAME)
 
-    dry = project.cli("forget", "--dry-run", *account, check=0)
+    dry = project.invoke("forget", "--dry-run", *account, check=0)
     assert "would delete: 3 staged events, 0 quarantined records" in dry.stdout
     assert project.serving() == before and staged_of(project, {"account": {"homePage": HOME, "name": NAME}}) == 3
     if not project.postgres:
         assert read_publication(publication(project))[1] == before
 
-    result = project.cli("forget", *account, check=0)
+    result = project.invoke("forget", *account, check=0)
     assert "deleted: 3 staged events, 0 quarantined records" in result.stdout
     assert "rebuilt:     2 daily partitions" in result.stdout
     assert "Forgot one learner: 3 staged events and 0 quarantined records deleted; rebuilt 2 daily partitions" \
@@ -69,7 +69,7 @@ def test_forget_deletes_the_learner_and_rebuilds_their_days_to_a_recount_without
     untouched = [row for row in before if row[0] == "2026-11-04"]
     assert untouched and [row for row in after if row[0] == "2026-11-04"] == untouched
     # Forgetting again finds nothing and changes nothing.
-    again = project.cli("forget", *account, check=0)
+    again = project.invoke("forget", *account, check=0)
     assert "deleted: 0 staged events" in again.stdout and project.serving() == after
 
 
@@ -81,9 +81,9 @@ def test_forget_by_mbox_also_deletes_the_learners_quarantined_records(project):
         item["actor"] = {"objectType": "Agent", "name": NAME, "mbox": f"mailto:{ADDRESS}"}
     others = [statement(learner=f"u{i}") for i in range(4)] + [statement(learner="u9", score=-2)]
     project.write("a.ndjson", mine + others)
-    project.cli("run", now=NOW, check=0)
+    project.invoke("run", now=NOW, check=0)
     assert project.query("SELECT COUNT(*) FROM quarantine") == [(2,)]
-    result = project.cli("forget", "--mbox", ADDRESS, check=0)
+    result = project.invoke("forget", "--mbox", ADDRESS, check=0)
     assert "deleted: 2 staged events, 1 quarantined records" in result.stdout
     assert staged_of(project, {"mbox": f"mailto:{ADDRESS}"}) == 0
     (raw,), = project.query("SELECT raw FROM quarantine")
@@ -93,7 +93,7 @@ def test_forget_by_mbox_also_deletes_the_learners_quarantined_records(project):
 
 def test_forget_waits_for_no_one_and_says_nothing_was_forgotten_while_a_run_holds_the_lock(project):
     project.write("a.ndjson", activity())
-    project.cli("run", now=NOW, check=0)
+    project.invoke("run", now=NOW, check=0)
     with RunLock(str(project.state / "refresh.lock")):
         result = project.cli("forget", "--mbox", ADDRESS)
     assert result.returncode == 69
@@ -104,15 +104,15 @@ def test_forget_waits_for_no_one_and_says_nothing_was_forgotten_while_a_run_hold
 
 def test_forget_refuses_what_cannot_name_exactly_one_learner_of_this_source(sqlite_project):
     project = sqlite_project
-    nothing = project.cli("forget")
+    nothing = project.invoke("forget")
     assert nothing.returncode == 2 and "Name the learner by exactly one identifier" in nothing.stderr
-    two = project.cli("forget", "--mbox", ADDRESS, "--openid", "https://id.example.edu/x")
+    two = project.invoke("forget", "--mbox", ADDRESS, "--openid", "https://id.example.edu/x")
     assert two.returncode == 2 and "got 2" in two.stderr
-    half = project.cli("forget", "--account-name", NAME)
+    half = project.invoke("forget", "--account-name", NAME)
     assert half.returncode == 2 and "--account-homepage and --account-name name one account together" in half.stderr
-    moodle = project.cli("forget", "--moodle-user-id", "5")
+    moodle = project.invoke("forget", "--moodle-user-id", "5")
     assert moodle.returncode == 78 and "which names learners by an agent identifier" in moodle.stderr
-    empty = project.cli("forget", "--mbox", ADDRESS, check=0)
+    empty = project.invoke("forget", "--mbox", ADDRESS, check=0)
     assert "There is no store yet" in empty.stderr and not project.store.exists()
 
 
@@ -121,15 +121,15 @@ def test_forget_a_moodle_user_by_id(tmp_path, moodle, moodle_reader):
     moodle.log("cm_completion", 101, 7, "2026-11-23T11:00:00+01:00", related=101, other={"relateduserid": 101})
     project = moodle_project(tmp_path / "p", moodle, moodle_reader)
     project.configure(extra_top="min_cell_size = 2\nmax_quarantine_share = 0.5")
-    project.cli("run", now="2026-11-25T04:15:00+01:00", check=0)
+    project.invoke("run", now="2026-11-25T04:15:00+01:00", check=0)
     assert project.serving() == EXPECTED_TWO_DAYS
-    assert project.cli("forget", "--mbox", ADDRESS).returncode == 78  # Moodle names learners by id
+    assert project.invoke("forget", "--mbox", ADDRESS).returncode == 78  # Moodle names learners by id
     # The quarantined row names the user only by the pseudonym their events are staged under.
     pseudonym = Pseudonymiser(read_key(str(project.state / "pseudonymisation.key")))(f"moodle:{SITE}|101")
     (raw,), = project.query("SELECT raw FROM quarantine")
     assert json.loads(raw)["relateduserid"] == json.loads(raw)["userid"] == f"pseudonym:{pseudonym}"
     assert project.query("SELECT COUNT(*) FROM staged_events WHERE actor = ?", (pseudonym,)) == [(3,)]
-    result = project.cli("forget", "--moodle-user-id", "101", check=0)
+    result = project.invoke("forget", "--moodle-user-id", "101", check=0)
     assert "deleted: 3 staged events, 1 quarantined records" in result.stdout
     # The 23rd without learner 101 (a view, a quiz attempt, a passed completion): 102 and 103 remain.
     assert project.serving() == [("2026-11-23", course_iri(7), 2, 4, None, None, 0, 0, None, None, 1),
@@ -148,8 +148,8 @@ def test_forget_follows_the_mappers_identity_rule_an_mbox_and_its_sha1_are_one_l
     as_mbox["actor"] = {"mbox": f"mailto:{ADDRESS}"}
     as_sha1["actor"] = {"mbox_sha1sum": hashlib.sha1(f"mailto:{ADDRESS}".encode()).hexdigest()}
     project.write("a.ndjson", [as_mbox, as_sha1] + [statement(learner=f"u{i}") for i in range(3)])
-    project.cli("run", now=NOW, check=0)
+    project.invoke("run", now=NOW, check=0)
     assert staged_of(project, {"mbox": f"mailto:{ADDRESS}"}) == 2
-    result = project.cli("forget", "--mbox-sha1sum", as_sha1["actor"]["mbox_sha1sum"], check=0)
+    result = project.invoke("forget", "--mbox-sha1sum", as_sha1["actor"]["mbox_sha1sum"], check=0)
     assert "deleted: 2 staged events" in result.stdout
     assert project.query("SELECT COUNT(*) FROM staged_events") == [(3,)]

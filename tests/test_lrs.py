@@ -63,15 +63,15 @@ def test_lrs_refreshes_equal_the_ndjson_source_of_the_same_statements(tmp_path, 
     assert len(statements) > 1500 and any(s["verb"]["id"].endswith("voided") for s in second)
     project = lrs_project(tmp_path / "lrs", ralph, postgres)
     t1 = post_then_mark(ralph, first)
-    project.cli("run", now=text(t1), check=0)
+    project.invoke("run", now=text(t1), check=0)
     t2 = post_then_mark(ralph, second)
-    result = project.cli("-v", "run", now=text(t2), check=0)
+    result = project.invoke("-v", "run", now=text(t2), check=0)
     assert "Refresh committed" in result.stderr
 
     stored = ralph.all_statements()  # with the `stored` times Ralph gave them
     assert len(stored) == len(statements)
     twin = ndjson_twin(tmp_path / "twin", stored)
-    twin.cli("run", now=text(t2), check=0)
+    twin.invoke("run", now=text(t2), check=0)
     assert project.dump() == twin.dump()
     since = t2 - dt.timedelta(days=30)
     expected = expected_serving([json.dumps(s) for s in stored], since, t2, PARIS, 10)
@@ -90,22 +90,22 @@ def test_a_500_on_page_7_of_10_commits_nothing_and_the_next_run_converges(tmp_pa
     mark = post_then_mark(ralph, statements)
     # GET 1 asks for the consistent-through header, GET 2..11 are pages 1..10.
     ralph.inject(500, first=8)
-    failed = project.cli("run", now=text(mark))
+    failed = project.invoke("run", now=text(mark))
     assert failed.returncode == 69, failed.stderr
     assert f"The LRS at {ralph.endpoint}statements could not be read after 2 attempt(s) (HTTP 500)" in failed.stderr
     assert project.serving() == [] and "watermark" not in project.meta()
     assert project.runs() == [("run", "failed", 69, text(mark - dt.timedelta(days=30)), text(mark))]
     ralph.heal()
-    project.cli("run", now=text(mark), check=0)
+    project.invoke("run", now=text(mark), check=0)
     twin = ndjson_twin(tmp_path / "twin", ralph.all_statements())
-    twin.cli("run", now=text(mark), check=0)
+    twin.invoke("run", now=text(mark), check=0)
     assert project.dump() == twin.dump() and len(project.serving()) > 10
 
 
 def test_lrs_down_exits_69_naming_the_url_and_commits_nothing(tmp_path, ralph):
     endpoint = f"http://127.0.0.1:{free_port()}/xAPI/"
     project = lrs_project(tmp_path / "lrs", ralph, endpoint=endpoint)
-    result = project.cli("run")
+    result = project.invoke("run")
     assert result.returncode == 69, result.stderr
     assert f"The LRS at {endpoint}statements could not be read after 2 attempt(s) (cannot connect" in result.stderr
     assert ralph.PASSWORD not in result.stderr + result.stdout
@@ -116,7 +116,7 @@ def test_a_wrong_password_exits_78(tmp_path, ralph):
     wrong = tmp_path / "wrong-password"
     wrong.write_text("not-the-password\n")
     project = lrs_project(tmp_path / "lrs", ralph, password_file=str(wrong))
-    result = project.cli("run")
+    result = project.invoke("run")
     assert result.returncode == 78, result.stderr
     assert f"refused the credentials of user '{ralph.USER}' (HTTP 401)" in result.stderr
     assert "not-the-password" not in result.stderr
@@ -145,7 +145,7 @@ def test_a_more_link_to_another_host_is_not_followed(tmp_path, ralph):
         project = lrs_project(tmp_path / "lrs", ralph)
         mark = post_then_mark(ralph, sample_statements(7, learners=50)[:50])
         ralph.inject(200, first=2, body={"statements": [], "more": f"http://127.0.0.1:{port}/xAPI/statements?p=2"})
-        result = project.cli("run", now=text(mark))
+        result = project.invoke("run", now=text(mark))
     finally:
         stop.set()
         thread.join()
@@ -161,18 +161,18 @@ def test_429_with_retry_after_is_honoured(tmp_path, ralph):
     mark = post_then_mark(ralph, sample_statements(9, learners=100)[:300])
     ralph.inject(429, first=3, last=3, headers={"Retry-After": "1"})
     started = time.monotonic()
-    result = project.cli("run", now=text(mark), check=0)
+    result = project.invoke("run", now=text(mark), check=0)
     assert 1 <= time.monotonic() - started < 25
     assert "HTTP 429; attempt 1 of 2, retrying in 1.0 s" in result.stderr
     twin = ndjson_twin(tmp_path / "twin", ralph.all_statements())
-    twin.cli("run", now=text(mark), check=0)
+    twin.invoke("run", now=text(mark), check=0)
     assert project.dump() == twin.dump()
 
 
 def test_check_reports_how_ralph_deviates_from_the_spec(tmp_path, ralph):
     project = lrs_project(tmp_path / "lrs", ralph, overlap="1d")
     post_then_mark(ralph, sample_statements(11, learners=100)[:400])
-    result = project.cli("check", check=0)
+    result = project.invoke("check", check=0)
     out = result.stdout
     assert f"ok  source: LRS {ralph.endpoint}statements: reachable, credentials of 'lms-refresh' accepted" in out
     assert "note  source: deviation: no X-Experience-API-Consistent-Through header" in out
@@ -191,23 +191,24 @@ def test_consistent_through_bounds_the_window(tmp_path, ralph):
     ralph.inject(200, first=1, last=1, body={"statements": []},
                  headers={"X-Experience-API-Consistent-Through": middle.isoformat()})
     project = lrs_project(tmp_path / "lrs", ralph)
-    project.cli("run", now=text(later), check=0)
+    project.invoke("run", now=text(later), check=0)
     assert project.runs()[-1][3:] == (text(later - dt.timedelta(days=30)), text(middle))
     assert project.query("SELECT statements_read FROM runs")[0][0] == 200
     assert project.meta()["watermark"] == text(middle)
 
 
+@pytest.mark.ralph  # starts its own Ralph, with TLS
 def test_tls_is_verified_and_a_ca_bundle_makes_a_private_certificate_trusted(tmp_path):
     server = RalphServer(tls=True)
     try:
         mark = post_then_mark(server, sample_statements(15, learners=100)[:200])
         untrusted = lrs_project(tmp_path / "untrusted", server)
-        result = untrusted.cli("run", now=text(mark))
+        result = untrusted.invoke("run", now=text(mark))
         assert result.returncode == 78, result.stderr
         assert f"TLS verification of the LRS at {server.endpoint}statements failed" in result.stderr
         assert "set source.ca_bundle" in result.stderr and "watermark" not in untrusted.meta()
         trusted = lrs_project(tmp_path / "trusted", server, ca_bundle=server.certificate)
-        trusted.cli("run", now=text(mark), check=0)
+        trusted.invoke("run", now=text(mark), check=0)
         assert trusted.query("SELECT statements_read FROM runs")[0][0] == 200
     finally:
         server.stop()
@@ -215,7 +216,7 @@ def test_tls_is_verified_and_a_ca_bundle_makes_a_private_certificate_trusted(tmp
 
 def test_a_wrong_endpoint_path_exits_78_naming_the_status(tmp_path, ralph):
     project = lrs_project(tmp_path / "lrs", ralph, endpoint=ralph.endpoint.replace("/xAPI/", "/lrs/"))
-    result = project.cli("run")
+    result = project.invoke("run")
     assert result.returncode == 78, result.stderr
     assert "answered HTTP 404" in result.stderr and "check source.endpoint" in result.stderr
 
@@ -223,7 +224,7 @@ def test_a_wrong_endpoint_path_exits_78_naming_the_status(tmp_path, ralph):
 def test_dry_run_reads_the_lrs_and_writes_nothing(tmp_path, ralph):
     mark = post_then_mark(ralph, sample_statements(17, learners=100)[:150])
     project = lrs_project(tmp_path / "lrs", ralph)
-    out = project.cli("run", "--dry-run", now=text(mark), check=0).stdout
+    out = project.invoke("run", "--dry-run", now=text(mark), check=0).stdout
     assert "read:        150 statements" in out and not project.has_store()
 
 
@@ -232,9 +233,9 @@ def test_a_credential_name_is_read_from_the_credentials_directory(tmp_path, ralp
     credentials.mkdir()
     (credentials / "lrs-password").write_text(ralph.PASSWORD + "\n")
     project = lrs_project(tmp_path / "lrs", ralph, password_file="lrs-password")
-    outside = project.cli("check")
+    outside = project.invoke("check")
     assert outside.returncode == 78 and "Credential 'lrs-password' needs $CREDENTIALS_DIRECTORY" in outside.stderr
-    inside = project.cli("check", env={"CREDENTIALS_DIRECTORY": str(credentials)}, check=0)
+    inside = project.invoke("check", env={"CREDENTIALS_DIRECTORY": str(credentials)}, check=0)
     assert "credentials of 'lms-refresh' accepted" in inside.stdout
 
 
@@ -244,8 +245,8 @@ def test_statements_the_engine_cannot_use_are_quarantined_once_by_id(tmp_path, r
     odd = dict(statements[0], id=str(uuid.uuid4()), result={"duration": "P20000D"})
     mark = post_then_mark(ralph, statements + [odd])
     project = lrs_project(tmp_path / "lrs", ralph)
-    project.cli("run", now=text(mark), check=0)
-    project.cli("backfill", "--since", text(mark - dt.timedelta(days=1)), "--until", text(mark), now=text(mark),
+    project.invoke("run", now=text(mark), check=0)
+    project.invoke("backfill", "--since", text(mark - dt.timedelta(days=1)), "--until", text(mark), now=text(mark),
                 check=0)  # reads it again
     assert project.query("SELECT origin, reason FROM quarantine") == [
         (f"{ralph.endpoint}statements id {odd['id']}",

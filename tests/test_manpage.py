@@ -62,6 +62,37 @@ def test_the_page_renders_without_a_single_groff_warning(page, tmp_path):
     assert "XYZZY" in warnings
 
 
+def test_the_page_as_the_package_build_writes_it_reads_cleanly_as_text(page, tmp_path):
+    """debian/rules' command writes the page; groff renders it as man(1) would, with nothing of roff left
+    in the text: no request, no font or dash escape, and every command, exit status and section heading."""
+    import sys
+
+    if shutil.which("groff") is None:
+        pytest.skip("groff is not installed (tests/run.sh installs groff-base)")
+    built = subprocess.run([sys.executable, "-m", "lms_refresh.manpage", "2026-11-30", os.path.join(ROOT, "systemd")],
+                           capture_output=True, text=True, cwd=ROOT)
+    assert built.returncode == 0 and built.stderr == "", built.stderr
+    assert built.stdout == page
+    path = tmp_path / "lms-refresh.8"
+    path.write_text(built.stdout)
+    shown = subprocess.run(["groff", "-man", "-Tutf8", "-rLL=78n", "-P-cbou", str(path)], capture_output=True,
+                           text=True, env={**os.environ, "LC_ALL": "C.UTF-8"})
+    assert shown.returncode == 0 and shown.stderr == "", shown.stderr
+    text = shown.stdout
+    assert text.startswith("LMS-REFRESH(8)") and "lms-refresh - keep an LMS metrics store fresh" in text
+    leaked = [line for line in text.splitlines()  # a request such as .TP or .B, or an escape such as \fB
+              if re.match(r"\s*[.'][A-Za-z]{1,3}(\s|$)", line) or re.search(r"\\[-(fe*]", line)]
+    assert leaked == []
+    commands = text.split("\nCOMMANDS\n")[1].split("\nEXIT STATUS\n")[0]
+    for path_ in leaf_commands():
+        assert re.search(rf"^   {re.escape(path_)} \[OPTIONS\]", commands, re.M), path_
+    statuses = text.split("\nEXIT STATUS\n")[1]
+    for code, meaning in MEANINGS.items():
+        assert re.search(rf"^       {code}\s+{re.escape(meaning.split()[0])} ", statuses, re.M), code
+    for heading in ("NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "CONFIGURATION", "ENVIRONMENT", "FILES"):
+        assert f"\n{heading}\n" in text, heading
+
+
 def test_the_page_documents_every_command_and_option(page):
     for path, command in leaf_commands().items():
         assert re.search(rf"^\.SS {re.escape(path.replace('-', chr(92) + '-'))}( |$)", page, re.M), path
@@ -118,24 +149,51 @@ def test_the_package_builds_and_installs_the_page_and_the_readme():
     assert "README.md" in open(os.path.join(ROOT, "debian", "lms-refresh.docs")).read().split()
 
 
-def test_readme_command_table_lists_every_command_and_only_real_options():
+def command_table_problems(readme):
+    """What is wrong with a README's command table against the click tree: a list of sentences."""
     commands = leaf_commands()
-    rows = re.findall(r"^\| `([^`]+)` \|", section(README, "Commands"), re.M)
-    documented = set()
+    rows = re.findall(r"^\| `([^`]+)` \|", section(readme, "Commands"), re.M)
+    problems, documented = [], set()
     for row in rows:
         words = row.split()
         name = " ".join(words[:2]) if " ".join(words[:2]) in commands else words[0]
-        assert name in commands, f"README documents '{row}', which is no command"
+        if name not in commands:
+            problems.append(f"README documents '{row}', which is no command")
+            continue
         documented.add(name)
         options = {opt for param in commands[name].params for opt in getattr(param, "opts", [])}
         for option in re.findall(r"--[a-z][a-z0-9-]*", row):
-            assert option in options, f"README: '{row}' names {option}, which {name} does not take"
-    assert documented == set(commands), f"missing from the README's command table: {set(commands) - documented}"
+            if option not in options:
+                problems.append(f"README: '{row}' names {option}, which {name} does not take")
+    if documented != set(commands):
+        problems.append(f"missing from the README's command table: {sorted(set(commands) - documented)}")
+    return problems
+
+
+def test_readme_command_table_lists_every_command_and_only_real_options():
+    assert command_table_problems(README) == []
+    assert re.search(r"^\| `grant-reader ROLE` \| .*PostgreSQL", section(README, "Commands"), re.M)
+
+
+def test_the_command_table_check_catches_a_missing_command_and_a_false_option():
+    without = re.sub(r"^\| `grant-reader ROLE` \|.*\n", "", README, flags=re.M)
+    assert without != README
+    assert command_table_problems(without) == ["missing from the README's command table: ['grant-reader']"]
+    invented = README.replace("| `check` |", "| `check --fast` |", 1)
+    assert command_table_problems(invented) == ["README: 'check --fast' names --fast, which check does not take"]
+    foreign = README.replace("| `check` |", "| `verify` |", 1)
+    assert command_table_problems(foreign)[0] == "README documents 'verify', which is no command"
+
+
+def exit_codes_in(readme):
+    return {int(code) for code in re.findall(r"^\| (\d+) \|", section(readme, "Exit codes"), re.M)}
 
 
 def test_readme_exit_code_table_is_the_code_table():
-    codes = {int(code) for code in re.findall(r"^\| (\d+) \|", section(README, "Exit codes"), re.M)}
-    assert codes == set(MEANINGS)
+    assert exit_codes_in(README) == set(MEANINGS)
+    # ...and the comparison notices a row missing or a code the program never uses.
+    assert exit_codes_in(re.sub(r"^\| 69 \|.*\n", "", README, flags=re.M)) == set(MEANINGS) - {69}
+    assert exit_codes_in(README.replace("| 2 | usage error", "| 3 | usage error", 1)) == set(MEANINGS) - {2} | {3}
 
 
 def readme_toml_keys():

@@ -72,7 +72,7 @@ def parse_prom(path):
 def test_healthchecks_pings_and_textfile_follow_each_run(project, receiver, tmp_path):
     prom = monitored(project, receiver, tmp_path)
     project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
-    project.cli("run", now=NOW, check=0)
+    project.invoke("run", now=NOW, check=0)
     assert receiver.paths() == ["/ping/secret-token/start", "/ping/secret-token"]
     first = parse_prom(prom)
     assert first["lms_refresh_last_exit_code"] == 0 and first["lms_refresh_rows_written"] == 1
@@ -84,7 +84,7 @@ def test_healthchecks_pings_and_textfile_follow_each_run(project, receiver, tmp_
         "lms_refresh_quarantined_records", "lms_refresh_suppressed_cells", "lms_refresh_watermark_timestamp_seconds"])
 
     project.write("b.ndjson", ["garbage"] * 5 + [statement(timestamp="2026-11-03T10:00:00Z")])
-    assert project.cli("run", now="2026-11-04T04:15:00+01:00").returncode == 65
+    assert project.invoke("run", now="2026-11-04T04:15:00+01:00").returncode == 65
     assert receiver.paths()[2:] == ["/ping/secret-token/start", "/ping/secret-token/65"]
     assert b"malformed" in receiver.received[-1][1]
     second = parse_prom(prom)
@@ -94,15 +94,15 @@ def test_healthchecks_pings_and_textfile_follow_each_run(project, receiver, tmp_
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".lms_refresh")] == []  # no temp files left
 
     project.source.rename(tmp_path / "gone")
-    assert project.cli("run", now="2026-11-05T04:15:00+01:00").returncode == 69
+    assert project.invoke("run", now="2026-11-05T04:15:00+01:00").returncode == 69
     assert receiver.paths()[4:] == ["/ping/secret-token/start", "/ping/secret-token/69"]
     assert parse_prom(prom)["lms_refresh_last_exit_code"] == 69
 
 
 def test_backfill_and_dry_run_do_not_ping(project, receiver, tmp_path):
     monitored(project, receiver, tmp_path)
-    project.cli("run", "--dry-run", now=NOW, check=0)
-    project.cli("backfill", "--since", "2026-11-01", "--until", "2026-11-02", now=NOW, check=0)
+    project.invoke("run", "--dry-run", now=NOW, check=0)
+    project.invoke("backfill", "--since", "2026-11-01", "--until", "2026-11-02", now=NOW, check=0)
     assert receiver.paths() == []
 
 
@@ -110,7 +110,7 @@ def test_unreachable_ping_never_changes_the_exit_status(project, tmp_path):
     (tmp_path / "hc-url").write_text("http://127.0.0.1:9/ping/secret-token\n")  # nothing listens on port 9
     project.config.write_text(project.config.read_text() + f'\n[alerts]\nhealthchecks_url_file = "{tmp_path / "hc-url"}"\n')
     project.write("a.ndjson", [statement()])
-    result = project.cli("run", now=NOW)
+    result = project.invoke("run", now=NOW)
     assert result.returncode == 0
     assert "Delivery to http://127.0.0.1:9/… failed" in result.stderr and "secret-token" not in result.stderr
 
@@ -147,9 +147,9 @@ def test_sendmail_receives_the_alert(tmp_path):
 def test_alert_command_posts_json_to_the_webhook(project, receiver, tmp_path):
     monitored(project, receiver, tmp_path)
     project.write("a.ndjson", ["garbage"] * 3)
-    assert project.cli("run", now=NOW).returncode == 65
+    assert project.invoke("run", now=NOW).returncode == 65
     receiver.received.clear()
-    result = project.cli("alert", env={"MONITOR_UNIT": "lms-refresh.service", "MONITOR_EXIT_STATUS": "65",
+    result = project.invoke("alert", env={"MONITOR_UNIT": "lms-refresh.service", "MONITOR_EXIT_STATUS": "65",
                                        "MONITOR_SERVICE_RESULT": "exit-code"})
     assert result.returncode == 0, result.stderr
     [(path, body)] = receiver.received
@@ -163,19 +163,19 @@ def test_alert_command_posts_json_to_the_webhook(project, receiver, tmp_path):
 def test_alert_exits_1_when_every_channel_fails(project, tmp_path):
     (tmp_path / "hook-url").write_text("http://127.0.0.1:9/hook\n")
     project.config.write_text(project.config.read_text() + f'\n[alerts]\nwebhook_url_file = "{tmp_path / "hook-url"}"\n')
-    assert project.cli("alert", "--exit-status", "69").returncode == 1
+    assert project.invoke("alert", "--exit-status", "69").returncode == 1
 
 
 def test_scheduled_runs_retry_an_unreachable_source_then_exit_69(project, receiver, tmp_path):
     project.configure(retry_attempts=2)
     prom = monitored(project, receiver, tmp_path)
     project.source.rmdir()
-    result = project.cli("run", now=NOW)
+    result = project.invoke("run", now=NOW)
     assert result.returncode == 69
     assert "does not exist (is the export share mounted?). Retrying in 1 s (attempt 2 of 2)." in result.stderr
     assert receiver.paths() == ["/ping/secret-token/start", "/ping/secret-token/69"]  # one start, one end
     assert parse_prom(prom)["lms_refresh_last_exit_code"] == 69
-    backfill = project.cli("backfill", "--since", "2026-11-01", "--until", "2026-11-02", now=NOW)
+    backfill = project.invoke("backfill", "--since", "2026-11-01", "--until", "2026-11-02", now=NOW)
     assert backfill.returncode == 69 and "Retrying" not in backfill.stderr  # an operator's command fails at once
 
 
@@ -201,15 +201,15 @@ def test_a_retry_that_finds_the_source_back_succeeds(project):
 
 def test_status_check_says_when_data_is_stale(project):
     project.write("a.ndjson", [statement()])
-    never = project.cli("status", "--check", now=NOW)  # no store yet: nothing to say about freshness
+    never = project.invoke("status", "--check", now=NOW)  # no store yet: nothing to say about freshness
     assert never.returncode == 3 and never.stdout.startswith("LMS-REFRESH UNKNOWN - no store at ")
-    project.cli("run", now=NOW, check=0)  # Tuesday 04:15
-    assert project.cli("status", "--check", now="2026-11-03T12:00:00+01:00").returncode == 0
-    assert project.cli("status", "--check", now="2026-11-04T05:00:00+01:00").returncode == 0  # within the grace
-    stale = project.cli("status", "--check", now="2026-11-04T06:30:00+01:00")  # Wednesday's run is missing
+    project.invoke("run", now=NOW, check=0)  # Tuesday 04:15
+    assert project.invoke("status", "--check", now="2026-11-03T12:00:00+01:00").returncode == 0
+    assert project.invoke("status", "--check", now="2026-11-04T05:00:00+01:00").returncode == 0  # within the grace
+    stale = project.invoke("status", "--check", now="2026-11-04T06:30:00+01:00")  # Wednesday's run is missing
     assert stale.returncode == 2 and "before the run due at 2026-11-04T04:15+01:00" in stale.stdout
-    friday = project.cli("status", "--check", now="2026-11-06T04:15:00+01:00")
+    friday = project.invoke("status", "--check", now="2026-11-06T04:15:00+01:00")
     assert friday.returncode == 2
-    project.cli("run", now="2026-11-06T04:15:00+01:00", check=0)
-    assert project.cli("status", "--check", now="2026-11-09T03:00:00+01:00").returncode == 0  # the weekend
-    assert json.loads(project.cli("status", "--json", now="2026-11-09T03:00:00+01:00").stdout)["stale"] is None
+    project.invoke("run", now="2026-11-06T04:15:00+01:00", check=0)
+    assert project.invoke("status", "--check", now="2026-11-09T03:00:00+01:00").returncode == 0  # the weekend
+    assert json.loads(project.invoke("status", "--json", now="2026-11-09T03:00:00+01:00").stdout)["stale"] is None

@@ -23,10 +23,10 @@ def test_an_unconfigured_install_says_no_source_is_configured_and_where(sqlite_p
     expected = (f"No source is configured yet: {sqlite_project.config} has no [source] table; uncomment and fill "
                 "in one of the commented [source] examples in it")
     for command in ("check", "status"):
-        result = sqlite_project.cli(command)
+        result = sqlite_project.invoke(command)
         assert result.returncode == 78 and expected in result.stderr, (command, result.stderr)
         assert "source.type" not in result.stderr
-    assert sqlite_project.cli("is-configured").returncode == 1
+    assert sqlite_project.invoke("is-configured").returncode == 1
 
 
 def test_has_source_decides_by_the_kind_of_error_not_its_wording(tmp_path):

@@ -15,7 +15,7 @@ LINE = re.compile(r"^LMS-REFRESH (OK|WARNING|CRITICAL|UNKNOWN) - ([^|\n]+?)(?: \
 
 def check(project, now):
     """Run `status --check`; return (exit code, state, text, {perfdata label: value}) after checking the format."""
-    result = project.cli("status", "--check", now=now)
+    result = project.invoke("status", "--check", now=now)
     match = LINE.match(result.stdout)
     assert match, (result.stdout, result.stderr)  # exactly one line in the plugin format
     assert "Traceback" not in result.stderr
@@ -25,7 +25,7 @@ def check(project, now):
 
 def test_ok_warning_and_critical_with_perfdata(project):
     project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
-    project.cli("run", now=NOW, check=0)
+    project.invoke("run", now=NOW, check=0)
     [run] = project.query("SELECT rows_written, quarantined FROM runs")
     code, state, text, perfdata = check(project, "2026-11-03T12:15:00+01:00")
     assert (code, state) == (0, "OK")
@@ -36,7 +36,7 @@ def test_ok_warning_and_critical_with_perfdata(project):
 
     # A later run fails; the data is still fresh: WARNING, naming the failure.
     project.write("b.ndjson", ["garbage"] * 5 + [statement(timestamp="2026-11-03T10:00:00Z")])
-    assert project.cli("run", now="2026-11-03T13:00:00+01:00").returncode == 65
+    assert project.invoke("run", now="2026-11-03T13:00:00+01:00").returncode == 65
     code, state, text, perfdata = check(project, "2026-11-03T14:00:00+01:00")
     assert (code, state) == (1, "WARNING")
     assert text.startswith("the last run (run, started 2026-11-03T13:00+01:00) failed with exit status 65: 5 of 6")
@@ -63,7 +63,7 @@ def test_configuration_errors_are_unknown_never_78(sqlite_project, mistake, says
     sqlite_project.config.write_text(mistake + sqlite_project.config.read_text())
     code, state, text, _ = check(sqlite_project, NOW)
     assert (code, state) == (3, "UNKNOWN") and text.startswith("cannot read the state: ") and says in text
-    assert sqlite_project.cli("status", now=NOW).returncode == 78  # the human view keeps the exit-code table
+    assert sqlite_project.invoke("status", now=NOW).returncode == 78  # the human view keeps the exit-code table
 
 
 def test_an_unconfigured_install_is_unknown(sqlite_project):
@@ -80,7 +80,7 @@ def test_a_missing_configuration_file_is_unknown(sqlite_project):
 
 def test_a_damaged_store_is_unknown(sqlite_project):
     sqlite_project.write("a.ndjson", [statement()])
-    sqlite_project.cli("run", now=NOW, check=0)
+    sqlite_project.invoke("run", now=NOW, check=0)
     with open(sqlite_project.store, "r+b") as handle:
         handle.write(b"this is no longer a SQLite database" * 4)
     code, state, text, _ = check(sqlite_project, NOW)

@@ -1,12 +1,10 @@
-"""What only a shared PostgreSQL store has: several hosts, dropped connections, roles, upgrades."""
+"""What only a shared PostgreSQL store has: several hosts, dropped connections, roles, a newer schema.
+What both stores must do identically, upgrades included: tests/test_store_contract.py."""
 
-import json
 import time
 
-import psycopg
 import pytest
 
-from lms_refresh.store.schema import SCHEMA_VERSION
 from conftest import Project, statement
 from lrsserver import HeldLrs
 from lms_refresh.store.postgres import LOCK_CLASS
@@ -74,7 +72,7 @@ def test_two_hosts_on_one_store_never_refresh_at_once(tmp_path, server, pg_proje
     first = blocked_run(pg_project, held_lrs)
     try:
         wait_for_advisory_lock(server, first)
-        second = other_host.cli("run", now=NOW)
+        second = other_host.invoke("run", now=NOW)
         assert second.returncode == 0, second.stderr
         assert f"Another refresh holds the lock (held by lms-refresh pid {first.pid} on " in second.stderr
         held_lrs.release()
@@ -101,7 +99,7 @@ def test_a_dropped_connection_exits_69_commits_nothing_and_the_next_run_converge
     assert "is unreachable or dropped the connection" in err and "nothing was committed" in err
     assert "refresh-secret" not in err
     assert pg_project.serving() == [] and "watermark" not in pg_project.meta()
-    pg_project.cli("run", now=NOW, check=0)
+    pg_project.invoke("run", now=NOW, check=0)
     assert pg_project.serving()[0][2] == 12
 
 
@@ -136,37 +134,20 @@ def test_a_connection_lost_inside_a_pipelined_write_is_unreachable_not_a_damaged
     assert "watermark" not in pg_project.meta()
 
 
-def test_an_older_store_is_upgraded_by_the_next_run(project):
-    from lms_refresh.config import load_config
-    from lms_refresh.store import open_store
-
-    config = load_config(str(project.config), {})
-    project.state.mkdir()
-    store = open_store(config, {}, create=True, migrate=False)
-    store.migrate(target=1)  # what the previous version of lms-refresh created
-    store.set_meta("watermark", "2026-11-01T00:00:00.000000Z")
-    store.close()
-    assert project.cli("status").returncode == 78  # status reads; it does not upgrade
-    project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
-    project.cli("run", now=NOW, check=0)
-    report = json.loads(project.cli("status", "--json", check=0).stdout)
-    assert report["store"]["schema_version"] == SCHEMA_VERSION
-    assert report["last_run"]["window_since"] == "2026-11-01T00:00:00.000000Z"  # the old watermark was kept
-    assert report["last_run"]["version"] == "0.1.0"
-
-
 def test_a_newer_store_is_refused(server, pg_project):
-    pg_project.cli("run", now=NOW, check=0)
+    pg_project.invoke("run", now=NOW, check=0)
     server.admin("INSERT INTO lms_refresh.schema_version (version) VALUES (99)", pg_project.database)
-    result = pg_project.cli("run", now="2026-11-04T04:15:00Z")
+    result = pg_project.invoke("run", now="2026-11-04T04:15:00Z")
     assert result.returncode == 78 and "schema version 99, newer than this lms-refresh understands" in result.stderr
 
 
 def test_a_dashboard_role_reads_the_serving_view_and_nothing_else(server, pg_project):
+    import psycopg
+
     pg_project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
-    pg_project.cli("run", now=NOW, check=0)
+    pg_project.invoke("run", now=NOW, check=0)
     server.admin("DO $$ BEGIN CREATE ROLE dashboard LOGIN PASSWORD 'dash'; EXCEPTION WHEN duplicate_object THEN NULL; END $$")
-    result = pg_project.cli("grant-reader", "dashboard", check=0)
+    result = pg_project.invoke("grant-reader", "dashboard", check=0)
     assert "dashboard may now read lms_refresh_serving.daily_metrics" in result.stdout
     url = f"host=127.0.0.1 port={server.port} dbname={pg_project.database} user=dashboard password=dash"
     with psycopg.connect(url, autocommit=True) as db:
@@ -179,8 +160,8 @@ def test_a_dashboard_role_reads_the_serving_view_and_nothing_else(server, pg_pro
 
 
 def test_check_reports_reachability_version_and_privileges(pg_project):
-    pg_project.cli("run", now=NOW, check=0)
-    result = pg_project.cli("check", check=0)
+    pg_project.invoke("run", now=NOW, check=0)
+    result = pg_project.invoke("check", check=0)
     assert f"(schema lms_refresh): reachable, schema v{SCHEMA_VERSION}; can write staging and metrics" in result.stdout
 
 
@@ -188,37 +169,20 @@ def test_credentials_and_reachability_errors_are_one_clear_sentence(server, pg_p
     wrong = tmp_path / "wrong-password"
     wrong.write_text("not-it\n")
     pg_project.config.write_text(pg_project.config.read_text().replace(server.password_file, str(wrong)))
-    refused = pg_project.cli("run", now=NOW)
+    refused = pg_project.invoke("run", now=NOW)
     assert refused.returncode == 78 and "refused the credentials" in refused.stderr and "Traceback" not in refused.stderr
     pg_project.configure()
     pg_project.config.write_text(pg_project.config.read_text().replace(f":{server.port}/", ":9/"))
-    down = pg_project.cli("run", now=NOW)
+    down = pg_project.invoke("run", now=NOW)
     assert down.returncode == 69 and "postgresql://lms_refresh@127.0.0.1:9/" in down.stderr
 
 
 def test_a_password_in_the_url_is_refused(pg_project):
     pg_project.config.write_text(pg_project.config.read_text().replace("lms_refresh@", "lms_refresh:pw@"))
-    result = pg_project.cli("check")
+    result = pg_project.invoke("check")
     assert result.returncode == 78 and "must not contain a password" in result.stderr and ":pw@" not in result.stderr
 
 
 def test_grant_reader_on_sqlite_says_why_not(sqlite_project):
-    result = sqlite_project.cli("grant-reader", "dashboard")
+    result = sqlite_project.invoke("grant-reader", "dashboard")
     assert result.returncode == 78 and "a SQLite store has no roles" in result.stderr
-
-
-def test_both_stores_give_identical_serving_tables(tmp_path, server):
-    from lms_refresh.sample import generate, write_daily_files
-    import datetime as dt
-
-    lite, pg = Project(tmp_path / "lite"), Project(tmp_path / "pg", server)
-    pg.source.rmdir()
-    pg.source = lite.source
-    pg.configure(extra_top="max_quarantine_share = 0.05")
-    lite.configure(extra_top="max_quarantine_share = 0.05")
-    write_daily_files(lite.source, generate(5, dt.date(2026, 10, 19), 12, 300, "Europe/Paris"))
-    for now in ("2026-10-26T04:15:00+01:00", "2026-10-29T04:15:00+01:00", "2026-11-02T04:15:00+01:00"):
-        lite.cli("run", now=now, check=0)
-        pg.cli("run", now=now, check=0)
-    assert len(lite.serving()) > 40
-    assert lite.dump() == pg.dump()

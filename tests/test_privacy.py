@@ -83,7 +83,7 @@ def test_the_default_table_is_bounded_zero_mean_with_its_variance_and_never_belo
 
 def test_a_variance_the_noise_cannot_carry_is_refused(project):
     project.configure(privacy='method = "cell-key"\nmax_noise = 1\nvariance = 2.0')
-    result = project.cli("run", now=NOW)
+    result = project.invoke("run", now=NOW)
     assert result.returncode == 78
     assert "key 'privacy.variance' is 2.0, more than privacy.max_noise = 1 allows (1.00)" in result.stderr
 
@@ -117,7 +117,7 @@ def test_complement_attack_on_storyline_data(project, privacy):
     cells, statements = storyline_cells(1)
     configure(project, privacy)
     project.write("a.ndjson", statements)
-    project.cli("run", now=NOW, check=0)
+    project.invoke("run", now=NOW, check=0)
     published = rows_by_cell(project)
     perturbation = PerturbationTable(Settings(min_cell_size=K, method=privacy.split('"')[1]))
     exact = certain = 0
@@ -145,7 +145,7 @@ def test_existence_attack_sees_no_day_of_a_small_course(project, privacy):
     small = [statement(learner=f"s{i}", course="SMALL", timestamp=f"{day(d)}T10:00:00Z")
              for d in (1, 4) for i in range(K - 1)]
     project.write("a.ndjson", crowd + alone + small)
-    project.cli("run", now=NOW, check=0)
+    project.invoke("run", now=NOW, check=0)
     rows = project.serving()
     assert {row[1].rsplit("/", 1)[-1] for row in rows} == {"BIG"}  # a course that never reached k: no row at all
     assert [row[0] for row in rows] == [day(d) for d in range(7)]  # every day of the visible span
@@ -159,13 +159,13 @@ def test_differencing_attack_with_single_late_statements(project, privacy):
     cells, statements = storyline_cells(2, courses=25, days=4)
     configure(project, privacy)
     project.write("a.ndjson", statements)
-    project.cli("run", now=NOW, check=0)
+    project.invoke("run", now=NOW, check=0)
     before = rows_by_cell(project)
     # One late statement per cell, from a learner already in it: +1 statement, +1 completion, +1 pass.
     late = [statement(learner=f"{course.lower()}-u{K + 5}", verb="completed", course=course, success=True,
                       timestamp=f"{when}T11:00:00Z", stored="2026-11-21T09:00:00Z") for when, course in cells]
     project.write("b.ndjson", late)
-    project.cli("run", now="2026-11-22T04:15:00Z", check=0)
+    project.invoke("run", now="2026-11-22T04:15:00Z", check=0)
     after = rows_by_cell(project)
     changes = {"statements": 1, "completions": 1, "passed": 1}
     exact_columns = {name: 0 for name in changes}
@@ -191,11 +191,11 @@ def test_threshold_attack_pushing_a_cell_of_k_minus_1_learners_over(project, pri
     others = {f"C{c}": [rng.randint(1, 4) for _ in range(K - 1)] for c in range(60)}
     project.write("a.ndjson", [statement(learner=f"{course}-u{i}", course=course, timestamp=f"{day(0)}T10:00:00Z")
                                for course, counts in others.items() for i, n in enumerate(counts) for _ in range(n)])
-    project.cli("run", now=NOW, check=0)
+    project.invoke("run", now=NOW, check=0)
     assert project.serving() == []  # k-1 learners: nothing, not even a withheld row
     project.write("b.ndjson", [statement(learner="attacker", course=course, timestamp=f"{day(0)}T12:00:00Z",
                                          stored="2026-11-21T09:00:00Z") for course in others])
-    project.cli("run", now="2026-11-22T04:15:00Z", check=0)
+    project.invoke("run", now="2026-11-22T04:15:00Z", check=0)
     published = rows_by_cell(project)
     perturbation = PerturbationTable(Settings(min_cell_size=K, method=privacy.split('"')[1]))
     exact = certain = 0
@@ -217,7 +217,7 @@ def test_a_threshold_that_is_not_an_integer_never_switches_suppression_off(sqlit
     configure(sqlite_project, CELL_KEY)
     sqlite_project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(K)]
                          + [statement(learner=f"u{i}", verb="failed") for i in range(3)])
-    sqlite_project.cli("run", now=NOW, check=0)
+    sqlite_project.invoke("run", now=NOW, check=0)
     published = sqlite_project.serving()
     with sqlite3.connect(sqlite_project.store) as db:
         db.execute("UPDATE meta SET value = 'abc' WHERE key = 'min_cell_size'")  # what used to switch it off
@@ -233,10 +233,10 @@ def test_a_threshold_that_is_not_an_integer_never_switches_suppression_off(sqlit
             store.privacy_settings()
     finally:
         store.close()
-    status = sqlite_project.cli("status", check=0).stdout
+    status = sqlite_project.invoke("status", check=0).stdout
     assert "privacy:" not in status  # nothing in force is shown as nothing, not as a default
-    sqlite_project.cli("run", now="2026-11-21T04:15:00Z", check=0)
-    status = sqlite_project.cli("status", check=0).stdout
+    sqlite_project.invoke("run", now="2026-11-21T04:15:00Z", check=0)
+    status = sqlite_project.invoke("status", check=0).stdout
     assert f"privacy:      min_cell_size {K} in force; noise cell key, counts within +-3, variance 2.0" in status
 
 
@@ -245,12 +245,12 @@ def test_postgresql_refuses_a_threshold_below_one(postgres_server, tmp_path):
 
     server, pg_project = postgres_server, Project(tmp_path / "pg", postgres_server)
     configure(pg_project, CELL_KEY)
-    pg_project.cli("run", now=NOW, check=0)
+    pg_project.invoke("run", now=NOW, check=0)
     import psycopg
 
     with pytest.raises(psycopg.errors.CheckViolation):
         server.admin("UPDATE lms_refresh.privacy_settings SET min_cell_size = 0", pg_project.database)
-    status = pg_project.cli("status", check=0).stdout
+    status = pg_project.invoke("status", check=0).stdout
     assert f"privacy:      min_cell_size {K} in force" in status
     assert "publication:  view lms_refresh_serving.daily_metrics in the store" in status
 
@@ -259,7 +259,7 @@ def test_the_internal_counts_stay_exact_under_perturbation(project):
     cells, statements = storyline_cells(5, courses=6, days=2)
     configure(project, CELL_KEY)
     project.write("a.ndjson", statements)
-    project.cli("run", now=NOW, check=0)
+    project.invoke("run", now=NOW, check=0)
     internal = project.query("SELECT m.day, c.iri, m.learners, m.failed FROM daily_metrics m "
                              "JOIN courses c USING (course_id)")
     assert {(d, iri.rsplit("/", 1)[-1]): (n, f) for d, iri, n, f in internal} == {
@@ -271,7 +271,7 @@ def test_a_store_from_schema_version_2_gets_its_record_keys_and_the_same_publica
     cells, statements = storyline_cells(6, courses=4, days=3)
     configure(project, CELL_KEY)
     project.write("a.ndjson", statements)
-    project.cli("run", now=NOW, check=0)
+    project.invoke("run", now=NOW, check=0)
     fresh = project.serving()
     prefix = "lms_refresh." if project.postgres else ""
     downgrade = [f"DROP VIEW {'lms_refresh_serving.daily_metrics' if project.postgres else 'serving_daily_metrics'}",
@@ -297,10 +297,10 @@ def test_a_store_from_schema_version_2_gets_its_record_keys_and_the_same_publica
             for sql in downgrade:
                 db.execute(sql)
             db.commit()
-    assert project.cli("status").returncode == 78  # version 2: status does not upgrade
+    assert project.invoke("status").returncode == 78  # version 2: status does not upgrade
     project.write("b.ndjson", [statement(learner="late", course="C0", timestamp=f"{day(0)}T12:00:00Z",
                                          stored="2026-11-21T09:00:00Z")])
-    project.cli("run", now="2026-11-22T04:15:00Z", check=0)
+    project.invoke("run", now="2026-11-22T04:15:00Z", check=0)
     upgraded = project.serving()
     assert project.query("SELECT COUNT(*) FROM staged_events WHERE record_key IS NULL") == [(0,)]
     # Every cell but the one the late statement joined is published exactly as before the upgrade.
@@ -312,11 +312,11 @@ def test_withhold_zeros_and_a_new_threshold_republish_every_day(project):
     configure(project, EXACT)
     project.write("a.ndjson", [statement(learner=f"u{i}", timestamp=f"{day(d)}T10:00:00Z")
                                for d in (0, 1) for i in range(12)])
-    project.cli("run", now=NOW, check=0)
+    project.invoke("run", now=NOW, check=0)
     assert [row[2:] for row in project.serving()] == [(12, 12, 0, 0, 0, 0, None, None, 0)] * 2
     project.configure(extra_top=f"min_cell_size = {K}", privacy='method = "none"\nwithhold_zeros = true')
-    project.cli("run", now="2026-11-21T04:15:00Z", check=0)  # reads nothing new: the settings alone republish
+    project.invoke("run", now="2026-11-21T04:15:00Z", check=0)  # reads nothing new: the settings alone republish
     assert [row[2:] for row in project.serving()] == [(12, 12, None, None, None, None, None, None, 1)] * 2
     project.configure(extra_top="min_cell_size = 13", privacy='method = "none"')
-    project.cli("run", now="2026-11-22T04:15:00Z", check=0)
+    project.invoke("run", now="2026-11-22T04:15:00Z", check=0)
     assert project.serving() == []  # 12 learners < 13 on every day: no row, as for a course never seen

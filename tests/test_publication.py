@@ -49,7 +49,7 @@ def test_the_publication_holds_the_published_rows_and_nothing_else(sqlite_projec
     noisy(sqlite_project)
     sqlite_project.write("a.ndjson", learners(14) + learners(3, verb="failed")
                          + learners(2, day="2026-11-04", course="TINY"))
-    sqlite_project.cli("run", now=NOW, check=0)
+    sqlite_project.invoke("run", now=NOW, check=0)
     path = publication(sqlite_project)
     tables, rows, about = read_publication(path)
     assert tables == {"daily_metrics", "publication"}
@@ -72,38 +72,38 @@ def test_identical_rows_give_a_byte_identical_publication(tmp_path):
     write_daily_files(daily.source, generate(11, start, 10, 200, "Europe/Paris"))
     days = [start + dt.timedelta(days=n) for n in range(1, 13) if (start + dt.timedelta(days=n)).weekday() < 5]
     for day in days:
-        daily.cli("run", now=f"{day.isoformat()}T04:15:00+01:00", check=0)
+        daily.invoke("run", now=f"{day.isoformat()}T04:15:00+01:00", check=0)
     once = Project(tmp_path / "once")
     once.source.rmdir()
     once.source = daily.source
     noisy(once)
     last = f"{days[-1].isoformat()}T04:15:00+01:00"
-    once.cli("backfill", "--since", "2026-10-01", "--until", last, now=last, check=0)
+    once.invoke("backfill", "--since", "2026-10-01", "--until", last, now=last, check=0)
     first = publication(once).read_bytes()
     assert publication(daily).read_bytes() == first and len(read_publication(publication(once))[1]) > 30
     # The same window again: the same rows, so the file is left as it is.
     before = publication(once).stat()
-    once.cli("backfill", "--since", "2026-10-01", "--until", last, now=last, check=0)
+    once.invoke("backfill", "--since", "2026-10-01", "--until", last, now=last, check=0)
     assert publication(once).read_bytes() == first and publication(once).stat().st_ino == before.st_ino
 
 
 def test_a_run_that_committed_but_did_not_publish_is_published_by_the_next_run(sqlite_project):
     noisy(sqlite_project)
     sqlite_project.write("a.ndjson", learners(12))
-    sqlite_project.cli("run", now=NOW, check=0)
+    sqlite_project.invoke("run", now=NOW, check=0)
     path = publication(sqlite_project)
     old = path.read_bytes()
     sqlite_project.write("b.ndjson", learners(15, day="2026-11-20"))
-    sqlite_project.cli("run", now="2026-11-21T04:15:00Z", check=0)
+    sqlite_project.invoke("run", now="2026-11-21T04:15:00Z", check=0)
     new = path.read_bytes()
     assert new != old
     path.write_bytes(old)  # the state after a crash between the state's commit and the rename
-    status = sqlite_project.cli("status", check=0).stdout
+    status = sqlite_project.invoke("status", check=0).stdout
     assert f"publication:  {path}, published " in status and "behind the store, the next run publishes it" in status
-    result = sqlite_project.cli("run", now="2026-11-21T04:15:00Z", check=0)  # nothing to read, still publishes
+    result = sqlite_project.invoke("run", now="2026-11-21T04:15:00Z", check=0)  # nothing to read, still publishes
     assert "Nothing to do" in result.stderr and f"Published 19 rows to {path}" in result.stderr
     assert path.read_bytes() == new
-    assert "behind" not in sqlite_project.cli("status", check=0).stdout
+    assert "behind" not in sqlite_project.invoke("status", check=0).stdout
 
 
 def test_a_publication_that_cannot_be_written_fails_after_the_commit_and_says_what_to_fix(sqlite_project, tmp_path):
@@ -112,15 +112,15 @@ def test_a_publication_that_cannot_be_written_fails_after_the_commit_and_says_wh
     target = blocker / "serving.sqlite"
     noisy(sqlite_project)
     sqlite_project.write("a.ndjson", learners(12))
-    sqlite_project.cli("run", now=NOW, check=0)
+    sqlite_project.invoke("run", now=NOW, check=0)
     noisy(sqlite_project, f'\n[publication]\npath = "{target}"')
     sqlite_project.write("b.ndjson", learners(12, day="2026-11-19"))
-    result = sqlite_project.cli("run", now="2026-11-21T04:15:00Z")
+    result = sqlite_project.invoke("run", now="2026-11-21T04:15:00Z")
     assert result.returncode == 78
     assert f"Cannot write the publication {target}: {blocker} is not a directory; the store is committed" in result.stderr
     assert sqlite_project.meta()["watermark"] == "2026-11-21T04:15:00.000000Z"  # the run itself committed
     noisy(sqlite_project)
-    sqlite_project.cli("run", now="2026-11-21T04:20:00Z", check=0)
+    sqlite_project.invoke("run", now="2026-11-21T04:20:00Z", check=0)
     assert read_publication(publication(sqlite_project))[1] == sqlite_project.serving()
 
 
@@ -163,7 +163,7 @@ def test_a_dashboard_account_reads_the_publication_and_nothing_of_the_state(worl
     project = Project(world_readable_root / "p")
     noisy(project)
     project.write("a.ndjson", learners(12))
-    project.cli("run", now=NOW, check=0)
+    project.invoke("run", now=NOW, check=0)
     path = publication(project)
     assert stat.S_IMODE(project.state.stat().st_mode) == 0o750
     with os_account() as dashboard:
@@ -177,7 +177,7 @@ def test_a_dashboard_account_reads_the_publication_and_nothing_of_the_state(worl
             assert "Permission denied" in as_user(dashboard, "cat", str(private)).stderr
         # A reader keeps reading while the next run replaces the file.
         project.write("b.ndjson", learners(13, day="2026-11-20"))
-        project.cli("run", now="2026-11-21T04:15:00Z", check=0)
+        project.invoke("run", now="2026-11-21T04:15:00Z", check=0)
         again = as_user(dashboard, "sqlite3", "-readonly", str(path), "SELECT COUNT(*) FROM daily_metrics")
         assert again.stdout == "19\n"
 
@@ -188,7 +188,7 @@ def test_publication_group_limits_the_readers_to_its_members(world_readable_root
     noisy(project, f'\n[publication]\ngroup = "{group}"')
     project.write("a.ndjson", learners(12))
     with os_account(group) as member, os_account() as outsider:
-        project.cli("run", now=NOW, check=0)
+        project.invoke("run", now=NOW, check=0)
         path = publication(project)
         assert stat.S_IMODE(path.stat().st_mode) == 0o640 and stat.S_IMODE(path.parent.stat().st_mode) == 0o750
         read = as_user(member, "/usr/bin/python3", "-c", READ_WITH_PYTHON, str(path))
@@ -201,6 +201,6 @@ def test_publication_group_limits_the_readers_to_its_members(world_readable_root
 def test_an_unknown_publication_group_is_a_configuration_error(sqlite_project):
     noisy(sqlite_project, '\n[publication]\ngroup = "no-such-group-here"')
     sqlite_project.write("a.ndjson", learners(12))
-    result = sqlite_project.cli("run", now=NOW)
+    result = sqlite_project.invoke("run", now=NOW)
     assert result.returncode == 78
     assert "The group 'no-such-group-here' named by publication.group does not exist" in result.stderr

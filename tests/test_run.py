@@ -1,12 +1,13 @@
-"""The refresh run through the installed CLI: the behaviours PRODUCT.md promises."""
+"""The refresh run as a command: exit statuses, a second run beside a first, a stop from outside, a bare
+environment. What is about processes runs the installed CLI in a subprocess; the rest runs in this
+process (tests/inprocess.py). What the run computes, on each store: tests/test_store_contract.py."""
 
 import signal
 import subprocess
 import time
 
-import pytest
-
-from conftest import statement, voiding
+from conftest import statement
+from lms_refresh import faults
 from lrsserver import HeldLrs
 from lms_refresh.lock import probe
 
@@ -21,16 +22,6 @@ def wait_for_lock(project, process, seconds=20):
         time.sleep(0.02)
 
 
-def test_bootstrap_with_no_prior_state(project):
-    assert not project.state.exists()
-    project.write("a.ndjson", [statement(learner=f"u{i}", timestamp="2026-11-02T10:00:00Z") for i in range(12)])
-    result = project.cli("run", now=NOW, check=0)
-    assert "FileNotFoundError" not in result.stderr
-    assert (project.state / "pseudonymisation.key").stat().st_mode & 0o777 == 0o600
-    assert project.serving()[0][:4] == ("2026-11-02", "https://lms.example.edu/course/BIO101", 12, 12)
-    assert project.meta()["watermark"] == "2026-11-03T03:15:00.000000Z"
-
-
 def test_overlap_second_run_exits_0_and_touches_nothing(project, tmp_path):
     lrs = HeldLrs(tmp_path, [statement(learner=f"u{i}") for i in range(13)])  # the first run waits at its first page
     project.source_settings = lrs.source
@@ -39,7 +30,7 @@ def test_overlap_second_run_exits_0_and_touches_nothing(project, tmp_path):
     try:
         lrs.wait_until_held(first)
         wait_for_lock(project, first)
-        second = project.cli("run", now=NOW)
+        second = project.invoke("run", now=NOW)  # in this process: the lock is the other process's
         assert second.returncode == 0
         assert "Another refresh holds the lock" in second.stderr
         assert str(first.pid) in second.stderr
@@ -54,61 +45,15 @@ def test_overlap_second_run_exits_0_and_touches_nothing(project, tmp_path):
     assert [r[:3] for r in project.runs()] == [("run", "success", 0)]
 
 
-def test_same_window_twice_is_byte_identical(project):
-    project.write("a.ndjson", [statement(learner=f"u{i % 15}", score=(i % 7) / 10, duration="PT1M3.5S",
-                                         timestamp=f"2026-11-0{1 + i % 2}T1{i % 10}:00:00Z") for i in range(300)])
-    project.cli("backfill", "--since", "2026-10-30", "--until", "2026-11-03", now=NOW, check=0)
-    first = project.dump()
-    project.cli("backfill", "--since", "2026-10-30", "--until", "2026-11-03", now=NOW, check=0)
-    assert project.dump() == first
-    assert len(project.serving()) == 2
-
-
-def test_watermark_advances_only_on_success(project):
-    project.configure(extra_top="max_quarantine_share = 0.05")
-    project.write("a.ndjson", [statement(learner=f"u{i}", stored="2026-11-01T09:00:00Z") for i in range(20)])
-    project.cli("run", now="2026-11-01T12:00:00Z", check=0)
-    before, watermark = project.dump(), project.meta()["watermark"]
-    # A second window whose good statements are staged in batches before the bad file fails it.
-    project.write("b.ndjson", [statement(learner=f"v{i}", timestamp="2026-11-02T09:00:00Z") for i in range(1500)])
-    bad = project.write("c.ndjson", ['{"broken": '] * 200)
-    result = project.cli("run", now=NOW)
-    assert result.returncode == 65
-    assert "nothing was committed" in result.stderr
-    assert project.dump() == before and project.meta()["watermark"] == watermark
-    assert project.runs()[-1][1:3] == ("failed", 65)
-    bad.unlink()
-    project.cli("run", now=NOW, check=0)
-    assert project.runs()[-1][3] == watermark  # the same window again, from the old watermark
-    assert [row[2] for row in project.serving()] == [1520]  # 20 from the first run + 1500
-
-
-def test_exit_codes(project, tmp_path):
-    project.write("a.ndjson", [statement()])
-    assert project.cli("run", now=NOW).returncode == 0
-    again = project.cli("run", now=NOW)
-    assert again.returncode == 0 and "Nothing to do" in again.stderr
-    assert project.cli("run", "--no-such-option").returncode == 2
-    project.config.write_text(project.config.read_text() + "\n[stroe]\npath = 'x'\n")
-    bad_config = project.cli("run", now=NOW)
-    assert bad_config.returncode == 78 and "unknown key 'stroe'" in bad_config.stderr
-    project.configure()
-    project.source.rename(tmp_path / "moved")
-    missing = project.cli("run", now="2026-11-04T04:15:00Z")
-    assert missing.returncode == 69 and "does not exist" in missing.stderr
-
-
-def test_unexpected_failure_exits_1_with_one_sentence(monkeypatch, capsys, project):
-    from lms_refresh import cli
-
-    def explode(*args, **kwargs):
-        raise RuntimeError("disk on fire")
-
-    monkeypatch.setattr(cli, "run_job", explode)
-    with pytest.raises(SystemExit) as stopped:
-        cli.main(["--config", str(project.config), "run"])
-    assert stopped.value.code == 1
-    assert "Unexpected failure (RuntimeError: disk on fire); nothing was committed." in capsys.readouterr().err
+def test_unexpected_failure_exits_1_with_one_sentence(project):
+    project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
+    result = project.invoke("run", now=NOW, env={faults.ENVIRONMENT_VARIABLE: "before-recompute:raise"})
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if " ERROR " in line]
+    assert errors[0].endswith(" ERROR Unexpected failure (InjectedFault: fault injected at before-recompute); "
+                               "nothing was committed."), result.stderr
+    assert "Traceback" in result.stderr  # the details follow the sentence
+    assert project.serving() == [] and project.runs()[-1][1:3] == ("failed", 1)
 
 
 def test_runs_in_a_bare_environment(project):
@@ -122,83 +67,9 @@ def test_runs_in_a_bare_environment(project):
     assert project.serving()[0][2] == 10
 
 
-def test_late_statement_recomputes_its_old_partition(project):
-    project.configure(extra_top="min_cell_size = 1")
-    project.write("a.ndjson", [statement(learner="u1", timestamp="2026-10-27T10:00:00Z")])
-    project.cli("run", now="2026-10-28T04:15:00Z", check=0)
-    assert [r[:4] for r in project.serving()] == [("2026-10-27", "https://lms.example.edu/course/BIO101", 1, 1)]
-    # Stored today, happened last week (offline mobile sync).
-    project.write("b.ndjson", [statement(learner="u2", timestamp="2026-10-27T11:00:00Z", stored="2026-11-02T20:00:00Z")])
-    project.cli("run", now=NOW, check=0)
-    assert [r[:4] for r in project.serving()] == [("2026-10-27", "https://lms.example.edu/course/BIO101", 2, 2)]
-
-
-def test_duplicates_and_repulled_windows_never_change_metrics(project):
-    project.configure(extra_top="min_cell_size = 1", lookback='"3d"')
-    same = statement(learner="u1", timestamp="2026-11-02T10:00:00Z")
-    project.write("a.ndjson", [same, same, statement(learner="u2", timestamp="2026-11-02T11:00:00Z")])
-    project.write("copy.ndjson", [same])
-    project.cli("run", now=NOW, check=0)
-    first = project.dump()
-    assert project.serving()[0][3] == 2
-    project.cli("run", now="2026-11-04T04:15:00+01:00", check=0)  # lookback re-reads the same statements
-    assert project.dump() == first
-
-
-def test_voided_statement_leaves_metrics_even_if_staged_earlier(project):
-    project.configure(extra_top="min_cell_size = 1", lookback='"7d"')
-    target = statement(learner="u1", timestamp="2026-11-01T10:00:00Z")
-    project.write("a.ndjson", [target, statement(learner="u2", timestamp="2026-11-01T10:00:00Z")])
-    project.cli("run", now="2026-11-02T04:15:00Z", check=0)
-    assert project.serving()[0][2:4] == (2, 2)
-    project.write("b.ndjson", [voiding(target["id"], "2026-11-02T12:00:00Z")])
-    project.cli("run", now=NOW, check=0)
-    assert project.serving()[0][2:4] == (1, 1)
-    project.cli("run", now="2026-11-04T04:15:00Z", check=0)  # the lookback re-reads the target: still voided
-    assert project.serving()[0][2:4] == (1, 1)
-
-
-def test_dst_days_are_one_local_day_of_23_or_25_hours(project):
-    project.configure(extra_top="min_cell_size = 1")
-    autumn = ["2026-10-25T00:30:00+02:00", "2026-10-25T02:30:00+02:00", "2026-10-25T02:30:00+01:00",
-              "2026-10-25T23:30:00+01:00"]  # the 25-hour day, both 02:30s included
-    spring = ["2026-03-29T00:30:00+01:00", "2026-03-29T03:30:00+02:00", "2026-03-29T23:59:00+02:00"]
-    project.write("a.ndjson", [statement(learner=f"u{i}", timestamp=t, stored="2026-10-30T10:00:00Z")
-                               for i, t in enumerate(autumn + spring)])
-    project.cli("run", now=NOW, check=0)
-    rows = project.serving()
-    days = {row[0]: row[3] for row in rows if row[3] is not None}
-    assert days == {"2026-10-25": 4, "2026-03-29": 3}
-    # Every day between is published withheld (no existence signal): 29 March to 25 October.
-    assert len(rows) == 211 and all(row[2:] == (None,) * 8 + (1,) for row in rows if row[0] not in days)
-
-
-def test_dry_run_writes_nothing(project):
-    project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
-    result = project.cli("run", "--dry-run", now=NOW, check=0)
-    assert "would write: 1 metric rows, 0 suppressed" in result.stdout
-    assert "2026-11-02" in result.stdout
-    assert not project.state.exists()
-    project.cli("run", now=NOW, check=0)
-    dump = project.dump()
-    project.write("b.ndjson", [statement(learner="x", timestamp="2026-11-03T10:00:00Z")])
-    project.cli("run", "--dry-run", now="2026-11-04T04:15:00Z", check=0)
-    assert project.dump() == dump and project.meta()["watermark"] == "2026-11-03T03:15:00.000000Z"
-
-
-def test_backfill_never_moves_the_watermark_backwards(project):
-    project.write("a.ndjson", [statement()])
-    project.cli("run", now=NOW, check=0)
-    watermark = project.meta()["watermark"]
-    project.cli("backfill", "--since", "2026-10-01", "--until", "2026-10-15", now=NOW, check=0)
-    assert project.meta()["watermark"] == watermark
-    project.cli("backfill", "--since", "2026-11-01", "--until", "2026-11-03T12:00", now="2026-11-05T00:00:00Z", check=0)
-    assert project.meta()["watermark"] == "2026-11-03T11:00:00.000000Z"
-
-
 def test_backfill_rejects_a_bad_date(project):
-    result = project.cli("backfill", "--since", "yesterday", "--until", "2026-11-01")
-    assert result.returncode == 2 and "not an ISO date" in result.stderr
+    result = project.invoke("backfill", "--since", "yesterday", "--until", "2026-11-01")
+    assert result.returncode == 2 and "'yesterday' is not an ISO date" in result.stderr
 
 
 def test_sigterm_rolls_back_and_exits_143(project, tmp_path):
@@ -222,7 +93,7 @@ def test_sigterm_rolls_back_and_exits_143(project, tmp_path):
         assert "rolled back" in err
         assert project.serving() == []
         assert not project.has_store() or "watermark" not in project.meta()  # stopped before or after creating it
-        project.cli("run", now=NOW, check=0)
+        project.invoke("run", now=NOW, check=0)
         assert project.serving()[0][2] == 12
     finally:
         lrs.stop()

@@ -97,11 +97,13 @@ def test_unchanged_files_outside_the_window_are_not_read_again(tmp_path):
 # -- the LRS source's rules, without a server ---------------------------------
 
 def lrs_source(endpoint="https://lrs.example.edu/xAPI/", overlap=3600, sleeps=None):
+    from lms_refresh.config import validate
     from lms_refresh.sources.lrs import LrsSource
 
-    settings = {"endpoint": endpoint, "username": "u", "password_file": "/nonexistent", "ca_bundle": None,
-                "page_size": 100, "overlap": overlap, "timeout": 5, "request_attempts": 3, "request_delay": 2,
-                "response_deadline": 60, "max_response_bytes": 1 << 20, "read_deadline": 600, "max_pages": 1000}
+    table = {"type": "xapi-lrs", "endpoint": endpoint, "username": "u", "password_file": "/nonexistent",
+             "page_size": 100, "overlap": overlap, "timeout": 5, "request_attempts": 3, "request_delay": 2,
+             "response_deadline": 60, "max_response_bytes": 1 << 20, "read_deadline": 600, "max_pages": 1000}
+    settings = validate({"source": table}, "test", {}).source
     return LrsSource(settings, MAPPER, {}, sleep=(sleeps if sleeps is not None else []).append, jitter=lambda: 1.0)
 
 

@@ -24,7 +24,7 @@ NOW = "2026-11-03T04:15:00+01:00"
 
 def populated(project):
     project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
-    project.cli("run", now=NOW, check=0)
+    project.invoke("run", now=NOW, check=0)
 
 
 def test_corrupt_store_is_refused_not_rebuilt(project):
@@ -32,7 +32,7 @@ def test_corrupt_store_is_refused_not_rebuilt(project):
     for leftover in ("metrics.sqlite-wal", "metrics.sqlite-shm"):
         (project.state / leftover).unlink(missing_ok=True)
     project.store.write_bytes(b"this is not a database" * 100)
-    result = project.cli("run", now="2026-11-04T04:15:00Z")
+    result = project.invoke("run", now="2026-11-04T04:15:00Z")
     assert result.returncode == 78
     assert f"The store {project.store} cannot be used" in result.stderr and "restore it from a backup" in result.stderr
     assert project.store.read_bytes().startswith(b"this is not a database")
@@ -42,9 +42,9 @@ def test_empty_store_file_from_an_interrupted_creation_is_created_over(project):
     project.state.mkdir()
     project.store.touch()  # what a kill during creation left before stores were created under a temporary name
     project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
-    status = project.cli("status", now=NOW, check=0)
+    status = project.invoke("status", now=NOW, check=0)
     assert "(not created yet)" in status.stdout and "damaged" not in status.stderr
-    project.cli("run", now=NOW, check=0)
+    project.invoke("run", now=NOW, check=0)
     assert project.serving()[0][2] == 12
 
 
@@ -53,7 +53,7 @@ def test_empty_store_file_beside_a_key_is_refused(project):
     for leftover in ("metrics.sqlite-wal", "metrics.sqlite-shm"):
         (project.state / leftover).unlink(missing_ok=True)
     project.store.write_bytes(b"")  # truncated: the key says there was a store with history
-    result = project.cli("run", now="2026-11-04T04:15:00Z")
+    result = project.invoke("run", now="2026-11-04T04:15:00Z")
     assert result.returncode == 78
     assert f"The store {project.store} is missing (or empty) but the pseudonymisation key" in result.stderr
     assert "lms-refresh rebuild --since DATE" in result.stderr
@@ -62,7 +62,7 @@ def test_empty_store_file_beside_a_key_is_refused(project):
 def test_missing_key_with_existing_data_is_refused(project):
     populated(project)
     (project.state / "pseudonymisation.key").unlink()
-    result = project.cli("run", now="2026-11-04T04:15:00Z")
+    result = project.invoke("run", now="2026-11-04T04:15:00Z")
     assert result.returncode == 78
     assert "is missing but the store already holds pseudonymised learners" in result.stderr
     assert not (project.state / "pseudonymisation.key").exists()
@@ -71,14 +71,14 @@ def test_missing_key_with_existing_data_is_refused(project):
 def test_swapped_key_is_refused(project):
     populated(project)
     (project.state / "pseudonymisation.key").write_text("ab" * 32 + "\n")
-    result = project.cli("run", now="2026-11-04T04:15:00Z")
+    result = project.invoke("run", now="2026-11-04T04:15:00Z")
     assert result.returncode == 78 and "is not the key this store was built with" in result.stderr
 
 
 def test_changed_timezone_is_refused(project):
     populated(project)
     project.config.write_text(project.config.read_text().replace("Europe/Paris", "America/New_York"))
-    result = project.cli("run", now="2026-11-04T04:15:00Z")
+    result = project.invoke("run", now="2026-11-04T04:15:00Z")
     assert result.returncode == 78 and "computed in time zone Europe/Paris" in result.stderr
 
 
@@ -86,7 +86,7 @@ def test_store_from_a_newer_version_is_refused(project):
     populated(project)
     with sqlite3.connect(project.store) as db:
         db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
-    result = project.cli("run", now="2026-11-04T04:15:00Z")
+    result = project.invoke("run", now="2026-11-04T04:15:00Z")
     assert result.returncode == 78 and "schema version 99, newer than this lms-refresh understands" in result.stderr
 
 
@@ -94,7 +94,7 @@ def test_damaged_watermark_is_refused(project):
     populated(project)
     with sqlite3.connect(project.store) as db:
         db.execute("UPDATE meta SET value = 'yesterday' WHERE key = 'watermark'")
-    result = project.cli("run", now="2026-11-04T04:15:00Z")
+    result = project.invoke("run", now="2026-11-04T04:15:00Z")
     assert result.returncode == 78 and "The stored watermark 'yesterday' is not a valid time" in result.stderr
 
 
@@ -102,7 +102,7 @@ def test_root_refuses_a_state_directory_owned_by_the_service_user(project):
     populated(project)
     for path in [project.state] + list(project.state.iterdir()):
         os.chown(path, 65534, 65534)
-    result = project.cli("run", now="2026-11-04T04:15:00Z")
+    result = project.invoke("run", now="2026-11-04T04:15:00Z")
     assert result.returncode == 78
     assert "belongs to user 'nobody'; running as root would leave root-owned files" in result.stderr
     assert "sudo -u nobody lms-refresh" in result.stderr
@@ -133,7 +133,7 @@ def test_malformed_records_are_quarantined_with_reason_and_origin(project):
     good = [statement(learner=f"u{i}") for i in range(12)]
     bad_score = statement(learner="x", score=3)
     path = project.write("a.ndjson", good + ['{"id": "truncated', bad_score])
-    project.cli("run", now=NOW, check=0)
+    project.invoke("run", now=NOW, check=0)
     with sqlite3.connect(project.store) as db:
         rows = db.execute("SELECT origin, reason, raw FROM quarantine ORDER BY origin").fetchall()
         logged = db.execute("SELECT quarantined, statements_read FROM runs").fetchone()
@@ -145,7 +145,7 @@ def test_malformed_records_are_quarantined_with_reason_and_origin(project):
 
 def test_past_tolerance_exits_65_and_commits_nothing_but_keeps_the_evidence(project):
     project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)] + ["not json"] * 3)
-    result = project.cli("run", now=NOW)
+    result = project.invoke("run", now=NOW)
     assert result.returncode == 65
     assert "3 of 15 records in the window were malformed (20.0%, more than max_quarantine_share = 1.0%)" in result.stderr
     with sqlite3.connect(project.store) as db:

@@ -50,38 +50,38 @@ def drop_store(project):
 
 def test_a_clock_glitch_is_refused_and_watermark_set_recovers_every_statement(project):
     project.write("a.ndjson", day_batch(12, "2026-11-02"))
-    project.cli("run", now=at(T), check=0)
+    project.invoke("run", now=at(T), check=0)
     glitch = T + dt.timedelta(days=90)
-    project.cli("run", now=at(glitch), check=0)  # the clock jumps ahead: the watermark follows it
+    project.invoke("run", now=at(glitch), check=0)  # the clock jumps ahead: the watermark follows it
     project.write("b.ndjson", day_batch(11, "2026-11-04", prefix="late"))  # stored at T + 1 day
     later = T + dt.timedelta(days=2)
-    refused = project.cli("run", now=at(later))
+    refused = project.invoke("run", now=at(later))
     assert refused.returncode == 78
     assert "is later than the current time 2026-11-05T03:15:00.000000Z" in refused.stderr
     assert "2027-02-01T03:15:00.000000Z" in refused.stderr and "lms-refresh watermark set TIME" in refused.stderr
-    status = project.cli("status", now=at(later), check=0)
+    status = project.invoke("status", now=at(later), check=0)
     assert "STALE" in status.stdout and "in the future" in status.stdout  # not "fresh" from a future success
 
-    result = project.cli("watermark", "set", "2026-11-03T04:15", now=at(later), check=0)
+    result = project.invoke("watermark", "set", "2026-11-03T04:15", now=at(later), check=0)
     assert "-> 2026-11-03T03:15:00.000000Z" in result.stdout
-    project.cli("run", now=at(later), check=0)
+    project.invoke("run", now=at(later), check=0)
     assert project.serving() == reference(project, later)
     assert [row[2] for row in project.serving() if row[2] is not None] == [12, 11]  # (gaps are published empty)
 
 
 def test_watermark_set_refuses_the_future_and_needs_a_store(project):
-    assert project.cli("watermark", "set", "2026-11-01", now=at(T)).returncode == 78
+    assert project.invoke("watermark", "set", "2026-11-01", now=at(T)).returncode == 78
     project.write("a.ndjson", day_batch(12, "2026-11-02"))
-    project.cli("run", now=at(T), check=0)
-    future = project.cli("watermark", "set", "2026-12-01", now=at(T))
+    project.invoke("run", now=at(T), check=0)
+    future = project.invoke("watermark", "set", "2026-12-01", now=at(T))
     assert future.returncode == 78 and "is later than the current time" in future.stderr
     assert project.meta()["watermark"] == "2026-11-03T03:15:00.000000Z"
 
 
 def test_a_run_with_nothing_to_do_is_recorded(project):
     project.write("a.ndjson", day_batch(12, "2026-11-02"))
-    project.cli("run", now=at(T), check=0)
-    again = project.cli("run", now=at(T), check=0)
+    project.invoke("run", now=at(T), check=0)
+    again = project.invoke("run", now=at(T), check=0)
     assert "Nothing to do" in again.stderr
     assert [row[:3] for row in project.runs()] == [("run", "success", 0), ("run", "nothing-to-do", 0)]
 
@@ -92,20 +92,20 @@ def test_a_deleted_store_is_refused_while_its_key_remains_and_rebuild_restores_h
     project.configure(bootstrap_days=2)
     project.write("a.ndjson", day_batch(12, "2026-10-20", stored="2026-10-20T12:00:00Z"))
     project.write("b.ndjson", day_batch(12, "2026-11-02"))
-    project.cli("backfill", "--since", "2026-10-01", "--until", "2026-11-03T04:15", now=at(T), check=0)
+    project.invoke("backfill", "--since", "2026-10-01", "--until", "2026-11-03T04:15", now=at(T), check=0)
     assert [row[0] for row in project.serving() if row[2]] == ["2026-10-20", "2026-11-02"]
     drop_store(project)
-    refused = project.cli("run", now=at(T + dt.timedelta(days=1)))
+    refused = project.invoke("run", now=at(T + dt.timedelta(days=1)))
     assert refused.returncode == 78
     assert "is missing (or empty) but the pseudonymisation key" in refused.stderr
     assert "lms-refresh rebuild --since DATE" in refused.stderr
     assert not project.has_store()  # nothing was created over the loss (no 2-day bootstrap)
 
     later = T + dt.timedelta(days=1)
-    project.cli("rebuild", "--since", "2026-10-01", now=at(later), check=0)
+    project.invoke("rebuild", "--since", "2026-10-01", now=at(later), check=0)
     assert project.serving() == reference(project, later, since=dt.datetime(2026, 9, 30, 22, tzinfo=UTC))
     assert [row[0] for row in project.serving() if row[2]] == ["2026-10-20", "2026-11-02"]
-    project.cli("run", now=at(later), check=0)  # and the timer carries on from the rebuild's watermark
+    project.invoke("run", now=at(later), check=0)  # and the timer carries on from the rebuild's watermark
     assert project.runs()[-1][1:] == ("nothing-to-do", 0, project.runs()[-1][3], project.runs()[-1][3])
 
 
@@ -116,31 +116,31 @@ def test_a_new_store_path_beside_the_old_store_starts_that_store(tmp_path):
 
     project = Project(tmp_path)
     project.write("a.ndjson", day_batch(12, "2026-11-02"))
-    project.cli("run", now=at(T), check=0)
+    project.invoke("run", now=at(T), check=0)
     old = project.store.read_bytes()
     with open(project.config, "a", encoding="utf-8") as handle:
         handle.write(f'[store]\npath = "{project.state / "second.sqlite"}"\n')
-    project.cli("run", now=at(T + dt.timedelta(hours=1)), check=0)
+    project.invoke("run", now=at(T + dt.timedelta(hours=1)), check=0)
     assert (project.state / "second.sqlite").exists()
     assert project.store.read_bytes() == old  # the first store is left as it was
     (project.state / "second.sqlite").unlink()
-    refused = project.cli("run", now=at(T + dt.timedelta(hours=2)))
+    refused = project.invoke("run", now=at(T + dt.timedelta(hours=2)))
     assert refused.returncode == 78  # now the note names second.sqlite, which is gone
     assert f"The store {project.state / 'second.sqlite'} is missing (or empty)" in refused.stderr
 
 
 def test_a_missing_key_message_says_every_host_needs_the_same_key(project):
     project.write("a.ndjson", day_batch(12, "2026-11-02"))
-    project.cli("run", now=at(T), check=0)
+    project.invoke("run", now=at(T), check=0)
     (project.state / "pseudonymisation.key").unlink()
-    result = project.cli("run", now=at(T + dt.timedelta(days=1)))
+    result = project.invoke("run", now=at(T + dt.timedelta(days=1)))
     assert result.returncode == 78
     assert "every host that shares a store needs the same key: copy it from a host that has it" in result.stderr
 
 
 def test_a_dry_run_does_not_claim_to_create_a_key(project):
     project.write("a.ndjson", day_batch(12, "2026-11-02"))
-    result = project.cli("run", "--dry-run", now=at(T), check=0)
+    result = project.invoke("run", "--dry-run", now=at(T), check=0)
     assert "Created a new pseudonymisation key" not in result.stderr
     assert not (project.state / "pseudonymisation.key").exists()
 
@@ -157,18 +157,18 @@ def untyped(learners, day):
 
 def test_a_changed_course_pattern_is_refused_and_rebuild_applies_it_without_double_counting(project):
     project.write("a.ndjson", untyped(12, "2026-11-02"))
-    project.cli("run", now=at(T), check=0)
+    project.invoke("run", now=at(T), check=0)
     before = project.serving()
     assert [row[1] for row in before] == ["https://lms.example.edu/course/BIO101"]
     text = project.config.read_text().replace("batch_size = 500", "batch_size = 500\ncourse_pattern = '^(.+?/course/[^/?#]+/quiz)'")
     project.config.write_text(text)
     later = T + dt.timedelta(days=1)
-    refused = project.cli("run", now=at(later))
+    refused = project.invoke("run", now=at(later))
     assert refused.returncode == 78
     assert "derived with source.course_pattern = '^(.+?/course/[^/?#]+)'" in refused.stderr
     assert "lms-refresh rebuild --since DATE" in refused.stderr
     assert project.serving() == before
-    project.cli("rebuild", "--since", "2026-10-01", now=at(later), check=0)
+    project.invoke("rebuild", "--since", "2026-10-01", now=at(later), check=0)
     after = project.serving()
     assert [row[1] for row in after] == ["https://lms.example.edu/course/BIO101/quiz"]
     assert after[0][2:] == before[0][2:]  # the same 12 learners and statements, counted once
@@ -181,7 +181,7 @@ def test_a_store_without_a_recorded_mapping_version_counts_as_version_1(project,
     from lms_refresh.errors import StateError
 
     project.write("a.ndjson", day_batch(12, "2026-11-02"))
-    project.cli("run", now=at(T), check=0)
+    project.invoke("run", now=at(T), check=0)
     meta = project.meta()
     assert meta["identity.mapping_version"] == str(state.MAPPING_VERSION)
     del meta["identity.mapping_version"]  # as a store written before versions were recorded
@@ -203,7 +203,7 @@ def test_a_conflicting_second_version_of_a_statement_id_is_quarantined_never_cou
                        timestamp="2026-11-01T09:00:00Z")
     conflicting["context"] = json.loads(json.dumps(first[0]["context"]).replace("BIO101", "CHEM200"))
     project.write("b.ndjson", [conflicting, first[1]])  # and an identical copy, which is no conflict
-    project.cli("run", now=at(T), check=0)
+    project.invoke("run", now=at(T), check=0)
     expected = expected_serving([json.dumps(s) for s in first], T - dt.timedelta(days=30), T, PARIS, 10)
     assert project.serving() == expected
     rows = project.query("SELECT origin, reason FROM quarantine")
@@ -214,7 +214,7 @@ def test_a_conflicting_second_version_of_a_statement_id_is_quarantined_never_cou
     fresh = day_batch(12, "2026-11-03", prefix="v", stored="2026-11-03T08:00:00Z")
     project.write("c.ndjson", [conflicting] + fresh)
     later = T + dt.timedelta(days=1)
-    project.cli("run", now=at(later), check=0)
+    project.invoke("run", now=at(later), check=0)
     assert project.serving() == expected_serving([json.dumps(s) for s in first + fresh], T - dt.timedelta(days=30),
                                                  later, PARIS, 10)
     assert project.query("SELECT COUNT(*) FROM staged_events") == [(24,)]
@@ -226,7 +226,7 @@ def test_two_versions_of_one_id_in_the_same_batch_count_once(project):
     batch = day_batch(12, "2026-11-02")
     second = dict(batch[3], timestamp="2026-11-01T10:00:00Z")  # the same id, another day
     project.write("a.ndjson", batch[:6] + [second] + batch[6:])
-    project.cli("run", now=at(T), check=0)
+    project.invoke("run", now=at(T), check=0)
     assert project.serving() == expected_serving([json.dumps(s) for s in batch], T - dt.timedelta(days=30), T,
                                                  PARIS, 10)
     assert project.query("SELECT reason FROM quarantine") == [
@@ -266,7 +266,7 @@ def test_an_older_store_with_a_double_staged_id_is_repaired_by_the_upgrade(sqlit
     batch = day_batch(12, "2026-11-02")
     project.write("a.ndjson", batch)
     # Simulate what the old code did with one id under two courses: stage it twice by hand.
-    project.cli("run", now=at(T), check=0)
+    project.invoke("run", now=at(T), check=0)
     with sqlite3.connect(project.store) as db:
         db.execute("DROP INDEX staged_events_event_id")  # back to the schema before that migration
         db.execute("DROP TABLE pending_days")
@@ -275,7 +275,7 @@ def test_an_older_store_with_a_double_staged_id_is_repaired_by_the_upgrade(sqlit
                    (row[0], row[1] + 1, row[2]) + row[3:])
         db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(UNIQUE_IDS - 1),))
         assert db.execute("SELECT COUNT(*) FROM staged_events").fetchone() == (13,)
-    project.cli("run", now=at(T + dt.timedelta(hours=1)), check=0)
+    project.invoke("run", now=at(T + dt.timedelta(hours=1)), check=0)
     assert project.query("SELECT COUNT(*) FROM staged_events") == [(12,)]
     assert project.serving() == expected_serving([json.dumps(s) for s in batch], T - dt.timedelta(days=30), T,
                                                  PARIS, 10)
@@ -297,13 +297,13 @@ def _killed_while_created(project, phase):
     project.write("a.ndjson", day_batch(12, "2026-11-02"))
     killed = project.cli("run", now=at(T), env={"LMS_REFRESH_FAULT": f"{phase}:kill"})
     assert killed.returncode == -9
-    status = project.cli("status", now=at(T))
+    status = project.invoke("status", now=at(T))
     assert status.returncode == 0, status.stderr
     assert "damaged" not in status.stdout + status.stderr
     assert "not created yet" in status.stdout
     if not project.postgres:
         assert not project.store.exists()  # only the temporary file, under another name
-    project.cli("run", now=at(T), check=0)
+    project.invoke("run", now=at(T), check=0)
     assert project.serving() == reference(project, T)
     if not project.postgres:
         assert [p.name for p in project.state.iterdir() if ".creating-" in p.name] == []
@@ -313,7 +313,7 @@ def test_status_on_a_state_directory_with_only_a_key_is_not_damaged(sqlite_proje
     project = sqlite_project
     project.state.mkdir()
     shutil.copy(__file__, project.state / "unrelated")  # any other file: nothing calls it a store
-    status = project.cli("status", now=at(T), check=0)
+    status = project.invoke("status", now=at(T), check=0)
     assert "not created yet" in status.stdout
 
 
@@ -322,13 +322,13 @@ def test_a_damaged_watermark_can_be_set_by_hand(sqlite_project):
 
     project = sqlite_project
     project.write("a.ndjson", day_batch(12, "2026-11-02"))
-    project.cli("run", now=at(T), check=0)
+    project.invoke("run", now=at(T), check=0)
     with sqlite3.connect(project.store) as db:
         db.execute("UPDATE meta SET value = 'yesterday' WHERE key = 'watermark'")
-    refused = project.cli("run", now=at(T))
+    refused = project.invoke("run", now=at(T))
     assert refused.returncode == 78 and "'lms-refresh watermark set TIME'" in refused.stderr
-    project.cli("watermark", "set", "2026-11-03T04:15", now=at(T), check=0)
-    project.cli("run", now=at(T), check=0)
+    project.invoke("watermark", "set", "2026-11-03T04:15", now=at(T), check=0)
+    project.invoke("run", now=at(T), check=0)
     assert project.serving() == reference(project, T)
     assert [row[:3] for row in project.runs()][-2:] == [("watermark-set", "watermark-set", 0),
                                                          ("run", "nothing-to-do", 0)]
@@ -356,16 +356,16 @@ def test_a_store_built_before_mapping_versions_is_refused_until_rebuilt(sqlite_p
 
     project = sqlite_project
     project.write("a.ndjson", day_batch(12, "2026-11-02"))
-    project.cli("run", now=at(T), check=0)
+    project.invoke("run", now=at(T), check=0)
     with sqlite3.connect(project.store) as db:  # as an lms-refresh that recorded no mapping version left it
         db.execute("DELETE FROM meta WHERE key LIKE 'identity.%'")
     later = T + dt.timedelta(days=1)
-    refused = project.cli("run", now=at(later))
+    refused = project.invoke("run", now=at(later))
     assert refused.returncode == 78
     assert f"derived by statement mapping version 1 but this lms-refresh maps statements by version " \
            f"{MAPPING_VERSION}" in refused.stderr
-    project.cli("rebuild", "--since", "2026-10-01", now=at(later), check=0)
-    project.cli("run", now=at(later), check=0)
+    project.invoke("rebuild", "--since", "2026-10-01", now=at(later), check=0)
+    project.invoke("run", now=at(later), check=0)
     assert project.serving() == reference(project, later)
 
 
@@ -375,6 +375,6 @@ def test_a_key_copied_in_for_a_first_run_starts_a_store(project):
     project.state.mkdir()
     create_key(str(project.state / "pseudonymisation.key"))  # from another host, or made in advance
     project.write("a.ndjson", day_batch(12, "2026-11-02"))
-    project.cli("run", now=at(T), check=0)
+    project.invoke("run", now=at(T), check=0)
     assert project.serving() == reference(project, T)
     assert (project.state / "store-identity").exists()  # from now on, losing the store is refused

@@ -13,13 +13,13 @@ def test_records_that_ended_the_run_with_a_traceback_are_quarantined_with_a_reas
     nines = statement(learner="u1", duration="P" + "9" * 400 + "D")
     far = statement(learner="u1", timestamp="9999-12-31T23:59:59-23:59", stored="2026-11-02T10:00:00Z")
     path = project.write("a.ndjson", good + ["[" * 100_000 + "]" * 100_000, nines, far])
-    failed = project.cli("run", now=NOW)  # 3 of 103 is more than the default max_quarantine_share (1%)
+    failed = project.invoke("run", now=NOW)  # 3 of 103 is more than the default max_quarantine_share (1%)
     assert failed.returncode == 65, failed.stderr
     assert "3 of 103 records in the window were malformed (2.9%, more than max_quarantine_share = 1.0%); " \
            "nothing was committed." in failed.stderr
     assert "Traceback" not in failed.stderr and project.serving() == []
     project.configure(extra_top="max_quarantine_share = 0.05")
-    result = project.cli("run", now=NOW)
+    result = project.invoke("run", now=NOW)
     assert result.returncode == 0, result.stderr
     assert sorted(set(project.query("SELECT origin, reason FROM quarantine"))) == [
         (f"{path}:101", "JSON nested too deeply to parse"),
@@ -47,7 +47,7 @@ def test_new_statement_forms_count_as_the_readme_says(project):
     mentored = statement(learner="u5", verb="mentored", duration="P1Y2M")
     mentored["object"] = {"objectType": "Agent", "mbox": "mailto:u6@example.edu"}
     project.write("a.ndjson", statements + [by_mbox, by_sha1, pair, planned, mentored])
-    project.cli("run", now=NOW, check=0)
+    project.invoke("run", now=NOW, check=0)
     # learners: 12 accounts + ann (both forms) + the pair = 14; statements 17; attempts 12 + 1;
     # completions: ann's; passed: 12 + the pair (too few learners: withheld); failed 0;
     # duration: 12 minutes + 1 week (years and months: no duration), from 13 learners.

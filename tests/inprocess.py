@@ -1,0 +1,72 @@
+"""The CLI run inside the test process with click's CliRunner: `lms_refresh.cli.main(argv)`, its exit
+status, stdout and stderr, as a subprocess would give them, at a fraction of the cost.
+
+For every behaviour that is not about processes. Signals, locks held by another
+process, `env -i`, other users and systemd stay subprocesses (`Project.cli`).
+
+What a process would reset and this one must not leak from one run to the next
+is restored and checked after each run: the root logger (the CLI configures it
+and removes pytest's handlers), the SIGTERM handler (lms_refresh.stopping
+installs its own) and the SIGALRM handler and timer (the LRS source's response deadline), the armed fault (lms_refresh.faults), the environment
+(exactly `environment` during the run, the test's own after it), the working
+directory and the umask.
+"""
+
+import logging
+import os
+import signal
+import subprocess
+
+from click.testing import CliRunner
+
+from lms_refresh import cli, faults
+
+# Faults that signal the process would signal pytest itself: they need a subprocess.
+SIGNALLING_ACTIONS = ("kill", "term", "termgroup")
+
+
+def _runner():
+    try:
+        return CliRunner(mix_stderr=False)  # click 8.1 (Debian 12) mixes stderr into stdout by default
+    except TypeError:
+        return CliRunner()  # click 8.2 (Debian 13) always keeps them apart
+
+
+def _umask():
+    current = os.umask(0o022)
+    os.umask(current)
+    return current
+
+
+def invoke(argv, environment):
+    """Run the CLI with `argv` and exactly `environment` as os.environ; return a CompletedProcess."""
+    fault = environment.get(faults.ENVIRONMENT_VARIABLE, "")
+    if fault.rpartition(":")[2] in SIGNALLING_ACTIONS:
+        raise ValueError(f"{faults.ENVIRONMENT_VARIABLE}={fault} signals the process: run it as a subprocess")
+    changes = {key: None for key in os.environ if key not in environment}
+    changes.update(environment)
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    sigterm, sigalrm = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGALRM)
+    cwd, umask = os.getcwd(), _umask()
+    exited, code = False, None
+    with _runner().isolation(env=changes) as streams:
+        try:
+            cli.main(list(argv))
+        except SystemExit as stop:
+            exited, code = True, stop.code
+        finally:
+            ours = [handler for handler in root.handlers if handler not in handlers]
+            root.handlers[:] = handlers
+            root.setLevel(level)
+            for handler in ours:
+                handler.close()
+            faults.arm({})  # a fault armed for this run must not fire in the test's own calls afterwards
+        stdout, stderr = (stream.getvalue().decode("utf-8", "replace") for stream in streams[:2])
+    assert exited, "lms_refresh.cli.main returned instead of exiting"
+    assert signal.getsignal(signal.SIGTERM) is sigterm, "the CLI left its SIGTERM handler installed"
+    assert signal.getsignal(signal.SIGALRM) is sigalrm and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0), \
+        "the CLI left its SIGALRM handler installed or a timer running"
+    assert os.getcwd() == cwd and _umask() == umask, "the CLI changed the working directory or the umask"
+    code = 0 if code is None else code if isinstance(code, int) else 1
+    return subprocess.CompletedProcess(["lms-refresh"] + list(argv), code, stdout, stderr)

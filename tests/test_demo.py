@@ -1,0 +1,81 @@
+"""`lms-refresh demo` as the README's first command runs it: its defaults (2000 learners, 21 days, seed 7)
+and its embedded configuration, in this process (tests/inprocess.py). Its hint and its wording of the
+days: tests/test_papercuts.py."""
+
+import datetime as dt
+import json
+import os
+import re
+import sys
+
+import inprocess
+from reference import expected_serving
+
+NOW = "2026-11-30T09:00:00+01:00"  # a Monday morning in Paris
+UNTIL = dt.datetime(2026, 11, 30, 8, 0, tzinfo=dt.timezone.utc)
+
+
+def clean_environment():
+    return {k: v for k, v in os.environ.items()
+            if k not in ("STATE_DIRECTORY", "JOURNAL_STREAM", "INVOCATION_ID", "NOTIFY_SOCKET", "LMS_REFRESH_CONFIG")}
+
+
+def valid(line):
+    """The sample's lines the engine must count: the malformed ones are cut short, lose their actor or
+    get a score out of range (lms_refresh.sample), and the reference counts only valid statements."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return False
+    score = record.get("result", {}).get("score", {}).get("scaled", 0)
+    return "actor" in record and -1 <= score <= 1
+
+
+def test_the_demo_on_its_defaults_refreshes_a_store_and_prints_its_metrics(tmp_path):
+    directory = tmp_path / "demo"
+    result = inprocess.invoke(["--now", NOW, "demo", "--dir", str(directory)], clean_environment())
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr and " WARNING " not in result.stderr and " ERROR " not in result.stderr
+    lines = [line for path in sorted((directory / "statements").iterdir()) for line in path.read_text().splitlines()]
+    out = result.stdout.splitlines()
+    assert out[0] == (f"Generated {len(lines)} xAPI statements in {directory / 'statements'}: 2000 learners active "
+                      "on the 21 days 2026-11-09 .. 2026-11-29 (--days), about 1% synced days late (offline devices), "
+                      "a few malformed on purpose.")
+
+    # The counts it prints are the run's own, as `status` reads them back from the store.
+    config = directory / "config.toml"
+    status = inprocess.invoke(["--config", str(config), "--now", NOW, "status", "--json"], clean_environment())
+    assert status.returncode == 0, status.stderr
+    run = json.loads(status.stdout)["last_run"]
+    assert run["outcome"] == "success" and run["exit_code"] == 0
+    assert run["statements_read"] == len(lines) and 0 < run["quarantined"] == len(lines) - sum(map(valid, lines))
+    assert out[1] == (f"Refreshed {directory / 'state' / 'metrics.sqlite'}: {run['statements_read']} statements "
+                      f"read, {run['quarantined']} quarantined (the malformed ones), {run['voided']} voided.")
+    assert out[2].startswith("A first run reads back bootstrap_days = 28 days (the sample's 21 plus a week), so it "
+                             "rebuilt the 29 local days 2026-11-02 .. 2026-11-30, today included; ")
+
+    # The table: the last 24 rows of the serving view, each within the noise of an independent recount.
+    expected = {row[:2]: row for row in expected_serving([line for line in lines if valid(line)],
+                                                         UNTIL - dt.timedelta(days=28), UNTIL, "Europe/Paris", 10)}
+    header = out.index(next(line for line in out if line.startswith("day ")))
+    assert out[header].split() == ["day", "course", "learners", "stmts", "attempts", "completed", "passed", "failed",
+                                   "avg", "score", "hours", "suppr."]
+    assert set(out[header + 1]) == {"-", " "}
+    rows = out[header + 2:header + 2 + 24]
+    assert out[header + 2 + 24] == ""
+    footer = re.fullmatch(r"\(last 24 of (\d+) rows; '-' = withheld because fewer than 10 learners; every other count "
+                          r"is perturbed by up to ±3 \(cell key method\), so columns need not add up\)",
+                          out[header + 3 + 24])
+    assert footer and int(footer.group(1)) == len(expected)
+    shown = sorted(expected)[-24:]
+    for line, key in zip(rows, shown):
+        day, course, learners = line.split()[:3]
+        assert (day, course) == (key[0], key[1].rsplit("/", 1)[-1]), (line, key)
+        truth = expected[key][2]
+        assert (learners == "-") == (truth is None), (line, expected[key])
+        assert learners == "-" or abs(int(learners) - truth) <= 3, (line, expected[key])
+    assert any(line.split()[2] != "-" for line in rows)
+
+    # ...and the hint is the command that reads it all back.
+    assert out[-1] == f"Try: {sys.executable} -m lms_refresh --config {config} status"
+    assert len(out) == header + 5 + 24
