@@ -3,7 +3,6 @@
 This module is the only one that knows about click and process exit codes.
 """
 
-import contextlib
 import datetime as dt
 import json
 import logging
@@ -16,6 +15,7 @@ from lms_refresh import __version__, errors, faults, logs, redact, stopping
 from lms_refresh.config import DEFAULT_CONFIG_PATH, load_config
 from lms_refresh.logs import Progress, configure_logging
 from lms_refresh.job import run_job
+from lms_refresh.refresh import BACKFILL, REBUILD, RUN, Refresh, Request
 from lms_refresh.monitoring import plugin_check, staleness
 from lms_refresh.status import collect_status, format_status, run_checks
 from lms_refresh.window import parse_user_time
@@ -27,7 +27,7 @@ class Settings:
     def __init__(self, config_path, now, stop=None):
         self.config_path = config_path
         self.now = now
-        self.stop = stop  # the process's SIGTERM policy (see lms_refresh.stopping)
+        self.stop = stop or stopping.StopPolicy()  # the process's SIGTERM policy (see lms_refresh.stopping)
 
     def config(self):
         return load_config(self.config_path, os.environ)
@@ -61,27 +61,30 @@ def cli(ctx, config_path, verbose, quiet, now):
     ctx.obj = Settings(config_path, now, stop=ctx.obj)
 
 
-@contextlib.contextmanager
-def _failure_record():
-    """Mark any error of a run or backfill (a configuration error too) as a run-failed journal record."""
+def _do_refresh(settings, kind, dry_run, since=None, until=None):
+    """Run one refresh of `kind` (SINCE and UNTIL as typed, in the configured time zone); return its exit code.
+
+    Any error of the run (a configuration error too) is logged as its run-failed journal record.
+    """
+    report = None
     try:
-        yield
-    except (Exception, errors.Terminated) as error:
-        error.journal_fields = logs.run_fields(logs.RUN_FAILED, getattr(error, "report", None))
+        config = settings.config()
+        request = Request(kind, _user_time(since, config), _user_time(until, config), dry_run)
+        report, error = run_job(Refresh(config, request, settings.now, os.environ, os.geteuid(),
+                                        Progress(os.environ), settings.stop))
+    except click.ClickException:
         raise
-
-
-def _do_refresh(settings, since=None, until=None, dry_run=False, rebuild=False):
-    config = settings.config()
-    report = run_job(
-        config, settings.now, os.environ, os.geteuid(), Progress(os.environ),
-        since=since, until=until, dry_run=dry_run, rebuild=rebuild, stop=settings.stop,
-    )
+    except (Exception, errors.Terminated) as raised:
+        error = raised
+    if error is not None:
+        if not isinstance(error, (Exception, errors.Terminated)):
+            raise error  # ^C: click's own "Aborted."
+        return _failed(error, logs.run_fields(logs.RUN_FAILED, report))
     if report.outcome == "success":
         logger.info(
             "%s: read %d statements, staged %d, voided %d, quarantined %d; rebuilt %d partitions "
             "(%d rows, %d suppressed cells).",
-            "Dry run (nothing written)" if dry_run else "Rebuild committed" if rebuild else "Refresh committed",
+            "Dry run (nothing written)" if dry_run else "Rebuild committed" if kind == REBUILD else "Refresh committed",
             report.statements_read, report.staged, report.voided, report.quarantined,
             len(report.partitions), report.rows_written, report.suppressed,
             extra=logs.run_fields(logs.DRY_RUN_FINISHED if dry_run else logs.RUN_FINISHED, report),
@@ -96,6 +99,15 @@ def _do_refresh(settings, since=None, until=None, dry_run=False, rebuild=False):
     return errors.OK
 
 
+def _user_time(text, config):
+    if text is None:
+        return None
+    try:
+        return parse_user_time(text, config.timezone)
+    except ValueError as error:
+        raise click.BadParameter(str(error))
+
+
 @cli.command()
 @click.option("--dry-run", is_flag=True, help="Show the window, partitions and row counts; write nothing.")
 @click.pass_obj
@@ -104,8 +116,7 @@ def run(settings, dry_run):
 
     Example: lms-refresh run --dry-run
     """
-    with _failure_record():
-        return _do_refresh(settings, dry_run=dry_run)
+    return _do_refresh(settings, RUN, dry_run)
 
 
 class UserTime(click.ParamType):
@@ -129,14 +140,7 @@ def backfill(settings, since, until, dry_run):
 
     Example: lms-refresh backfill --since 2026-09-01 --until 2026-10-01
     """
-    with _failure_record():
-        timezone = settings.config().timezone
-        try:
-            since_time = parse_user_time(since, timezone)
-            until_time = parse_user_time(until, timezone)
-        except ValueError as error:
-            raise click.BadParameter(str(error))
-        return _do_refresh(settings, since_time, until_time, dry_run)
+    return _do_refresh(settings, BACKFILL, dry_run, since, until)
 
 
 @cli.command()
@@ -155,13 +159,7 @@ def rebuild(settings, since, dry_run):
 
     Example: lms-refresh rebuild --since 2026-09-01
     """
-    with _failure_record():
-        timezone = settings.config().timezone
-        try:
-            since_time = parse_user_time(since, timezone)
-        except ValueError as error:
-            raise click.BadParameter(str(error))
-        return _do_refresh(settings, since_time, None, dry_run, rebuild=True)
+    return _do_refresh(settings, REBUILD, dry_run, since)
 
 
 @cli.group()
@@ -395,33 +393,26 @@ def _main(argv, stop):
     except click.Abort:
         click.echo("Aborted.", err=True)
         code = errors.FAILURE
-    except (errors.RefreshError, errors.Terminated) as error:
-        _ensure_logging()
-        logger.error("%s", redact.scrub_text(str(error)), extra={
-            **getattr(error, "journal_fields", {}), "EXIT_STATUS": error.exit_code, "ERROR_KIND": type(error).__name__})
-        code = error.exit_code
     except KeyboardInterrupt:
-        code = 130
-    except OSError as error:
-        domain = errors.from_os_error(error, error.filename or "a file")
-        if domain is None:
-            return _unexpected(error)
-        _ensure_logging()
-        logger.error("%s", domain, extra={**getattr(error, "journal_fields", {}), "EXIT_STATUS": domain.exit_code,
-                                          "ERROR_KIND": type(domain).__name__})
-        code = domain.exit_code
-    except Exception as error:  # the last resort: one sentence first, then the details
-        code = _unexpected(error)
+        code = errors.INTERRUPTED
+    except (Exception, errors.Terminated) as error:
+        code = _failed(error)
     return code if isinstance(code, int) else errors.OK
 
 
-def _unexpected(error):
+def _failed(error, fields=None):
+    """Log the error that ended a command, with the journal `fields` of what failed; return its exit code."""
     _ensure_logging()
-    logger.error(
-        "Unexpected failure (%s: %s); nothing was committed.", type(error).__name__, redact.scrub_text(str(error)),
-        exc_info=True, extra={**getattr(error, "journal_fields", {}), "EXIT_STATUS": errors.FAILURE},
-    )
-    return errors.FAILURE
+    if isinstance(error, OSError):
+        error = errors.from_os_error(error, error.filename or "a file") or error
+    code, message = errors.exit_status(error)
+    fields = {**(fields or {}), "EXIT_STATUS": code}
+    if isinstance(error, (errors.RefreshError, errors.Terminated)):
+        logger.error("%s", redact.scrub_text(message), extra={**fields, "ERROR_KIND": type(error).__name__})
+    else:  # the last resort: one sentence first, then the details
+        logger.error("Unexpected failure (%s); nothing was committed.", redact.scrub_text(message), exc_info=error,
+                     extra=fields)
+    return code
 
 
 def _ensure_logging():

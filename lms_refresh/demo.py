@@ -9,7 +9,7 @@ import zoneinfo
 
 from lms_refresh.config import load_config
 from lms_refresh.logs import Progress
-from lms_refresh.refresh import refresh
+from lms_refresh.refresh import Refresh, Request
 from lms_refresh.sample import generate, write_daily_files
 from lms_refresh.store import SERVING_COLUMNS, open_store
 
@@ -68,7 +68,9 @@ def run_demo(directory, learners, days, seed, now, environ, echo, command="lms-r
     # The demo is a plain local run, not a service: ignore a $STATE_DIRECTORY from the caller.
     environment = {k: v for k, v in environ.items() if k != "STATE_DIRECTORY"}
     config = load_config(config_path, environment)
-    report = refresh(config, now, environment, os.geteuid(), Progress(environment))
+    report, error = Refresh(config, Request(), now, environment, os.geteuid(), Progress(environment)).run()
+    if error is not None:
+        raise error
     partitions = report.partitions
     echo(
         f"Refreshed {config.store.path}: {report.statements_read} statements read, "

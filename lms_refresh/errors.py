@@ -1,7 +1,9 @@
 """Exit codes and the domain errors that map to them.
 
-This is the one place that defines what an exit status means; the CLI turns
-every `RefreshError` into its `exit_code`, and the README documents the table.
+This is the one place that defines what an exit status means: `exit_status`
+turns the exception that ended a command into its code and sentence, for the
+CLI, the run log, the Healthchecks ping and the metrics textfile alike; the
+README documents the table.
 """
 
 import errno
@@ -13,6 +15,7 @@ BAD_INPUT = 65  # EX_DATAERR: bad input beyond the configured tolerance
 UNAVAILABLE = 69  # EX_UNAVAILABLE: source or store unreachable (transient)
 CONFIG = 78  # EX_CONFIG: configuration or state an operator must fix
 TERMINATED = 143  # 128 + SIGTERM: stopped and rolled back
+INTERRUPTED = 130  # 128 + SIGINT: ^C at a terminal (a person saw it; no service exits so)
 
 MEANINGS = {
     OK: "success, nothing to do, or lock held by another run",
@@ -65,6 +68,19 @@ class Terminated(BaseException):
     """
 
     exit_code = TERMINATED
+
+
+def exit_status(error):
+    """Given the exception that ended a command (None if none did), return (exit code, message).
+
+    A domain error and a stop carry their own code and one-sentence message;
+    anything else is an unexpected failure (1; 130 for ^C), named by its type.
+    """
+    if error is None:
+        return OK, ""
+    if isinstance(error, (RefreshError, Terminated)):
+        return error.exit_code, str(error)
+    return INTERRUPTED if isinstance(error, KeyboardInterrupt) else FAILURE, f"{type(error).__name__}: {error}"
 
 
 def from_os_error(error, what):

@@ -10,13 +10,14 @@ names the learner is logged or stored.
 import dataclasses
 import logging
 
+from lms_refresh import state, stopping
 from lms_refresh.errors import ConfigError, UnavailableError
+from lms_refresh.exclusive import locked_store, run_lock
 from lms_refresh.lock import LockHeld
 from lms_refresh.privacy import RecordKeys
 from lms_refresh.pseudonym import Pseudonymiser
 from lms_refresh.publish import publish_if_behind
 from lms_refresh.redact import REDACTED, scrub_text
-from lms_refresh.refresh import locked_store, open_key, run_lock, sigterm_raises
 from lms_refresh.statedir import check_writable_file
 from lms_refresh.store import load_driver, store_exists
 
@@ -84,7 +85,7 @@ def forget(config, identifier, environ, euid, dry_run=False):
         logger.info("There is no store yet (%s); nothing to forget.", config.store_location)
         return report
     try:
-        with run_lock(config, euid, dry_run), sigterm_raises():
+        with run_lock(config, euid, dry_run), stopping.installed():  # SIGTERM before the commit rolls back
             if config.store.type == "sqlite" and not dry_run:
                 check_writable_file(config.store.path, euid)
             with locked_store(config, environ, create=False) as store:
@@ -108,7 +109,8 @@ def _forget(config, store, identifier, report):
     meta, has_events = store.meta(), store.has_events()
     if not has_events and not store.quarantine_count():
         return
-    key = open_key(config, meta, True, report.dry_run)  # a missing or different key is refused: nothing would match
+    # A missing or different key is refused: nothing would match.
+    key = state.open_key(config, meta, True, report.dry_run, rebuild=False)
     pseudonym = Pseudonymiser(key)(identifier)
     store.record_keys = RecordKeys(key)  # a store upgraded in place gets its cell keys in the rebuild
     store.begin()

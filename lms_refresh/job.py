@@ -4,7 +4,7 @@ Healthchecks pings bracket a scheduled run, and every run that got past the
 lock leaves a Prometheus textfile. Neither may change the run's exit status.
 """
 
-import contextlib
+import dataclasses
 import datetime as dt
 import errno
 import logging
@@ -12,11 +12,11 @@ import os
 import time
 
 from lms_refresh import logs
-from lms_refresh.errors import ConfigError, RefreshError, UnavailableError
+from lms_refresh.errors import ConfigError, RefreshError, UnavailableError, exit_status
 from lms_refresh.credentials import read_secret
 from lms_refresh.monitoring import Healthchecks, metrics_text, read_previous, write_textfile
 from lms_refresh import stopping
-from lms_refresh.refresh import refresh
+from lms_refresh.refresh import Outcome
 from lms_refresh.status import collect_status
 
 logger = logging.getLogger(__name__)
@@ -50,56 +50,47 @@ def _write_metrics(config, environ, now, exit_code, duration, report):
         logger.warning("Could not write the metrics textfile %s: %s%s", path, error, hint)
 
 
-def _refresh_with_retries(config, now, environ, euid, progress, since, until, dry_run, rebuild, sleep, clock, stop):
-    """refresh(), retried after a pause while the source or store is unreachable (scheduled runs only).
+def run_job(refresh, sleep=time.sleep, clock=time.monotonic):
+    """Run `refresh` (a Refresh) with retries, pings for scheduled runs and the textfile for real ones;
+    return the Outcome (report, error) of its last attempt."""
+    request = refresh.request
+    pings = _pings(refresh.config, refresh.environ, enabled=request.scheduled)
+    began = clock()
+    pings.start()
+    try:
+        with stopping.installed(refresh.stop):
+            outcome = _refresh_with_retries(refresh, sleep, clock)
+    except BaseException as error:  # a stop (or ^C) while it waited to retry: the job still says how it ended
+        outcome = Outcome(None, error)
+    report = outcome.report
+    if not request.dry_run and report is not None and report.quarantined:
+        logger.warning("%d of %d records in the window were quarantined (see the store's quarantine table).",
+                       report.quarantined, report.statements_read, extra=logs.run_fields(logs.QUARANTINE, report))
+    if not request.dry_run and not (report is not None and report.outcome == "lock-held"):
+        code, message = exit_status(outcome.error)
+        pings.finish(code, message)
+        _write_metrics(refresh.config, refresh.environ, refresh.now, code, clock() - began, report)
+    return outcome
+
+
+def _refresh_with_retries(refresh, sleep, clock):
+    """Run `refresh`, and again after a pause while the source or store is unreachable (scheduled runs only).
 
     The retries happen inside the one service start, so systemd's start rate
     limit never counts them and the unit's final exit status stays the real one.
     """
-    attempts = config.retry.attempts if since is None and not dry_run and not rebuild else 1
+    attempts = refresh.config.retry.attempts if refresh.request.scheduled else 1
     began = clock()
-    for attempt in range(1, attempts + 1):
-        try:
-            # A retry reads up to its own "now", so a late success misses nothing.
-            moment = now if attempt == 1 else now + dt.timedelta(seconds=clock() - began)
-            return refresh(config, moment, environ, euid, progress, since=since, until=until, dry_run=dry_run,
-                           rebuild=rebuild, stop=stop)
-        except UnavailableError as error:
-            if attempt == attempts:
-                raise
-            delay = config.retry.delay
-            logger.warning("%s Retrying in %d s (attempt %d of %d).", error, delay, attempt + 1, attempts,
-                           extra=logs.fields(logs.RUN_RETRYING, RETRY_ATTEMPT=attempt + 1, EXIT_STATUS=error.exit_code))
-            progress(f"Unreachable; attempt {attempt + 1} of {attempts} in {delay} s", force=True)
-            sleep(delay)  # a stop meanwhile ends the run with 143 (the stop policy raises)
-
-
-def run_job(config, now, environ, euid, progress, since=None, until=None, dry_run=False, rebuild=False,
-            sleep=time.sleep, clock=time.monotonic, stop=None):
-    """Run refresh() (same arguments) with retries, pings for scheduled runs and the textfile for real ones."""
-    with contextlib.nullcontext(stop) if stop else stopping.installed() as stop:
-        return _job(config, now, environ, euid, progress, since, until, dry_run, rebuild, sleep, clock, stop)
-
-
-def _job(config, now, environ, euid, progress, since, until, dry_run, rebuild, sleep, clock, stop):
-    pings = _pings(config, environ, enabled=since is None and not dry_run and not rebuild)
-    began = clock()
-    pings.start()
-    report, code, message = None, 0, ""
-    try:
-        report = _refresh_with_retries(config, now, environ, euid, progress, since, until, dry_run, rebuild,
-                                       sleep, clock, stop)
-        return report
-    except BaseException as error:
-        code = getattr(error, "exit_code", 130 if isinstance(error, KeyboardInterrupt) else 1)
-        message = str(error) if isinstance(error, RefreshError) else f"{type(error).__name__}: {error}"
-        report = getattr(error, "report", None)
-        raise
-    finally:
-        if not dry_run and report is not None and report.quarantined:
-            logger.warning("%d of %d records in the window were quarantined (see the store's quarantine table).",
-                           report.quarantined, report.statements_read,
-                           extra=logs.run_fields(logs.QUARANTINE, report))
-        if not dry_run and not (report is not None and report.outcome == "lock-held"):
-            pings.finish(code, message)
-            _write_metrics(config, environ, now, code, clock() - began, report)
+    attempt = refresh
+    for number in range(1, attempts + 1):
+        if number > 1:  # a new run (its own id and report) that reads up to its own "now", so it misses nothing
+            attempt = dataclasses.replace(refresh, now=refresh.now + dt.timedelta(seconds=clock() - began))
+        outcome = attempt.run()
+        if number == attempts or not isinstance(outcome.error, UnavailableError):
+            return outcome
+        delay = refresh.config.retry.delay
+        logger.warning("%s Retrying in %d s (attempt %d of %d).", outcome.error, delay, number + 1, attempts,
+                       extra=logs.fields(logs.RUN_RETRYING, RETRY_ATTEMPT=number + 1,
+                                         EXIT_STATUS=outcome.error.exit_code))
+        refresh.progress(f"Unreachable; attempt {number + 1} of {attempts} in {delay} s", force=True)
+        sleep(delay)  # a stop meanwhile ends the run with 143 (the stop policy raises)

@@ -6,15 +6,14 @@ to the last time the operator trusts makes the next run re-read the gap;
 staging is keyed by statement id, so what is read twice counts once.
 """
 
-import os
 import uuid
 
 from lms_refresh import __version__, state
 from lms_refresh import window as windows
 from lms_refresh.errors import ConfigError, StateError, from_os_error
-from lms_refresh.lock import LOCK_NAME, LockHeld, RunLock
-from lms_refresh.statedir import check_writable_file, prepare_state_directory
-from lms_refresh.store import load_driver, open_store, store_exists
+from lms_refresh.exclusive import locked_store, run_lock
+from lms_refresh.lock import LockHeld
+from lms_refresh.store import load_driver, store_exists
 
 
 def parse_cursor(config, text):
@@ -43,11 +42,12 @@ def set_watermark(config, now, environ, euid, text):
                           "a watermark in the future would skip everything stored before it.")
     load_driver(config)
     try:
-        prepare_state_directory(config.state_directory, euid)
-        lock_path = os.path.join(config.state_directory, LOCK_NAME)
-        check_writable_file(lock_path, euid)
-        with RunLock(lock_path):
-            return _set(config, now, environ, axis, value)
+        with run_lock(config, euid):
+            if not store_exists(config, environ):
+                raise StateError(f"The store {config.store_location} does not exist yet; the first run chooses its "
+                                 "window itself (or use 'lms-refresh backfill').")
+            with locked_store(config, environ, create=False) as store:
+                return _set(store, now, axis, value)
     except LockHeld as held:
         raise StateError(f"A refresh holds the lock ({held.holder}); set the watermark once it has finished.")
     except OSError as error:
@@ -57,35 +57,23 @@ def set_watermark(config, now, environ, euid, text):
         raise domain from error
 
 
-def _set(config, now, environ, axis, value):
-    if not store_exists(config, environ):
-        raise StateError(f"The store {config.store_location} does not exist yet; the first run chooses its window "
-                         "itself (or use 'lms-refresh backfill').")
-    store = open_store(config, environ, create=False)
-    try:
-        with store.errors():
-            holder = store.acquire_run_lock()
-            if holder is not None:
-                raise StateError(f"A refresh holds the store's lock ({holder}); set the watermark once it has "
-                                 "finished.")
-            meta = store.meta()
-            kind = meta.get("cursor_kind", windows.TIME.name) if meta.get("watermark") else axis.name
-            if kind != axis.name:
-                raise StateError(f"The store's watermark is a {kind} cursor, not a {axis.name}; a store follows one "
-                                 "source.")
-            old, new = meta.get("watermark"), axis.format(value)
-            store.begin()
-            store.set_meta("watermark", new)
-            store.set_meta("cursor_kind", axis.name)
-            moment = windows.to_cursor(now)
-            store.record_run({
-                "run_id": str(uuid.uuid4()), "kind": "watermark-set", "started_at": moment, "finished_at": moment,
-                "outcome": "watermark-set", "exit_code": 0, "window_since": old, "window_until": new,
-                "statements_read": 0, "staged": 0, "voided": 0, "quarantined": 0, "partitions": 0,
-                "rows_written": 0, "suppressed": 0, "message": f"watermark set by hand from {old} to {new}",
-                "version": __version__,
-            })
-            store.commit()
-            return old, new
-    finally:
-        store.close()
+def _set(store, now, axis, value):
+    meta = store.meta()
+    kind = meta.get("cursor_kind", windows.TIME.name) if meta.get("watermark") else axis.name
+    if kind != axis.name:
+        raise StateError(f"The store's watermark is a {kind} cursor, not a {axis.name}; a store follows one "
+                         "source.")
+    old, new = meta.get("watermark"), axis.format(value)
+    store.begin()
+    store.set_meta("watermark", new)
+    store.set_meta("cursor_kind", axis.name)
+    moment = windows.to_cursor(now)
+    store.record_run({
+        "run_id": str(uuid.uuid4()), "kind": "watermark-set", "started_at": moment, "finished_at": moment,
+        "outcome": "watermark-set", "exit_code": 0, "window_since": old, "window_until": new,
+        "statements_read": 0, "staged": 0, "voided": 0, "quarantined": 0, "partitions": 0,
+        "rows_written": 0, "suppressed": 0, "message": f"watermark set by hand from {old} to {new}",
+        "version": __version__,
+    })
+    store.commit()
+    return old, new

@@ -71,16 +71,25 @@ def pytest_runtest_setup(item):
                 pytest.skip(reason)
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    report = outcome.get_result()
+def _no_skip_allowed(report, what):
     if report.skipped and os.environ.get(REQUIRE_ALL) == "1" and not hasattr(report, "wasxfail"):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         reason = reason.removeprefix("Skipped: ")
         report.outcome = "failed"
         report.longrepr = (f"{REQUIRE_ALL}=1 (tests/run.sh, which installs everything) allows no skip, "
-                           f"but this test was skipped: {reason}")
+                           f"but this {what} was skipped: {reason}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    _no_skip_allowed(outcome.get_result(), "test")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    _no_skip_allowed(outcome.get_result(), "module")  # e.g. pytest.importorskip at the top of a test module
 
 
 def cli_command():

@@ -37,6 +37,23 @@ def test_a_missing_requirement_is_a_skip_that_says_what_to_install_and_a_failure
             f"skipped: {reason}") in required.stdout, required.stdout
 
 
+def test_a_module_skipped_at_import_fails_under_run_sh_too(tmp_path):
+    """pytest.importorskip at a module's top (python3-hypothesis missing, say) skips a whole module."""
+    probe = tmp_path / "test_probe.py"
+    probe.write_text('import pytest\npytest.importorskip("no_such_module", reason="no_such_module is missing")\n'
+                     "def test_nothing():\n    pass\n")
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "conftest", "-q", "-rs",
+               "--rootdir", str(tmp_path), str(probe)]
+    env = {k: v for k, v in os.environ.items() if k != "LMS_REFRESH_REQUIRE_ALL"}
+    env["PYTHONPATH"] = os.path.join(ROOT, "tests")  # this suite's conftest, as a plugin
+    skipped = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert skipped.returncode == 5 and "1 skipped" in skipped.stdout, skipped.stdout  # 5: no test ran
+    required = subprocess.run(command, capture_output=True, text=True, env=dict(env, LMS_REFRESH_REQUIRE_ALL="1"),
+                              timeout=300)
+    assert required.returncode == 2 and "1 error" in required.stdout, required.stdout  # 2: collection failed
+    assert ("allows no skip, but this module was skipped: no_such_module is missing") in required.stdout
+
+
 def test_tests_using_a_server_carry_its_marker_without_saying_so():
     listed = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--collect-only",
                              "-m", "postgresql", "tests/test_store_contract.py", "tests/test_postgres.py",

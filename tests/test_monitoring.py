@@ -183,6 +183,7 @@ def test_a_retry_that_finds_the_source_back_succeeds(project):
     from lms_refresh.config import load_config
     from lms_refresh.job import run_job
     from lms_refresh.logs import Progress
+    from lms_refresh.refresh import Refresh, Request
     from lms_refresh.window import parse_user_time
 
     project.configure(retry_attempts=3)
@@ -195,8 +196,9 @@ def test_a_retry_that_finds_the_source_back_succeeds(project):
         project.write("a.ndjson", [statement()])
 
     config = load_config(str(project.config), {})
-    report = run_job(config, parse_user_time(NOW, "UTC"), {}, os.geteuid(), Progress({}), sleep=sleep)
-    assert report.outcome == "success" and report.statements_read == 1 and pauses == [1]
+    report, error = run_job(Refresh(config, Request(), parse_user_time(NOW, "UTC"), {}, os.geteuid(), Progress({})),
+                            sleep=sleep)
+    assert error is None and report.outcome == "success" and report.statements_read == 1 and pauses == [1]
 
 
 def test_status_check_says_when_data_is_stale(project):
