@@ -15,7 +15,7 @@ from lms_refresh.errors import ConfigError, UnavailableError
 from lms_refresh.exclusive import locked_store, run_lock
 from lms_refresh.lock import LockHeld
 from lms_refresh.privacy import RecordKeys
-from lms_refresh.pseudonym import Pseudonymiser
+from lms_refresh.pseudonym import Pseudonymiser, moodle_identifier
 from lms_refresh.publish import publish_if_behind
 from lms_refresh.redact import REDACTED, scrub_text
 from lms_refresh.statedir import check_writable_file
@@ -50,8 +50,6 @@ def learner_identifier(config, agent=None, moodle_user_id=None):
         if moodle_user_id is None:
             raise ConfigError(f"The source in {config.origin} is Moodle's log, which names learners by user id; "
                               "use --moodle-user-id.")
-        from lms_refresh.sources.moodle import learner_identifier as moodle_identifier
-
         return moodle_identifier(config.source.site_url, moodle_user_id)
     if agent is None:
         raise ConfigError(f"The source in {config.origin} is xAPI ({kind}), which names learners by an agent "

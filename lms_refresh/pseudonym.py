@@ -50,6 +50,11 @@ def fingerprint(key):
     return hmac.new(key, b"lms-refresh key fingerprint", hashlib.sha256).hexdigest()[:16]
 
 
+def moodle_identifier(site_url, user_id):
+    """Return the text a Moodle user is pseudonymised from: the mapper, `forget` and the quarantine share it."""
+    return f"moodle:{site_url.rstrip('/')}|{user_id}"
+
+
 class Pseudonymiser:
     """Map actor identifiers to stable keyed hashes (64-bit integers), caching the recent ones.
 

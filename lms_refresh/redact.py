@@ -18,7 +18,7 @@ import hmac
 import json
 import re
 
-from lms_refresh.pseudonym import Pseudonymiser
+from lms_refresh.pseudonym import Pseudonymiser, moodle_identifier
 from lms_refresh.sources.xapi import InvalidStatement, actor_identifier
 
 REDACTED = "[redacted]"
@@ -170,9 +170,7 @@ class Redactor:
             _remember(value, found)  # a number is not searched for in free text: it would match log ids
         if self._moodle_site is None or isinstance(value, bool) or not isinstance(value, int):
             return REDACTED
-        from lms_refresh.sources.moodle import learner_identifier  # psycopg, only for Moodle sources
-
-        return marker(self._pseudonymise(learner_identifier(self._moodle_site, value)))
+        return marker(self._pseudonymise(moodle_identifier(self._moodle_site, value)))
 
     # -- everything else ---------------------------------------------------------
 

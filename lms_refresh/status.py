@@ -37,9 +37,10 @@ def collect_status(config, environ):
                     status["cursor_kind"] = meta.get("cursor_kind", TIME.name)
                 status["last_run"], status["last_success"] = store.last_runs()
                 status["quarantined_records"] = store.quarantine_count()
-                if status["store"]["schema_version"] >= 3:
-                    status["privacy"] = dataclasses.asdict(store.privacy_settings()) if store.execute(
-                        "SELECT COUNT(*) FROM privacy_settings").fetchone()[0] else None
+                # The settings in force, from the store's typed row (a store that still needs an
+                # upgrade was refused by open_store): none before the first run stores them.
+                settings = store.privacy_settings(missing_ok=True)
+                status["privacy"] = dataclasses.asdict(settings) if settings else None
         finally:
             store.close()
         if status.get("privacy"):

@@ -20,17 +20,16 @@ import json
 import logging
 import math
 import re
-import socket
 import zoneinfo
 
 import psycopg  # this module is imported only when the Moodle source is configured
 
 from lms_refresh import window as windows
-from lms_refresh.credentials import read_secret
 from lms_refresh.errors import ConfigError, UnavailableError
+from lms_refresh.postgresql import connect, connection_error, display_url, first_line
+from lms_refresh.pseudonym import moodle_identifier
 from lms_refresh.sources import Batch
 from lms_refresh.sources.xapi import ADL, name_id
-from lms_refresh.store.postgres import display_url, first_line
 
 logger = logging.getLogger(__name__)
 
@@ -113,11 +112,6 @@ def scaled_micro(final, grade_range):
     return round(min(max((final - low) / (high - low), 0.0), 1.0) * 1_000_000)
 
 
-def learner_identifier(site_url, user_id):
-    """Return the text a Moodle user is pseudonymised from: the mapper, `forget` and the quarantine share it."""
-    return f"moodle:{site_url.rstrip('/')}|{user_id}"
-
-
 class InvalidRow(ValueError):
     """A log row that cannot be used; the message is the quarantine reason."""
 
@@ -183,7 +177,7 @@ class RowMapper:
         self.names[("verb", verb_key)] = verb
         cursor = windows.to_cursor(moment)
         event_id = hashlib.blake2b(f"{self.site}|log|{log_id}".encode(), digest_size=16).digest()
-        actor = self.pseudonymise(learner_identifier(self.site, user))
+        actor = self.pseudonymise(moodle_identifier(self.site, user))
         score = scaled_micro(*self._grade(other)) if verb == SCORED else None
         return (day, course_key, actor, event_id, cursor, cursor, verb_key, attempt, completion, passed, failed,
                 score, None)
@@ -228,20 +222,15 @@ class MoodleSource:
         where, table = display_url(self.url), table or self.table
         try:
             if self._db is None:
-                password = read_secret(self.password_file, self.environ) if self.password_file else None
-                self._db = psycopg.connect(
-                    self.url, password=password, autocommit=True, connect_timeout=min(self.timeout, 60),
-                    application_name=f"lms-refresh on {socket.gethostname()}",
+                self._db = connect(
+                    self.url, self.password_file, self.environ, f"The Moodle database {where}", "source",
+                    connect_timeout=min(self.timeout, 60),
                     # Read-only by construction, whatever the role may do; and never a runaway scan.
                     options=f"-c default_transaction_read_only=on -c statement_timeout={self.timeout * 1000}",
                 )
             return self._db.execute(statement.replace("{table}", table), parameters).fetchall()
         except psycopg.OperationalError as error:
-            if getattr(error, "sqlstate", None) in ("28P01", "28000") or "authentication failed" in str(error):
-                raise ConfigError(f"The Moodle database {where} refused the credentials ({first_line(error)}); "
-                                  "check source.url's user and the file named by source.password_file.")
-            raise UnavailableError(f"The Moodle database {where} is unreachable, dropped the connection or timed "
-                                   f"out ({first_line(error)}); nothing was committed.")
+            raise connection_error(error, f"The Moodle database {where}", "source")
         except psycopg.errors.UndefinedTable:
             log_store = " and that the standard log store is enabled" if table == self.table else ""
             raise ConfigError(f"The Moodle database {where} has no table {table}; check source.prefix "

@@ -1,37 +1,26 @@
-"""What the SQLite and PostgreSQL stores share: the run's bookkeeping in plain SQL.
+"""What the SQLite and PostgreSQL stores share: the run's bookkeeping and the metrics' rebuild, in SQL
+written once (the store's `dialect` supplies what differs).
 
-Statements are written with `?` placeholders; a store whose driver wants
-another style converts them in `_sql`. Dialect-specific work (opening,
-migrating, staging in bulk, rebuilding partitions) lives in each store.
+Statements are written with `?` placeholders; a store whose driver wants another style converts
+them in `_sql`. Driver-specific work (opening, migrating, staging in bulk) lives in each store.
 """
 
+import dataclasses
 import json
 
 from lms_refresh import privacy, redact
 from lms_refresh.errors import StateError
-from lms_refresh.store import SERVING_COLUMNS
+from lms_refresh.store.tables import SERVING_COLUMNS, column_names
 
 # daily_metrics' columns that the publication derives from (see lms_refresh.privacy.published_row).
-CELL_FIELDS = (
-    "day", "learners", "statements", "attempts", "attempt_learners", "completions", "completion_learners",
-    "passed", "passed_learners", "failed", "failed_learners", "score_sum_micro", "score_count", "score_learners",
-    "duration_ms", "duration_count", "duration_learners", "learner_key", "statement_key", "attempt_key",
-    "completion_key", "passed_key", "failed_key", "score_key", "duration_key",
-)
-PRIVACY_FIELDS = ("min_cell_size", "method", "max_noise", "variance", "withhold_zeros")
-PUBLISHED_FIELDS = ("course_id", "day") + SERVING_COLUMNS[2:]
-
-RUN_FIELDS = (
-    "run_id", "kind", "started_at", "finished_at", "outcome", "exit_code", "window_since",
-    "window_until", "statements_read", "staged", "voided", "quarantined", "partitions",
-    "rows_written", "suppressed", "message", "version",
-)
+CELL_FIELDS = tuple(name for name in column_names("daily_metrics") if name != "course_id")
+PRIVACY_FIELDS = column_names("privacy_settings")[1:]  # after the id of the one row
+PUBLISHED_FIELDS = column_names("published_metrics")
+RUN_FIELDS = column_names("runs")
 
 
 class SqlStore:
-    placeholder = "?"
-    serving = "serving_daily_metrics"
-    run_order = "seq"
+    dialect = None  # a store.dialect.Dialect
 
     def __init__(self, connection, location):
         self.db = connection
@@ -42,8 +31,14 @@ class SqlStore:
         self.record_keys = None  # a privacy.RecordKeys, set once the run has its secret key
         self._republish_all = False
 
+    @property
+    def run_order(self):
+        """What orders the run log's rows."""
+        return self.dialect.insertion_order
+
     def _sql(self, statement):
-        return statement if self.placeholder == "?" else statement.replace("?", self.placeholder)
+        """Return `statement`, written with `?` placeholders, in the driver's parameter style."""
+        return statement
 
     def execute(self, statement, parameters=()):
         return self.db.execute(self._sql(statement), parameters)
@@ -209,10 +204,14 @@ class SqlStore:
 
     # -- the publication (lms_refresh.privacy) ---------------------------------
 
-    def privacy_settings(self):
-        """Return the typed privacy settings the publication is computed with (StateError if missing)."""
+    def privacy_settings(self, missing_ok=False):
+        """Return the typed privacy settings in force, which the publication is computed with: the one
+        row of privacy_settings, the only place the threshold is kept. Without it nothing may be
+        published (fail closed): a StateError, or None if `missing_ok` (for a report)."""
         row = self.execute(f"SELECT {', '.join(PRIVACY_FIELDS)} FROM privacy_settings").fetchone()
         if row is None:
+            if missing_ok:
+                return None
             raise StateError(f"The store {self.describe()} has no privacy settings; nothing was published. "
                              "Run lms-refresh again to store them from the configuration.")
         values = dict(zip(PRIVACY_FIELDS, row))
@@ -221,15 +220,17 @@ class SqlStore:
 
     def set_privacy(self, min_cell_size, settings):
         """Store the threshold and the noise settings; a change republishes every course."""
-        new = (min_cell_size, settings.method, settings.max_noise, float(settings.variance),
-               int(settings.withhold_zeros))
-        old = self.execute(f"SELECT {', '.join(PRIVACY_FIELDS)} FROM privacy_settings").fetchone()
-        if old is None or tuple(old) != new:
+        new = privacy.Settings(min_cell_size, settings.method, settings.max_noise, float(settings.variance),
+                               bool(settings.withhold_zeros))
+        if self.privacy_settings(missing_ok=True) != new:
+            row = dict(dataclasses.asdict(new), withhold_zeros=int(new.withhold_zeros))
             self.execute("DELETE FROM privacy_settings")
             self.execute(f"INSERT INTO privacy_settings (id, {', '.join(PRIVACY_FIELDS)}) VALUES (1, ?, ?, ?, ?, ?)",
-                         new)
+                         [row[field] for field in PRIVACY_FIELDS])
             self._republish_all = True
-        self.set_meta("min_cell_size", min_cell_size)  # kept for readers of older versions; never read
+        # Schema versions 1 and 2 kept the threshold as text in meta as well: that copy would no
+        # longer follow the settings in force, so it goes.
+        self.execute("DELETE FROM meta WHERE key = 'min_cell_size'")
 
     def fill_record_keys(self):
         """Give rows staged before schema version 3 their record keys; return True if there were any."""
@@ -292,6 +293,15 @@ class SqlStore:
         written = self.rebuild_partitions(days)
         self.publish_courses(courses | self.courses_on(days))
         return written, self.suppressed_on(days)
+
+    def rebuild_partitions(self, days):
+        """Delete and rebuild the metrics of `days` from all staged events of those days; return the rows written."""
+        days = self.dialect.day_set(days)
+        cells, learner_keys = self.dialect.recompute
+        self.execute(f"DELETE FROM daily_metrics WHERE {self.dialect.days_in}", (days,))
+        written = self.execute(cells, (days,)).rowcount
+        self.execute(learner_keys, (days,))
+        return written
 
     def forget_transaction(self):
         """Voids learned inside a rolled-back transaction are gone with it."""

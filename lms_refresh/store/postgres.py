@@ -7,74 +7,51 @@ flock) from refreshing the same store at once.
 """
 
 import contextlib
-import os
+import functools
 import re
-import socket
 
 import psycopg
 from psycopg import sql
 
 from lms_refresh import faults
-from lms_refresh.credentials import read_secret
 from lms_refresh.errors import ConfigError, StateError, UnavailableError
+from lms_refresh.postgresql import connect, connection_error, display_url, first_line, unreachable
 from lms_refresh.store.base import SqlStore
-from lms_refresh.store.pg_schema import MIGRATIONS, SCHEMA_VERSION
+from lms_refresh.store.pg_schema import MIGRATIONS, POSTGRESQL, SCHEMA_VERSION
 
 LOCK_CLASS = 0x4C4D5352  # "LMSR": the first key of the run's advisory lock; the second is the schema's hash
 
-_RECOMPUTE = """
-INSERT INTO daily_metrics
-SELECT day, course_id, COUNT(*), SUM(n),
-    SUM(attempts), COUNT(*) FILTER (WHERE attempts > 0), SUM(completions), COUNT(*) FILTER (WHERE completions > 0),
-    SUM(passed), COUNT(*) FILTER (WHERE passed > 0), SUM(failed), COUNT(*) FILTER (WHERE failed > 0),
-    SUM(score_sum), SUM(scores), COUNT(*) FILTER (WHERE scores > 0),
-    SUM(duration), COUNT(*) FILTER (WHERE durations > 0),
-    SUM(learner_key) %% 4294967296, SUM(k_all) %% 4294967296, SUM(k_attempt) %% 4294967296,
-    SUM(k_completion) %% 4294967296, SUM(k_passed) %% 4294967296, SUM(k_failed) %% 4294967296,
-    SUM(k_score) %% 4294967296, SUM(durations), SUM(k_duration) %% 4294967296
-FROM (
-    SELECT day, course_id, actor, COUNT(*) AS n, SUM(is_attempt) AS attempts,
-        SUM(is_completion) AS completions, SUM(is_passed) AS passed, SUM(is_failed) AS failed,
-        SUM(score_micro) AS score_sum, COUNT(score_micro) AS scores,
-        SUM(duration_ms) AS duration, COUNT(duration_ms) AS durations,
-        MIN(learner_key) AS learner_key, SUM(record_key) AS k_all, SUM(is_attempt * record_key) AS k_attempt,
-        SUM(is_completion * record_key) AS k_completion, SUM(is_passed * record_key) AS k_passed,
-        SUM(is_failed * record_key) AS k_failed,
-        COALESCE(SUM(record_key) FILTER (WHERE score_micro IS NOT NULL), 0) AS k_score,
-        COALESCE(SUM(record_key) FILTER (WHERE duration_ms IS NOT NULL), 0) AS k_duration
-    FROM staged_events WHERE day = ANY(%s)
-    GROUP BY day, course_id, actor) AS per_learner
-GROUP BY day, course_id
-"""
+# What the qmark-to-format conversion must look into or skip: string literals (with '' inside),
+# quoted identifiers, dollar-quoted strings, comments, a placeholder, a percent sign.
+_LEXEMES = re.compile(r"""'(?:[^']|'')*'|"(?:[^"]|"")*"|\$(\w*)\$.*?\$\1\$|--[^\n]*|/\*.*?\*/|\?|%""", re.S)
 
 
-def display_url(url):
-    """The URL without any password, for messages."""
-    return re.sub(r"(://[^/@:]*):[^/@]*@", r"\1@", url)
+@functools.lru_cache(maxsize=512)
+def format_style(statement):
+    """Return a statement written with `?` placeholders in psycopg's format style: each `?` outside
+    literals, quoted identifiers and comments becomes `%s`, and every `%` (which psycopg would
+    read as the start of a placeholder wherever it stands) is doubled."""
+    def convert(match):
+        return "%s" if match.group() == "?" else match.group().replace("%", "%%")
+
+    return _LEXEMES.sub(convert, statement)
 
 
 class PostgresStore(SqlStore):
-    placeholder = "%s"
+    dialect = POSTGRESQL
     schema_target = SCHEMA_VERSION
 
     def __init__(self, connection, location, schema):
         super().__init__(connection, location)
         self.schema = schema
-        self.serving = f"{schema}_serving.daily_metrics"
+        self.serving = self._ddl(POSTGRESQL.serving)
 
     @classmethod
     def open(cls, settings, environ, create=True, read_only=False, migrate=True):
         """Connect to the store; migrate it unless `read_only` or `migrate=False`."""
         url = settings.url
-        password = read_secret(settings.password_file, environ) if settings.password_file else None
-        name = f"lms-refresh pid {os.getpid()} on {socket.gethostname()}"
-        try:
-            db = psycopg.connect(url, password=password, autocommit=True, connect_timeout=15, application_name=name)
-        except psycopg.OperationalError as error:
-            if getattr(error, "sqlstate", None) in ("28P01", "28000") or "authentication failed" in str(error):
-                raise ConfigError(f"The store {display_url(url)} refused the credentials ({first_line(error)}); "
-                                  "check store.url's user and the file named by store.password_file.")
-            raise _unreachable(url, error)
+        db = connect(url, settings.password_file, environ, f"The store {display_url(url)}", "store",
+                     connect_timeout=15)
         store = cls(db, display_url(url), settings.schema)
         with store.errors():
             db.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(settings.schema)))
@@ -105,6 +82,9 @@ class PostgresStore(SqlStore):
             if self.schema_version() == 0:  # another host may have built it while we waited
                 self._build()
                 faults.point("store-created")
+
+    def _sql(self, statement):
+        return format_style(statement)
 
     def describe(self):
         return f"{self.location} (schema {self.schema})"
@@ -151,11 +131,11 @@ class PostgresStore(SqlStore):
             return StateError(f"The store {self.describe()} is read-only ({first_line(error)}); point store.url "
                               "at the primary server.")
         if isinstance(error, psycopg.OperationalError):
-            return _unreachable(self.location, error)
+            return connection_error(error, f"The store {self.location}", "store")
         if isinstance(error, psycopg.Error):
             if self.db.broken or self.db.closed:
                 # A connection lost during a pipelined executemany surfaces as a plain DatabaseError.
-                return _unreachable(self.location, error)
+                return unreachable(error, f"The store {self.location}")
             return StateError(f"The store {self.describe()} failed: {first_line(error)}; check its schema.")
         return None
 
@@ -255,20 +235,3 @@ class PostgresStore(SqlStore):
             "DELETE FROM staged_events WHERE event_id = ANY(%s) RETURNING day", (list(self._void_targets),))}
         self._void_targets.clear()
         return days
-
-    def rebuild_partitions(self, days):
-        """Delete and rebuild the metrics of `days` from all staged events of those days; return the rows written."""
-        days = sorted(days)
-        self.db.execute("DELETE FROM daily_metrics WHERE day = ANY(%s)", (days,))
-        return self.db.execute(_RECOMPUTE, (days,)).rowcount
-
-
-def first_line(error):
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-
-
-def _unreachable(url, error):
-    return UnavailableError(
-        f"The store {display_url(url)} is unreachable or dropped the connection ({first_line(error)}); "
-        "nothing was committed."
-    )

@@ -6,7 +6,6 @@ dashboards keep reading the previous state while a refresh writes.
 """
 
 import contextlib
-import json
 import os
 import sqlite3
 import urllib.parse
@@ -14,41 +13,9 @@ import urllib.parse
 from lms_refresh import faults
 from lms_refresh.errors import StateError, UnavailableError
 from lms_refresh.store.base import SqlStore
-from lms_refresh.store.schema import MIGRATIONS, SCHEMA_VERSION
+from lms_refresh.store.schema import MIGRATIONS, SCHEMA_VERSION, SQLITE
 
 _EVENT_INSERT = "INSERT OR IGNORE INTO staged_events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-
-# One pass per cell. "Learners with an attempt" and the like are distinct counts of
-# the actor over the rows that have one (the flags are 0 or 1). SQLite does this
-# faster, and in less memory, than a per-learner subquery whose output it would
-# sort again for the per-cell grouping.
-_RECOMPUTE = """
-INSERT INTO daily_metrics
-SELECT day, course_id, COUNT(DISTINCT actor), COUNT(*),
-    SUM(is_attempt), COUNT(DISTINCT CASE WHEN is_attempt THEN actor END),
-    SUM(is_completion), COUNT(DISTINCT CASE WHEN is_completion THEN actor END),
-    SUM(is_passed), COUNT(DISTINCT CASE WHEN is_passed THEN actor END),
-    SUM(is_failed), COUNT(DISTINCT CASE WHEN is_failed THEN actor END),
-    SUM(score_micro), COUNT(score_micro), COUNT(DISTINCT CASE WHEN score_micro IS NOT NULL THEN actor END),
-    SUM(duration_ms), COUNT(DISTINCT CASE WHEN duration_ms IS NOT NULL THEN actor END),
-    0, SUM(record_key) % 4294967296, SUM(is_attempt * record_key) % 4294967296,
-    SUM(is_completion * record_key) % 4294967296, SUM(is_passed * record_key) % 4294967296,
-    SUM(is_failed * record_key) % 4294967296,
-    COALESCE(SUM(CASE WHEN score_micro IS NOT NULL THEN record_key END) % 4294967296, 0),
-    COUNT(duration_ms), COALESCE(SUM(CASE WHEN duration_ms IS NOT NULL THEN record_key END) % 4294967296, 0)
-FROM staged_events WHERE day IN (SELECT value FROM json_each(?))
-GROUP BY day, course_id
-"""
-
-# A cell's learner key sums each distinct learner's key once; the staging key is ordered by
-# (day, course, actor), so this is one range scan per day.
-_LEARNER_KEYS = """
-UPDATE daily_metrics SET learner_key = k.total FROM (
-    SELECT day, course_id, SUM(learner_key) % 4294967296 AS total FROM (
-        SELECT DISTINCT day, course_id, actor, learner_key FROM staged_events
-        WHERE day IN (SELECT value FROM json_each(?))) GROUP BY day, course_id) AS k
-WHERE daily_metrics.day = k.day AND daily_metrics.course_id = k.course_id
-"""
 
 # Errors that a later attempt may not meet again: the store is busy or the disk full.
 _TRANSIENT = ("locked", "busy", "disk", "unable to open", "full")
@@ -69,7 +36,8 @@ def _damaged(path, error):
 
 
 class SqliteStore(SqlStore):
-    run_order = "rowid"
+    dialect = SQLITE
+    serving = SQLITE.serving
     schema_target = SCHEMA_VERSION
 
     @property
@@ -276,11 +244,3 @@ class SqliteStore(SqlStore):
             "DELETE FROM staged_events WHERE event_id IN (SELECT event_id FROM temp.void_targets) RETURNING day")}
         self._void_targets.clear()
         return days
-
-    def rebuild_partitions(self, days):
-        """Delete and rebuild the metrics of `days` from all staged events of those days; return the rows written."""
-        days_json = json.dumps(sorted(days))
-        self.db.execute("DELETE FROM daily_metrics WHERE day IN (SELECT value FROM json_each(?))", (days_json,))
-        written = self.db.execute(_RECOMPUTE, (days_json,)).rowcount
-        self.db.execute(_LEARNER_KEYS, (days_json,))
-        return written

@@ -1,0 +1,125 @@
+"""The store's description (tables.py) written as one SQL dialect's statements.
+
+A Dialect says how its database spells types, names, dates and a set of days; everything else
+(keys, CHECKs, the migrations' order, the metric definitions) comes from tables.py, so the two
+stores cannot drift apart. `schema.SQLITE` and `pg_schema.POSTGRESQL` are the dialects in use.
+Statements are written with `?` placeholders; a driver that wants another style converts them.
+"""
+
+import functools
+
+from lms_refresh.store import tables
+
+
+class _Names(dict):
+    """A format mapping in which every field is a name in the store, as the dialect writes it."""
+
+    def __init__(self, dialect):
+        super().__init__()
+        self.dialect = dialect
+
+    def __missing__(self, name):
+        return self.dialect.name(name)
+
+
+class Dialect:
+    types = {}  # tables' column types -> the dialect's
+    serving = ""  # the serving view's name
+    insertion_order = ""  # what orders a logged table's rows (tables.Table.logged)
+    days_in = ""  # the condition "day is one of the days given as the statement's one parameter"
+    legacy_average = legacy_duration = ""  # the serving view's computed columns until schema version 3
+
+    def name(self, name):
+        """Return a table's or an index's name as the migrations write it."""
+        return name
+
+    def date(self, expression):
+        """Return an expression that turns ISO day text into the dialect's day (for the serving view)."""
+        return expression
+
+    def day_set(self, days):
+        """Return the parameter of `days_in` that holds `days`."""
+        raise NotImplementedError
+
+    def prelude(self):
+        """Return the statements that come before migration 1's (a place and a record for the version)."""
+        return []
+
+    def shape(self, table):
+        """Return `table` as this dialect stores it."""
+        return table
+
+    def check(self, table, column):
+        """Return the condition of a column's CHECK constraint."""
+        return column.check
+
+    def suffix(self, table):
+        """Return what follows a CREATE TABLE's column list."""
+        return ""
+
+    # -- statements ------------------------------------------------------------
+
+    def column(self, table, column):
+        """Return a column's definition: a one-column key or unique group is written beside it."""
+        parts = [column.name, self.types[column.type]]
+        if table.key == (column.name,):
+            parts.append("PRIMARY KEY")
+        elif not column.null:
+            parts.append("NOT NULL")
+        if (column.name,) in table.unique:
+            parts.append("UNIQUE")
+        if column.default is not None:
+            parts.append(f"DEFAULT {column.default}")
+        if column.check:
+            parts.append(f"CHECK ({self.check(table, column)})")
+        return " ".join(parts)
+
+    def create_table(self, table, version):
+        table = self.shape(table)
+        lines = [self.column(table, column) for column in table.columns_at(version)]
+        if len(table.key) > 1:
+            lines.append(f"PRIMARY KEY ({', '.join(table.key)})")
+        lines += [f"UNIQUE ({', '.join(group)})" for group in table.unique if len(group) > 1]
+        exists = " IF NOT EXISTS" if table.since >= tables.IDEMPOTENT_SINCE else ""
+        return f"CREATE TABLE{exists} {self.name(table.name)} (\n    " + ",\n    ".join(lines) + ")" + \
+            self.suffix(table)
+
+    def add_column(self, table, column):
+        return f"ALTER TABLE {self.name(table.name)} ADD COLUMN {self.column(self.shape(table), column)}"
+
+    def create_index(self, index):
+        exists = " IF NOT EXISTS" if index.since >= tables.IDEMPOTENT_SINCE else ""
+        return (f"CREATE {'UNIQUE ' if index.unique else ''}INDEX{exists} {index.name} "
+                f"ON {self.name(index.table)} ({', '.join(index.columns)})")
+
+    def migration(self, version):
+        """Return the statements that bring a store from schema version `version` - 1 to `version`."""
+        statements = self.prelude() if version == 1 else []
+        for kind, item in tables.migration(version):
+            if kind == "table":
+                statements.append(self.create_table(item, version))
+            elif kind == "column":
+                statements.append(self.add_column(*item))
+            elif kind == "sql":
+                statements.append(item.format_map(_Names(self)))
+            elif kind == "index":
+                statements.append(self.create_index(item))
+            else:  # the serving view
+                if version > 1:
+                    statements.append(f"DROP VIEW {self.serving}")
+                statements.append(f"CREATE VIEW {self.serving} AS{tables.serving_view(self, version)}")
+        return statements
+
+    def migrations(self):
+        """Return every migration's statements, the first first."""
+        return [self.migration(version) for version in range(1, tables.SCHEMA_VERSION + 1)]
+
+    @functools.cached_property
+    def recompute(self):
+        """The statements that compute the daily_metrics rows of the days given as each one's parameter,
+        in the store's own session: the cells (tables.CELL_METRICS), then their learner keys."""
+        columns = ", ".join(name for name, _ in tables.CELL_METRICS)
+        cells = ",\n    ".join(expression for _, expression in tables.CELL_METRICS)
+        return (f"INSERT INTO daily_metrics (day, course_id, {columns})\nSELECT day, course_id,\n    {cells}\n"
+                f"FROM staged_events WHERE {self.days_in}\nGROUP BY day, course_id",
+                tables.LEARNER_KEYS.format(days_in=self.days_in))

@@ -1,0 +1,257 @@
+"""One description of the store: its tables, keys, indexes and serving view, how daily_metrics is
+computed, and how a store of every earlier schema version reaches this one.
+
+Nothing here is written in a dialect: `dialect.Dialect` renders it, as SQLite (`schema.py`) or as
+PostgreSQL (`pg_schema.py`). Every table, column and index says in which schema version it
+appeared (`since`); `migration(N)` lists what version N brought, in the order it is applied.
+A new store runs every migration in turn, so it is built exactly as an upgraded one is.
+"""
+
+import dataclasses
+
+# Column types; each dialect writes them its own way.
+SMALL = "small"  # a 0/1 flag
+INTEGER = "integer"  # a count
+BIGINT = "bigint"  # an id, a key or a sum of them
+REAL = "real"
+TEXT = "text"
+BYTES = "bytes"
+SERIAL = "serial"  # a row number the store assigns
+
+# From this version on, tables and indexes are created only if missing, so a store taken back
+# past a migration by hand (as the tests do) is upgraded again; an earlier version refuses a
+# name already taken, so a store never adopts a table that is not its own.
+IDEMPOTENT_SINCE = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+    name: str
+    type: str
+    null: bool = False
+    default: str = None  # an SQL literal
+    check: str = None  # a condition on the value, refused otherwise
+    since: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    name: str
+    columns: tuple
+    key: tuple
+    unique: tuple = ()  # other column groups that identify a row
+    clustered: bool = False  # stored in key order: a range of the key is read or rebuilt in one pass
+    logged: bool = False  # read back in the order its rows were written (the run log)
+    since: int = 1
+
+    def columns_at(self, version):
+        return [column for column in self.columns if column.since <= version]
+
+
+@dataclasses.dataclass(frozen=True)
+class Index:
+    name: str
+    table: str
+    columns: tuple
+    unique: bool = False
+    since: int = 1
+
+
+def _columns(type_, *names, **options):
+    return tuple(Column(name, type_, **options) for name in names)
+
+
+# A cell's record keys (the cell key method, lms_refresh.privacy): sums of its records' keys.
+KEY_SUMS = ("learner_key", "statement_key", "attempt_key", "completion_key", "passed_key", "failed_key",
+            "score_key", "duration_count", "duration_key")
+
+TABLES = (
+    Table("meta", _columns(TEXT, "key", "value"), key=("key",), clustered=True),
+    # Ids are 64-bit hashes of the IRIs (see sources.xapi.name_id).
+    Table("courses", (Column("course_id", BIGINT), Column("iri", TEXT)), key=("course_id",), unique=(("iri",),)),
+    Table("verbs", (Column("verb_id", BIGINT), Column("iri", TEXT)), key=("verb_id",), unique=(("iri",),)),
+    # Canonical events, clustered by partition so a day is rebuilt from one contiguous range. The
+    # key ends with the source's own id; the columns before it are functions of that (immutable)
+    # record, so pulling a record twice is a no-op.
+    Table("staged_events", (
+        Column("day", TEXT), Column("course_id", BIGINT), Column("actor", BIGINT), Column("event_id", BYTES),
+        Column("stored", TEXT), Column("occurred", TEXT), Column("verb_id", BIGINT),
+        *_columns(SMALL, "is_attempt", "is_completion", "is_passed", "is_failed"),
+        *_columns(BIGINT, "score_micro", "duration_ms", null=True),
+        # The cell key method's record keys, computed in Python with the secret key at staging
+        # time. NULL only in rows staged before version 3; the next run fills them in.
+        *_columns(BIGINT, "record_key", "learner_key", null=True, since=3),
+    ), key=("day", "course_id", "actor", "event_id"), clustered=True),
+    # Voided ids stay here so a re-pulled target is never staged again.
+    Table("voided_events", (Column("event_id", BYTES), Column("voided_by", BYTES), Column("stored", TEXT)),
+          key=("event_id",), clustered=True),
+    Table("daily_metrics", (
+        Column("day", TEXT), Column("course_id", BIGINT),
+        *_columns(INTEGER, "learners", "statements", "attempts", "attempt_learners", "completions",
+                  "completion_learners", "passed", "passed_learners", "failed", "failed_learners"),
+        Column("score_sum_micro", BIGINT, null=True), *_columns(INTEGER, "score_count", "score_learners"),
+        Column("duration_ms", BIGINT, null=True), Column("duration_learners", INTEGER),
+        *_columns(BIGINT, *KEY_SUMS, default="0", since=3),
+    ), key=("day", "course_id"), clustered=True),
+    Table("runs", (
+        *_columns(TEXT, "run_id", "kind", "started_at", "finished_at", "outcome"), Column("exit_code", INTEGER),
+        *_columns(TEXT, "window_since", "window_until", null=True),
+        *_columns(BIGINT, "statements_read", "staged", "voided", "quarantined", default="0"),
+        Column("partitions", INTEGER, default="0"), *_columns(BIGINT, "rows_written", "suppressed", default="0"),
+        Column("message", TEXT, default="''"),
+        # Which lms-refresh version wrote the row.
+        Column("version", TEXT, default="''", since=2),
+    ), key=("run_id",), logged=True),
+    Table("quarantine", (Column("id", SERIAL), *_columns(TEXT, "run_id", "origin", "reason", "raw", "digest",
+                                                           "recorded_at")),
+          key=("id",), unique=(("origin", "digest"),)),
+    Table("source_state", _columns(TEXT, "key", "value"), key=("key",), clustered=True),
+    # What is published: suppressed, perturbed and gap-filled in Python (lms_refresh.privacy).
+    Table("published_metrics", (
+        Column("course_id", BIGINT), Column("day", TEXT),
+        *_columns(BIGINT, "active_learners", "statements", "attempts", "completions", "passed", "failed",
+                  null=True),
+        *_columns(REAL, "avg_scaled_score", "total_duration_seconds", null=True), Column("suppressed", BIGINT),
+    ), key=("course_id", "day"), clustered=True, since=3),
+    # The threshold and the noise in one typed row: a value of the wrong type or out of range is
+    # refused, so nothing can switch suppression off by writing text; without the row nothing
+    # is published (SqlStore.privacy_settings).
+    Table("privacy_settings", (
+        Column("id", BIGINT, check="id = 1"),
+        Column("min_cell_size", BIGINT, check="min_cell_size >= 1"),
+        Column("method", TEXT, check="method IN ('cell-key', 'none')"),
+        Column("max_noise", BIGINT, check="max_noise BETWEEN 0 AND 100"),
+        Column("variance", REAL, check="variance >= 0"),
+        Column("withhold_zeros", BIGINT, check="withhold_zeros IN (0, 1)"),
+    ), key=("id",), since=3),
+    # Days whose metrics a migration left to be rebuilt by the next run.
+    Table("pending_days", (Column("day", TEXT),), key=("day",), clustered=True, since=4),
+)
+
+
+
+def column_names(table):
+    """Return the names of a table's columns, in their order."""
+    return tuple(column.name for column in next(t for t in TABLES if t.name == table).columns)
+
+
+INDEXES = (
+    # The publication rebuilds a course's whole span: its rows must be one range away.
+    Index("daily_metrics_by_course", "daily_metrics", ("course_id", "day"), since=3),
+    # A statement id counts once.
+    Index("staged_events_event_id", "staged_events", ("event_id",), unique=True, since=4),
+)
+
+SERVING_COLUMNS = (
+    "day", "course", "active_learners", "statements", "attempts", "completions",
+    "passed", "failed", "avg_scaled_score", "total_duration_seconds", "suppressed",
+)
+
+
+def serving_view(dialect, version):
+    """Return the SELECT of the serving view (SERVING_COLUMNS) as it is from schema `version` on."""
+    if version >= 3:  # the published rows, nothing computed in SQL
+        return f"""
+SELECT {dialect.date("p.day")} AS day, c.iri AS course, p.active_learners, p.statements, p.attempts, p.completions,
+  p.passed, p.failed, p.avg_scaled_score, p.total_duration_seconds, p.suppressed
+FROM {dialect.name("published_metrics")} AS p
+JOIN {dialect.name("courses")} AS c USING (course_id)
+"""
+    # Versions 1 and 2 suppressed in the view, reading the threshold k from meta: a value is
+    # withheld when 0 < (distinct learners it derives from) < k, a whole row when the day's active
+    # learners are fewer than k.
+    def value(learners, expression):
+        return f"CASE WHEN m.learners >= k AND (m.{learners} = 0 OR m.{learners} >= k) THEN {expression} END"
+
+    withheld = " OR ".join(f"m.{column} BETWEEN 1 AND k - 1" for column in (
+        "attempt_learners", "completion_learners", "passed_learners", "failed_learners", "score_learners",
+        "duration_learners"))
+    return f"""
+SELECT {dialect.date("m.day")} AS day, c.iri AS course,
+  CASE WHEN m.learners >= k THEN m.learners END AS active_learners,
+  CASE WHEN m.learners >= k THEN m.statements END AS statements,
+  {value("attempt_learners", "m.attempts")} AS attempts,
+  {value("completion_learners", "m.completions")} AS completions,
+  {value("passed_learners", "m.passed")} AS passed,
+  {value("failed_learners", "m.failed")} AS failed,
+  CASE WHEN m.learners >= k AND m.score_learners >= k THEN {dialect.legacy_average} END AS avg_scaled_score,
+  CASE WHEN m.learners >= k AND m.duration_learners >= k THEN {dialect.legacy_duration} END AS total_duration_seconds,
+  CASE WHEN m.learners < k OR {withheld} THEN 1 ELSE 0 END AS suppressed
+FROM {dialect.name("daily_metrics")} AS m
+JOIN {dialect.name("courses")} AS c USING (course_id)
+CROSS JOIN (SELECT CAST(value AS INTEGER) AS k FROM {dialect.name("meta")} WHERE key = 'min_cell_size') AS settings
+"""
+
+
+# The versions that changed the serving view (it is replaced by the migration of that version).
+VIEW_CHANGES = (1, 3)
+
+# What a migration does besides creating tables, columns and indexes; `{name}` is a table's (or
+# index's) name as the dialect writes it. Run after the new tables and columns, before the new indexes.
+DATA_STEPS = {
+    1: ["INSERT INTO {meta} (key, value) VALUES ('min_cell_size', '10')"],  # read by the view until version 3
+    3: ["INSERT INTO {meta} (key, value) VALUES ('record_keys', 'missing')"],  # see SqlStore.fill_record_keys
+    # Earlier stores could hold one statement id under two (day, course, learner) keys: all but
+    # the first copy go, and their days are rebuilt by the next run.
+    4: ["CREATE INDEX IF NOT EXISTS staged_events_id_scan ON {staged_events} (event_id)",
+        """INSERT INTO {pending_days} SELECT DISTINCT s.day FROM {staged_events} s JOIN {staged_events} t
+            ON t.event_id = s.event_id WHERE (t.day, t.course_id, t.actor) <> (s.day, s.course_id, s.actor)
+            ON CONFLICT DO NOTHING""",
+        """DELETE FROM {staged_events} WHERE (day, course_id, actor, event_id) IN (
+            SELECT s.day, s.course_id, s.actor, s.event_id FROM {staged_events} s JOIN {staged_events} t
+            ON t.event_id = s.event_id AND (t.day, t.course_id, t.actor) < (s.day, s.course_id, s.actor))""",
+        "DROP INDEX {staged_events_id_scan}"],
+}
+
+SCHEMA_VERSION = 4  # the version this description is at: a new migration raises it
+
+
+def migration(version):
+    """Return what migration `version` does, in order, as (kind, item) steps for a dialect to render:
+    the tables new in `version`, then the columns it added to older tables, its data steps, its
+    indexes, and the serving view if it changed."""
+    steps = [("table", table) for table in TABLES if table.since == version]
+    steps += [("column", (table, column)) for table in TABLES if table.since < version
+              for column in table.columns if column.since == version]
+    steps += [("sql", statement) for statement in DATA_STEPS.get(version, ())]
+    steps += [("index", index) for index in INDEXES if index.since == version]
+    if version in VIEW_CHANGES:
+        steps.append(("view", version))
+    return steps
+
+
+# How daily_metrics is computed from the staged events of its cells (day, course), in one pass
+# over them: "learners with an attempt" and the like are the distinct actors among the cell's
+# events that have one. SQLite does this faster, and in less memory, than a per-learner subquery
+# whose output it would sort again for the cell's grouping; PostgreSQL as fast. A cell's learner
+# key, which sums each learner's key once, takes a second pass (LEARNER_KEYS).
+_MODULUS = 4294967296  # key sums are kept modulo 2**32 (lms_refresh.privacy)
+
+
+def _learners(condition):
+    return f"COUNT(DISTINCT actor) FILTER (WHERE {condition})"
+
+
+def _key_sum(condition):
+    return f"COALESCE(SUM(record_key) FILTER (WHERE {condition}) % {_MODULUS}, 0)"
+
+
+CELL_METRICS = (  # (daily_metrics column, its expression over the cell's staged events)
+    ("learners", "COUNT(DISTINCT actor)"), ("statements", "COUNT(*)"),
+    ("statement_key", f"SUM(record_key) % {_MODULUS}"),
+) + tuple(metric for name, flag in (("attempt", "is_attempt"), ("completion", "is_completion"),
+                                    ("passed", "is_passed"), ("failed", "is_failed")) for metric in (
+    (name if name in ("passed", "failed") else f"{name}s", f"SUM({flag})"),
+    (f"{name}_learners", _learners(f"{flag} = 1")), (f"{name}_key", _key_sum(f"{flag} = 1")))) + (
+    ("score_sum_micro", "SUM(score_micro)"), ("score_count", "COUNT(score_micro)"),
+    ("score_learners", _learners("score_micro IS NOT NULL")), ("score_key", _key_sum("score_micro IS NOT NULL")),
+    ("duration_ms", "SUM(duration_ms)"), ("duration_count", "COUNT(duration_ms)"),
+    ("duration_learners", _learners("duration_ms IS NOT NULL")), ("duration_key", _key_sum("duration_ms IS NOT NULL")),
+)
+
+# The staging key is ordered by (day, course, actor): the distinct learners of a day are one range scan.
+LEARNER_KEYS = f"""UPDATE daily_metrics SET learner_key = k.total FROM (
+    SELECT day, course_id, SUM(learner_key) % {_MODULUS} AS total FROM (
+        SELECT DISTINCT day, course_id, actor, learner_key FROM staged_events WHERE {{days_in}}) AS learners
+    GROUP BY day, course_id) AS k
+WHERE daily_metrics.day = k.day AND daily_metrics.course_id = k.course_id"""
