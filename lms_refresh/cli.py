@@ -251,10 +251,9 @@ def check(settings):
 
     Example: lms-refresh --config ./config.toml check
     """
-    for line in run_checks(settings.config(), os.geteuid(), os.environ):
+    for finding in run_checks(settings.config(), os.geteuid(), os.environ):
         # Deviations and warnings are findings to read, not failures: a failed check raises.
-        note = line.startswith(("source: deviation:", "source: warning:"))
-        click.echo(f"{'note' if note else 'ok'}  {line}")
+        click.echo(f"{'ok' if finding.ok else 'note'}  {finding}")
     return errors.OK
 
 

@@ -49,7 +49,7 @@ class RecordKeys:
 
     def add(self, events):
         """Given staged event rows, return them with their record key and their learner's key appended."""
-        return [row + (self.event(row[3]), self.learner(row[2])) for row in events]
+        return [event + (self.event(event.event_id), self.learner(event.actor)) for event in events]
 
 
 def noise_bounds(max_noise):

@@ -26,7 +26,6 @@ from lms_refresh.privacy import RecordKeys
 from lms_refresh.publish import publish_if_behind
 from lms_refresh.pseudonym import Pseudonymiser
 from lms_refresh.sources import build_source
-from lms_refresh.sources.xapi import EVENT_FIELDS
 from lms_refresh.statedir import check_writable_file
 from lms_refresh.store import load_driver, store_exists
 
@@ -188,7 +187,8 @@ class Refresh:
     def stage(self, store, source, window, horizon):
         """Stage the window's batches inside the run's transaction; return the local days they touched."""
         report, now_text, days = self.report, windows.to_cursor(self.now), set()
-        for batch in source.batches(window, store.source_index()):
+        source.restore(store.source_index())
+        for batch in source.batches(window):
             retention.hold_back(batch, horizon)  # days whose staged events were dropped stay closed
             days |= store.stage(batch.events, batch.voids, batch.names)
             quarantined = batch.quarantined + _conflicts(store.take_conflicts())
@@ -359,6 +359,6 @@ class Refresh:
 
 def _conflicts(rows):
     """Quarantine records for second versions of staged statement ids (their canonical content)."""
-    return [(f"statement {row[3].hex()}", "conflicting statement id: already staged with other content",
+    return [(f"statement {event.event_id.hex()}", "conflicting statement id: already staged with other content",
              json.dumps({name: value.hex() if isinstance(value, bytes) else value
-                         for name, value in zip(EVENT_FIELDS, row)}, sort_keys=True)) for row in rows]
+                         for name, value in event._asdict().items()}, sort_keys=True)) for event in rows]

@@ -41,18 +41,18 @@ def hold_back(batch, horizon):
     """Move the batch's events of days before the horizon to its quarantine (counted there, never staged)."""
     if horizon is None or not batch.events:
         return
-    late = [event for event in batch.events if event[0] < horizon]
+    late = [event for event in batch.events if event.day < horizon]
     if not late:
         return
-    batch.events = [event for event in batch.events if event[0] >= horizon]
+    batch.events = [event for event in batch.events if event.day >= horizon]
     for event in late:
-        record_id = str(uuid.UUID(bytes=bytes(event[3])))
+        record_id = str(uuid.UUID(bytes=bytes(event.event_id)))
         # The canonical event without its learner: which record, which day, which course.
-        raw = json.dumps({"id": record_id, "day": event[0], "course_id": event[1], "timestamp": event[5],
-                          "stored": event[4]})
+        raw = json.dumps({"id": record_id, "day": event.day, "course_id": event.course_id,
+                          "timestamp": event.occurred, "stored": event.stored})
         batch.quarantined.append((
             f"record {record_id}",
-            f"older than the staging horizon: its day {event[0]} is before {horizon}, whose staged events "
+            f"older than the staging horizon: its day {event.day} is before {horizon}, whose staged events "
             "were dropped (retention.staging_days), so it cannot be counted without publishing an incomplete day",
             raw,
         ))

@@ -7,7 +7,7 @@ from lms_refresh import publish
 from lms_refresh.errors import StateError
 from lms_refresh.lock import LOCK_NAME, probe
 from lms_refresh.pseudonym import Pseudonymiser
-from lms_refresh.sources import build_source
+from lms_refresh.sources import OK, Finding, build_source
 from lms_refresh.statedir import user_name
 from lms_refresh.store import open_store, store_exists
 from lms_refresh.window import TIME
@@ -106,11 +106,11 @@ def format_status(status):
 
 
 def run_checks(config, euid, environ):
-    """Check configuration, state directory, source and store without writing; return report lines.
+    """Check configuration, state directory, source and store without writing; return Findings.
 
     Raises the RefreshError of the first check that fails.
     """
-    lines = [f"configuration {config.origin}: valid"]
+    findings = [Finding(OK, f"configuration {config.origin}: valid")]
     directory = config.state_directory
     if os.path.isdir(directory):
         if not os.access(directory, os.W_OK | os.X_OK) or (euid == 0 and os.stat(directory).st_uid != 0):
@@ -119,21 +119,22 @@ def run_checks(config, euid, environ):
                 f"The state directory {directory} belongs to '{owner}' and must not be written by "
                 f"'{user_name(euid)}'; run as that user, e.g. 'sudo -u {owner} lms-refresh check'."
             )
-        lines.append(f"state directory {directory}: writable")
+        findings.append(Finding(OK, f"state directory {directory}: writable"))
     else:
-        lines.append(f"state directory {directory}: will be created on the first run")
+        findings.append(Finding(OK, f"state directory {directory}: will be created on the first run"))
     source = build_source(config, Pseudonymiser(b"check"), environ)
     try:
-        lines.extend(f"source: {line}" for line in source.check())
+        findings.extend(dataclasses.replace(finding, about="source") for finding in source.check())
     finally:
         source.close()
     if store_exists(config, environ):
         store = open_store(config, environ, create=False, read_only=True)
         try:
             detail = f"; {store.privileges()}" if hasattr(store, "privileges") else ""
-            lines.append(f"store {store.describe()}: reachable, schema v{store.schema_version()}{detail}")
+            findings.append(Finding(OK, f"store {store.describe()}: reachable, "
+                                        f"schema v{store.schema_version()}{detail}"))
         finally:
             store.close()
     else:
-        lines.append(f"store {config.store_location}: will be created on the first run")
-    return lines
+        findings.append(Finding(OK, f"store {config.store_location}: will be created on the first run"))
+    return findings

@@ -60,6 +60,11 @@ class TimeAxis:
 
     format = staticmethod(to_cursor)
 
+    @staticmethod
+    def back(watermark, seconds):
+        """Return the time `seconds` before `watermark` (where a run that reads back starts)."""
+        return watermark - dt.timedelta(seconds=seconds)
+
 
 class IdAxis:
     """An increasing record id (Moodle's log id), for sources whose arrival order is not a time."""
@@ -76,6 +81,11 @@ class IdAxis:
         return int(text)
 
     format = staticmethod(str)
+
+    @staticmethod
+    def back(watermark, ids):
+        """Return the id `ids` before `watermark`, never below 0."""
+        return max(watermark - ids, 0)
 
 
 TIME, LOG_ID = TimeAxis(), IdAxis()
@@ -120,15 +130,6 @@ def upper_bound(now, safety_lag, complete_through):
     if complete_through is not None and complete_through < bound:
         bound = complete_through
     return bound
-
-
-def run_window(watermark, now, config, complete_through):
-    """Given the stored watermark (or None), return the window of a scheduled run."""
-    if watermark is None:
-        since = now - dt.timedelta(days=config.window.bootstrap_days)
-    else:
-        since = watermark - dt.timedelta(seconds=config.window.lookback)
-    return Window(since, upper_bound(now, config.window.safety_lag, complete_through))
 
 
 def backfill_window(since, until, now, config, complete_through):

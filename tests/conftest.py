@@ -167,9 +167,12 @@ def run_for_peak_rss(command, environment):
 
 
 def collect_batches(source, window, index=None):
-    """Read a source's whole window: (events, quarantined records, source state)."""
+    """Read a source's whole window, after restoring `index` (its saved state) if given:
+    (events, quarantined records, source state)."""
     events, quarantined, state = [], [], {}
-    for batch in source.batches(window, index or {}):
+    if index is not None:
+        source.restore(index)
+    for batch in source.batches(window):
         events += batch.events
         quarantined += batch.quarantined
         state.update(batch.state)

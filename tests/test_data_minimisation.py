@@ -171,12 +171,12 @@ def test_a_moodle_row_keeps_its_user_ids_only_as_the_pseudonyms_staged():
     site = "https://moodle.example.edu"
     pseudonymise = Pseudonymiser(KEY)
     mapper = RowMapper("UTC", pseudonymise, site + "/", 1, 1)
-    event = mapper.map((5, "\\core\\event\\course_viewed", "r", 2, 4242, 9, None, 0, None, 1_700_000_000, None))
+    _, event = mapper.map((5, "\\core\\event\\course_viewed", "r", 2, 4242, 9, None, 0, None, 1_700_000_000, None))
     row = {"id": 6, "eventname": "\\core\\event\\course_module_completion_updated", "userid": 3,
            "relateduserid": 4242, "realuserid": None, "other": json.dumps({"note": ADDRESS})}
     _, _, text, _ = Redactor(KEY, site).row("mdl_logstore_standard_log id 6", "no completionstate", json.dumps(row))
     kept = json.loads(text)
-    assert kept["relateduserid"] == marker(event[2])
+    assert kept["relateduserid"] == marker(event.actor)
     assert kept["userid"] == marker(pseudonymise(f"moodle:{site}|3")) and kept["realuserid"] is None
     assert ADDRESS not in text and kept["eventname"] == row["eventname"]
 

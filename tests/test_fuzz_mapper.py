@@ -17,7 +17,8 @@ from hypothesis import strategies as st  # noqa: E402
 from conftest import HOME, statement  # noqa: E402
 from lms_refresh.pseudonym import Pseudonymiser  # noqa: E402
 from lms_refresh.sources.ndjson import ChunkResult, parse_lines  # noqa: E402
-from lms_refresh.sources.xapi import EVENT_FIELDS, InvalidStatement, StatementMapper  # noqa: E402
+from lms_refresh.sources.records import EVENT_FIELDS, Event, Void  # noqa: E402
+from lms_refresh.sources.xapi import InvalidStatement, StatementMapper  # noqa: E402
 from lms_refresh.sources.xapi_fields import MAX_DURATION_DAYS  # noqa: E402
 
 FUZZ = settings(max_examples=400, deadline=None, derandomize=True, database=None,
@@ -77,13 +78,13 @@ removed = st.one_of(st.just(()), st.just(()), st.sets(
 def check_row(kind, row):
     """A mapped statement's row has the staging table's shape and bounded values."""
     if kind == "void":
-        assert len(row) == 3 and len(row[0]) == 16 and len(row[1]) == 16
+        assert type(row) is Void and len(row.target_id) == 16 and len(row.voiding_id) == 16
         return
-    assert kind == "event" and len(row) == len(EVENT_FIELDS)
-    assert len(row[0]) == 10 and row[0][4] == "-" and isinstance(row[2], int)
-    assert all(flag in (0, 1) for flag in row[7:11])
-    assert row[11] is None or -1_000_000 <= row[11] <= 1_000_000
-    assert row[12] is None or 0 <= row[12] <= MAX_DURATION_DAYS * 86_400_000
+    assert kind == "event" and type(row) is Event and len(row) == len(EVENT_FIELDS)
+    assert len(row.day) == 10 and row.day[4] == "-" and isinstance(row.actor, int)
+    assert all(flag in (0, 1) for flag in (row.is_attempt, row.is_completion, row.is_passed, row.is_failed))
+    assert row.score_micro is None or -1_000_000 <= row.score_micro <= 1_000_000
+    assert row.duration_ms is None or 0 <= row.duration_ms <= MAX_DURATION_DAYS * 86_400_000
 
 
 @FUZZ

@@ -19,7 +19,8 @@ from lms_refresh.pseudonym import Pseudonymiser
 from lms_refresh.sources.files import chunk_lines, numbered_lines
 from lms_refresh.sources.moodle import COLUMNS, EVENTS, InvalidRow, RowMapper
 from lms_refresh.sources.ndjson import ChunkResult, oversized, parse_lines
-from lms_refresh.sources.xapi import EVENT_FIELDS, StatementMapper
+from lms_refresh.sources.records import Event
+from lms_refresh.sources.xapi import StatementMapper
 
 def fuzz(examples):
     return settings(max_examples=examples, derandomize=True, deadline=None, database=None,
@@ -97,9 +98,9 @@ def test_every_line_is_mapped_or_quarantined_with_a_reason(raw_lines):
     for number, reason, raw in batch.quarantined:
         assert number in counted and isinstance(reason, str) and reason and isinstance(raw, str)
     for event in batch.events:
-        assert len(event) == len(EVENT_FIELDS) and dt.date.fromisoformat(event[0])
-        assert isinstance(event[3], bytes) and len(event[3]) == 16
-        assert event[11] is None or -1_000_000 <= event[11] <= 1_000_000
+        assert type(event) is Event and dt.date.fromisoformat(event.day)
+        assert isinstance(event.event_id, bytes) and len(event.event_id) == 16
+        assert event.score_micro is None or -1_000_000 <= event.score_micro <= 1_000_000
 
 
 @fuzz(300)
@@ -110,8 +111,8 @@ def test_a_window_keeps_only_its_own_statements_whatever_the_lines(raw_lines, si
     high = min(since + width, dt.datetime(9999, 12, 31)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     batch = parsed(raw_lines, low, high)
     assert batch.read == len(batch.events) + len(batch.voids) + len(batch.quarantined)
-    assert all(low <= event[4] < high for event in batch.events)
-    assert all(low <= void[2] < high for void in batch.voids)
+    assert all(low <= event.stored < high for event in batch.events)
+    assert all(low <= void.stored < high for void in batch.voids)
 
 
 # -- the bounded line readers -------------------------------------------------------
@@ -191,11 +192,13 @@ def test_every_log_row_is_mapped_left_out_or_quarantined_with_a_reason(batch, ra
     mapper.grade_ranges.update(ranges)
     for row in batch:
         try:
-            event = mapper.map(row)
+            kind, event = mapper.map(row)
         except InvalidRow as error:
             assert str(error)
             continue
-        if event is None:
+        if kind is None:
+            assert event is None
             continue
-        assert len(event) == len(EVENT_FIELDS) and dt.date.fromisoformat(event[0])
-        assert event[11] is None or (isinstance(event[11], int) and 0 <= event[11] <= 1_000_000)
+        assert kind == "event"
+        assert type(event) is Event and dt.date.fromisoformat(event.day)
+        assert event.score_micro is None or (isinstance(event.score_micro, int) and 0 <= event.score_micro <= 1_000_000)

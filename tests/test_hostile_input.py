@@ -160,7 +160,7 @@ def test_a_flood_of_tiny_records_never_makes_a_result_larger_than_four_batches(t
     (tmp_path / "a.ndjson").write_text(text)
     source = NdjsonSource(str(tmp_path), MAPPER, batch_size=10, workers=workers, parallel_min_bytes=0)
     sizes, events, quarantined = [], 0, []
-    for batch in source.batches(WINDOW, {}):
+    for batch in source.batches(WINDOW):
         sizes.append(len(batch))
         events += len(batch.events)
         quarantined += [origin for origin, _, _ in batch.quarantined]
@@ -263,7 +263,7 @@ def test_a_file_that_grows_while_read_is_read_to_the_size_it_had_and_the_rest_ne
     path.write_text("\n".join(lines[:299]) + "\n" + lines[299][:half])  # a writer in the middle of a line
     planned = os.stat(path)
     source = NdjsonSource(str(tmp_path), MAPPER, batch_size=20, workers=1)
-    batches = source.batches(WINDOW, {})
+    batches = source.batches(WINDOW)
     events = list(next(batches).events)
     with open(path, "a") as handle:  # the writer goes on while the run reads
         handle.write(lines[299][half:] + "\n" + "\n".join(good_lines(50, first=300)) + "\n")
@@ -282,7 +282,7 @@ def test_a_file_replaced_while_read_keeps_what_was_read_and_leaves_the_new_one_t
     path = tmp_path / "a.ndjson"
     path.write_text("\n".join(good_lines(100)) + "\n")
     source = NdjsonSource(str(tmp_path), MAPPER, batch_size=20, workers=1)
-    batches = source.batches(WINDOW, {})
+    batches = source.batches(WINDOW)
     first = len(next(batches).events)  # the first chunk of 20 KiB
     (tmp_path / "new").write_text("\n".join(good_lines(40, first=100)) + "\n")
     os.replace(tmp_path / "new", path)  # rotated under the run
@@ -303,7 +303,7 @@ def test_a_gzip_file_still_being_written_is_read_as_far_as_it_is_complete(tmp_pa
     gz = tmp_path / "b.ndjson.gz"
     gz.write_bytes(data[:len(data) // 2])
     source = NdjsonSource(str(tmp_path), MAPPER, batch_size=20, workers=1)
-    batches = source.batches(WINDOW, {})
+    batches = source.batches(WINDOW)
     next(batches)
     with open(gz, "ab") as handle:
         handle.write(data[len(data) // 2:])

@@ -9,8 +9,9 @@ import pytest
 
 from conftest import statement
 from lms_refresh.config import validate
+from lms_refresh.sources import BaseSource
 from lms_refresh.sources.xapi import COURSE_TYPE, InvalidStatement, StatementMapper, name_id, parse_duration_ms
-from lms_refresh.window import Window, next_watermark, parse_user_time, run_window
+from lms_refresh.window import Window, next_watermark, parse_user_time
 
 UTC = dt.timezone.utc
 CONFIG = validate({"source": {"type": "xapi-ndjson", "path": "/x"}, "window": {"safety_lag": "10m",
@@ -29,12 +30,24 @@ def test_local_days_of_a_window_across_the_dst_change():
     assert one_day.local_days("Europe/Paris") == ["2026-10-25"]
 
 
+class CompleteThrough(BaseSource):
+    """A source on the time axis that says it is complete through `through` (None: it does not say)."""
+
+    def __init__(self, through=None):
+        self.through = through
+
+    def complete_through(self, now):
+        return self.through
+
+
 def test_run_window_bootstrap_lag_lookback_and_completeness():
     now = t("2026-11-03T04:15:00+01:00")
-    assert run_window(None, now, CONFIG, None) == Window(now - dt.timedelta(days=7), now - dt.timedelta(minutes=10))
+    assert CompleteThrough().run_window(None, now, CONFIG) == Window(now - dt.timedelta(days=7),
+                                                                     now - dt.timedelta(minutes=10))
     mark = t("2026-11-02T03:05:00+00:00")
-    assert run_window(mark, now, CONFIG, None).since == mark - dt.timedelta(hours=1)
-    assert run_window(mark, now, CONFIG, t("2026-11-03T01:00:00+00:00")).until == t("2026-11-03T01:00:00+00:00")
+    assert CompleteThrough().run_window(mark, now, CONFIG).since == mark - dt.timedelta(hours=1)
+    complete = t("2026-11-03T01:00:00+00:00")
+    assert CompleteThrough(complete).run_window(mark, now, CONFIG).until == complete
 
 
 def test_next_watermark_rules():

@@ -1,13 +1,21 @@
-"""Sources of learning activity, behind one small interface.
+"""Sources of learning activity, behind one contract: `Source`.
 
-A source is built from the `[source]` table. It has an `axis` (its arrival
-order, see `lms_refresh.window`), chooses the window of a scheduled run and of
-a backfill, yields `Batch`es for a window, and says what `check` found. The
-engine never interprets a source's cursor beyond comparing it: for xAPI it is
-the `stored` time, for Moodle's log the row id.
+A source is built from the `[source]` table by `build_source`. The engine
+asks it for the window of a run on its `axis` (its arrival order, see
+`lms_refresh.window`), gives it back the state it saved with the last
+committed run (`restore`), reads the window as `Batch`es (`batches`) and
+commits each batch's `state` with the run. `check` says what it found as
+`Finding`s. The engine never interprets a source's cursor beyond comparing
+it: for xAPI it is the `stored` time, for Moodle's log the row id.
+
+`BaseSource` gives every source its windows, parametrised by its axis;
+`lms_refresh.sources.records` holds what the mappers produce and the one loop
+that files mapped records into a batch.
 """
 
 import dataclasses
+import datetime as dt
+import typing
 
 from lms_refresh import window as windows
 from lms_refresh.errors import ConfigError
@@ -17,16 +25,43 @@ from lms_refresh.errors import ConfigError
 # in memory to record after its rollback stay bounded whatever the input.
 RAW_KEPT = 16_384
 
+# The levels of a Finding: as it should be; a departure from the source's specification that the
+# refresh works around; something an operator should fix or know.
+OK, DEVIATION, WARNING = "ok", "deviation", "warning"
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One thing `check` found: its level and one sentence.
+
+    A check that cannot go on raises a domain error (`lms_refresh.errors`) instead:
+    that, not a finding, is what makes `check` fail.
+    """
+
+    level: str
+    sentence: str
+    about: str = ""  # what it is about ("source"), said before the sentence
+
+    @property
+    def ok(self):
+        """True if it is as it should be; False if it is a finding to read (a deviation or a warning)."""
+        return self.level == OK
+
+    def __str__(self):
+        text = self.sentence if self.level == OK else f"{self.level}: {self.sentence}"
+        return f"{self.about}: {text}" if self.about else text
+
 
 @dataclasses.dataclass
 class Batch:
     """One bounded slice of a window.
 
-    events: canonical event tuples (see `lms_refresh.sources.xapi.EVENT_FIELDS`).
-    voids: (target_id, voiding_id, stored) for statements that void others.
+    events: canonical events (`lms_refresh.sources.records.Event`).
+    voids: `records.Void`s, for statements that void others.
     quarantined: (origin, reason, raw_text) for records that could not be used (raw_text at
         most RAW_KEPT characters).
-    read: records in the window this batch covers (events + voids + quarantined).
+    read: records in the window this batch covers (events + voids + quarantined, and Moodle rows
+        that are no learner activity).
     state: source bookkeeping to commit with the run (e.g. the file index).
     names: {(kind, id): IRI} for course and verb ids first seen in this batch.
     """
@@ -42,8 +77,42 @@ class Batch:
         return len(self.events) + len(self.voids) + len(self.quarantined)
 
 
-class TimeOrderedSource:
-    """The windows of a source whose arrival order is the xAPI `stored` time."""
+@typing.runtime_checkable
+class Source(typing.Protocol):
+    """What the engine asks of a source, in the order of a run (`BaseSource` provides the windows)."""
+
+    axis: object  # windows.TIME or windows.LOG_ID: the order records arrive in, and the watermark's kind
+
+    def describe(self) -> str:
+        """Name the source for messages, e.g. 'xAPI NDJSON files at /srv/exports'."""
+
+    def check(self) -> list:
+        """Reach the source and return what was found (Findings); write nothing; raise if it cannot be used."""
+
+    def run_window(self, watermark, now, config) -> windows.Window:
+        """Given the stored watermark (or None), return the window of a scheduled run."""
+
+    def backfill_window(self, since, until, now, config) -> windows.Window:
+        """Given an operator's time window, return it clamped to what the source has complete."""
+
+    def restore(self, state: dict) -> None:
+        """Take up the state saved with the last committed run (its batches' `state`, merged)."""
+
+    def batches(self, window) -> typing.Iterator[Batch]:
+        """Yield the window's records as Batches, each with the state to commit with it."""
+
+    def close(self) -> None:
+        """Release connections."""
+
+
+class BaseSource:
+    """The windows of every source, on its axis; no state to restore; nothing to close.
+
+    A source says how far it is complete (`complete_through`, a time). One whose
+    axis is not time says instead where a scheduled run ends (`run_until`), where
+    a first run starts (`first_since`) and how far a run reads back (`lookback`);
+    a backfill is a time window whatever the axis.
+    """
 
     axis = windows.TIME
 
@@ -51,18 +120,38 @@ class TimeOrderedSource:
         """Return the time up to which the source says it is complete, or None if it does not say."""
         return None
 
+    def run_until(self, now, config):
+        """Return the end of a scheduled run's window: now less the lag, never past what is complete."""
+        return windows.upper_bound(now, config.window.safety_lag, self.complete_through(now))
+
+    def first_since(self, moment, until):
+        """Return where a first run starts, given the time `bootstrap_days` before now: there, on the time axis."""
+        return moment
+
+    def lookback(self, config):
+        """Return how far a scheduled run reads back behind the watermark, in the axis's units."""
+        return config.window.lookback
+
     def run_window(self, watermark, now, config):
-        return windows.run_window(watermark, now, config, self.complete_through(now))
+        until = self.run_until(now, config)
+        if watermark is None:
+            since = self.first_since(now - dt.timedelta(days=config.window.bootstrap_days), until)
+        else:
+            since = self.axis.back(watermark, self.lookback(config))
+        return windows.Window(since, until, self.axis)
 
     def backfill_window(self, since, until, now, config):
         return windows.backfill_window(since, until, now, config, self.complete_through(now))
+
+    def restore(self, state):
+        """Most sources keep no state: where they stand is the watermark."""
 
     def close(self):
         """Release connections; the base holds none."""
 
 
 def build_source(config, pseudonymise, environ):
-    """Given a Config, the pseudonymising function and the environment, return the source object."""
+    """Given a Config, the pseudonymising function and the environment, return the Source."""
     settings = config.source
     kind = settings.type
     if kind in ("xapi-ndjson", "xapi-lrs"):

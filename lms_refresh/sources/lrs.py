@@ -33,8 +33,9 @@ import time
 import urllib.parse
 
 from lms_refresh.errors import UnavailableError
-from lms_refresh.sources import RAW_KEPT, Batch, TimeOrderedSource
+from lms_refresh.sources import DEVIATION, OK, RAW_KEPT, WARNING, BaseSource, Finding
 from lms_refresh.sources.lrs_http import LrsClient
+from lms_refresh.sources.records import Intake
 from lms_refresh.sources.xapi import InvalidStatement, parse_time, stored_cursor
 from lms_refresh.window import UTC, to_cursor
 
@@ -44,7 +45,15 @@ CONSISTENT_THROUGH = "X-Experience-API-Consistent-Through"
 PAGE_SLACK = 4  # an LRS may round `limit` up a little; a page beyond 4 times it is refused
 
 
-class LrsSource(LrsClient, TimeOrderedSource):
+def _stored(statement):
+    """Return a statement's `stored` cursor, or None if it has none that can be read."""
+    try:
+        return stored_cursor(statement.get("stored")) if isinstance(statement, dict) else None
+    except InvalidStatement:
+        return None
+
+
+class LrsSource(LrsClient, BaseSource):
     name = "xapi-lrs"
 
     def __init__(self, settings, mapper, environ, sleep=time.sleep, jitter=random.random, clock=time.monotonic):
@@ -84,7 +93,7 @@ class LrsSource(LrsClient, TimeOrderedSource):
             "ascending": "true",
         }
 
-    def batches(self, window, index):
+    def batches(self, window):
         """Yield one Batch per page of the statements whose `stored` lies in the window."""
         since, until = window.since_cursor, window.until_cursor
         url, params = self.statements_url, self.query(window)
@@ -128,49 +137,37 @@ class LrsSource(LrsClient, TimeOrderedSource):
                      page, self.statements_url, outside)
 
     def _map_page(self, statements, since, until, page):
-        batch, skipped, mapper = Batch(), 0, self.mapper
-        for number, statement in enumerate(statements, 1):
-            cursor = None
-            try:
-                cursor = stored_cursor(statement.get("stored")) if isinstance(statement, dict) else None
-            except InvalidStatement:
-                pass
-            if cursor is not None and not since <= cursor < until:
-                skipped += 1  # widened query or an LRS that filters on another field
-                continue
-            batch.read += 1
-            try:
-                kind, row = mapper.map(statement, cursor)
-            except InvalidStatement as error:
-                statement_id = statement.get("id") if isinstance(statement, dict) else None
-                # By id where there is one: the same statement may come on another page next
-                # time, and the quarantine keeps one record per origin and content.
-                where = f"id {statement_id}" if isinstance(statement_id, str) else f"page {page} #{number}"
-                batch.quarantined.append((f"{self.statements_url} {where}", str(error),
-                                          json.dumps(statement)[:RAW_KEPT]))
-                continue
-            (batch.voids if kind == "void" else batch.events).append(row)
-        batch.names = mapper.take_new_names()
-        return batch, skipped
+        def where(number, statement):
+            statement_id = statement.get("id") if isinstance(statement, dict) else None
+            # By id where there is one: the same statement may come on another page next
+            # time, and the quarantine keeps one record per origin and content.
+            where = f"id {statement_id}" if isinstance(statement_id, str) else f"page {page} #{number}"
+            return f"{self.statements_url} {where}", json.dumps(statement)[:RAW_KEPT]
+
+        # Outside the window: the query was widened, or the LRS filters on another field.
+        intake = Intake(self.mapper, where, since, until, _stored)
+        return intake.map_all(enumerate(statements, 1)), intake.skipped
 
     # -- check ---------------------------------------------------------------
 
     def check(self):
-        """Reach the LRS with the credentials and report how it deviates from the spec; write nothing."""
+        """Reach the LRS with the credentials and say how it deviates from the spec (Findings); write nothing."""
         payload, headers = self.get(self.statements_url, {"limit": self.page_size, "ascending": "true"})
         statements = [s for s in payload["statements"] if isinstance(s, dict)]
-        lines = [f"LRS {self.statements_url}: reachable, credentials of {self.username!r} accepted"]
+        findings = [Finding(OK, f"LRS {self.statements_url}: reachable, credentials of {self.username!r} accepted")]
         if headers.get(CONSISTENT_THROUGH):
-            lines.append(f"LRS sends {CONSISTENT_THROUGH} ({headers[CONSISTENT_THROUGH]}); it bounds the window")
+            findings.append(Finding(OK, f"LRS sends {CONSISTENT_THROUGH} ({headers[CONSISTENT_THROUGH]}); "
+                                        "it bounds the window"))
         else:
-            lines.append(f"deviation: no {CONSISTENT_THROUGH} header; the safety lag alone bounds the window")
+            findings.append(Finding(DEVIATION, f"no {CONSISTENT_THROUGH} header; "
+                                               "the safety lag alone bounds the window"))
         more = payload.get("more")
         if more and len(statements) < self.page_size:
-            lines.append(f"deviation: caps limit at {len(statements)} per page (asked for {self.page_size}); "
-                         "pages are followed through 'more'")
+            findings.append(Finding(DEVIATION, f"caps limit at {len(statements)} per page "
+                                               f"(asked for {self.page_size}); pages are followed through 'more'"))
         if more:
             kind = "relative" if not urllib.parse.urlsplit(more).scheme else "absolute"
-            lines.append(f"LRS 'more' links are {kind}; only the endpoint's own origin is followed")
+            findings.append(Finding(OK, f"LRS 'more' links are {kind}; only the endpoint's own origin is followed"))
         timed = []
         for statement in statements:
             try:
@@ -179,30 +176,31 @@ class LrsSource(LrsClient, TimeOrderedSource):
                               statement))
             except InvalidStatement:
                 continue
-        lines += self._check_order(timed) + self._check_filter(timed)
-        return lines
+        findings += self._check_order(timed) + self._check_filter(timed)
+        return findings
 
     def _check_order(self, timed):
         stored = [entry[0] for entry in timed]
         if len(set(stored)) < 2:
-            return ["could not tell the LRS's order (fewer than two statements)"]
+            return [Finding(OK, "could not tell the LRS's order (fewer than two statements)")]
         if stored == sorted(stored):
-            return ["LRS returns ascending=true oldest first, as the spec says"]
+            return [Finding(OK, "LRS returns ascending=true oldest first, as the spec says")]
         if stored == sorted(stored, reverse=True):
-            return ["deviation: ascending=true returns newest first (reversed); order is not relied on"]
-        return ["deviation: ascending=true returns statements in no stored order; order is not relied on"]
+            return [Finding(DEVIATION, "ascending=true returns newest first (reversed); order is not relied on")]
+        return [Finding(DEVIATION, "ascending=true returns statements in no stored order; order is not relied on")]
 
     def _check_filter(self, timed):
         """Tell whether since/until filter on `stored` or on `timestamp`, from a statement where they differ."""
-        lines = []
+        findings = []
         late = max((stored - timestamp for stored, timestamp, _ in timed), default=dt.timedelta(0))
         if late > self.overlap:
-            lines.append(f"warning: a statement was stored {late} after its timestamp, more than source.overlap "
-                         f"({self.overlap}); on an LRS that filters on timestamp, such statements are missed")
+            findings.append(Finding(WARNING, f"a statement was stored {late} after its timestamp, more than "
+                                          f"source.overlap ({self.overlap}); on an LRS that filters on timestamp, "
+                                          "such statements are missed"))
         probe = next((entry for entry in timed if abs(entry[0] - entry[1]) > dt.timedelta(seconds=2)), None)
         if probe is None:
-            return lines + ["could not tell which field since/until filter on (no statement in the first page "
-                            "has a timestamp apart from its stored time)"]
+            return findings + [Finding(OK, "could not tell which field since/until filter on (no statement in the "
+                                        "first page has a timestamp apart from its stored time)")]
         stored, timestamp, statement = probe
 
         def returns(moment):
@@ -219,9 +217,11 @@ class LrsSource(LrsClient, TimeOrderedSource):
             return False
 
         if returns(stored):
-            return lines + ["LRS filters since/until on stored, as the spec says"]
+            return findings + [Finding(OK, "LRS filters since/until on stored, as the spec says")]
         if returns(timestamp):
-            return lines + [f"deviation: since/until filter on timestamp, not stored; statements stored more than "
-                            f"source.overlap ({self.overlap}) after their timestamp are missed"]
-        return lines + ["deviation: since/until filter on neither stored nor timestamp as far as a probe can tell"]
+            return findings + [Finding(DEVIATION, f"since/until filter on timestamp, not stored; statements "
+                                                  f"stored more than source.overlap ({self.overlap}) after their "
+                                                  "timestamp are missed")]
+        return findings + [Finding(DEVIATION, "since/until filter on neither stored nor timestamp as far as a "
+                                              "probe can tell")]
 

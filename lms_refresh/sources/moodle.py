@@ -20,7 +20,6 @@ import json
 import logging
 import math
 import re
-import zoneinfo
 
 import psycopg  # this module is imported only when the Moodle source is configured
 
@@ -28,7 +27,8 @@ from lms_refresh import window as windows
 from lms_refresh.errors import ConfigError, UnavailableError
 from lms_refresh.postgresql import connect, connection_error, display_url, first_line
 from lms_refresh.pseudonym import moodle_identifier
-from lms_refresh.sources import Batch
+from lms_refresh.sources import OK, WARNING, BaseSource, Finding
+from lms_refresh.sources.records import EVENT, NOTHING, Intake, InvalidRecord, LocalDays, make_event
 from lms_refresh.sources.xapi import ADL, name_id
 
 logger = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ def scaled_micro(final, grade_range):
     return round(min(max((final - low) / (high - low), 0.0), 1.0) * 1_000_000)
 
 
-class InvalidRow(ValueError):
+class InvalidRow(InvalidRecord):
     """A log row that cannot be used; the message is the quarantine reason."""
 
 
@@ -125,28 +125,30 @@ def _completion(other):
 
 
 class RowMapper:
-    """Turn log rows into canonical events (see `lms_refresh.sources.xapi.EVENT_FIELDS`), or None."""
+    """Turn log rows into ('event', Event) (see `lms_refresh.sources.records`), or NOTHING."""
 
     def __init__(self, timezone, pseudonymise, site_url, site_course_id, guest_user_id):
-        self.zone = zoneinfo.ZoneInfo(timezone)
         self.pseudonymise = pseudonymise
         self.site = site_url.rstrip("/")
         self.excluded_courses = {None, 0, site_course_id}
         self.excluded_users = {None, 0, guest_user_id}
         self.names = {}
-        self._days = {}
+        self._days = LocalDays(timezone)
         self.grade_ranges = {}  # grade item id -> (grademin, grademax), filled by the source
 
-    def map(self, row):
-        """Return the event tuple of a row, or None if the row is not learner activity in a course."""
+    def map(self, row, cursor=None):
+        """Return ('event', Event) for a row, or NOTHING if the row is not learner activity in a course.
+
+        `cursor` is not used: a row's place in the log is its id, which the query bounds.
+        """
         (log_id, eventname, crud, edulevel, userid, courseid, relateduserid, anonymous, other,
          timecreated, realuserid) = row
         if courseid in self.excluded_courses or anonymous or realuserid is not None:
-            return None  # site-level, anonymous, or an administrator "logged in as" the learner
+            return NOTHING  # site-level, anonymous, or an administrator "logged in as" the learner
         known = EVENTS.get(eventname)
         if known is None:
             if edulevel != PARTICIPATING:
-                return None  # teaching and other events are not the learner's activity
+                return NOTHING  # teaching and other events are not the learner's activity
             whose, verb, attempt, completion, passed, failed = "userid", eventname, 0, 0, 0, 0
         else:
             whose, verb, attempt, completion = known
@@ -158,17 +160,13 @@ class RowMapper:
         if user is None:
             raise InvalidRow(f"{eventname} has no {whose}")
         if user in self.excluded_users:
-            return None  # not logged in, or the guest account
+            return NOTHING  # not logged in, or the guest account
         if not isinstance(timecreated, int) or timecreated <= 0:
             raise InvalidRow(f"timecreated {timecreated!r} is not a Unix time")
         try:
             moment = dt.datetime.fromtimestamp(timecreated, windows.UTC)
-            day = self._days.get(timecreated // 60)
-            if day is None:
-                if len(self._days) > 100_000:
-                    self._days.clear()
-                # In the last hours of year 9999 a zone east of UTC is already past what a date can hold.
-                day = self._days[timecreated // 60] = moment.astimezone(self.zone).date().isoformat()
+            # In the last hours of year 9999 a zone east of UTC is already past what a date can hold.
+            day = self._days.get(timecreated // 60) or self._days.add(timecreated // 60, moment)
         except (ValueError, OverflowError, OSError):
             raise InvalidRow(f"timecreated {timecreated!r} is not a Unix time")
         course = f"{self.site}/course/view.php?id={courseid}"
@@ -179,8 +177,11 @@ class RowMapper:
         event_id = hashlib.blake2b(f"{self.site}|log|{log_id}".encode(), digest_size=16).digest()
         actor = self.pseudonymise(moodle_identifier(self.site, user))
         score = scaled_micro(*self._grade(other)) if verb == SCORED else None
-        return (day, course_key, actor, event_id, cursor, cursor, verb_key, attempt, completion, passed, failed,
-                score, None)
+        return EVENT, make_event(
+            day=day, course_id=course_key, actor=actor, event_id=event_id, stored=cursor, occurred=cursor,
+            verb_id=verb_key, is_attempt=attempt, is_completion=completion, is_passed=passed, is_failed=failed,
+            score_micro=score, duration_ms=None,
+        )
 
     def _grade(self, other):
         item, final = graded(other)
@@ -191,7 +192,7 @@ class RowMapper:
         return names
 
 
-class MoodleSource:
+class MoodleSource(BaseSource):
     name = "moodle"
     axis = windows.LOG_ID
 
@@ -247,29 +248,30 @@ class MoodleSource:
             self._db.close()
             self._db = None
 
-    # -- windows -------------------------------------------------------------
+    # -- windows (see BaseSource: ids, not times; a backfill reads a timecreated window) --
+
+    def run_until(self, now, config):
+        """A scheduled run reads through the newest id: ids are in the order rows were committed, not times."""
+        return (self.query("SELECT max(id) FROM {table}")[0][0] or 0) + 1
+
+    def first_since(self, moment, until):
+        """A first run starts at the first id created at or after `moment` (none yet: at `until`)."""
+        first = self.query("SELECT min(id) FROM {table} WHERE timecreated >= %s", (math.ceil(moment.timestamp()),))
+        return until if first[0][0] is None else first[0][0]
+
+    def lookback(self, config):
+        return self.id_lookback
 
     def run_window(self, watermark, now, config):
-        newest = self.query("SELECT max(id) FROM {table}")[0][0] or 0
-        until = newest + 1
-        if watermark is None:
-            start = math.ceil((now - dt.timedelta(days=config.window.bootstrap_days)).timestamp())
-            first = self.query("SELECT min(id) FROM {table} WHERE timecreated >= %s", (start,))[0][0]
-            since = until if first is None else first
-        else:
-            if watermark > until:
-                logger.warning(
-                    "The newest id of %s (%d) is below the watermark (%d): was the Moodle database restored "
-                    "from an older backup? Nothing is read until new rows pass the watermark; "
-                    "'lms-refresh backfill' re-reads by time.", self.table, newest, watermark)
-            since = max(watermark - self.id_lookback, 0)
-        return windows.Window(since, until, windows.LOG_ID)
+        window = super().run_window(watermark, now, config)
+        if watermark is not None and watermark > window.until:
+            logger.warning(
+                "The newest id of %s (%d) is below the watermark (%d): was the Moodle database restored "
+                "from an older backup? Nothing is read until new rows pass the watermark; "
+                "'lms-refresh backfill' re-reads by time.", self.table, window.until - 1, watermark)
+        return window
 
-    def backfill_window(self, since, until, now, config):
-        """A backfill reads by `timecreated`; it does not move the id watermark (see next_watermark)."""
-        return windows.backfill_window(since, until, now, config, None)
-
-    def batches(self, window, index):
+    def batches(self, window):
         """Yield Batches of the window's rows, in id order, `batch_size` rows per query."""
         if window.axis is windows.LOG_ID:
             condition, bounds = "id >= %s AND id < %s", (window.since, window.until)
@@ -307,36 +309,31 @@ class MoodleSource:
         known.update(dict.fromkeys(wanted))  # an item deleted since: asked once, scored as None
         known.update((item, (float(low), float(high))) for item, low, high in found)
 
+    def _where(self, number, row):
+        """A quarantined row: by its log id, with every column (whole: the redactor reads it as JSON)."""
+        return f"{self.table} id {row[0]}", json.dumps(dict(zip(COLUMNS, row)), default=str)
+
     def _map(self, rows):
         self._read_grade_ranges(rows)
-        batch = Batch(read=len(rows))
-        for row in rows:
-            try:
-                event = self.mapper.map(row)
-            except InvalidRow as error:
-                raw = json.dumps(dict(zip(COLUMNS, row)), default=str)
-                batch.quarantined.append((f"{self.table} id {row[0]}", str(error), raw))
-                continue
-            if event is not None:
-                batch.events.append(event)
-        batch.names = self.mapper.take_new_names()
+        batch = Intake(self.mapper, self._where).map_all(enumerate(rows, 1))
+        batch.read = len(rows)  # every row of the page is in the window, learner activity or not
         return batch
 
     # -- check ---------------------------------------------------------------
 
     def check(self):
-        """Reach the database, read the log's columns and newest id, and say if the role could write."""
+        """Reach the database, read the log's columns and newest id, and say if the role could write (Findings)."""
         self.query(f"SELECT {', '.join(COLUMNS)} FROM {{table}} LIMIT 0")
         newest = self.query("SELECT max(id) FROM {table}")[0][0]
-        lines = [f"Moodle database {display_url(self.url)}: reachable, {self.table} readable, "
-                 f"newest log id {newest if newest is not None else 'none (the log is empty)'}"]
+        findings = [Finding(OK, f"Moodle database {display_url(self.url)}: reachable, {self.table} readable, "
+                                f"newest log id {newest if newest is not None else 'none (the log is empty)'}")]
         writable = self.query("SELECT has_table_privilege(current_user, %s, 'INSERT, UPDATE, DELETE')",
                               (self.table,))[0][0]
         try:
             self.query("SELECT id, grademin, grademax FROM {table} LIMIT 0", table=self.grade_items)
         except ConfigError as error:
-            lines.append(f"warning: {error} Until then, grades count without a score.")
+            findings.append(Finding(WARNING, f"{error} Until then, grades count without a score."))
         if writable:
-            lines.append(f"warning: source.url's user may write {self.table}; lms-refresh only reads (its session "
-                         "is read-only), but a role with SELECT only is safer")
-        return lines
+            findings.append(Finding(WARNING, f"source.url's user may write {self.table}; lms-refresh only reads "
+                                             "(its session is read-only), but a role with SELECT only is safer"))
+        return findings

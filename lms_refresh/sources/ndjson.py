@@ -32,10 +32,11 @@ import zlib
 
 from lms_refresh import faults
 from lms_refresh.errors import BadInputError, ConfigError
-from lms_refresh.sources import RAW_KEPT, Batch, TimeOrderedSource
+from lms_refresh.sources import RAW_KEPT, Batch, BaseSource, Finding, OK, WARNING
 from lms_refresh.sources.files import (NotRegularFile, UpTo, chunk_lines, denied, export_files, numbered_lines,
                                        open_regular)
 from lms_refresh.sources.pool import result_of, stop_pool, workers_of
+from lms_refresh.sources.records import NOTHING, Event, Intake
 from lms_refresh.sources.xapi import InvalidStatement, stored_cursor
 
 logger = logging.getLogger(__name__)
@@ -44,7 +45,6 @@ _STORED = re.compile(rb'"stored"\s*:\s*"([^"]{1,64})"')
 _decode = json.JSONDecoder().raw_decode  # str in, no encoding sniffing per line
 NICE_WORKERS = 19  # parsing workers run at the lowest priority (see _worker_init)
 BYTES_PER_STATEMENT = 1024  # sizes chunks: batch_size statements of about this size
-PREFILTER_STREAK = 256  # lines in a row inside the window after which the pre-filter pauses
 MAX_RECORD_BYTES = 1 << 20  # the default of source.max_record_bytes (statements are about 1 KiB)
 LINES_PER_STATEMENT_BUDGET = 4  # a chunk's result holds at most 4 x batch_size lines (statements >= 256 bytes)
 
@@ -81,60 +81,50 @@ def _stored_of(line):
     return None
 
 
-def parse_lines(mapper, lines, since, until, result):
-    """Parse (number, raw line) pairs into `result`; lines outside [since, until) are skipped.
+class _LineMapper:
+    """A statement mapper over raw lines: each line is decoded as JSON, then mapped.
 
-    A cheap pre-filter (`_stored_of`) skips lines outside the window without
-    parsing them. It only saves work when there are such lines, so during a long
-    run of lines inside the window (a first run, a new file) it pauses; the first
-    line found outside turns it on again. A line is quarantined only if it is in
-    the window or its `stored` cannot be told, paused or not.
+    A line that is not JSON is an invalid record like any other, with the decoder's reason.
     """
-    batch = result.batch
-    events, voids, quarantined = batch.events, batch.voids, batch.quarantined
-    low, high = result.low, result.high
-    prefilter, streak, read, number = True, 0, 0, result.lines
-    for number, line in lines:
+
+    __slots__ = ("_map", "take_new_names")
+
+    def __init__(self, mapper):
+        self._map, self.take_new_names = mapper.map, mapper.take_new_names
+
+    def map(self, line, cursor):
         if not line or line.isspace():
-            continue
-        cursor = _stored_of(line) if prefilter else None
-        kind = None
-        if cursor is None or since <= cursor < until:
-            try:
-                text = line.decode()
-                if text[0] in " \t":
-                    text = text.strip()
-                parsed, end = _decode(text)
-                if end != len(text) and text[end:].strip():
-                    raise ValueError(f"extra data after the JSON value at character {end}")
-                kind, row = mapper.map(parsed, cursor)
-            except (ValueError, InvalidStatement, RecursionError) as error:
-                cursor = None if prefilter else _stored_of(line)  # what the paused pre-filter would have seen
-                if cursor is None or since <= cursor < until:
-                    reason = str(error) if isinstance(error, InvalidStatement) else f"not valid JSON: {error}"
-                    if isinstance(error, RecursionError):  # e.g. [[[[... 100,000 levels deep
-                        reason = "JSON nested too deeply to parse"
-                    quarantined.append((number, reason, line.rstrip(b"\r\n").decode("utf-8", "replace")))
-                    read += 1
-                    continue
-            else:
-                if cursor is None:  # the pre-filter could not tell (or paused); the parsed value decides
-                    cursor = row[2] if kind == "void" else row[4]
-        if low is None or cursor < low:
-            low = cursor
-        if high is None or cursor > high:
-            high = cursor
-        if kind is None or not since <= cursor < until:
-            prefilter, streak = True, 0
-            continue
-        streak += 1
-        if streak >= PREFILTER_STREAK:
-            prefilter = False
-        (voids if kind == "void" else events).append(row)
-        read += 1
-    result.lines, result.low, result.high = number, low, high
-    batch.read += read
-    batch.names = mapper.take_new_names()
+            return NOTHING  # a blank line: no record at all
+        try:
+            text = line.decode()
+            if text[0] in " \t":
+                text = text.strip()
+            parsed, end = _decode(text)
+            if end != len(text) and text[end:].strip():
+                raise ValueError(f"extra data after the JSON value at character {end}")
+            return self._map(parsed, cursor)
+        except InvalidStatement:
+            raise
+        except ValueError as error:
+            raise InvalidStatement(f"not valid JSON: {error}") from None
+        except RecursionError:  # e.g. [[[[... 100,000 levels deep
+            raise InvalidStatement("JSON nested too deeply to parse") from None
+
+
+def _as_quarantined(number, line):
+    """A quarantined line: its number in the chunk and its text.
+
+    Evidence, not a copy: a long malformed record keeps its beginning (the origin says where the rest is).
+    """
+    return number, line.rstrip(b"\r\n").decode("utf-8", "replace")[:RAW_KEPT]
+
+
+def parse_lines(mapper, lines, since, until, result):
+    """Parse (number, raw line) pairs into `result`; blank lines are passed over, lines outside
+    [since, until) are skipped (see `Intake`: `_stored_of` is its cheap look at a line's cursor)."""
+    intake = Intake(_LineMapper(mapper), _as_quarantined, since, until, _stored_of, result.batch)
+    intake.map_all(lines)
+    result.low, result.high = intake.low, intake.high
     return result
 
 
@@ -184,8 +174,6 @@ def read_chunk(mapper, path, start, end, since, until, limit=MAX_RECORD_BYTES, s
         raise BadInputError(f"Cannot read {path} ({error.strerror or error}); fix or move the file and run again.")
     parse_lines(mapper, oversized(enumerate(lines, 1), result.batch, limit), since, until, result)
     result.lines = len(lines)
-    # Evidence, not a copy: a long malformed record keeps its beginning (the origin says where the rest is).
-    result.batch.quarantined = [(n, reason, raw[:RAW_KEPT]) for n, reason, raw in result.batch.quarantined]
     return result
 
 
@@ -210,8 +198,9 @@ def _worker_read(path, start, end, since, until, limit, signature, max_lines):
     result = read_chunk(_worker_mapper, path, start, end, since, until, limit, signature, max_lines)
     faults.point("chunk-parsed")
     # The events are flat tuples of str, int, bytes and None: marshal passes them to the
-    # parent at a fraction of pickle's cost (the rest of the result is small).
-    result.batch.events = marshal.dumps(result.batch.events)
+    # parent at a fraction of pickle's cost (the rest of the result is small). It takes
+    # plain tuples only, so they go as such and are Events again in the parent.
+    result.batch.events = marshal.dumps(list(map(tuple, result.batch.events)))
     return result
 
 
@@ -227,7 +216,7 @@ def default_workers():
 
 
 def _unmarshal(result):
-    result.batch.events = marshal.loads(result.batch.events)
+    result.batch.events = list(map(Event._make, marshal.loads(result.batch.events)))
     return result
 
 
@@ -261,7 +250,7 @@ class _FileTracker:
         return Batch(state={self.path: signature + [self.low, self.high]})
 
 
-class NdjsonSource(TimeOrderedSource):
+class NdjsonSource(BaseSource):
     name = "xapi-ndjson"
 
     def __init__(self, path, mapper, batch_size, workers=None, parallel_min_bytes=16 << 20,
@@ -274,6 +263,7 @@ class NdjsonSource(TimeOrderedSource):
         self.parallel_min_bytes = parallel_min_bytes
         self.limit = max_record_bytes
         self.max_lines = batch_size * LINES_PER_STATEMENT_BUDGET
+        self.index = {}
 
     def describe(self):
         return f"xAPI NDJSON files at {self.path}"
@@ -288,10 +278,14 @@ class NdjsonSource(TimeOrderedSource):
         if unreadable:
             more = f" ({len(unreadable) - 1} more unreadable)" if len(unreadable) > 1 else ""
             raise ConfigError(denied(unreadable[0]) + more)
-        return [f"{len(files)} export file(s) readable under {self.path}"] + [
-            f"warning: {path} is skipped: it is {why}; only regular files are read" for path, why in skipped]
+        return [Finding(OK, f"{len(files)} export file(s) readable under {self.path}")] + [
+            Finding(WARNING, f"{path} is skipped: it is {why}; only regular files are read") for path, why in skipped]
 
-    def _plan(self, window, index):
+    def restore(self, state):
+        """Take up the file index an earlier committed run recorded: path -> [size, mtime_ns, inode, min, max]."""
+        self.index = state
+
+    def _plan(self, window):
         """Return [(path, signature, chunks)] for the files that must be read."""
         since, until = window.since_cursor, window.until_cursor
         plan = []
@@ -300,7 +294,7 @@ class NdjsonSource(TimeOrderedSource):
             logger.warning("Skipped %s: it is %s; only regular files are read.", path, why)
         for path, info in files:
             signature = [info.st_size, info.st_mtime_ns, info.st_ino]
-            known = index.get(path)
+            known = self.index.get(path)
             if known and known[:3] == signature and (known[3] is None or known[4] < since or known[3] >= until):
                 continue
             if not os.access(path, os.R_OK):
@@ -313,17 +307,17 @@ class NdjsonSource(TimeOrderedSource):
             plan.append((path, signature, chunks))
         return plan
 
-    def batches(self, window, index):
+    def batches(self, window):
         """Yield Batches of the statements whose `stored` lies in the window.
 
-        `index` maps a file path to the [size, mtime_ns, inode, min, max] list
-        recorded by an earlier committed run; each file's new entry travels in
-        the `state` of a batch yielded after the file's last chunk. A file is
-        read up to the size it had when planned: the entry records that size,
-        so a file that grew meanwhile differs from it and is read again next run.
+        An unchanged file of the restored index whose range lies outside the
+        window is not read; each file's new entry travels in the `state` of a
+        batch yielded after the file's last chunk. A file is read up to the size
+        it had when planned: the entry records that size, so a file that grew
+        meanwhile differs from it and is read again next run.
         """
         since, until = window.since_cursor, window.until_cursor
-        plan = self._plan(window, index)
+        plan = self._plan(window)
         tasks = [(path, start, end, signature) for path, signature, chunks in plan if not path.endswith(".gz")
                  for start, end in chunks]
         total = sum(signature[0] for _, signature, _ in plan)
@@ -417,7 +411,6 @@ class NdjsonSource(TimeOrderedSource):
                     parse_lines(self.mapper, oversized(((n - offset, line) for n, line in lines), result.batch,
                                                        self.limit), since, until, result)
                     result.lines = len(lines)
-                    result.batch.quarantined = [(n, r, raw[:RAW_KEPT]) for n, r, raw in result.batch.quarantined]
                     del lines
                     yield result
             except (OSError, EOFError, zlib.error) as error:

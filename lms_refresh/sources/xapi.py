@@ -17,8 +17,10 @@ checked IRIs are cached (bounded).
 
 import hashlib
 import re
-import zoneinfo
 
+from lms_refresh.sources.records import (  # noqa: F401 (other modules import EVENT_FIELDS from here)
+    CACHE_LIMIT, EVENT, EVENT_FIELDS, VOID, LocalDays, Void, bounded, make_event,
+)
 from lms_refresh.sources.xapi_fields import (  # noqa: F401 (other modules import these from here)
     UTC_MILLIS, UTC_TIME, InvalidStatement, actor_identifier, event_key, is_iri, parse_duration_ms, parse_time,
     shown, stored_cursor,
@@ -36,14 +38,6 @@ ATTEMPTED, COMPLETED, PASSED, FAILED = (ADL + v for v in ("attempted", "complete
 COURSE_TYPE = "http://adlnet.gov/expapi/activities/course"
 # Objects whose id is an activity's; Open edX's event-routing-backends sends "GroupActivity".
 _NOT_ACTIVITIES = frozenset(("Agent", "Group", "SubStatement", "StatementRef"))
-
-# A canonical event, as a tuple in this order (the staging table's column order).
-EVENT_FIELDS = (
-    "day", "course_id", "actor", "event_id", "stored", "occurred", "verb_id",
-    "is_attempt", "is_completion", "is_passed", "is_failed", "score_micro", "duration_ms",
-)
-
-CACHE_LIMIT = 100_000
 
 
 def name_id(iri):
@@ -65,20 +59,13 @@ def _activities(value, name):
     raise InvalidStatement(f"context.contextActivities.{name} is not an activity or a list of activities")
 
 
-def _bounded(cache):
-    if len(cache) >= CACHE_LIMIT:
-        cache.clear()
-    return cache
-
-
 class StatementMapper:
-    """Turn parsed statements into ('event', tuple) or ('void', (target, voiding id, stored))."""
+    """Turn parsed statements into ('event', Event) or ('void', Void) (see `lms_refresh.sources.records`)."""
 
     def __init__(self, timezone, pseudonymise, course_pattern):
-        self.zone = zoneinfo.ZoneInfo(timezone)
         self.pseudonymise = pseudonymise
         self.course_pattern = re.compile(course_pattern)
-        self._days = {}
+        self._days = LocalDays(timezone)
         self._durations = {}
         self._accounts = {}  # (homePage, name) -> pseudonym, for actors known to be valid
         self._mboxes = {}  # mbox -> pseudonym, likewise
@@ -88,8 +75,8 @@ class StatementMapper:
         self.new_names = {}  # (kind, id) -> IRI first seen by this mapper; the store records them
 
     def day_of(self, timestamp):
-        """Return the local calendar day of an ISO time; cached per UTC minute."""
-        # Offsets are whole minutes, so every UTC time in the same minute has the same local day.
+        """Return the local calendar day of an ISO time; cached per UTC minute (a UTC time's first 16
+        characters), or per text for a time with another offset."""
         if len(timestamp) == 24 and UTC_MILLIS.fullmatch(timestamp) \
                 or timestamp.endswith("Z") and UTC_TIME.fullmatch(timestamp):
             key = timestamp[:16]
@@ -99,10 +86,9 @@ class StatementMapper:
         if day is None:
             moment = parse_time(timestamp, "timestamp")
             try:
-                day = moment.astimezone(self.zone).date().isoformat()
+                day = self._days.add(key, moment)
             except OverflowError:  # within a day of the first or last representable time
                 raise InvalidStatement(f"timestamp {timestamp[:40]!r} is out of range")
-            _bounded(self._days)[key] = day
         return day
 
     def actor_of(self, actor):
@@ -117,13 +103,13 @@ class StatementMapper:
                     if type(key[0]) is str and type(key[1]) is str:
                         pseudonym = self._accounts.get(key)
                         if pseudonym is None:  # checked before it is cached: a hit is a valid account
-                            pseudonym = _bounded(self._accounts)[key] = self._pseudonym(actor)
+                            pseudonym = bounded(self._accounts)[key] = self._pseudonym(actor)
                         return pseudonym
                 mbox = actor.get("mbox")
                 if type(mbox) is str and account is None and "mbox_sha1sum" not in actor and "openid" not in actor:
                     pseudonym = self._mboxes.get(mbox)
                     if pseudonym is None:
-                        pseudonym = _bounded(self._mboxes)[mbox] = self._pseudonym(actor)
+                        pseudonym = bounded(self._mboxes)[mbox] = self._pseudonym(actor)
                     return pseudonym
         return self._pseudonym(actor)
 
@@ -137,7 +123,7 @@ class StatementMapper:
         duration = self._durations.get(text) if type(text) is str else None
         if duration is None:
             duration = parse_duration_ms(text)
-            _bounded(self._durations)[text] = duration
+            bounded(self._durations)[text] = duration
         return duration
 
     def _iri(self, value, field):
@@ -192,7 +178,7 @@ class StatementMapper:
             number = name_id(iri)
         except UnicodeEncodeError:  # JSON can escape a lone surrogate, which no text column can hold
             raise InvalidStatement(f"the {kind} IRI is not valid Unicode")
-        _bounded(cache)[iri] = number
+        bounded(cache)[iri] = number
         self.new_names[(kind, number)] = iri
         return number
 
@@ -236,7 +222,7 @@ class StatementMapper:
             target_key = event_key(target.get("id"))
             if target.get("objectType") != "StatementRef" or target_key is None:
                 raise InvalidStatement("a voiding statement's object must be a StatementRef to a UUID")
-            return "void", (target_key, key, stored)
+            return VOID, Void(target_id=target_key, voiding_id=key, stored=stored)
         actor = self.actor_of(statement.get("actor"))
         kind = target.get("objectType")
         if kind == "Activity" or kind is None:  # the usual object, inline: this runs for every statement
@@ -280,11 +266,12 @@ class StatementMapper:
         course = self.course_of(statement, object_id)
         course_key = self._courses.get(course) or self._name_id("course", course, self._courses)
         verb_key = self._verbs.get(verb_id) or self._verb_key(verb_id)
-        return "event", (
-            day, course_key, actor, key, stored, timestamp, verb_key,
-            1 if verb_id == ATTEMPTED else 0,
-            1 if verb_id == COMPLETED or completion is True else 0,
-            1 if verb_id == PASSED or success is True else 0,
-            1 if verb_id == FAILED or success is False else 0,
-            score_micro, duration_ms,
+        return EVENT, make_event(
+            day=day, course_id=course_key, actor=actor, event_id=key, stored=stored, occurred=timestamp,
+            verb_id=verb_key,
+            is_attempt=1 if verb_id == ATTEMPTED else 0,
+            is_completion=1 if verb_id == COMPLETED or completion is True else 0,
+            is_passed=1 if verb_id == PASSED or success is True else 0,
+            is_failed=1 if verb_id == FAILED or success is False else 0,
+            score_micro=score_micro, duration_ms=duration_ms,
         )

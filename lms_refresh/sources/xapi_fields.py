@@ -11,6 +11,8 @@ import hashlib
 import json
 import re
 
+from lms_refresh.sources.records import InvalidRecord
+
 UTC = dt.timezone.utc
 
 UTC_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.(\d{1,6}))?Z", re.ASCII)
@@ -32,7 +34,7 @@ MAX_DURATION_DAYS = 10_000  # about 27 years: far beyond any time on task, and a
 IFI_KEYS = ("mbox", "mbox_sha1sum", "openid", "account")
 
 
-class InvalidStatement(ValueError):
+class InvalidStatement(InvalidRecord):
     """The statement cannot be used; the message is the quarantine reason."""
 
 

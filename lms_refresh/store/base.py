@@ -121,10 +121,10 @@ class SqlStore:
         self.record_names(names)
         voided = self.record_voids(voids)
         if voided:
-            events = [row for row in events if row[3] not in voided]
+            events = [event for event in events if event.event_id not in voided]
         if events and self.insert_events(self.record_keys.add(events)) < len(events):
             self._find_conflicts(events)
-        return {row[0] for row in events}
+        return {event.day for event in events}
 
     def _find_conflicts(self, events):
         """Some rows were not inserted: keep aside those whose id is staged with other content.
@@ -132,11 +132,11 @@ class SqlStore:
         A statement id counts once (the unique index on event_id makes sure); a second
         version that differs from the staged one is quarantined, never counted.
         """
-        staged = self.staged_versions({row[3] for row in events})
-        for row in events:
-            kept = staged.get(row[3])  # (with the record keys after the event's own fields)
-            if kept is not None and tuple(kept)[:len(row)] != tuple(row):
-                self._conflicts.append(row)
+        staged = self.staged_versions({event.event_id for event in events})
+        for event in events:
+            kept = staged.get(event.event_id)  # (with the record keys after the event's own fields)
+            if kept is not None and tuple(kept)[:len(event)] != tuple(event):
+                self._conflicts.append(event)
 
     def take_conflicts(self):
         """Return and forget the conflicting versions found since the last call."""

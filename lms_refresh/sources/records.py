@@ -1,0 +1,154 @@
+"""What every source's mapper produces, and the one loop that files it into a Batch.
+
+A mapper (`xapi.StatementMapper`, `moodle.RowMapper`) turns one record into
+(kind, row): an `Event` (the canonical event), a `Void` (a statement that
+voids another), or NOTHING for a record that is no learner activity; an
+unusable record raises `InvalidRecord`, whose message is the quarantine
+reason. `Intake` maps a source's records through its mapper into one Batch,
+and is the only place that decides what is filed, quarantined or left out.
+"""
+
+import collections
+import zoneinfo
+
+from lms_refresh.sources import Batch
+
+# The canonical event, in the staging table's column order: the one list of its fields.
+EVENT_FIELDS = (
+    "day", "course_id", "actor", "event_id", "stored", "occurred", "verb_id",
+    "is_attempt", "is_completion", "is_passed", "is_failed", "score_micro", "duration_ms",
+)
+# A tuple still, so the stores insert events in bulk as they come.
+Event = collections.namedtuple("Event", EVENT_FIELDS)
+# A statement that voids another: (the voided statement's key, the voiding statement's key, its stored cursor).
+Void = collections.namedtuple("Void", ("target_id", "voiding_id", "stored"))
+EVENT, VOID = "event", "void"
+NOTHING = (None, None)  # what a mapper returns for a record that is no learner activity (or no record)
+
+CACHE_LIMIT = 100_000  # entries a mapper's cache holds before it starts again
+PREFILTER_STREAK = 256  # records in a row inside the window after which Intake stops peeking
+
+
+def _builder(cls):
+    """Return a plain function that builds `cls` from its fields, by keyword as by position.
+
+    Sources build one Event per record; calling the class itself with thirteen
+    keywords costs about three times as much as calling a function (the class
+    call adds a frame and copies the arguments), which shows in a refresh.
+    """
+    fields = ", ".join(cls._fields)
+    namespace = {"_new": tuple.__new__, "_cls": cls}
+    exec(f"def make({fields}):\n    return _new(_cls, ({fields},))", namespace)  # noqa: S102 (fields are ours)
+    make = namespace["make"]
+    make.__doc__ = f"Return a {cls.__name__} of the given fields."
+    return make
+
+
+make_event = _builder(Event)
+
+
+def bounded(cache):
+    """Return `cache` (a dict), emptied first if it is full: mappers' caches stay bounded."""
+    if len(cache) >= CACHE_LIMIT:
+        cache.clear()
+    return cache
+
+
+class InvalidRecord(ValueError):
+    """A record that cannot be used; the message is the quarantine reason."""
+
+
+class LocalDays(dict):
+    """The local calendar day of UTC moments, by a key that stands for the moment's UTC minute.
+
+    Offsets are whole minutes, so every moment in one UTC minute has the same
+    local day; mappers look a day up with `get` (a dict's, as cheap as can be)
+    and compute it with `add` only on a miss.
+    """
+
+    def __init__(self, timezone):
+        super().__init__()
+        self.zone = zoneinfo.ZoneInfo(timezone)
+
+    def add(self, minute, moment):
+        """Return the local day (ISO text) of `moment`, an aware datetime, remembered under `minute`.
+
+        Raises OverflowError within a day of the first or last time a datetime can hold.
+        """
+        day = moment.astimezone(self.zone).date().isoformat()
+        bounded(self)[minute] = day
+        return day
+
+
+class Intake:
+    """The one loop that maps a source's records into a Batch.
+
+    Each record is mapped: an event or void is filed, an invalid record is
+    quarantined with its reason, a record that is no learner activity is left
+    out (and not counted as read); the names the mapper met go with the batch.
+
+    `mapper` has `map(record, cursor)` and `take_new_names()`; `where(number,
+    record)` returns the (origin, raw text) an invalid record is kept as. With a
+    window [since, until), records outside it are left out, uncounted: `peek`,
+    if given, tells a record's cursor cheaply (or None) so that one outside is
+    not even mapped; otherwise the mapped event's `stored` decides. Peeking only
+    saves work when there are records outside, so during a long run of records
+    inside it pauses; the first record found outside turns it on again. An
+    invalid record is quarantined only if it is in the window or its cursor
+    cannot be told, paused or not.
+    """
+
+    def __init__(self, mapper, where, since=None, until=None, peek=None, batch=None):
+        self.batch = Batch() if batch is None else batch
+        self._map, self._names, self._where, self._peek = mapper.map, mapper.take_new_names, where, peek
+        self.since, self.until = since, until
+        self.low = self.high = None  # the range of the cursors seen, in the window or not
+        self.skipped = 0  # records left out because they lie outside the window
+
+    def map_all(self, records):
+        """Map (number, record) pairs into the batch; return the batch."""
+        batch = self.batch
+        events, voids, quarantined = batch.events, batch.voids, batch.quarantined
+        map_record, where, peek = self._map, self._where, self._peek
+        since, until, low, high = self.since, self.until, self.low, self.high
+        windowed = since is not None
+        prefilter, streak, read, skipped = peek is not None, 0, 0, 0
+        # This runs once per record (in the NDJSON workers, per line): its state is kept in locals.
+        for number, record in records:
+            cursor = peek(record) if prefilter else None
+            kind = None
+            if cursor is None or since <= cursor < until:
+                try:
+                    kind, row = map_record(record, cursor)
+                except InvalidRecord as error:
+                    if cursor is None and peek is not None and not prefilter:
+                        cursor = peek(record)  # what the paused pre-filter would have seen
+                    if cursor is None or since <= cursor < until:
+                        origin, raw = where(number, record)
+                        quarantined.append((origin, str(error), raw))
+                        read += 1
+                        continue
+                else:
+                    if kind is None:  # no learner activity (a Moodle page counts its rows itself)
+                        continue
+                    if cursor is None and windowed:
+                        cursor = row.stored
+            if windowed:
+                if low is None or cursor < low:
+                    low = cursor
+                if high is None or cursor > high:
+                    high = cursor
+                if kind is None or not since <= cursor < until:
+                    skipped += 1
+                    prefilter, streak = peek is not None, 0
+                    continue
+                streak += 1
+                if streak >= PREFILTER_STREAK:
+                    prefilter = False
+            (voids if kind == VOID else events).append(row)
+            read += 1
+        self.low, self.high = low, high
+        self.skipped += skipped
+        batch.read += read
+        batch.names = self._names()
+        return batch
