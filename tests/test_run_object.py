@@ -4,6 +4,7 @@ In process, on SQLite: these are about what the engine hands back to the job
 and the CLI, not about processes.
 """
 
+import contextlib
 import logging
 import os
 import signal
@@ -30,6 +31,16 @@ def project(sqlite_project):
 def refresh_of(project, request=Request(), now=NOW):
     config = load_config(str(project.config), {})
     return Refresh(config, request, parse_user_time(now, "UTC"), {}, os.geteuid(), Progress({}))
+
+
+@contextlib.contextmanager
+def armed(fault):
+    """Inject `fault` (PHASE:ACTION, see lms_refresh.faults) into the runs of the block."""
+    faults.arm({faults.ENVIRONMENT_VARIABLE: fault})
+    try:
+        yield
+    finally:
+        faults.arm({})
 
 
 def run_rows(project):
@@ -67,11 +78,8 @@ def test_a_failed_run_hands_back_its_report_and_error_and_the_run_log_says_the_s
 
 def test_an_unexpected_error_is_recorded_under_the_same_rule(project):
     project.write("a.ndjson", [statement()])
-    faults.arm({faults.ENVIRONMENT_VARIABLE: "before-commit:raise"})
-    try:
+    with armed("before-commit:raise"):
         report, error = refresh_of(project).run()
-    finally:
-        faults.arm({})
     assert isinstance(error, faults.InjectedFault)
     assert run_rows(project) == [(report.run_id, "failed", 1, "InjectedFault: fault injected at before-commit")]
     assert project.serving() == []
@@ -121,19 +129,16 @@ def test_each_retry_is_a_new_run_and_the_job_returns_the_last(project):
 def test_a_retry_after_a_full_disk_commits_and_is_the_jobs_outcome(project):
     project.write("a.ndjson", [statement()])
     project.configure(retry_attempts=2)
-    faults.arm({faults.ENVIRONMENT_VARIABLE: "before-commit:enospc"})  # the first attempt's commit only
     elapsed = [0.0]
 
     def sleep(seconds):  # the job's own clock moves by the pause, and nothing else does
         elapsed[0] += seconds
 
-    try:
-        refresh = refresh_of(project)
+    refresh = refresh_of(project)
+    with armed("before-commit:enospc"):  # the first attempt's commit only
         report, error = run_job(refresh, sleep=sleep, clock=lambda: elapsed[0])
-    finally:
-        faults.arm({})
     assert error is None and report.outcome == "success" and report.statements_read == 1 and elapsed == [1.0]
-    failed, committed = run_rows(project)  # same started_at order as the attempts
+    failed, committed = run_rows(project)
     assert failed[:3] == (refresh.report.run_id, "failed", 69) and "the disk is full" in failed[3]
     assert committed == (report.run_id, "success", 0, "")
     # The retry read up to its own "now", one pause after the first attempt's.
@@ -186,11 +191,8 @@ def test_the_cli_logs_a_failed_run_with_its_report(project, monkeypatch):
 
 def test_a_stop_before_the_commit_is_a_failed_run_with_143(project):
     project.write("a.ndjson", [statement()])
-    faults.arm({faults.ENVIRONMENT_VARIABLE: "before-commit:term"})  # SIGTERM to this process, at that phase
-    try:
+    with armed("before-commit:term"):  # SIGTERM to this process, at that phase
         report, error = refresh_of(project).run()
-    finally:
-        faults.arm({})
     assert isinstance(error, errors.Terminated) and report.outcome == "failed"
     assert run_rows(project) == [(report.run_id, "failed", 143, str(error))]
     assert str(error) == "Stopped by SIGTERM; the run was rolled back and nothing was committed."
@@ -199,11 +201,8 @@ def test_a_stop_before_the_commit_is_a_failed_run_with_143(project):
 
 def test_a_stop_after_the_commit_is_no_failure(project):
     project.write("a.ndjson", [statement()])
-    faults.arm({faults.ENVIRONMENT_VARIABLE: "after-commit:term"})
-    try:
+    with armed("after-commit:term"):
         report, error = refresh_of(project).run()
-    finally:
-        faults.arm({})
     assert error is None and report.outcome == "success" and report.statements_read == 1
     assert run_rows(project) == [(report.run_id, "success", 0, "")]
     assert project.meta()["watermark"] == "2026-11-03T03:15:00.000000Z"
