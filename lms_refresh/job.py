@@ -16,7 +16,7 @@ from lms_refresh.errors import ConfigError, RefreshError, UnavailableError, exit
 from lms_refresh.credentials import read_secret
 from lms_refresh.monitoring import Healthchecks, metrics_text, read_previous, write_textfile
 from lms_refresh import stopping
-from lms_refresh.refresh import Outcome
+from lms_refresh.report import Outcome
 from lms_refresh.status import collect_status
 
 logger = logging.getLogger(__name__)
@@ -88,9 +88,8 @@ def _refresh_with_retries(refresh, sleep, clock):
         outcome = attempt.run()
         if number == attempts or not isinstance(outcome.error, UnavailableError):
             return outcome
-        delay = refresh.config.retry.delay
-        logger.warning("%s Retrying in %d s (attempt %d of %d).", outcome.error, delay, number + 1, attempts,
-                       extra=logs.fields(logs.RUN_RETRYING, RETRY_ATTEMPT=number + 1,
-                                         EXIT_STATUS=outcome.error.exit_code))
+        delay, (code, message) = refresh.config.retry.delay, exit_status(outcome.error)
+        logger.warning("%s Retrying in %d s (attempt %d of %d).", message, delay, number + 1, attempts,
+                       extra=logs.fields(logs.RUN_RETRYING, RETRY_ATTEMPT=number + 1, EXIT_STATUS=code))
         refresh.progress(f"Unreachable; attempt {number + 1} of {attempts} in {delay} s", force=True)
         sleep(delay)  # a stop meanwhile ends the run with 143 (the stop policy raises)

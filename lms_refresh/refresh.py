@@ -17,13 +17,15 @@ import time
 import typing
 import uuid
 
-from lms_refresh import __version__, faults, logs, redact, retention, state, stopping
+from lms_refresh import faults, logs, redact, retention, state, stopping
 from lms_refresh import window as windows
+from lms_refresh.config import Config
 from lms_refresh.errors import BadInputError, StateError, Terminated, exit_status, from_os_error
 from lms_refresh.exclusive import locked_store, run_lock
 from lms_refresh.lock import LockHeld
 from lms_refresh.privacy import RecordKeys
 from lms_refresh.publish import publish_if_behind
+from lms_refresh.report import Outcome, Report
 from lms_refresh.pseudonym import Pseudonymiser
 from lms_refresh.sources import build_source
 from lms_refresh.statedir import check_writable_file
@@ -56,39 +58,11 @@ class Request:
         return self.kind == RUN and not self.dry_run
 
 
-@dataclasses.dataclass
-class Report:
-    """What a run did (or, for a dry run, would do)."""
-
-    run_id: str
-    kind: str
-    dry_run: bool
-    outcome: str = "success"
-    window: windows.Window = None
-    statements_read: int = 0
-    staged: int = 0
-    voided: int = 0
-    quarantined: int = 0
-    partitions: list = dataclasses.field(default_factory=list)
-    rows_written: int = 0
-    suppressed: int = 0
-    lock_holder: str = ""
-    started: float = dataclasses.field(default_factory=time.monotonic)
-
-
-class Outcome(typing.NamedTuple):
-    """How a run ended: its report (None if it failed before it took the store's lock, i.e. never
-    began) and the exception that ended it (None on success, nothing to do or a held lock)."""
-
-    report: Report | None
-    error: BaseException | None = None
-
-
 @dataclasses.dataclass(eq=False)
 class Refresh:
     """One run of `request` as of `now`; `run()` it once (a retry is a new Refresh, see job.py)."""
 
-    config: object
+    config: Config
     request: Request
     now: dt.datetime
     environ: typing.Mapping
@@ -180,7 +154,7 @@ class Refresh:
         store.begin()
         # Retention does not wait for new records: a quiet source's old data goes on time too.
         retention.apply(store, self.config, self.now, retention.staging_horizon(self.config, self.now, meta), set())
-        store.record_run(self._run_row())
+        store.record_run(self.report.row(self.now))
         with self.stop.commit():
             store.commit()
 
@@ -229,7 +203,7 @@ class Refresh:
             store.set_meta("watermark", axis.format(new_watermark))
             store.set_meta("cursor_kind", axis.name)
         state.record(store, self.config, key)
-        store.record_run(self._run_row())
+        store.record_run(self.report.row(self.now))
         if self.request.dry_run:
             store.rollback()
             return False
@@ -255,7 +229,7 @@ class Refresh:
             store.begin()
             if self._kept:
                 store.quarantine(self.report.run_id, self._kept, windows.to_cursor(self.now), self._redactor)
-            store.record_run(self._run_row(code, message[:1000]))
+            store.record_run(self.report.row(self.now, code, message[:1000]))
             store.commit()
         except BaseException as failure:  # the store itself may be what failed; the run's own error is what matters
             store.rollback_quietly()
@@ -340,21 +314,6 @@ class Refresh:
                 f"({share:.1%}, more than max_quarantine_share = {share_allowed:.1%}); "
                 "nothing was committed. See the quarantine table (lms-refresh status) and fix the source."
             )
-
-    def _run_row(self, exit_code=0, message=""):
-        report = self.report
-        finished = self.now + dt.timedelta(seconds=time.monotonic() - report.started)
-        return {
-            "run_id": report.run_id, "kind": report.kind, "started_at": windows.to_cursor(self.now),
-            "finished_at": windows.to_cursor(finished), "outcome": report.outcome,
-            "exit_code": exit_code,
-            "window_since": report.window.since_cursor if report.window else None,
-            "window_until": report.window.until_cursor if report.window else None,
-            "statements_read": report.statements_read, "staged": report.staged, "voided": report.voided,
-            "quarantined": report.quarantined, "partitions": len(report.partitions),
-            "rows_written": report.rows_written, "suppressed": report.suppressed, "message": message,
-            "version": __version__,
-        }
 
 
 def _conflicts(rows):

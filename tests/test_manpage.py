@@ -229,3 +229,14 @@ def test_readme_lists_every_message_id_with_its_outcome():
     documented = {message_id: (name, outcome.strip("`")) for message_id, name, outcome in rows}
     assert documented == {message_id.hex: (name, logs.OUTCOMES.get(name, "—"))
                           for name, message_id in logs.MESSAGE_IDS.items()}
+
+
+def test_the_code_map_names_every_module_and_only_modules_that_exist():
+    """README's "Code map" is where a newcomer finds their room: a module it does not name, or one it
+    names that is gone, makes it wrong."""
+    package = os.path.join(ROOT, "lms_refresh")
+    modules = {name for folder, _, files in os.walk(package) for name in files
+               if name.endswith(".py") and name not in ("__init__.py", "__main__.py")}
+    named = set(re.findall(r"`(\w+\.py)`", section(README, "Code map"))) - {"__init__.py"}
+    assert modules - named == set(), "modules the code map does not name"
+    assert named - modules == set(), "the code map names modules that do not exist"

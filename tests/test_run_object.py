@@ -33,7 +33,7 @@ def refresh_of(project, request=Request(), now=NOW):
 
 
 def run_rows(project):
-    return project.query("SELECT run_id, outcome, exit_code, message FROM runs ORDER BY started_at, run_id")
+    return project.query("SELECT run_id, outcome, exit_code, message FROM runs ORDER BY rowid")
 
 
 @pytest.mark.parametrize("error, code, message", [

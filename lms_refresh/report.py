@@ -1,0 +1,57 @@
+"""What a run did: its `Report`, the run-log row made from it, and the `Outcome` handed back to the caller.
+
+The report is filled in by the run's phases (lms_refresh.refresh); the job
+(retries, pings, textfile), the CLI (its last log line, a dry run's summary)
+and the journal's fields (lms_refresh.logs.run_fields) read it.
+"""
+
+import dataclasses
+import datetime as dt
+import time
+import typing
+
+from lms_refresh import __version__
+from lms_refresh import window as windows
+
+
+@dataclasses.dataclass
+class Report:
+    """What a run did (or, for a dry run, would do)."""
+
+    run_id: str
+    kind: str
+    dry_run: bool
+    outcome: str = "success"
+    window: windows.Window = None
+    statements_read: int = 0
+    staged: int = 0
+    voided: int = 0
+    quarantined: int = 0
+    partitions: list = dataclasses.field(default_factory=list)
+    rows_written: int = 0
+    suppressed: int = 0
+    lock_holder: str = ""
+    started: float = dataclasses.field(default_factory=time.monotonic)
+
+    def row(self, now, exit_code=0, message=""):
+        """Return the run log's row for this run, which started at `now` and ends about now."""
+        finished = now + dt.timedelta(seconds=time.monotonic() - self.started)
+        return {
+            "run_id": self.run_id, "kind": self.kind, "started_at": windows.to_cursor(now),
+            "finished_at": windows.to_cursor(finished), "outcome": self.outcome,
+            "exit_code": exit_code,
+            "window_since": self.window.since_cursor if self.window else None,
+            "window_until": self.window.until_cursor if self.window else None,
+            "statements_read": self.statements_read, "staged": self.staged, "voided": self.voided,
+            "quarantined": self.quarantined, "partitions": len(self.partitions),
+            "rows_written": self.rows_written, "suppressed": self.suppressed, "message": message,
+            "version": __version__,
+        }
+
+
+class Outcome(typing.NamedTuple):
+    """How a run ended: its report (None if it failed before it took the store's lock, i.e. never
+    began) and the exception that ended it (None on success, nothing to do or a held lock)."""
+
+    report: Report | None
+    error: BaseException | None = None
