@@ -5,6 +5,7 @@ Statements are written with `?` placeholders; a store whose driver wants another
 them in `_sql`. Driver-specific work (opening, migrating, staging in bulk) lives in each store.
 """
 
+import contextlib
 import dataclasses
 import json
 
@@ -309,6 +310,14 @@ class SqlStore:
         self._void_targets.clear()
         self._conflicts = []
         self._republish_all = False
+
+    @contextlib.contextmanager
+    def errors(self):
+        """Turn the driver's errors inside the block into the domain's (see each store's `translate`)."""
+        try:
+            yield
+        except self.driver_error as error:
+            raise self.translate(error) from error
 
     def acquire_run_lock(self):
         """Return None once this store is locked for the run, else who holds it (flock is enough here)."""

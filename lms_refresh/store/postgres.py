@@ -38,6 +38,7 @@ def format_style(statement):
 
 
 class PostgresStore(SqlStore):
+    driver_error = psycopg.Error  # what `errors` turns into the domain's
     dialect = POSTGRESQL
     schema_target = SCHEMA_VERSION
 
@@ -138,14 +139,6 @@ class PostgresStore(SqlStore):
                 return unreachable(error, f"The store {self.location}")
             return StateError(f"The store {self.describe()} failed: {first_line(error)}; check its schema.")
         return None
-
-    @contextlib.contextmanager
-    def errors(self):
-        """Turn driver errors into the domain's: a lost or refused connection is transient (69)."""
-        try:
-            yield
-        except psycopg.Error as error:
-            raise self.translate(error) from error
 
     def acquire_run_lock(self):
         """Take the run's advisory lock for this session; return None, or who holds it."""

@@ -36,6 +36,7 @@ def _damaged(path, error):
 
 
 class SqliteStore(SqlStore):
+    driver_error = sqlite3.DatabaseError  # what `errors` turns into the domain's
     dialect = SQLITE
     serving = SQLITE.serving
     schema_target = SCHEMA_VERSION
@@ -186,14 +187,6 @@ class SqliteStore(SqlStore):
         if isinstance(error, sqlite3.OperationalError) and any(word in text for word in _TRANSIENT):
             return UnavailableError(f"The store {self.path} could not be written ({error}); nothing was committed.")
         return _damaged(self.path, error)
-
-    @contextlib.contextmanager
-    def errors(self):
-        """Turn driver errors into the domain's (see `translate`)."""
-        try:
-            yield
-        except sqlite3.DatabaseError as error:
-            raise self.translate(error) from error
 
     def size_bytes(self):
         if self.path == ":memory:":
