@@ -182,3 +182,28 @@ def test_the_cli_logs_a_failed_run_with_its_report(project, monkeypatch):
     assert text == message and fields["PRIORITY"] == "3"
     assert (fields["RUN_ID"], fields["EXIT_STATUS"], fields["ERROR_KIND"]) == (run_id, 65, "BadInputError")
     assert (fields["OUTCOME"], fields["STATEMENTS_READ"], fields["QUARANTINED"]) == ("failure", 5, 2)
+
+
+def test_a_stop_before_the_commit_is_a_failed_run_with_143(project):
+    project.write("a.ndjson", [statement()])
+    faults.arm({faults.ENVIRONMENT_VARIABLE: "before-commit:term"})  # SIGTERM to this process, at that phase
+    try:
+        report, error = refresh_of(project).run()
+    finally:
+        faults.arm({})
+    assert isinstance(error, errors.Terminated) and report.outcome == "failed"
+    assert run_rows(project) == [(report.run_id, "failed", 143, str(error))]
+    assert str(error) == "Stopped by SIGTERM; the run was rolled back and nothing was committed."
+    assert project.meta().get("watermark") is None
+
+
+def test_a_stop_after_the_commit_is_no_failure(project):
+    project.write("a.ndjson", [statement()])
+    faults.arm({faults.ENVIRONMENT_VARIABLE: "after-commit:term"})
+    try:
+        report, error = refresh_of(project).run()
+    finally:
+        faults.arm({})
+    assert error is None and report.outcome == "success" and report.statements_read == 1
+    assert run_rows(project) == [(report.run_id, "success", 0, "")]
+    assert project.meta()["watermark"] == "2026-11-03T03:15:00.000000Z"
