@@ -1,7 +1,6 @@
 """status, check, help texts, logging to the journal, progress."""
 
 import json
-import logging
 import subprocess
 import sys
 
@@ -9,7 +8,6 @@ import click
 import click.testing
 import pytest
 
-from lms_refresh.store.schema import SCHEMA_VERSION
 from conftest import statement
 from lms_refresh.cli import cli
 from lms_refresh.store.schema import SCHEMA_VERSION
@@ -72,13 +70,9 @@ def test_check_writes_nothing_and_reports_each_part(project):
 def test_journal_fields_are_structured_and_each_message_is_sent_once(project, monkeypatch):
     sent = capture_journal(monkeypatch)
     project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
-    from lms_refresh import cli as cli_module
-
-    monkeypatch.setenv("INVOCATION_ID", "0123456789abcdef")
-    monkeypatch.delenv("STATE_DIRECTORY", raising=False)
-    with pytest.raises(SystemExit) as stopped:
-        cli_module.main(["--config", str(project.config), "--now", NOW, "run"])
-    assert stopped.value.code == 0
+    result = project.invoke("run", now=NOW, env={"INVOCATION_ID": "0123456789abcdef"})  # as under systemd
+    assert result.returncode == 0
+    assert result.stderr == ""  # the journal only: stderr would reach the journal a second time
     committed = [fields for message, fields in sent if message.startswith("Refresh committed")]
     assert len(committed) == 1
     fields = committed[0]
@@ -87,20 +81,14 @@ def test_journal_fields_are_structured_and_each_message_is_sent_once(project, mo
     assert fields["RUN_ID"] and fields["STATEMENTS_READ"] == 12
     messages = [message for message, _ in sent]
     assert len(messages) == len(set(messages))
-    logging.getLogger().handlers.clear()
 
 
 def test_errors_go_to_the_journal_with_error_priority(project, monkeypatch):
     sent = capture_journal(monkeypatch)
-    monkeypatch.setenv("JOURNAL_STREAM", "8:1234")
     project.config.write_text("bogus = 1\n")
-    from lms_refresh import cli as cli_module
-
-    with pytest.raises(SystemExit) as stopped:
-        cli_module.main(["--config", str(project.config), "run"])
-    assert stopped.value.code == 78
+    result = project.invoke("run", env={"JOURNAL_STREAM": "8:1234"})
+    assert result.returncode == 78 and result.stderr == ""
     assert [(f["PRIORITY"], f["EXIT_STATUS"]) for m, f in sent if "unknown key 'bogus'" in m] == [("3", 78)]
-    logging.getLogger().handlers.clear()
 
 
 def test_without_systemd_logs_are_human_lines_on_stderr(project):
