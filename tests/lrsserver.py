@@ -207,7 +207,7 @@ class RalphServer:
         try:
             # uvicorn waits for open responses on SIGTERM, and a hostile one (a trickle the client gave up on)
             # goes on for minutes; nothing of a throwaway server needs keeping.
-            self.process.wait(timeout=5)
+            self.process.wait(timeout=1)
         except subprocess.TimeoutExpired:
             self.process.kill()
         self.log.close()
