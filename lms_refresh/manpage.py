@@ -153,7 +153,8 @@ def read_units(directory):
 
 def render(group, date, units):
     """Return the manual page for `group` as roff text; `units` as read_units() returns them."""
-    context = click.Context(group, info_name="lms-refresh")
+    # The group's own context_settings (its -h), as the command line gets them from click's make_context.
+    context = click.Context(group, info_name="lms-refresh", **group.context_settings)
     lines = [
         f'.TH LMS\\-REFRESH 8 "{date}" "lms\\-refresh {_escape(__version__)}" "System Administration"',
         ".nh", ".ad l",  # paths, keys and options must not be hyphenated or stretched

@@ -96,7 +96,9 @@ def test_the_page_as_the_package_build_writes_it_reads_cleanly_as_text(page, tmp
 def test_the_page_documents_every_command_and_option(page):
     for path, command in leaf_commands().items():
         assert re.search(rf"^\.SS {re.escape(path.replace('-', chr(92) + '-'))}( |$)", page, re.M), path
-        context = click.Context(command, info_name=path)
+        # A child of the group's context, as on the command line: a context without one would make
+        # click (8.2) remember a --help without -h for the command, and the page would follow it.
+        context = click.Context(command, info_name=path, parent=click.Context(cli, **cli.context_settings))
         for param in command.get_params(context):
             if isinstance(param, click.Option) and not param.hidden and param.name != "help":
                 for opt in param.opts:
