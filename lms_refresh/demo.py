@@ -8,6 +8,7 @@ import tempfile
 import zoneinfo
 
 from lms_refresh.config import load_config
+from lms_refresh.errors import ConfigError
 from lms_refresh.logs import Progress
 from lms_refresh.refresh import Refresh, Request
 from lms_refresh.sample import generate, write_daily_files
@@ -55,7 +56,7 @@ def run_demo(directory, learners, days, seed, now, environ, echo, command="lms-r
     statements = os.path.join(directory, "statements")
     state = os.path.join(directory, "state")
     if os.path.exists(statements):
-        raise FileExistsError(f"{statements} exists already; pick an empty --dir")
+        raise ConfigError(f"{statements} exists already; pick an empty --dir.")
     end = now.astimezone(zoneinfo.ZoneInfo(TIMEZONE)).date()
     first, last = end - dt.timedelta(days=days), end - dt.timedelta(days=1)
     count = write_daily_files(statements, generate(seed, first, days, learners, TIMEZONE, until=now))

@@ -2,6 +2,7 @@
 
 import os
 import pwd
+import stat
 
 from lms_refresh.errors import StateError
 
@@ -16,6 +17,19 @@ def user_name(uid):
 
 def _run_as_hint(owner):
     return f"run it as that user, e.g. 'sudo -u {owner} lms-refresh ...'"
+
+
+def refuse_a_file(path):
+    """Refuse a state directory that is a file, or lies below one: a mistake in the configuration
+    that no command can work around (nor may it touch the file)."""
+    try:
+        is_directory = stat.S_ISDIR(os.stat(path).st_mode)
+    except NotADirectoryError:
+        is_directory = False
+    except FileNotFoundError:
+        return  # created by the first run
+    if not is_directory:
+        raise StateError(f"The state directory {path} is not a directory; point state_directory at one.")
 
 
 def prepare_state_directory(path, euid):
@@ -33,8 +47,9 @@ def prepare_state_directory(path, euid):
             f"Cannot create or open the state directory {path}: permission denied; "
             "create it for the service user or run as that user."
         )
-    except NotADirectoryError:
-        raise StateError(f"The state directory {path} is not a directory.")
+    except (NotADirectoryError, FileExistsError):  # it, or a directory above it, is a file
+        refuse_a_file(path)
+        raise
     _refuse_foreign(f"The state directory {path}", info, euid, os.W_OK | os.X_OK, path)
 
 

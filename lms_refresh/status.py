@@ -8,13 +8,14 @@ from lms_refresh.errors import StateError
 from lms_refresh.lock import LOCK_NAME, probe
 from lms_refresh.pseudonym import Pseudonymiser
 from lms_refresh.sources import OK, Finding, build_source
-from lms_refresh.statedir import user_name
+from lms_refresh.statedir import refuse_a_file, user_name
 from lms_refresh.store import open_store, store_exists
 from lms_refresh.window import TIME
 
 
 def collect_status(config, environ):
     """Given a Config, return a JSON-ready dict describing watermark, runs, lock and store."""
+    refuse_a_file(config.state_directory)
     lock_path = os.path.join(config.state_directory, LOCK_NAME)
     holder = probe(lock_path)
     status = {

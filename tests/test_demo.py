@@ -79,3 +79,11 @@ def test_the_demo_on_its_defaults_refreshes_a_store_and_prints_its_metrics(tmp_p
     # ...and the hint is the command that reads it all back.
     assert out[-1] == f"Try: {sys.executable} -m lms_refresh --config {config} status"
     assert len(out) == header + 5 + 24
+
+
+def test_a_demo_directory_that_has_statements_already_is_refused_with_a_sentence(tmp_path):
+    (tmp_path / "statements").mkdir()
+    result = inprocess.invoke(["demo", "--dir", str(tmp_path)], clean_environment())
+    assert result.returncode == 78, result.stderr
+    assert f"{tmp_path / 'statements'} exists already; pick an empty --dir." in result.stderr
+    assert "Traceback" not in result.stderr and list((tmp_path / "statements").iterdir()) == []

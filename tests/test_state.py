@@ -153,3 +153,20 @@ def test_past_tolerance_exits_65_and_commits_nothing_but_keeps_the_evidence(proj
         assert db.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0] == 3  # the evidence survives the rollback
         assert db.execute("SELECT outcome, exit_code FROM runs").fetchall() == [("failed", 65)]
     assert "watermark" not in project.meta()
+
+
+def test_a_state_directory_that_is_a_file_is_refused_with_a_sentence(sqlite_project):
+    """A file where the state directory should be (or above it) is a configuration mistake: 78 and
+    one sentence from every command that uses the directory, never a traceback; the file is left alone."""
+    project = sqlite_project
+    blocker = project.root / "not-a-directory"
+    blocker.write_text("keep me\n")
+    for path in (blocker, blocker / "state"):
+        project.config.write_text(project.config.read_text().replace(str(project.state), str(path)))
+        for command in (["run"], ["backfill", "--since", "2026-11-01", "--until", "2026-11-02"], ["status"]):
+            result = project.invoke(*command, now="2026-11-03T04:15:00+01:00")
+            assert result.returncode == 78, (command, result.stderr)
+            assert f"The state directory {path} is not a directory; point state_directory at one." in result.stderr
+            assert "Traceback" not in result.stderr
+        project.config.write_text(project.config.read_text().replace(str(path), str(project.state)))
+    assert blocker.read_text() == "keep me\n"
