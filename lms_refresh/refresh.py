@@ -192,7 +192,7 @@ class Refresh:
         store.set_privacy(self.config.min_cell_size, self.config.privacy)
         faults.point("before-recompute")
         report.rows_written, report.suppressed = store.recompute(days)
-        store.execute("DELETE FROM pending_days")
+        store.clear_pending_days()
         faults.point("after-recompute")
 
     def commit(self, store, key, axis, watermark, window):

@@ -148,6 +148,10 @@ class SqlStore:
         """Days whose metrics a migration left to be rebuilt (it removed double-staged statements)."""
         return {row[0] for row in self.execute("SELECT day FROM pending_days").fetchall()}
 
+    def clear_pending_days(self):
+        """The pending days were rebuilt in this transaction."""
+        self.execute("DELETE FROM pending_days")
+
     def reset_derived(self):
         """Empty everything derived from the source (a rebuild refills it in the same transaction);
         the run log and the quarantine stay."""
