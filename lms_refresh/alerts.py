@@ -11,6 +11,7 @@ import os
 import re
 import socket
 import subprocess
+import time
 
 from lms_refresh import logs
 from lms_refresh.config import load_alerts, load_config
@@ -25,14 +26,30 @@ _EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 _URL_SECRET = re.compile(r"(\w+://)[^\s/@]*@")  # user:password@ in URLs
 
 
-def journal_lines(invocation, limit=JOURNAL_LINES):
-    """Return the last `limit` (priority, message) records of one invocation, oldest first ([] without a journal)."""
+# The failed unit's last records may still be on their way into the journal when OnFailure=
+# starts the alert (seen on a loaded machine): wait this long for its error record to show.
+JOURNAL_WAIT = 5.0
+
+
+def journal_lines(invocation, limit=JOURNAL_LINES, wait=JOURNAL_WAIT, clock=time.monotonic, sleep=time.sleep):
+    """Return the last `limit` (priority, message) records of one invocation, oldest first ([] without a
+    journal), waiting up to `wait` seconds for a record at priority err or worse (a run that was
+    killed has none: then what is there after the wait)."""
     if not invocation:
         return []
     try:
         from systemd import journal
     except ImportError:
         return []
+    deadline = clock() + wait
+    while True:
+        lines = _read_journal(journal, invocation, limit)
+        if _last_error(lines) or clock() >= deadline:
+            return lines
+        sleep(0.2)
+
+
+def _read_journal(journal, invocation, limit):
     reader = journal.Reader()
     reader.add_match(_SYSTEMD_INVOCATION_ID=invocation)
     reader.seek_tail()

@@ -96,3 +96,20 @@ def test_an_earlier_success_is_not_taken_for_the_failed_run():
     lines = [(3, "The pseudonymisation key /var/lib/lms-refresh/pseudonymisation.key is missing ...")]
     alert = compose("lms-refresh.service", "78", "exit-code", "abc", success, lines, [])
     assert alert["window"] is None and alert["message"].startswith("The pseudonymisation key")
+
+
+def test_the_alert_waits_a_bounded_time_for_the_failed_runs_error_record():
+    """OnFailure= may start the alert before the failed unit's last records are in the journal: it looks
+    again until an error record shows, for at most JOURNAL_WAIT seconds (here an invocation with no
+    records at all, on a fake clock)."""
+    from lms_refresh.alerts import JOURNAL_WAIT, journal_lines
+
+    now, sleeps = [0.0], []
+
+    def sleep(seconds):
+        sleeps.append(seconds)
+        now[0] += seconds
+
+    assert journal_lines("0" * 32, clock=lambda: now[0], sleep=sleep) == []
+    assert JOURNAL_WAIT <= now[0] < JOURNAL_WAIT + 0.5 and len(sleeps) >= 2
+    assert journal_lines("", clock=lambda: now[0], sleep=sleep) == [] and now[0] < JOURNAL_WAIT + 0.5  # no wait
