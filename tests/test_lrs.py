@@ -79,8 +79,9 @@ def test_lrs_refreshes_equal_the_ndjson_source_of_the_same_statements(tmp_path, 
     # Every statement came through pages of at most 100 (Ralph caps limit), voids included.
     runs = project.runs()
     assert [r[:3] for r in runs] == [("run", "success", 0)] * 2 and runs[1][3] == text(t1)
+    # The product records each voided statement once, however many voids aim at it.
     voided = project.query("SELECT COUNT(*) FROM voided_events")[0][0]
-    assert voided == sum(1 for s in statements if s["verb"]["id"].endswith("voided"))
+    assert voided == len({s["object"]["id"] for s in statements if s["verb"]["id"].endswith("voided")})
 
 
 def test_a_500_on_page_7_of_10_commits_nothing_and_the_next_run_converges(tmp_path, ralph):
