@@ -17,6 +17,7 @@ from lms_refresh.logs import Progress, configure_logging
 from lms_refresh.job import run_job
 from lms_refresh.refresh import BACKFILL, REBUILD, RUN, Refresh, Request
 from lms_refresh.monitoring import plugin_check, staleness
+from lms_refresh.statedir import become_owner
 from lms_refresh.status import collect_status, format_status, run_checks
 from lms_refresh.window import parse_user_time
 
@@ -30,7 +31,12 @@ class Settings:
         self.stop = stop or stopping.StopPolicy()  # the process's SIGTERM policy (see lms_refresh.stopping)
 
     def config(self):
-        return load_config(self.config_path, os.environ)
+        """The validated configuration; as root, the process then becomes the state directory's owner."""
+        config = load_config(self.config_path, os.environ)
+        user = become_owner(config.state_directory, os.geteuid())
+        if user is not None:
+            logger.debug("Running as %s, the owner of the state directory %s.", user, config.state_directory)
+        return config
 
 
 def _parse_now(ctx, param, value):
@@ -297,7 +303,7 @@ def forget(settings, mbox, mbox_sha1sum, openid, account_homepage, account_name,
 
     Name the learner as the source knows them, by exactly one identifier. It
     runs under the run's lock, in one transaction, and logs counts only; run
-    it as the service user (sudo -u lms-refresh). Erase the learner at the
+    it as root or as the service user. Erase the learner at the
     source too, or a backfill brings them back.
 
     Example: lms-refresh forget --account-homepage https://lms.example.edu --account-name 4711

@@ -118,7 +118,7 @@ def run_checks(config, euid, environ):
             owner = user_name(os.stat(directory).st_uid)
             raise StateError(
                 f"The state directory {directory} belongs to '{owner}' and must not be written by "
-                f"'{user_name(euid)}'; run as that user, e.g. 'sudo -u {owner} lms-refresh check'."
+                f"'{user_name(euid)}'; run it as root (it becomes that user) or as that user, e.g. 'runuser -u {owner} -- lms-refresh check'."
             )
         findings.append(Finding(OK, f"state directory {directory}: writable"))
     else:
