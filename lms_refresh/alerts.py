@@ -14,7 +14,8 @@ import subprocess
 import time
 
 from lms_refresh import logs
-from lms_refresh.config import load_alerts, load_config
+from lms_refresh.config import DEFAULT_STATE_DIRECTORY, load_alerts, load_config
+from lms_refresh.interruption import take_unalerted
 from lms_refresh.errors import MEANINGS, ConfigError, RefreshError
 from lms_refresh.credentials import read_secret
 from lms_refresh.monitoring import post, redact_url
@@ -127,6 +128,9 @@ def mail_text(alert, recipient):
         f"Result: {alert['result']}",
         f"Window: {window.get('since')} .. {window.get('until')}",
         f"Message: {alert['message'] or '-'}",
+        *([f"Earlier: the run started {alert['interrupted'].get('started_at')} did not finish (a shutdown, a crash "
+           f"or a stop) and could not alert; it was caught up by the run started {alert['interrupted'].get('noticed_at')}."]
+          if alert.get("interrupted") else []),
         "",
         f"Last journal lines (journalctl _SYSTEMD_INVOCATION_ID={alert['invocation_id']}):",
         *alert["journal"],
@@ -221,6 +225,9 @@ def send_alert(config_path, unit, exit_status, result, invocation, environ, last
     message = compose(unit, exit_status, result, invocation, last_run, lines, secrets)
     if broken is not None and not message["message"]:
         message["message"] = redact(str(broken), secrets)
+    # A run a shutdown interrupted could not alert then: the next alert says so, once.
+    directory = config.state_directory if config is not None else environ.get("STATE_DIRECTORY", DEFAULT_STATE_DIRECTORY)
+    message["interrupted"] = take_unalerted(directory)
     delivered, attempted = deliver(message, settings, environ)
     if attempted == 0:
         logger.warning("%s failed, but [alerts] in %s names no channel to tell.", unit, config_path)

@@ -22,7 +22,7 @@ from lms_refresh.validators import at_least_a_second, parse_duration
 from lms_refresh.errors import MEANINGS
 from lms_refresh.monitoring import PLUGIN_STATES
 
-UNITS = ("lms-refresh.service", "lms-refresh.timer", "lms-refresh-alert@.service")
+UNITS = ("lms-refresh.service", "lms-refresh.timer", "lms-refresh-alert@.service", "lms-refresh-catch-up.timer")
 
 # What the program reads from its environment besides click's own envvars.
 ENVIRONMENT = [

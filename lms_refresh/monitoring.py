@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 import zoneinfo
 
-from lms_refresh.errors import RefreshError
+from lms_refresh.errors import TERMINATED, RefreshError
 from lms_refresh.window import TIME, from_cursor
 
 logger = logging.getLogger(__name__)
@@ -54,7 +54,9 @@ class Healthchecks:
             post(self.url + "/start", b"", "text/plain", self.timeout)
 
     def finish(self, exit_code, message=""):
-        if self.url:
+        """Ping the end of a run; a run an operator (or a shutdown) stopped sends nothing: a stop is
+        no failure to page about, and a stop that leaves the data stale is reported as staleness."""
+        if self.url and exit_code != TERMINATED:
             target = self.url if exit_code == 0 else f"{self.url}/{exit_code}"
             post(target, message.encode()[:10000], "text/plain", self.timeout)
 
@@ -204,7 +206,13 @@ def plugin_report(status, now, timezone, grace):
         return PLUGIN_CRITICAL, plugin_line(PLUGIN_CRITICAL, f"stale: {stale}", perfdata)
     started_text = from_cursor(success["started_at"], "time").astimezone(zone).isoformat(timespec="minutes")
     text = f"last success started {started_text}, watermark {status['watermark']}"
-    if last_run is not None and last_run["exit_code"] != 0:
+    if status.get("interrupted") is not None:  # said, not paged: staleness pages if it is not caught up in time
+        text = (f"{text}; the run started {status['interrupted'].get('started_at', '?')} did not finish (a shutdown, "
+                "a crash or a stop) and is not caught up yet")
+    if last_run is not None and last_run["exit_code"] == TERMINATED:
+        stopped = from_cursor(last_run["started_at"], "time").astimezone(zone).isoformat(timespec="minutes")
+        text = f"{text}; the last run ({last_run['kind']}, started {stopped}) was stopped (143) and rolled back"
+    elif last_run is not None and last_run["exit_code"] != 0:
         failed = from_cursor(last_run["started_at"], "time").astimezone(zone).isoformat(timespec="minutes")
         return PLUGIN_WARNING, plugin_line(
             PLUGIN_WARNING, f"the last run ({last_run['kind']}, started {failed}) failed with exit status "

@@ -66,7 +66,10 @@ def read_state(config, environ):
 
 def publish_if_behind(config, environ, euid):
     """Publish the store's serving rows unless the publication already holds them; return True if written."""
-    if config.store.type != "sqlite" or not store_exists(config, environ):
+    if config.store.type != "sqlite":
+        retire_sqlite_publication(config.publication.path)
+        return False
+    if not store_exists(config, environ):
         return False
     rows, settings = read_state(config, environ)
     wanted = digest(rows, settings)
@@ -76,6 +79,21 @@ def publish_if_behind(config, environ, euid):
     write_publication(path, config.publication.group, rows, settings, wanted, euid)
     logger.info("Published %d rows to %s", len(rows), path, extra={"PUBLICATION": path, "PUBLISHED_ROWS": len(rows)})
     return True
+
+
+def retire_sqlite_publication(path):
+    """After a switch to PostgreSQL, remove the SQLite publication a SQLite store left behind: nothing
+    writes it any more, and dashboards reading it (every account may) would see stale numbers."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        logger.warning("The SQLite publication %s is no longer written since the store is PostgreSQL, and could not "
+                       "be removed (%s); remove it, dashboards read the store's serving view now.", path, error)
+        return
+    logger.warning("Removed the SQLite publication %s: the store is PostgreSQL now and dashboards read its serving "
+                   "view; the file would only have gone stale.", path, extra={"PUBLICATION": path})
 
 
 def _group_id(name):

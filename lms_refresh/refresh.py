@@ -76,6 +76,7 @@ class Refresh:
         self._began = False  # the store's lock is taken: a failure from here on is a run in the run log
         self._kept = []  # quarantined records, recorded again after a rollback ...
         self._redactor = None  # ... without identifiers
+        self._upgrade = None  # (older mapping version, since): this run rebuilds the store for the new mapping
 
     def run(self):
         """Run the refresh; return its Outcome. Rolls back on failure; the error is returned, not raised."""
@@ -117,15 +118,37 @@ class Refresh:
         has_events = store.has_events()
         if not rebuild:
             state.check_clock(self.now, meta, store.last_runs()[0])
-            state.check_identity(config, meta, has_events)
+            self._upgrade = self.upgrade_window(store, meta, has_events)
+            state.check_identity(config, meta, has_events, upgrading=self._upgrade is not None)
         key = state.open_key(config, meta, has_events, self.request.dry_run, rebuild)
         store.record_keys = RecordKeys(key)
         self._redactor = redact.Redactor(key, getattr(config.source, "site_url", None))  # quarantined records keep no identifiers
         return key
 
+    def upgrade_window(self, store, meta, has_events):
+        """After an upgrade of lms-refresh that maps statements by a newer version: return (the older
+        version, where to re-read from) when this run can rebuild the store from the source itself
+        (all under its lock, in its one transaction), None when there is nothing to upgrade, or raise
+        StateError saying what an operator must do where the source alone cannot bring the store back."""
+        old = state.mapping_upgrade(self.config, meta, has_events)
+        if old is None or self.request.kind != RUN:
+            return None
+        since = store.built_since()
+        horizon = meta.get(retention.HORIZON_KEY) or self.config.retention.staging_days
+        if since is None or horizon is not None:
+            why = ("its days before the staging horizon ([retention] staging_days) can no longer be rebuilt"
+                   if horizon is not None else "its run log does not say which windows it was built from")
+            raise StateError(
+                f"The store's rows were derived by statement mapping version {old} but this lms-refresh maps "
+                f"statements by version {state.MAPPING_VERSION}, and the store cannot be rebuilt automatically: "
+                f"{why}. Rebuild it from a date the source still holds with {state.REBUILD} (see "
+                "/usr/share/doc/lms-refresh/NEWS.Debian.gz), or keep the previous lms-refresh.")
+        return old, windows.from_cursor(since, "window start")
+
     def choose_window(self, meta, source):
         """Return (the store's watermark on the source's axis or None, the window to read)."""
-        watermark = meta.get("watermark") if self.request.kind != REBUILD else None  # a rebuild starts over
+        # a rebuild (and an upgrade's) starts over
+        watermark = meta.get("watermark") if self.request.kind != REBUILD and not self._upgrade else None
         if watermark is not None:
             # Stores written before cursors had kinds hold stored times.
             cursor_kind = meta.get("cursor_kind", windows.TIME.name)
@@ -136,7 +159,9 @@ class Refresh:
                     "point store.path (or store.url) at a new store for this source."
                 )
             watermark = source.axis.parse(watermark)
-        if self.request.since is None:
+        if self._upgrade is not None:
+            window = source.backfill_window(self._upgrade[1], self.now, self.now, self.config)
+        elif self.request.since is None:
             window = source.run_window(watermark, self.now, self.config)
         else:
             window = source.backfill_window(self.request.since, self.request.until or self.now, self.now, self.config)
@@ -286,12 +311,21 @@ class Refresh:
         self.progress(f"Reading {source.describe()}, window {window.since_cursor} .. {window.until_cursor}",
                       force=True)
         store.begin()
-        if self.request.kind == REBUILD:
+        if self._upgrade is not None:
+            logger.warning(
+                "Upgrading the store from statement mapping version %d to %d: rebuilding it from the source from "
+                "%s (the first window it was built from) in this run's transaction.", self._upgrade[0],
+                state.MAPPING_VERSION, window.since_cursor, extra={"RUN_ID": report.run_id})
+            store.keep_staged_ids()
+            store.reset_derived()
+        elif self.request.kind == REBUILD:
             store.reset_derived()
             logger.warning("Rebuilding the store: everything derived from the source is replaced by what it holds "
                            "from %s on.", window.since_cursor, extra={"RUN_ID": report.run_id})
         horizon = retention.staging_horizon(self.config, self.now, store.meta())
         days = self.stage(store, source, window, horizon)
+        if self._upgrade is not None:
+            self._check_upgrade(store)
         staged_at = time.monotonic()
         self.recompute(store, window, days, horizon)
         recomputed_at = time.monotonic()
@@ -304,6 +338,21 @@ class Refresh:
         self.report.lock_holder = holder
         logger.info("Another refresh holds the lock (held by %s); nothing to do.", holder,
                     extra=logs.run_fields(logs.LOCK_HELD, self.report))
+
+    def _check_upgrade(self, store):
+        """The upgrade's re-read must find again every statement the store held (staged, voided, or
+        quarantined under the new mapping): otherwise the source no longer holds the data."""
+        missing = store.missing_staged_ids()
+        if missing > self.report.quarantined:
+            raise StateError(
+                f"The store's rows were derived by statement mapping version {self._upgrade[0]} but this "
+                f"lms-refresh maps statements by version {state.MAPPING_VERSION}, and rebuilding it from the "
+                f"source from {self.report.window.since_cursor} found {missing} of the statements it was built "
+                "from no longer there; nothing was changed. Rebuild it from a date the source still holds with "
+                f"{state.REBUILD} (days before that date are then gone), or keep the previous lms-refresh "
+                "(see /usr/share/doc/lms-refresh/NEWS.Debian.gz).")
+        logger.info("The upgrade's re-read found every statement the store was built from.",
+                    extra={"RUN_ID": self.report.run_id})
 
     def _check_tolerance(self):
         report, share_allowed = self.report, self.config.max_quarantine_share

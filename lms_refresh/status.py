@@ -3,7 +3,7 @@
 import dataclasses
 import os
 
-from lms_refresh import publish
+from lms_refresh import interruption, publish
 from lms_refresh.errors import StateError
 from lms_refresh.lock import LOCK_NAME, probe
 from lms_refresh.pseudonym import Pseudonymiser
@@ -25,6 +25,9 @@ def collect_status(config, environ):
         "store": {"type": config.store.type, "location": config.store_location,
                   "exists": store_exists(config, environ), "size_bytes": 0},
         "watermark": None, "cursor_kind": None, "last_run": None, "last_success": None, "quarantined_records": 0,
+        # a run that did not finish (shutdown, crash, stop) and is not caught up yet; the last one caught up
+        "interrupted": interruption.pending(config.state_directory) if holder is None else None,
+        "last_interruption": interruption.last(config.state_directory),
     }
     if status["store"]["exists"]:
         store = open_store(config, environ, create=False, read_only=True)
@@ -85,6 +88,13 @@ def format_status(status):
         f"watermark:    {_watermark_text(status)}",
         f"lock:         {'held by ' + lock['holder'] if lock['held'] else 'free'}",
     ]
+    if status.get("interrupted") is not None:
+        lines.append(f"INTERRUPTED:  the run started {status['interrupted'].get('started_at', '?')} did not finish "
+                     "(a shutdown, a crash or a stop); the next boot (lms-refresh-catch-up.timer) or run catches it up")
+    if status.get("last_interruption"):
+        last = status["last_interruption"]
+        lines.append(f"interrupted:  the run started {last.get('started_at', '?')} did not finish; caught up by the "
+                     f"run started {last.get('noticed_at', '?')}")
     for label, run in (("last run", status["last_run"]), ("last success", status["last_success"])):
         if run is None:
             lines.append(f"{label + ':':<14}never")

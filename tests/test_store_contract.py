@@ -9,6 +9,8 @@ on both stores: tests/test_faults.py.
 import datetime as dt
 import json
 
+import lms_refresh
+
 from conftest import Project, statement, voiding
 from lms_refresh.sample import generate, write_daily_files
 from lms_refresh.store.schema import SCHEMA_VERSION
@@ -232,4 +234,4 @@ def test_an_older_store_is_upgraded_by_the_next_run(project):
     report = json.loads(project.invoke("status", "--json", check=0).stdout)
     assert report["store"]["schema_version"] == SCHEMA_VERSION
     assert report["last_run"]["window_since"] == "2026-11-01T00:00:00.000000Z"  # the old watermark was kept
-    assert report["last_run"]["version"] == "0.1.0"
+    assert report["last_run"]["version"] == lms_refresh.__version__

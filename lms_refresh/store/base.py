@@ -82,11 +82,15 @@ class SqlStore:
         return self.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
 
     def last_runs(self):
-        """Return (last run, last successful run) as dicts, or None for each."""
+        """Return (last run, last successful run) as dicts, or None for each.
+
+        Freshness comes only from runs that read up to their own now — the timer's `run` (a
+        manual one too) and `rebuild` —, never from a backfill of an old window, which reads
+        nothing new: its success must not turn a stale store fresh again."""
         columns = ", ".join(RUN_FIELDS)
         last = self.execute(f"SELECT {columns} FROM runs ORDER BY {self.run_order} DESC LIMIT 1").fetchone()
         success = self.execute(
-            f"SELECT {columns} FROM runs WHERE exit_code = 0 AND kind IN ('run', 'backfill', 'rebuild') "
+            f"SELECT {columns} FROM runs WHERE exit_code = 0 AND kind IN ('run', 'rebuild') "
             f"ORDER BY {self.run_order} DESC LIMIT 1").fetchone()
         return tuple(dict(zip(RUN_FIELDS, row)) if row else None for row in (last, success))
 
@@ -151,6 +155,26 @@ class SqlStore:
     def clear_pending_days(self):
         """The pending days were rebuilt in this transaction."""
         self.execute("DELETE FROM pending_days")
+
+    def built_since(self):
+        """The start of the first window the store's staged events were read in (since its last
+        rebuild), or None: where a rebuild must start to read all of them again."""
+        rebuilt = self.execute("SELECT max(started_at) FROM runs WHERE kind = 'rebuild' AND exit_code = 0").fetchone()[0]
+        return self.execute("SELECT min(window_since) FROM runs WHERE exit_code = 0 AND kind IN ('run', 'backfill', "
+                            "'rebuild') AND window_since IS NOT NULL AND started_at >= ?", (rebuilt or "",)).fetchone()[0]
+
+    def keep_staged_ids(self):
+        """Before an upgrade's rebuild (in its transaction): note which statements are staged now."""
+        self.execute("CREATE TEMP TABLE upgrade_previous AS SELECT event_id FROM staged_events")
+
+    def missing_staged_ids(self):
+        """After the upgrade's re-read: how many statements staged before are neither staged nor voided now."""
+        missing = self.execute(
+            "SELECT count(*) FROM upgrade_previous p WHERE NOT EXISTS (SELECT 1 FROM staged_events s WHERE "
+            "s.event_id = p.event_id) AND NOT EXISTS (SELECT 1 FROM voided_events v WHERE v.event_id = p.event_id)"
+        ).fetchone()[0]
+        self.execute("DROP TABLE upgrade_previous")
+        return missing
 
     def reset_derived(self):
         """Empty everything derived from the source (a rebuild refills it in the same transaction);
