@@ -11,6 +11,7 @@ import tomllib
 
 from lms_refresh import validators as v
 from lms_refresh.errors import ConfigError, NotConfiguredError
+from lms_refresh.paths import refuse_collisions
 from lms_refresh.validators import parse_duration  # noqa: F401  (part of this module's interface)
 
 DEFAULT_CONFIG_PATH = "/etc/lms-refresh/config.toml"
@@ -348,7 +349,7 @@ def validate(document, origin, environ):
     def table(cls, section):
         return cls(**{field.name: values[f"{section}.{field.name}"] for field in dataclasses.fields(cls)})
 
-    return Config(
+    config = Config(
         origin=origin,
         timezone=values["timezone"],
         min_cell_size=values["min_cell_size"],
@@ -365,6 +366,8 @@ def validate(document, origin, environ):
         privacy=table(Privacy, "privacy"),
         publication=table(Publication, "publication"),
     )
+    refuse_collisions(config)  # before anything is written: no key may name a file another one does
+    return config
 
 
 def _check_privacy(values, origin):

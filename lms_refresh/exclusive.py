@@ -9,14 +9,17 @@ another run raises `LockHeld`; what that means is the command's to say.
 import contextlib
 import os
 
-from lms_refresh.lock import LOCK_NAME, LockHeld, RunLock
-from lms_refresh.statedir import check_writable_file, prepare_state_directory
+from lms_refresh.lock import LockHeld, RunLock
+from lms_refresh.paths import refuse_collisions
+from lms_refresh.statedir import LOCK_NAME, check_writable_file, prepare_state_directory
 from lms_refresh.store import open_store
 
 
 def run_lock(config, euid, dry_run=False):
     """Return the run's flock (a context manager), preparing the state directory; a dry run
     without a state directory takes none: there is nothing to protect, and it creates nothing."""
+    # Checked at loading too; again here, since a retry or a long wait may find other files in place.
+    refuse_collisions(config)
     lock_path = os.path.join(config.state_directory, LOCK_NAME)
     if dry_run and not os.path.isdir(config.state_directory):
         return contextlib.nullcontext()

@@ -9,8 +9,6 @@ import fcntl
 import os
 import socket
 
-LOCK_NAME = "refresh.lock"
-
 
 class LockHeld(Exception):
     """Another process holds the lock; `holder` is what it recorded (PID and host)."""
