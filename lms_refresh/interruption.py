@@ -53,10 +53,10 @@ def _alive(marker):
     try:
         started = from_cursor(marker["started_at"], "run start").timestamp()
         pid = int(marker["pid"])
-    except (KeyError, TypeError, ValueError, Exception):
+    except Exception:  # noqa: BLE001 — a marker we cannot read is no live run's
         return False
-    if started < _booted_at() - 5 or marker.get("host") != socket.gethostname():
-        return False
+    if started < _booted_at() - 5 or marker.get("host") != socket.gethostname() or pid == os.getpid():
+        return False  # an earlier boot, another host, or a pid number reused by this very process
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

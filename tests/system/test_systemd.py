@@ -771,7 +771,9 @@ def test_an_upgrade_from_the_previous_release_keeps_the_timers_run_succeeding(sy
     system.run("systemctl", "start", UNIT)
     assert system.show(UNIT, "Result", "ExecMainStatus") == {"Result": "success", "ExecMainStatus": "0"}
     before = status(system)
-    upgrade = system.run("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", system.deb, timeout=900)
+    # The administrator's configuration is kept (dpkg would ask; the answer is "keep yours").
+    upgrade = system.run("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y",
+                         "-o", "Dpkg::Options::=--force-confold", system.deb, timeout=900)
     assert "0.2.0" in system.run("dpkg-query", "-W", "-f=${Version}", "lms-refresh").stdout, upgrade.stdout
     news = system.run("sh", "-c", "zcat /usr/share/doc/lms-refresh/NEWS.Debian.gz").stdout
     assert "mapping version 2" in news and "rebuild --since" in news, news
