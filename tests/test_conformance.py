@@ -10,7 +10,7 @@ import json
 import pytest
 
 from conftest import HOME, statement
-from lms_refresh.pseudonym import Pseudonymiser
+from lms_refresh.disclosure.pseudonyms import Pseudonymiser
 from lms_refresh.sources.xapi import ADL, COURSE_TYPE, InvalidStatement, StatementMapper, name_id, stored_cursor
 
 COURSE = f"{HOME}/course/BIO101"

@@ -176,7 +176,7 @@ def test_forked_helpers_do_not_keep_the_run_lock_alive(tmp_path):
     import os
     import signal
 
-    from lms_refresh.lock import RunLock
+    from lms_refresh.run.lock import RunLock
 
     path = str(tmp_path / "refresh.lock")
     lock = RunLock(path).__enter__()
@@ -210,7 +210,7 @@ def _nodes(value, path=()):
 def test_no_malformed_statement_raises_anything_but_a_quarantine_reason():
     """Thousands of statements with parts replaced by wrong types, odd values or nothing: each is
     mapped or quarantined; none may end the run with another exception."""
-    from lms_refresh.pseudonym import Pseudonymiser
+    from lms_refresh.disclosure.pseudonyms import Pseudonymiser
 
     mapper = StatementMapper("Europe/Paris", Pseudonymiser(b"k" * 32), r"^(.+?/course/[^/?#]+)")
     odd = [None, 0, -1, 1.5, True, "", "x", "P", "PT", "2026-13-45T99:99:99Z", [], [1], [{}], {}, {"id": 5},

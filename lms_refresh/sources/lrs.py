@@ -150,7 +150,7 @@ class LrsSource(LrsClient, BaseSource):
 
     # -- check ---------------------------------------------------------------
 
-    def check(self):
+    def preflight(self):
         """Reach the LRS with the credentials and say how it deviates from the spec (Findings); write nothing."""
         payload, headers = self.get(self.statements_url, {"limit": self.page_size, "ascending": "true"})
         statements = [s for s in payload["statements"] if isinstance(s, dict)]
