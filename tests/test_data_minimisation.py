@@ -9,7 +9,8 @@ from conftest import HOME, statement
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser, read_key
 from lms_refresh.disclosure.redaction import REDACTED, Redactor, marker
 from lms_refresh.sources.moodle import RowMapper
-from lms_refresh.sources.xapi import ADL, StatementMapper, actor_identifier
+from lms_refresh.sources.xapi import ADL, StatementMapper
+from lms_refresh.sources.xapi_fields import actor_identifier
 
 NOW = "2026-11-03T04:15:00+01:00"
 NAME, ADDRESS = "Learner-Zq81", "zq81@example.edu"

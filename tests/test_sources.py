@@ -252,7 +252,8 @@ def test_a_bad_line_outside_the_window_is_skipped_whether_or_not_the_prefilter_h
     for name, lines in (("paused", inside + [bad_outside, bad_inside]), ("active", [bad_outside, bad_inside] + inside)):
         path = tmp_path / f"{name}.ndjson"
         path.write_text("\n".join(lines) + "\n")
-        result = ndjson_worker.read_chunk(MAPPER, str(path), 0, None, WINDOW.since_cursor, WINDOW.until_cursor)
+        result = ndjson_worker.read_chunk(MAPPER, ndjson_worker.Chunk(str(path), 0, None),
+                                          ndjson_worker.Reading(WINDOW.since_cursor, WINDOW.until_cursor))
         assert [reason for _, reason, _ in result.batch.quarantined] == ["actor is missing or not an object"], name
         assert len(result.batch.events) == len(inside)
         assert result.high == "2026-11-05T10:00:00.000000Z", name  # the file index still sees the late line

@@ -10,7 +10,8 @@ import pytest
 from conftest import statement
 from lms_refresh.config import validate
 from lms_refresh.sources import BaseSource
-from lms_refresh.sources.xapi import COURSE_TYPE, InvalidStatement, StatementMapper, name_id, parse_duration_ms
+from lms_refresh.sources.xapi import COURSE_TYPE, StatementMapper, name_id
+from lms_refresh.sources.xapi_fields import InvalidStatement, parse_duration_ms
 from lms_refresh.window import Window, next_watermark, parse_user_time
 
 UTC = dt.timezone.utc
@@ -158,7 +159,7 @@ def test_voiding_statement():
     ("2026-11-02T10:00:00.1234567Z", "2026-11-02T10:00:00.123456Z"),
 ])
 def test_stored_cursors_are_fixed_width_utc(text, cursor):
-    from lms_refresh.sources.xapi import stored_cursor
+    from lms_refresh.sources.xapi_fields import stored_cursor
 
     if cursor is None:
         with pytest.raises(InvalidStatement, match="not an ISO 8601 time"):

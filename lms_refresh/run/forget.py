@@ -54,7 +54,7 @@ def learner_identifier(config, agent=None, moodle_user_id=None):
     if agent is None:
         raise ConfigError(f"The source in {config.origin} is xAPI ({kind}), which names learners by an agent "
                           "identifier; use --mbox, --mbox-sha1sum, --openid or --account-homepage with --account-name.")
-    from lms_refresh.sources.xapi import InvalidStatement, actor_identifier
+    from lms_refresh.sources.xapi_fields import InvalidStatement, actor_identifier
 
     try:
         return actor_identifier(agent)

@@ -20,6 +20,7 @@ quarantined by its origin and length.
 """
 
 import collections
+import dataclasses
 import gzip
 import logging
 import multiprocessing
@@ -31,8 +32,8 @@ from lms_refresh.sources import Batch, BaseSource, Finding, OK, WARNING
 from lms_refresh.sources.files import NotRegularFile, UpTo, denied, export_files, numbered_lines, open_regular
 from lms_refresh.sources.pool import result_of, stop_pool, workers_of
 from lms_refresh.sources.ndjson_worker import (
-    BYTES_PER_STATEMENT, LINES_PER_STATEMENT_BUDGET, MAX_RECORD_BYTES, ChunkResult, _unmarshal, _worker_init,
-    _worker_read, default_workers, oversized, parse_lines, read_chunk,
+    BYTES_PER_STATEMENT, LINES_PER_STATEMENT_BUDGET, MAX_RECORD_BYTES, Chunk, ChunkResult, Reading, Signature,
+    _unmarshal, _worker_init, _worker_read, default_workers, oversized, parse_lines, read_chunk,
 )
 
 logger = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ class _FileTracker:
             logger.warning("%s was removed or replaced while the run read it; what was read is kept, and the "
                            "file now at that path is read by the next run.", self.path)
             return Batch()
-        return Batch(state={self.path: signature + [self.low, self.high]})
+        return Batch(state={self.path: list(signature) + [self.low, self.high]})
 
 
 class NdjsonSource(BaseSource):
@@ -100,7 +101,8 @@ class NdjsonSource(BaseSource):
             Finding(WARNING, f"{path} is skipped: it is {why}; only regular files are read") for path, why in skipped]
 
     def restore(self, state):
-        """Take up the file index an earlier committed run recorded: path -> [size, mtime_ns, inode, min, max]."""
+        """Take up the file index an earlier committed run recorded: path -> [size, mtime_ns, inode, min, max]
+        (the Signature, then the range of `stored` cursors read from the file; None, None if none)."""
         self.index = state
 
     def _plan(self, window):
@@ -111,9 +113,8 @@ class NdjsonSource(BaseSource):
         for path, why in skipped:
             logger.warning("Skipped %s: it is %s; only regular files are read.", path, why)
         for path, info in files:
-            signature = [info.st_size, info.st_mtime_ns, info.st_ino]
-            known = self.index.get(path)
-            if known and known[:3] == signature and (known[3] is None or known[4] < since or known[3] >= until):
+            signature = Signature(info.st_size, info.st_mtime_ns, info.st_ino)
+            if self._unchanged_outside(path, signature, since, until):
                 continue
             if not os.access(path, os.R_OK):
                 raise ConfigError(denied(path))  # before anything is read: an operator must fix it (78)
@@ -125,6 +126,14 @@ class NdjsonSource(BaseSource):
             plan.append((path, signature, chunks))
         return plan
 
+    def _unchanged_outside(self, path, signature, since, until):
+        """Whether the index knows `path` as `signature`, with no `stored` time in [since, until)."""
+        known = self.index.get(path)
+        if not known or tuple(known[:3]) != signature:
+            return False
+        low, high = known[3:5]
+        return low is None or high < since or low >= until
+
     def batches(self, window):
         """Yield Batches of the statements whose `stored` lies in the window.
 
@@ -135,15 +144,16 @@ class NdjsonSource(BaseSource):
         meanwhile differs from it and is read again next run.
         """
         since, until = window.since_cursor, window.until_cursor
+        reading = Reading(since, until, self.limit, self.max_lines)
         plan = self._plan(window)
-        tasks = [(path, start, end, signature) for path, signature, chunks in plan if not path.endswith(".gz")
+        tasks = [Chunk(path, start, end, signature) for path, signature, chunks in plan if not path.endswith(".gz")
                  for start, end in chunks]
-        total = sum(signature[0] for _, signature, _ in plan)
+        total = sum(signature.size for _, signature, _ in plan)
         pool = None
         if self.workers > 1 and len(tasks) > 1 and total >= self.parallel_min_bytes:
             pool = multiprocessing.get_context("fork").Pool(self.workers, _worker_init, (self.mapper,))
         try:
-            results = self._results(pool, tasks, since, until)
+            results = self._results(pool, tasks, reading)
             for path, signature, chunks in plan:
                 if path.endswith(".gz"):
                     continue
@@ -162,35 +172,30 @@ class NdjsonSource(BaseSource):
             if pool is not None:
                 stop_pool(pool)  # bounded even if a stop killed a worker holding a queue lock
 
-    def _results(self, pool, tasks, since, until):
-        """Yield, for each task in order, an iterator of its ChunkResults."""
+    def _results(self, pool, tasks, reading):
+        """Yield, for each Chunk in order, an iterator of its ChunkResults."""
         if pool is None:
             for task in tasks:
-                yield self._rest(read_chunk(self.mapper, *task[:3], since, until, self.limit, task[3], self.max_lines),
-                                 task, since, until)
+                yield self._rest(read_chunk(self.mapper, task, reading), task, reading)
             return
         # A bounded pipeline across files: a few chunks in flight (enough that neither the
         # workers nor the staging process wait on the other's bursts), results taken in order.
         pending = collections.deque()
         workers = workers_of(pool)
         for task in tasks:
-            path, start, end, signature = task
-            pending.append((task, pool.apply_async(_worker_read, (path, start, end, since, until, self.limit,
-                                                                  signature, self.max_lines))))
+            pending.append((task, pool.apply_async(_worker_read, (task, reading))))
             if len(pending) >= 4 * self.workers:
                 task, result = pending.popleft()
-                yield self._rest(_unmarshal(result_of(result, workers)), task, since, until)
+                yield self._rest(_unmarshal(result_of(result, workers)), task, reading)
         while pending:
             task, result = pending.popleft()
-            yield self._rest(_unmarshal(result_of(result, workers)), task, since, until)
+            yield self._rest(_unmarshal(result_of(result, workers)), task, reading)
 
-    def _rest(self, result, task, since, until):
+    def _rest(self, result, task, reading):
         """Yield a chunk's first result, then (rarely: a chunk of very short lines) the rest, read here."""
-        path, _, end, signature = task
         yield result
         while result.resume is not None:
-            result = read_chunk(self.mapper, path, result.resume, end, since, until, self.limit, signature,
-                                self.max_lines)
+            result = read_chunk(self.mapper, dataclasses.replace(task, start=result.resume), reading)
             yield result
 
     def _stream_gzip(self, path, signature, since, until):
@@ -208,12 +213,12 @@ class NdjsonSource(BaseSource):
         except OSError as error:
             raise BadInputError(f"Cannot read {path} ({error.strerror or error}); fix or move the file and run again.")
         with handle:
-            if info.st_ino != signature[2]:
+            if info.st_ino != signature.inode:
                 changed = ChunkResult()
                 changed.changed = True
                 yield changed
                 return
-            numbered = numbered_lines(gzip.GzipFile(fileobj=UpTo(handle, signature[0]), mode="rb"), self.limit)
+            numbered = numbered_lines(gzip.GzipFile(fileobj=UpTo(handle, signature.size), mode="rb"), self.limit)
             try:
                 while True:
                     lines, held = [], 0
@@ -232,7 +237,7 @@ class NdjsonSource(BaseSource):
                     del lines
                     yield result
             except (OSError, EOFError, zlib.error) as error:
-                if os.fstat(handle.fileno()).st_size > signature[0]:
+                if os.fstat(handle.fileno()).st_size > signature.size:
                     logger.warning("%s was still being written when the run began; what was complete is read "
                                    "now, the rest by the next run.", path)
                     return

@@ -3,19 +3,21 @@ longer than `max_record_bytes` whole), keep those stored inside the window, map 
 parent a `ChunkResult`. The same code runs in the parent for small files and resumed chunks.
 """
 
+import dataclasses
 import json
 import logging
 import marshal
 import os
 import re
 import signal
+import typing
 
 from lms_refresh import faults
 from lms_refresh.errors import BadInputError, ConfigError
 from lms_refresh.sources import RAW_KEPT, Batch
 from lms_refresh.sources.files import NotRegularFile, chunk_lines, denied, open_regular
 from lms_refresh.sources.records import NOTHING, Event, Intake
-from lms_refresh.sources.xapi import InvalidStatement, stored_cursor
+from lms_refresh.sources.xapi_fields import InvalidStatement, stored_cursor
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +27,37 @@ NICE_WORKERS = 19  # parsing workers run at the lowest priority (see _worker_ini
 BYTES_PER_STATEMENT = 1024  # sizes chunks: batch_size statements of about this size
 MAX_RECORD_BYTES = 1 << 20  # the default of source.max_record_bytes (statements are about 1 KiB)
 LINES_PER_STATEMENT_BUDGET = 4  # a chunk's result holds at most 4 x batch_size lines (statements >= 256 bytes)
+
+
+class Signature(typing.NamedTuple):
+    """An export file as a run planned it: nothing at or past `size` is read, and a file that is no
+    longer `inode` was removed or replaced. The file index records it (with the `stored` range)."""
+
+    size: int
+    mtime_ns: int
+    inode: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+    """Lines of `path` that start in [start, end) (end None: to the end), of the file `signature`
+    describes (None: as it is now)."""
+
+    path: str
+    start: int
+    end: int | None
+    signature: Signature | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    """What every chunk of one run is read with: its window of `stored` cursors [since, until),
+    the longest line read whole (`limit` bytes) and the most lines one result holds."""
+
+    since: str
+    until: str
+    limit: int = MAX_RECORD_BYTES
+    max_lines: int | None = None
 
 
 class ChunkResult:
@@ -121,15 +154,15 @@ def oversized(numbered, batch, limit):
             yield number, line
 
 
-def read_chunk(mapper, path, start, end, since, until, limit=MAX_RECORD_BYTES, signature=None, max_lines=None):
-    """Return the ChunkResult of the lines of `path` that start in [start, end) (end None: to the end).
+def read_chunk(mapper, chunk, reading):
+    """Return the ChunkResult of a `Chunk` read as `reading` says.
 
-    `signature` is the file as the run planned it ([size, mtime_ns, inode]):
-    nothing at or past that size is read, and a file that is no longer that
-    inode (removed, replaced) gives an empty result marked `changed`. A line
-    longer than `limit` bytes is read past and quarantined by its length.
-    At most `max_lines` lines are read; `resume` then says where the rest begins.
+    A file that is no longer the chunk's signature's inode (removed, replaced)
+    gives an empty result marked `changed`. A line longer than `reading.limit`
+    bytes is read past and quarantined by its length. At most
+    `reading.max_lines` lines are read; `resume` then says where the rest begins.
     """
+    path, signature, limit = chunk.path, chunk.signature, reading.limit
     result = ChunkResult()
     try:
         handle, info = open_regular(path)
@@ -142,15 +175,15 @@ def read_chunk(mapper, path, start, end, since, until, limit=MAX_RECORD_BYTES, s
         raise BadInputError(f"Cannot read {path} ({error.strerror or error}); fix or move the file and run again.")
     try:
         with handle:
-            if signature is not None and info.st_ino != signature[2]:
+            if signature is not None and info.st_ino != signature.inode:
                 result.changed = True
                 return result
-            size = info.st_size if signature is None else signature[0]
-            lines, result.resume = chunk_lines(handle, start, size if end is None else min(end, size), size, limit,
-                                               max_lines)
+            size = info.st_size if signature is None else signature.size
+            end = size if chunk.end is None else min(chunk.end, size)
+            lines, result.resume = chunk_lines(handle, chunk.start, end, size, limit, reading.max_lines)
     except OSError as error:
         raise BadInputError(f"Cannot read {path} ({error.strerror or error}); fix or move the file and run again.")
-    parse_lines(mapper, oversized(enumerate(lines, 1), result.batch, limit), since, until, result)
+    parse_lines(mapper, oversized(enumerate(lines, 1), result.batch, limit), reading.since, reading.until, result)
     result.lines = len(lines)
     return result
 
@@ -172,8 +205,8 @@ def _worker_init(mapper):
         pass  # a seccomp filter may refuse it; parsing is only slower, never wrong
 
 
-def _worker_read(path, start, end, since, until, limit, signature, max_lines):
-    result = read_chunk(_worker_mapper, path, start, end, since, until, limit, signature, max_lines)
+def _worker_read(chunk, reading):
+    result = read_chunk(_worker_mapper, chunk, reading)
     faults.point("chunk-parsed")
     # The events are flat tuples of str, int, bytes and None: marshal passes them to the
     # parent at a fraction of pickle's cost (the rest of the result is small). It takes

@@ -5,7 +5,6 @@ The store is described once (`tables`) and written per dialect (`dialect`, `sqli
 """
 
 from lms_refresh.errors import ConfigError
-from lms_refresh.store.tables import SERVING_COLUMNS  # noqa: F401 (the serving view's columns, for its readers)
 
 
 def load_driver(config):
