@@ -7,10 +7,10 @@ import socket
 import time
 
 from conftest import Project, statement
-from lms_refresh.interruption import MARKER, Marker, last, pending
-from lms_refresh.job import retried
-from lms_refresh.monitoring import Healthchecks, plugin_report
-from lms_refresh.refresh import BACKFILL, Request
+from lms_refresh.ops.interruption import MARKER, Marker, last, pending
+from lms_refresh.ops.job import retried
+from lms_refresh.ops.monitoring import Healthchecks, plugin_report
+from lms_refresh.run.refresh import BACKFILL, Request
 
 NOW = "2026-11-03T04:15:00+01:00"
 
@@ -59,7 +59,7 @@ def test_a_marker_of_a_live_run_this_boot_is_left_alone_and_one_of_an_earlier_bo
     state = tmp_path / "state"
     state.mkdir()
     now = dt.datetime.now(dt.timezone.utc)
-    live = {"run_id": "r1", "started_at": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "pid": os.getpid(),
+    live = {"run_id": "r1", "started_at": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "pid": os.getppid(),
             "host": socket.gethostname()}
     (state / MARKER).write_text(json.dumps(live))
     assert pending(str(state)) is None  # running now
@@ -96,7 +96,7 @@ def test_a_manual_systemctl_start_says_it_is_not_retried_and_exits_69_at_once(sq
 
 
 def test_a_stop_sends_no_failure_ping_and_is_no_warning(monkeypatch):
-    import lms_refresh.monitoring as monitoring
+    import lms_refresh.ops.monitoring as monitoring
 
     sent = []
     monkeypatch.setattr(monitoring, "post", lambda url, body, kind, timeout: sent.append(url) or True)
@@ -146,3 +146,11 @@ def test_switching_to_postgresql_removes_the_stale_world_readable_sqlite_publica
     assert (f"Removed the SQLite publication {publication}: the store is PostgreSQL now and dashboards read its "
             "serving view") in result.stderr
     assert "Removed" not in project.invoke("run", now="2026-11-02T14:00:00Z", check=0).stderr
+
+
+def test_a_marker_whose_pid_is_the_checking_process_itself_is_no_live_run(tmp_path):
+    """After a reboot the same pid number can come back, even as the run that checks."""
+    now = dt.datetime.now(dt.timezone.utc)
+    (tmp_path / MARKER).write_text(json.dumps({"run_id": "r1", "started_at": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                                               "pid": os.getpid(), "host": socket.gethostname()}))
+    assert pending(str(tmp_path))["run_id"] == "r1"

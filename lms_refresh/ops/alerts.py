@@ -14,11 +14,12 @@ import subprocess
 import time
 
 from lms_refresh import logs
-from lms_refresh.config import DEFAULT_STATE_DIRECTORY, load_alerts, load_config
-from lms_refresh.interruption import take_unalerted
+from lms_refresh.config import load_alerts, load_config
+from lms_refresh.config.schema import DEFAULT_STATE_DIRECTORY
+from lms_refresh.ops.interruption import take_unalerted
 from lms_refresh.errors import MEANINGS, ConfigError, RefreshError
 from lms_refresh.credentials import read_secret
-from lms_refresh.monitoring import post, redact_url
+from lms_refresh.ops.monitoring import post, redact_url
 
 logger = logging.getLogger(__name__)
 

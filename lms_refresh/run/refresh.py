@@ -17,18 +17,21 @@ import time
 import typing
 import uuid
 
-from lms_refresh import faults, logs, redact, retention, state, stopping
+from lms_refresh import faults, logs
+from lms_refresh.disclosure import redaction
+from lms_refresh.run import identity, retention, stopping, upgrade
 from lms_refresh import window as windows
 from lms_refresh.config import Config
 from lms_refresh.errors import BadInputError, StateError, Terminated, exit_status, from_os_error
-from lms_refresh.exclusive import locked_store, run_lock
-from lms_refresh.lock import LockHeld
-from lms_refresh.privacy import RecordKeys
-from lms_refresh.publish import publish_if_behind
-from lms_refresh.report import Outcome, Report
-from lms_refresh.pseudonym import Pseudonymiser
+from lms_refresh.run.lock import locked_store, run_lock
+from lms_refresh.run.lock import LockHeld
+from lms_refresh.disclosure.cell_key import RecordKeys
+from lms_refresh.store.publication import publish_if_behind
+from lms_refresh.run.report import Outcome, Report
+from lms_refresh.disclosure.pseudonyms import Pseudonymiser
 from lms_refresh.sources import build_source
-from lms_refresh.statedir import check_writable_file
+from lms_refresh.sources.xapi_fields import actor_identifier
+from lms_refresh.state_directory import check_writable_file
 from lms_refresh.store import load_driver, store_exists
 
 logger = logging.getLogger(__name__)
@@ -99,17 +102,17 @@ class Refresh:
     # -- the phases, in the order a run reaches them --
 
     def lock(self):
-        """Return the run's flock (a context manager), preparing the state directory (see exclusive.py)."""
+        """Return the run's flock (a context manager), preparing the state directory (see lock.py)."""
         return run_lock(self.config, self.euid, self.request.dry_run)
 
     def open_store(self):
-        """Return the store under its own lock (a context manager, see exclusive.py), refusing to start
+        """Return the store under its own lock (a context manager, see lock.py), refusing to start
         a new one where the key's store was lost (see state.py)."""
         config = self.config
         if not self.request.dry_run:
             for path in [config.key_file] + ([config.store.path] if config.store.type == "sqlite" else []):
                 check_writable_file(path, self.euid)
-        state.check_store_present(config, not store_exists(config, self.environ) and self.request.kind != REBUILD)
+        identity.verify_store_present(config, not store_exists(config, self.environ) and self.request.kind != REBUILD)
         return locked_store(config, self.environ, create=not self.request.dry_run)
 
     def check_state(self, store, meta):
@@ -117,33 +120,13 @@ class Refresh:
         config, rebuild = self.config, self.request.kind == REBUILD
         has_events = store.has_events()
         if not rebuild:
-            state.check_clock(self.now, meta, store.last_runs()[0])
-            self._upgrade = self.upgrade_window(store, meta, has_events)
-            state.check_identity(config, meta, has_events, upgrading=self._upgrade is not None)
-        key = state.open_key(config, meta, has_events, self.request.dry_run, rebuild)
+            identity.verify_clock(self.now, meta, store.last_runs()[0])
+            self._upgrade = upgrade.plan(config, self.request.kind == RUN, store, meta, has_events)
+            identity.verify_identity(config, meta, has_events, upgrading=self._upgrade is not None)
+        key = identity.open_key(config, meta, has_events, self.request.dry_run, rebuild)
         store.record_keys = RecordKeys(key)
-        self._redactor = redact.Redactor(key, getattr(config.source, "site_url", None))  # quarantined records keep no identifiers
+        self._redactor = redaction.Redactor(key, actor_identifier, getattr(config.source, "site_url", None))  # quarantined records keep no identifiers
         return key
-
-    def upgrade_window(self, store, meta, has_events):
-        """After an upgrade of lms-refresh that maps statements by a newer version: return (the older
-        version, where to re-read from) when this run can rebuild the store from the source itself
-        (all under its lock, in its one transaction), None when there is nothing to upgrade, or raise
-        StateError saying what an operator must do where the source alone cannot bring the store back."""
-        old = state.mapping_upgrade(self.config, meta, has_events)
-        if old is None or self.request.kind != RUN:
-            return None
-        since = store.built_since()
-        horizon = meta.get(retention.HORIZON_KEY) or self.config.retention.staging_days
-        if since is None or horizon is not None:
-            why = ("its days before the staging horizon ([retention] staging_days) can no longer be rebuilt"
-                   if horizon is not None else "its run log does not say which windows it was built from")
-            raise StateError(
-                f"The store's rows were derived by statement mapping version {old} but this lms-refresh maps "
-                f"statements by version {state.MAPPING_VERSION}, and the store cannot be rebuilt automatically: "
-                f"{why}. Rebuild it from a date the source still holds with {state.REBUILD} (see "
-                "/usr/share/doc/lms-refresh/NEWS.Debian.gz), or keep the previous lms-refresh.")
-        return old, windows.from_cursor(since, "window start")
 
     def choose_window(self, meta, source):
         """Return (the store's watermark on the source's axis or None, the window to read)."""
@@ -227,7 +210,7 @@ class Refresh:
         if new_watermark is not None:
             store.set_meta("watermark", axis.format(new_watermark))
             store.set_meta("cursor_kind", axis.name)
-        state.record(store, self.config, key)
+        identity.record(store, self.config, key)
         store.record_run(self.report.row(self.now))
         if self.request.dry_run:
             store.rollback()
@@ -237,13 +220,13 @@ class Refresh:
             store.commit()
         faults.point("after-commit")
         try:
-            state.remember_store(self.config, key)
+            identity.remember_store(self.config, key)
         except OSError as error:  # the run stands; the next one writes the note again
-            logger.warning("Could not note the store in %s (%s).", state.marker_path(self.config), error)
+            logger.warning("Could not note the store in %s (%s).", identity.marker_path(self.config), error)
         return True
 
     def publish(self):
-        """Bring the dashboards' copy up to date, after the commit (see publish.py)."""
+        """Bring the dashboards' copy up to date, after the commit (see store/publication.py)."""
         publish_if_behind(self.config, self.environ, self.euid)
 
     def record_failure(self, store, error):
@@ -312,12 +295,7 @@ class Refresh:
                       force=True)
         store.begin()
         if self._upgrade is not None:
-            logger.warning(
-                "Upgrading the store from statement mapping version %d to %d: rebuilding it from the source from "
-                "%s (the first window it was built from) in this run's transaction.", self._upgrade[0],
-                state.MAPPING_VERSION, window.since_cursor, extra={"RUN_ID": report.run_id})
-            store.keep_staged_ids()
-            store.reset_derived()
+            upgrade.begin(store, self._upgrade, window, report.run_id)
         elif self.request.kind == REBUILD:
             store.reset_derived()
             logger.warning("Rebuilding the store: everything derived from the source is replaced by what it holds "
@@ -325,7 +303,7 @@ class Refresh:
         horizon = retention.staging_horizon(self.config, self.now, store.meta())
         days = self.stage(store, source, window, horizon)
         if self._upgrade is not None:
-            self._check_upgrade(store)
+            upgrade.verify(store, self._upgrade, report)
         staged_at = time.monotonic()
         self.recompute(store, window, days, horizon)
         recomputed_at = time.monotonic()
@@ -338,21 +316,6 @@ class Refresh:
         self.report.lock_holder = holder
         logger.info("Another refresh holds the lock (held by %s); nothing to do.", holder,
                     extra=logs.run_fields(logs.LOCK_HELD, self.report))
-
-    def _check_upgrade(self, store):
-        """The upgrade's re-read must find again every statement the store held (staged, voided, or
-        quarantined under the new mapping): otherwise the source no longer holds the data."""
-        missing = store.missing_staged_ids()
-        if missing > self.report.quarantined:
-            raise StateError(
-                f"The store's rows were derived by statement mapping version {self._upgrade[0]} but this "
-                f"lms-refresh maps statements by version {state.MAPPING_VERSION}, and rebuilding it from the "
-                f"source from {self.report.window.since_cursor} found {missing} of the statements it was built "
-                "from no longer there; nothing was changed. Rebuild it from a date the source still holds with "
-                f"{state.REBUILD} (days before that date are then gone), or keep the previous lms-refresh "
-                "(see /usr/share/doc/lms-refresh/NEWS.Debian.gz).")
-        logger.info("The upgrade's re-read found every statement the store was built from.",
-                    extra={"RUN_ID": self.report.run_id})
 
     def _check_tolerance(self):
         report, share_allowed = self.report, self.config.max_quarantine_share
