@@ -550,14 +550,16 @@ def test_lrs_and_moodle_sources_run_under_the_hardened_unit(system, ralph, moodl
 
 def readme_block(heading, first, last):
     """The README's commands in section `heading`: the indented code block from the line that starts
-    with `first` to the one that starts with `last`, as one shell script (run as written)."""
+    with `first` to the line `last` (or the first that starts with it), as one shell script, run as
+    written (dedented by the first line's indentation: a block inside a list item is indented more)."""
     with open(os.path.join(REPO, "README.md")) as readme:
-        section = readme.read().split(heading, 1)[1]
-    lines = [line[4:] for line in section.splitlines() if line.startswith("    ")]
-    start = next(i for i, line in enumerate(lines) if line.startswith(first))
-    exact = [i for i, line in enumerate(lines) if i >= start and line.strip() == last]
-    end = exact[0] if exact else next(i for i, line in enumerate(lines) if i >= start and line.startswith(last))
-    return "\n".join(lines[start:end + 1]) + "\n"
+        lines = readme.read().split(heading, 1)[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("    ") and line.strip().startswith(first))
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    block = [line[indent:] for line in lines[start:]]
+    exact = [i for i, line in enumerate(block) if line.strip() == last]
+    end = exact[0] if exact else next(i for i, line in enumerate(block) if line.strip().startswith(last))
+    return "\n".join(block[:end + 1]) + "\n"
 
 
 TEST_TIMER = "/etc/systemd/system/lmsr-test.timer"
@@ -653,9 +655,15 @@ def test_a_reboot_during_a_run_is_caught_up_once_at_the_next_boot(system):
             lrs.stop()
 
         system.reboot(between=put_back_the_export_files)
-        system.wait_for(lambda: system.show(UNIT, "ExecMainStatus", "ActiveState") == {
-            "ExecMainStatus": "0", "ActiveState": "inactive"} and system.show(UNIT, "InvocationID")["InvocationID"],
-            "the catch-up run at boot", seconds=240)
+
+        def caught_up():
+            return system.run("journalctl", "-b", "-u", UNIT, "MESSAGE_ID=ef029f020e6c4148adce1996c67f5a7f",
+                              "--no-pager", "-o", "cat").stdout.strip() and \
+                system.show(UNIT, "ActiveState")["ActiveState"] == "inactive"
+
+        system.wait_for(caught_up, "the catch-up run at boot", seconds=240)
+        assert system.show(UNIT, "Result", "ExecMainStatus") == {"Result": "success", "ExecMainStatus": "0"}
+        trigger = system.run("journalctl", "-b", "-u", "lms-refresh-catch-up.timer", "--no-pager", "-o", "cat").stdout
         this_boot = system.run("journalctl", "-b", "-u", UNIT, "-o", "json", "--no-pager").stdout.splitlines()
         records = [json.loads(line) for line in this_boot]
         committed = [r for r in records if r.get("MESSAGE_ID") == "ef029f020e6c4148adce1996c67f5a7f"]
@@ -776,8 +784,8 @@ def old_debs(workdir):
 
 def test_an_upgrade_from_the_previous_release_keeps_the_timers_run_succeeding(system, old_debs):
     [old] = glob.glob(os.path.join(old_debs, "lms-refresh_0.1.0_all.deb"))
-    shutil.copy(old, os.path.join(system.root, "tmp", "lms-refresh-old.deb"))
-    system.run("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "/tmp/lms-refresh-old.deb",
+    shutil.copy(old, os.path.join(system.root, "var", "tmp", "lms-refresh-old.deb"))  # /tmp is a tmpfs inside
+    system.run("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "/var/tmp/lms-refresh-old.deb",
                timeout=900)
     configure(system)
     system.run("systemctl", "start", UNIT)
@@ -814,6 +822,6 @@ def test_an_upgrade_from_the_previous_release_keeps_the_timers_run_succeeding(sy
                         "the next run")
         assert system.show(UNIT, "Result", "ExecMainStatus") == {"Result": "success", "ExecMainStatus": "0"}
     finally:
-        system.run("rm", "-f", TEST_TIMER, "/tmp/lms-refresh-old.deb")
+        system.run("rm", "-f", TEST_TIMER, "/var/tmp/lms-refresh-old.deb")
         system.run("systemctl", "daemon-reload")
         system.run("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "purge", "-y", "lms-refresh", check=False)
