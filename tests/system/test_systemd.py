@@ -663,7 +663,6 @@ def test_a_reboot_during_a_run_is_caught_up_once_at_the_next_boot(system):
 
         system.wait_for(caught_up, "the catch-up run at boot", seconds=240)
         assert system.show(UNIT, "Result", "ExecMainStatus") == {"Result": "success", "ExecMainStatus": "0"}
-        trigger = system.run("journalctl", "-b", "-u", "lms-refresh-catch-up.timer", "--no-pager", "-o", "cat").stdout
         this_boot = system.run("journalctl", "-b", "-u", UNIT, "-o", "json", "--no-pager").stdout.splitlines()
         records = [json.loads(line) for line in this_boot]
         committed = [r for r in records if r.get("MESSAGE_ID") == "ef029f020e6c4148adce1996c67f5a7f"]
