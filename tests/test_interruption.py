@@ -154,3 +154,23 @@ def test_a_marker_whose_pid_is_the_checking_process_itself_is_no_live_run(tmp_pa
     (tmp_path / MARKER).write_text(json.dumps({"run_id": "r1", "started_at": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
                                                "pid": os.getpid(), "host": socket.gethostname()}))
     assert pending(str(tmp_path))["run_id"] == "r1"
+
+
+def test_the_next_alert_reports_an_interruption_once(sqlite_project):
+    from lms_refresh.ops.alerts import mail_text
+    from lms_refresh.ops.interruption import take_unalerted
+
+    project = sqlite_project
+    _populate(project)
+    project.invoke("run", now="2026-11-02T12:00:00Z", check=0)
+    assert project.cli("run", now=NOW, env={"LMS_REFRESH_FAULT": "before-commit:term"}).returncode == 143
+    project.invoke("run", now="2026-11-03T05:00:00+01:00", check=0)  # notices it
+    noticed = take_unalerted(str(project.state))
+    assert noticed["started_at"] == "2026-11-03T03:15:00.000000Z" and noticed["noticed_at"].startswith("2026-11-03T04")
+    assert take_unalerted(str(project.state)) is None  # reported once
+    alert = {"unit": "lms-refresh.service", "host": "h", "exit_status": 65, "meaning": "bad input", "result": "exit-code",
+             "window": None, "message": "m", "invocation_id": "i", "journal": [], "interrupted": noticed}
+    text = mail_text(alert, "team@example.edu")
+    assert ("Earlier: the run started 2026-11-03T03:15:00.000000Z did not finish (a shutdown, a crash or a stop) and "
+            "could not alert; it was caught up by the run started 2026-11-03T04") in text
+    assert "Earlier" not in mail_text(dict(alert, interrupted=None), "team@example.edu")
