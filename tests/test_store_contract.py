@@ -20,7 +20,7 @@ PARIS = "Europe/Paris"
 
 
 def sample(project, days=14, learners=300, **options):
-    records = list(generate(11, START, days, learners, PARIS, **options))
+    records = list(generate(11, START, days, learners=learners, timezone=PARIS, **options))
     write_daily_files(project.source, records)
     return records
 
@@ -206,7 +206,7 @@ def test_both_stores_give_identical_serving_tables(tmp_path, postgres_server):
     pg.source = lite.source
     pg.configure(extra_top="max_quarantine_share = 0.05")
     lite.configure(extra_top="max_quarantine_share = 0.05")
-    write_daily_files(lite.source, generate(5, dt.date(2026, 10, 19), 12, 300, "Europe/Paris"))
+    write_daily_files(lite.source, generate(5, dt.date(2026, 10, 19), 12, learners=300, timezone="Europe/Paris"))
     for now in ("2026-10-26T04:15:00+01:00", "2026-10-29T04:15:00+01:00", "2026-11-02T04:15:00+01:00"):
         lite.invoke("run", now=now, check=0)
         pg.invoke("run", now=now, check=0)

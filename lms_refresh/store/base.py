@@ -163,7 +163,7 @@ class SqlStore:
         self.forget_transaction()
         self._republish_all = True
 
-    def quarantine(self, run_id, rows, now_text, redactor):
+    def quarantine(self, run_id, rows, now_text, *, redactor):
         """Record quarantined (origin, reason, raw) records, once per origin and content.
 
         Every record goes through `redactor` (a `redaction.Redactor`) here, the one
