@@ -17,6 +17,7 @@ from lms_refresh.config.sections import (
     XapiLrsSource, XapiNdjsonSource,
 )
 from lms_refresh.errors import ConfigError, NotConfiguredError
+from lms_refresh.paths import refuse_collisions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,7 +163,7 @@ def validate(document, origin, environ):
     def table(cls, section):
         return cls(**{field.name: values[f"{section}.{field.name}"] for field in dataclasses.fields(cls)})
 
-    return Config(
+    config = Config(
         origin=origin,
         timezone=values["timezone"],
         min_cell_size=values["min_cell_size"],
@@ -179,6 +180,8 @@ def validate(document, origin, environ):
         privacy=table(Privacy, "privacy"),
         publication=table(Publication, "publication"),
     )
+    refuse_collisions(config)  # before anything is written: no key may name a file another one does
+    return config
 
 
 def _check_privacy(values, origin):

@@ -6,6 +6,7 @@ import os
 
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser
 from lms_refresh.errors import StateError
+from lms_refresh.paths import named_paths, refuse_collisions
 from lms_refresh.sources import OK, Finding, build_source
 from lms_refresh.state_directory import user_name
 from lms_refresh.store import open_store, store_exists
@@ -17,6 +18,10 @@ def preflight(config, euid, environ):
     Raises the RefreshError of the first check that fails.
     """
     findings = [Finding(OK, f"configuration {config.origin}: valid")]
+    refuse_collisions(config)
+    written = [named for named in named_paths(config) if named.written and not named.directory]
+    findings.append(Finding(OK, f"paths: the {len(written)} files a run writes are distinct from each other and "
+                                "from the files it reads"))
     directory = config.state_directory
     if os.path.isdir(directory):
         if not os.access(directory, os.W_OK | os.X_OK) or (euid == 0 and os.stat(directory).st_uid != 0):

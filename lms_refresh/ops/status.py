@@ -3,9 +3,9 @@
 import dataclasses
 import os
 
+from lms_refresh.run.lock import probe
+from lms_refresh.state_directory import LOCK_NAME, refuse_a_file
 from lms_refresh.store import publication
-from lms_refresh.run.lock import LOCK_NAME, probe
-from lms_refresh.state_directory import refuse_a_file
 from lms_refresh.store import open_store, store_exists
 from lms_refresh.window import TIME
 

@@ -16,10 +16,10 @@ from lms_refresh import window as windows
 from lms_refresh.errors import StateError
 from lms_refresh.disclosure.pseudonyms import create_key, fingerprint, read_key
 from lms_refresh.sources.xapi import MAPPING_VERSION
+from lms_refresh.state_directory import MARKER  # in the state directory: which store the key built
 
 logger = logging.getLogger(__name__)
 
-MARKER = "store-identity"  # in the state directory: which store the key built
 REBUILD = "'lms-refresh rebuild --since DATE' (README, \"Recovery\")"
 # How far a recorded time may lie after now before the clock is suspect: more than
 # hosts sharing a store drift apart, far less than any glitch worth stopping for.

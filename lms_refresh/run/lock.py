@@ -17,10 +17,9 @@ import fcntl
 import os
 import socket
 
-from lms_refresh.state_directory import check_writable_file, prepare_state_directory
+from lms_refresh.paths import refuse_collisions
+from lms_refresh.state_directory import LOCK_NAME, check_writable_file, prepare_state_directory
 from lms_refresh.store import open_store
-
-LOCK_NAME = "refresh.lock"
 
 
 class LockHeld(Exception):
@@ -128,6 +127,8 @@ def probe(path, proc_locks="/proc/locks"):
 def run_lock(config, euid, dry_run=False):
     """Return the run's flock (a context manager), preparing the state directory; a dry run
     without a state directory takes none: there is nothing to protect, and it creates nothing."""
+    # Checked at loading too; again here, since a retry or a long wait may find other files in place.
+    refuse_collisions(config)
     lock_path = os.path.join(config.state_directory, LOCK_NAME)
     if dry_run and not os.path.isdir(config.state_directory):
         return contextlib.nullcontext()
