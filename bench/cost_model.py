@@ -54,12 +54,12 @@ else:
     from lms_refresh.sources.xapi import StatementMapper
     from lms_refresh.store.sqlite import SqliteStore
     mapper = StatementMapper("Europe/Paris", Pseudonymiser(b"k" * 32), r"^(.+?/course/[^/?#]+)")
-    everything = ("2000-01-01T00:00:00.000000Z", "2100-01-01T00:00:00.000000Z")
+    since, until = "2000-01-01T00:00:00.000000Z", "2100-01-01T00:00:00.000000Z"
     # The mapper's caches (days, pseudonyms, names) are warm in a real run; warm them here too.
     # Each workload below does what the one before it does, and one step more.
-    ndjson.parse_lines(mapper, enumerate(lines, 1), *everything, ndjson.ChunkResult())
+    ndjson.parse_lines(mapper, enumerate(lines, 1), since, until=until, result=ndjson.ChunkResult())
     if workload != "warm":
-        events = ndjson.parse_lines(mapper, enumerate(lines, 1), *everything, ndjson.ChunkResult()).batch.events
+        events = ndjson.parse_lines(mapper, enumerate(lines, 1), since, until=until, result=ndjson.ChunkResult()).batch.events
     if workload in ("stage", "recompute"):
         store = SqliteStore.open(os.path.join(work, "metrics.sqlite"), create=True)
         store.begin()
