@@ -49,6 +49,7 @@ if workload == "naive":
     db.executemany("INSERT OR IGNORE INTO staged VALUES (?, ?, ?, ?, ?)", rows)
     db.execute("COMMIT")
 else:
+    from lms_refresh.disclosure.cell_key import RecordKeys
     from lms_refresh.disclosure.pseudonyms import Pseudonymiser
     from lms_refresh.sources import ndjson_worker as ndjson
     from lms_refresh.sources.xapi import StatementMapper
@@ -63,9 +64,10 @@ else:
     if workload in ("stage", "recompute"):
         store = SqliteStore.open(os.path.join(work, "metrics.sqlite"), create=True)
         store.begin()
-        store.insert_events(events)
+        keys = RecordKeys(b"k" * 32)
+        store.insert_events(keys.add(events))
         if workload == "recompute":
-            store.recompute({row[0] for row in events})
+            store.recompute({row[0] for row in events}, record_keys=keys)
         store.commit()
 """
 

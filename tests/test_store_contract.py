@@ -233,3 +233,28 @@ def test_an_older_store_is_upgraded_by_the_next_run(project):
     assert report["store"]["schema_version"] == SCHEMA_VERSION
     assert report["last_run"]["window_since"] == "2026-11-01T00:00:00.000000Z"  # the old watermark was kept
     assert report["last_run"]["version"] == "0.1.0"
+
+
+def test_both_drivers_keep_the_declared_driver_contract():
+    """store/driver.py declares what SqlStore needs of a driver; both define all of it, with the
+    declared parameters (names and kinds), and SqlStore itself calls no other driver method."""
+    import inspect
+
+    from lms_refresh.store.base import SqlStore
+    from lms_refresh.store.driver import Driver
+    from lms_refresh.store.postgres import PostgresStore
+    from lms_refresh.store.sqlite import SqliteStore
+
+    declared = {name: inspect.signature(member) for name, member in vars(Driver).items()
+                if inspect.isfunction(member) and not name.startswith("_")}
+    assert len(declared) == 13
+    for driver in (SqliteStore, PostgresStore):
+        for name, signature in declared.items():
+            method = getattr(driver, name)
+            found = [(p.name, p.kind) for p in inspect.signature(method).parameters.values()]
+            assert found == [(p.name, p.kind) for p in signature.parameters.values()], (driver.__name__, name)
+        assert isinstance(driver.schema_target, int) and driver.dialect is not None
+    # What base.SqlStore calls on self is its own or declared: no undeclared driver method.
+    source = inspect.getsource(SqlStore)
+    called = set(__import__("re").findall(r"self\.(\w+)\(", source))
+    assert called - set(vars(SqlStore)) - set(declared) == set()

@@ -110,7 +110,6 @@ def _forget(config, store, identifier, *, report):
     # A missing or different key is refused: nothing would match.
     key = identity.open_key(config, meta, True, dry_run=report.dry_run, rebuild=False)
     pseudonym = Pseudonymiser(key)(identifier)
-    store.record_keys = RecordKeys(key)  # a store upgraded in place gets its cell keys in the rebuild
     store.begin()
     try:
         days = store.forget_learner(pseudonym)
@@ -119,7 +118,8 @@ def _forget(config, store, identifier, *, report):
         # Days before the staging horizon hold no staged events, so none of them is rebuilt here.
         report.partitions = sorted(set(days))
         if report.partitions:
-            report.rows_written, report.suppressed = store.recompute(set(days))
+            # A store upgraded in place gets its cell keys in the rebuild.
+            report.rows_written, report.suppressed = store.recompute(set(days), record_keys=RecordKeys(key))
         if report.dry_run:
             store.rollback()
         else:

@@ -79,6 +79,7 @@ class Refresh:
         self._began = False  # the store's lock is taken: a failure from here on is a run in the run log
         self._kept = []  # quarantined records, recorded again after a rollback ...
         self._redactor = None  # ... without identifiers
+        self._record_keys = None  # set once the run has its secret key
 
     def run(self):
         """Run the refresh; return its Outcome. Rolls back on failure; the error is returned, not raised."""
@@ -122,7 +123,7 @@ class Refresh:
             identity.verify_clock(self.now, meta, store.last_runs()[0])
             identity.verify_identity(config, meta, has_events)
         key = identity.open_key(config, meta, has_events, dry_run=self.request.dry_run, rebuild=rebuild)
-        store.record_keys = RecordKeys(key)
+        self._record_keys = RecordKeys(key)  # the cell keys of what this run stages and recomputes
         self._redactor = redaction.Redactor(key, actor_identifier, getattr(config.source, "site_url", None))  # quarantined records keep no identifiers
         return key
 
@@ -167,7 +168,7 @@ class Refresh:
         source.restore(store.source_index())
         for batch in source.batches(window):
             retention.hold_back(batch, horizon)  # days whose staged events were dropped stay closed
-            days |= store.stage(batch.events, batch.voids, batch.names)
+            days |= store.stage(batch.events, batch.voids, batch.names, record_keys=self._record_keys)
             quarantined = batch.quarantined + _conflicts(store.take_conflicts())
             if quarantined:
                 store.quarantine(report.run_id, quarantined, now_text, redactor=self._redactor)
@@ -194,7 +195,7 @@ class Refresh:
         self.progress(f"Recomputing {len(days)} daily partitions", force=True)
         store.set_privacy(self.config.min_cell_size, self.config.privacy)
         faults.point("before-recompute")
-        report.rows_written, report.suppressed = store.recompute(days)
+        report.rows_written, report.suppressed = store.recompute(days, record_keys=self._record_keys)
         store.clear_pending_days()
         faults.point("after-recompute")
 
