@@ -67,7 +67,7 @@ def mapping_upgrade(config, meta, has_events):
     return None
 
 
-def verify_identity(config, meta, has_events, upgrading=False):
+def verify_identity(config, meta, has_events, *, upgrading=False):
     """Refuse settings that would stage the same statements under other identities than the store's
     (`upgrading`: the mapping version's change is being applied by this run)."""
     if not has_events:
@@ -157,7 +157,7 @@ def verify_store_present(config, store_is_new):
         )
 
 
-def open_key(config, meta, has_events, dry_run, rebuild):
+def open_key(config, meta, has_events, *, dry_run, rebuild):
     """Return the pseudonymisation key, refusing one that does not match the store's data."""
     key = read_key(config.key_file)
     recorded = meta.get("key_fingerprint")

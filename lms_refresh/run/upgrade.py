@@ -26,7 +26,7 @@ def _refused(old, why):
         f"{identity.REBUILD} (days before that date are then gone; see {NEWS}), or keep the previous lms-refresh.")
 
 
-def plan(config, is_run, store, meta, has_events):
+def plan(config, is_run, store, *, meta, has_events):
     """Return (the older mapping version, where to re-read from) when this `run` (`is_run`) rebuilds
     the store for the new mapping, None when there is nothing to upgrade, or raise StateError where
     the source alone cannot bring the store back."""
@@ -43,7 +43,7 @@ def plan(config, is_run, store, meta, has_events):
     return old, windows.from_cursor(since, "window start")
 
 
-def begin(store, planned, window, run_id):
+def begin(store, planned, window, *, run_id):
     """In the run's transaction, before the store is emptied: say so, and note what it holds."""
     logger.warning("Upgrading the store from statement mapping version %d to %d: rebuilding it from the source from "
                    "%s (the first window it was built from) in this run's transaction.", planned[0],
