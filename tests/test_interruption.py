@@ -111,10 +111,10 @@ def test_a_stop_sends_no_failure_ping_and_is_no_warning(monkeypatch):
               "quarantined_records": 0, "last_success": run, "interrupted": None,
               "last_run": dict(run, exit_code=143, outcome="failed", message="Stopped by SIGTERM")}
     now = dt.datetime(2026, 11, 3, 5, 0, tzinfo=dt.timezone.utc)
-    code, line = plugin_report(status, now, "Europe/Paris", 7200)
+    code, line = plugin_report(status, now, "Europe/Paris", grace=7200)
     assert code == 0 and "was stopped (143) and rolled back" in line, line
     status["last_run"] = dict(run, exit_code=69, outcome="failed", message="unreachable")
-    assert plugin_report(status, now, "Europe/Paris", 7200)[0] == 1
+    assert plugin_report(status, now, "Europe/Paris", grace=7200)[0] == 1
 
 
 def test_a_backfill_of_an_old_window_does_not_make_a_stale_store_fresh(project):

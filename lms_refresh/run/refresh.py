@@ -144,7 +144,7 @@ class Refresh:
                 )
             watermark = source.axis.parse(watermark)
         if self._upgrade is not None:
-            window = source.backfill_window(self._upgrade[1], self.now, self.now, self.config)
+            window = source.backfill_window(self._upgrade[1], self.now, self.now, config=self.config)
         elif self.request.since is None:
             window = source.run_window(watermark, self.now, self.config)
         else:
