@@ -18,7 +18,7 @@ from lms_refresh.job import run_job
 from lms_refresh.refresh import BACKFILL, REBUILD, RUN, Refresh, Request
 from lms_refresh.monitoring import plugin_check, staleness
 from lms_refresh.status import collect_status, format_status, run_checks
-from lms_refresh.window import parse_user_time
+from lms_refresh.instants import NotAnInstant, parse_user_time
 
 logger = logging.getLogger("lms_refresh")
 
@@ -38,7 +38,7 @@ def _parse_now(ctx, param, value):
         return dt.datetime.now(dt.timezone.utc)
     try:
         return parse_user_time(value, "UTC")
-    except ValueError as error:
+    except NotAnInstant as error:
         raise click.BadParameter(str(error))
 
 
@@ -69,7 +69,7 @@ def _do_refresh(settings, kind, dry_run, since=None, until=None):
     report = None
     try:
         config = settings.config()
-        request = Request(kind, _user_time(since, config), _user_time(until, config), dry_run)
+        request = Request(kind, _user_time(since, config, "--since"), _user_time(until, config, "--until"), dry_run)
         report, error = run_job(Refresh(config, request, settings.now, os.environ, os.geteuid(),
                                         Progress(os.environ), settings.stop))
     except click.ClickException:
@@ -99,13 +99,13 @@ def _do_refresh(settings, kind, dry_run, since=None, until=None):
     return errors.OK
 
 
-def _user_time(text, config):
+def _user_time(text, config, option):
     if text is None:
         return None
     try:
         return parse_user_time(text, config.timezone)
-    except ValueError as error:
-        raise click.BadParameter(str(error))
+    except NotAnInstant as error:
+        raise click.BadParameter(str(error), param_hint=f"'{option}'")
 
 
 @cli.command()
