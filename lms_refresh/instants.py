@@ -113,11 +113,6 @@ def _real_time_of_day(text):
     return True
 
 
-def is_real_utc(text):
-    """Tell whether `text` is a UTC time ending in Z (any fraction up to six digits) of a real instant in range."""
-    return UTC_TIME.fullmatch(text) is not None and _real_time_of_day(text)
-
-
 def parse_iso(text, what):
     """Return the aware datetime (UTC when it has no offset) of an ISO 8601 time in range, or raise NotAnInstant.
 

@@ -11,11 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lms_refresh import instants, privacy
+from lms_refresh import instants
+from lms_refresh.disclosure import policy
 from lms_refresh.errors import StateError
-from lms_refresh.pseudonym import Pseudonymiser
+from lms_refresh.disclosure.pseudonyms import Pseudonymiser
 from lms_refresh.sources.moodle import InvalidRow, RowMapper
-from lms_refresh.sources.xapi import InvalidStatement, StatementMapper
+from lms_refresh.sources.xapi import StatementMapper
+from lms_refresh.sources.xapi_fields import InvalidStatement
 
 FUZZ = settings(max_examples=600, derandomize=True, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow])
@@ -201,9 +203,9 @@ def test_a_moodle_timecreated_counts_only_in_range_and_not_in_the_future(timecre
 
 def test_the_existence_rule_neither_overflows_nor_spans_past_the_range_on_days_an_earlier_version_staged():
     cell = {name: 0 for name in ("learners", "learner_key", "statements", "statement_key")}
-    settings_ = privacy.Settings(1, "none", 0, 0.0, False)
+    settings_ = policy.PrivacySettings(1, "none", 0, 0.0, False)
     cells = {day: dict(cell, learners=5) for day in ("2026-11-02", "2026-11-04", "9999-12-31", "5000-01-01")}
-    rows = privacy.course_rows({d: _full(c) for d, c in cells.items()}, settings_)
+    rows = policy.course_rows({d: _full(c) for d, c in cells.items()}, settings_)
     assert [row[0] for row in rows] == ["2026-11-02", "2026-11-03", "2026-11-04"]
 
 
