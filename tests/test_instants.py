@@ -186,7 +186,8 @@ def test_a_timestamp_counts_on_its_day_only_if_in_range_and_not_in_the_future(mo
 @FUZZ
 @given(st.integers(-2 ** 63, 2 ** 63) | st.integers(0, 40_000_000_000) | st.booleans() | st.floats())
 def test_a_moodle_timecreated_counts_only_in_range_and_not_in_the_future(timecreated):
-    mapper = RowMapper("America/Los_Angeles", str, "https://moodle.example.edu/", 1, 1, now=NOW)
+    mapper = RowMapper("America/Los_Angeles", str, "https://moodle.example.edu/", site_course_id=1, guest_user_id=1,
+                       now=NOW)
     row = (7, "\\core\\event\\course_viewed", "r", 2, 5, 9, None, 0, None, timecreated, None)
     latest = int(NOW.timestamp()) + 2 * 86400
     try:

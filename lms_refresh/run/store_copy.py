@@ -43,7 +43,7 @@ class CopyReport:
     publication: str = ""  # "removed", "absent" or "kept" (not a publication)
 
 
-def copy_from_sqlite(config, path, environ, euid):
+def copy_from_sqlite(config, path, *, environ, euid):
     """Copy the SQLite store at `path` into the configured PostgreSQL store; return a CopyReport.
 
     Raises ConfigError (78) for a configuration that is not PostgreSQL or a path that holds no
@@ -96,7 +96,7 @@ class _Nothing:
         return False
 
 
-def _refuse(source, target, config, key):
+def _refuse(source, target, config, *, key):
     """Refuse a copy whose result the next run would refuse, or that would overwrite history."""
     found = {name: count for name in CONTENT
              if (count := target.execute(f"SELECT COUNT(*) FROM {name}").fetchone()[0])}
@@ -119,7 +119,7 @@ def _refuse(source, target, config, key):
 
 
 def _copy(source, target, config):
-    meta = _refuse(source, target, config, read_key(config.key_file))
+    meta = _refuse(source, target, config, key=read_key(config.key_file))
     rows = {}
     target.begin()
     try:

@@ -127,7 +127,7 @@ def _completion(other):
 class RowMapper:
     """Turn log rows into ('event', Event) (see `lms_refresh.sources.records`), or NOTHING."""
 
-    def __init__(self, timezone, pseudonymise, site_url, site_course_id, guest_user_id, now=None):
+    def __init__(self, timezone, pseudonymise, site_url, *, site_course_id, guest_user_id, now=None):
         self.pseudonymise = pseudonymise
         # A timecreated after this (Unix seconds) is in the future; None: no run's clock to compare with.
         self.latest = None if now is None else int(instants.future_limit(now).timestamp())
@@ -200,7 +200,7 @@ class MoodleSource(BaseSource):
     name = "moodle"
     axis = windows.LOG_ID
 
-    def __init__(self, settings, timezone, pseudonymise, environ, now=None):
+    def __init__(self, settings, timezone, pseudonymise, *, environ, now=None):
         self.url = settings.url
         self.password_file = settings.password_file
         self.table = f"{settings.prefix}logstore_standard_log"
@@ -209,8 +209,8 @@ class MoodleSource(BaseSource):
         self.id_lookback = settings.id_lookback
         self.batch_size = settings.batch_size
         self.timeout = settings.timeout
-        self.mapper = RowMapper(timezone, pseudonymise, settings.site_url, settings.site_course_id,
-                                settings.guest_user_id, now)
+        self.mapper = RowMapper(timezone, pseudonymise, settings.site_url, site_course_id=settings.site_course_id,
+                                guest_user_id=settings.guest_user_id, now=now)
         self.environ = environ
         self._db = None
 
@@ -228,7 +228,7 @@ class MoodleSource(BaseSource):
         try:
             if self._db is None:
                 self._db = connect(
-                    self.url, self.password_file, self.environ, f"The Moodle database {where}", "source",
+                    self.url, self.password_file, self.environ, what=f"The Moodle database {where}", section="source",
                     connect_timeout=min(self.timeout, 60),
                     # Read-only by construction, whatever the role may do; and never a runaway scan.
                     options=f"-c default_transaction_read_only=on -c statement_timeout={self.timeout * 1000}",

@@ -62,7 +62,7 @@ def _activities(value, name):
 class StatementMapper:
     """Turn parsed statements into ('event', Event) or ('void', Void) (see `lms_refresh.sources.records`)."""
 
-    def __init__(self, timezone, pseudonymise, course_pattern, now=None):
+    def __init__(self, timezone, pseudonymise, course_pattern, *, now=None):
         self.pseudonymise = pseudonymise
         # A timestamp after this (cursor text) lies in the future; None: no run's clock to compare with.
         self.latest = None if now is None else instants.to_cursor(instants.future_limit(now))
