@@ -95,3 +95,21 @@ def test_copy_store_refuses_what_it_cannot_copy_with_one_sentence(tmp_path, post
     assert not project.has_store() or project.query("SELECT COUNT(*) FROM runs") == [(0,)]
     for result in (on_sqlite, missing, other_key):
         assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.postgresql
+def test_copy_store_waits_for_no_one_a_held_lock_is_69_and_nothing_is_copied(tmp_path, postgres_server):
+    from lms_refresh.run.lock import RunLock
+
+    project = Project(tmp_path / "p")
+    project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
+    project.cli("run", now=FIRST, check=0)
+    project.postgres, project.database = postgres_server, postgres_server.new_database()
+    project.configure()
+    with RunLock(str(project.state / "refresh.lock")):
+        held = project.cli("copy-store", "--from-sqlite", str(project.state / "metrics.sqlite"), now=FIRST)
+    assert held.returncode == 69, held.stderr
+    assert "A refresh holds the lock (pid " in held.stderr and "nothing was copied" in held.stderr
+    assert (tmp_path / "p" / "state-publication" / "serving.sqlite").exists()  # untouched
+    project.cli("copy-store", "--from-sqlite", str(project.state / "metrics.sqlite"), now=FIRST, check=0)
+    assert [row[:4] for row in project.serving()] == [("2026-11-02", "https://lms.example.edu/course/BIO101", 12, 12)]
