@@ -14,7 +14,7 @@ import os
 import socket
 import time
 
-from lms_refresh.window import from_cursor, to_cursor
+from lms_refresh.instants import from_cursor, to_cursor
 
 logger = logging.getLogger(__name__)
 

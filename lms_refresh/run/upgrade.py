@@ -10,7 +10,7 @@ debian/NEWS does.
 
 import logging
 
-from lms_refresh import window as windows
+from lms_refresh.instants import from_cursor
 from lms_refresh.errors import StateError
 from lms_refresh.run import identity, retention
 
@@ -40,7 +40,7 @@ def plan(config, is_run, store, *, meta, has_events):
     if since is None:
         raise _refused(old, "the store cannot be rebuilt automatically: its run log does not say which windows "
                             "it was built from")
-    return old, windows.from_cursor(since, "window start")
+    return old, from_cursor(since, "window start")
 
 
 def begin(store, planned, window, *, run_id):

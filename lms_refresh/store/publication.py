@@ -83,18 +83,18 @@ def publish_if_behind(config, environ, euid):
 
 
 def retire_sqlite_publication(path):
-    """After a switch to PostgreSQL, remove the SQLite publication a SQLite store left behind: nothing
-    writes it any more, and dashboards reading it (every account may) would see stale numbers."""
+    """On a PostgreSQL store, remove the SQLite publication a SQLite store left behind (switched without
+    copy-store, which removes it itself): nothing writes it any more, and dashboards reading it (every
+    account may) would see stale numbers. Only a file that is a publication is removed."""
     try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return
+        outcome = retire_publication(path)
     except OSError as error:
         logger.warning("The SQLite publication %s is no longer written since the store is PostgreSQL, and could not "
                        "be removed (%s); remove it, dashboards read the store's serving view now.", path, error)
         return
-    logger.warning("Removed the SQLite publication %s: the store is PostgreSQL now and dashboards read its serving "
-                   "view; the file would only have gone stale.", path, extra={"PUBLICATION": path})
+    if outcome == "removed":
+        logger.warning("Removed the SQLite publication %s: the store is PostgreSQL now and dashboards read its "
+                       "serving view; the file would only have gone stale.", path, extra={"PUBLICATION": path})
 
 
 def _group_id(name):
@@ -179,3 +179,15 @@ def describe(config, environ):
             rows, settings = read_state(config, environ)
             info["current"] = published_digest(path) == digest(rows, settings)
     return info
+
+
+def retire_publication(path):
+    """Remove the SQLite publication at `path`, once its store has moved to PostgreSQL (whose view is the
+    publication from then on): left in place it would be stale and still readable by every dashboard
+    account. Return "removed", "absent", or "kept" for a file there that is not a publication."""
+    if not os.path.lexists(path):
+        return "absent"
+    if published_digest(path) is None:
+        return "kept"  # not ours (or unreadable): never delete what the program did not write
+    os.unlink(path)
+    return "removed"
