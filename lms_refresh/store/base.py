@@ -157,19 +157,17 @@ class SqlStore:
 
     def built_since(self):
         """Where the first window the staged events were read in began (since the last rebuild), or None."""
-        rebuilt = self.execute("SELECT max(started_at) FROM runs WHERE kind = 'rebuild' AND exit_code = 0").fetchone()[0]
         return self.execute("SELECT min(window_since) FROM runs WHERE exit_code = 0 AND kind IN ('run', 'backfill', "
-                            "'rebuild') AND window_since IS NOT NULL AND started_at >= ?", (rebuilt or "",)).fetchone()[0]
+                            "'rebuild') AND started_at >= coalesce((SELECT max(started_at) FROM runs WHERE kind = "
+                            "'rebuild' AND exit_code = 0), '')").fetchone()[0]
 
-    def keep_staged_ids(self):
-        """Before an upgrade's rebuild, in its transaction: which statements are staged now."""
+    def keep_staged_ids(self):  # before an upgrade's rebuild, in its transaction: which statements are staged now
         self.execute("CREATE TEMP TABLE upgrade_previous AS SELECT event_id FROM staged_events")
 
     def missing_staged_ids(self):
         """After its re-read: how many of them are neither staged nor voided now."""
-        missing = self.execute("SELECT count(*) FROM upgrade_previous p WHERE NOT EXISTS (SELECT 1 FROM staged_events "
-                               "s WHERE s.event_id = p.event_id) AND NOT EXISTS (SELECT 1 FROM voided_events v WHERE "
-                               "v.event_id = p.event_id)").fetchone()[0]
+        missing = self.execute("SELECT count(*) FROM (SELECT event_id FROM upgrade_previous EXCEPT SELECT event_id "
+                               "FROM staged_events EXCEPT SELECT event_id FROM voided_events) AS gone").fetchone()[0]
         self.execute("DROP TABLE upgrade_previous")
         return missing
 
