@@ -61,7 +61,14 @@ def cli(ctx, config_path, verbose, quiet, now):
     ctx.obj = Settings(config_path, now, stop=ctx.obj)
 
 
-def _do_refresh(settings, kind, dry_run, since=None, until=None):
+# Applies a configuration that protects the publication less than the store's settings in force.
+_weaker_option = click.option(
+    "--accept-weaker-privacy", is_flag=True,
+    help="Apply a min_cell_size or [privacy] that protects less than the settings in force (refused with 78 "
+         "otherwise); logged.")
+
+
+def _do_refresh(settings, kind, dry_run, since=None, until=None, weaker=False):
     """Run one refresh of `kind` (SINCE and UNTIL as typed, in the configured time zone); return its exit code.
 
     Any error of the run (a configuration error too) is logged as its run-failed journal record.
@@ -69,7 +76,7 @@ def _do_refresh(settings, kind, dry_run, since=None, until=None):
     report = None
     try:
         config = settings.config()
-        request = Request(kind, _user_time(since, config), _user_time(until, config), dry_run)
+        request = Request(kind, _user_time(since, config), _user_time(until, config), dry_run, weaker)
         report, error = run_job(Refresh(config, request, settings.now, os.environ, os.geteuid(),
                                         Progress(os.environ), settings.stop))
     except click.ClickException:
@@ -110,13 +117,14 @@ def _user_time(text, config):
 
 @cli.command()
 @click.option("--dry-run", is_flag=True, help="Show the window, partitions and row counts; write nothing.")
+@_weaker_option
 @click.pass_obj
-def run(settings, dry_run):
+def run(settings, dry_run, accept_weaker_privacy):
     """Refresh from the last successful run's watermark to now (the timer's entrypoint).
 
     Example: lms-refresh run --dry-run
     """
-    return _do_refresh(settings, RUN, dry_run)
+    return _do_refresh(settings, RUN, dry_run, weaker=accept_weaker_privacy)
 
 
 class UserTime(click.ParamType):
@@ -130,8 +138,9 @@ class UserTime(click.ParamType):
 @click.option("--since", required=True, type=UserTime(), help="Start (inclusive): ISO date or datetime.")
 @click.option("--until", required=True, type=UserTime(), help="End (exclusive): ISO date or datetime.")
 @click.option("--dry-run", is_flag=True, help="Show what would be done; write nothing.")
+@_weaker_option
 @click.pass_obj
-def backfill(settings, since, until, dry_run):
+def backfill(settings, since, until, dry_run, accept_weaker_privacy):
     """Refresh an explicit window of arrival times [SINCE, UNTIL).
 
     Dates mean local midnight and datetimes without an offset are local time,
@@ -140,14 +149,15 @@ def backfill(settings, since, until, dry_run):
 
     Example: lms-refresh backfill --since 2026-09-01 --until 2026-10-01
     """
-    return _do_refresh(settings, BACKFILL, dry_run, since, until)
+    return _do_refresh(settings, BACKFILL, dry_run, since, until, accept_weaker_privacy)
 
 
 @cli.command()
 @click.option("--since", required=True, type=UserTime(), help="Re-read the source from here: ISO date or datetime.")
 @click.option("--dry-run", is_flag=True, help="Show what the rebuilt store would hold; write nothing.")
+@_weaker_option
 @click.pass_obj
-def rebuild(settings, since, dry_run):
+def rebuild(settings, since, dry_run, accept_weaker_privacy):
     """Start the store's derived data over from the source, from SINCE to now.
 
     The way to apply a change the store refuses (time zone, course_pattern,
@@ -159,7 +169,7 @@ def rebuild(settings, since, dry_run):
 
     Example: lms-refresh rebuild --since 2026-09-01
     """
-    return _do_refresh(settings, REBUILD, dry_run, since)
+    return _do_refresh(settings, REBUILD, dry_run, since, weaker=accept_weaker_privacy)
 
 
 @cli.group()

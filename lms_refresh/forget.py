@@ -15,7 +15,7 @@ from lms_refresh.errors import ConfigError, UnavailableError
 from lms_refresh.exclusive import locked_store, run_lock
 from lms_refresh.lock import LockHeld
 from lms_refresh.privacy import RecordKeys
-from lms_refresh.pseudonym import Pseudonymiser, moodle_identifier
+from lms_refresh.pseudonym import Pseudonymiser, fingerprint, moodle_identifier
 from lms_refresh.publish import publish_if_behind
 from lms_refresh.redact import REDACTED, scrub_text
 from lms_refresh.statedir import check_writable_file
@@ -111,8 +111,10 @@ def _forget(config, store, identifier, report):
     key = state.open_key(config, meta, True, report.dry_run, rebuild=False)
     pseudonym = Pseudonymiser(key)(identifier)
     store.record_keys = RecordKeys(key)  # a store upgraded in place gets its cell keys in the rebuild
+    store.pseudonym_key = fingerprint(key)
     store.begin()
     try:
+        store.follow_key()  # records quarantined under an earlier key name no one (store/erasure.py)
         days = store.forget_learner(pseudonym)
         report.events = len(days)
         report.quarantined = store.forget_quarantined(pseudonym)

@@ -17,16 +17,16 @@ import time
 import typing
 import uuid
 
-from lms_refresh import faults, logs, redact, retention, state, stopping
+from lms_refresh import faults, logs, redact, retention, state, stopping, weakening
 from lms_refresh import window as windows
 from lms_refresh.config import Config
-from lms_refresh.errors import BadInputError, StateError, Terminated, exit_status, from_os_error
+from lms_refresh.errors import BadInputError, ConfigError, StateError, Terminated, exit_status, from_os_error
 from lms_refresh.exclusive import locked_store, run_lock
 from lms_refresh.lock import LockHeld
 from lms_refresh.privacy import RecordKeys
 from lms_refresh.publish import publish_if_behind
 from lms_refresh.report import Outcome, Report
-from lms_refresh.pseudonym import Pseudonymiser
+from lms_refresh.pseudonym import Pseudonymiser, fingerprint
 from lms_refresh.sources import build_source
 from lms_refresh.statedir import check_writable_file
 from lms_refresh.store import load_driver, store_exists
@@ -47,6 +47,7 @@ class Request:
     since: dt.datetime | None = None
     until: dt.datetime | None = None  # a backfill's end; None: now
     dry_run: bool = False
+    accept_weaker_privacy: bool = False  # apply a configuration that protects less than the store's (weakening.py)
 
     def __post_init__(self):
         if self.kind not in (RUN, BACKFILL, REBUILD) or (self.since is None) != (self.kind == RUN):
@@ -120,8 +121,30 @@ class Refresh:
             state.check_identity(config, meta, has_events)
         key = state.open_key(config, meta, has_events, self.request.dry_run, rebuild)
         store.record_keys = RecordKeys(key)
+        store.pseudonym_key = fingerprint(key)  # the quarantine's pseudonyms follow the key (store/erasure.py)
         self._redactor = redact.Redactor(key, getattr(config.source, "site_url", None))  # quarantined records keep no identifiers
+        self.check_privacy(store)
         return key
+
+    def check_privacy(self, store):
+        """Refuse (78) a configuration that protects the publication less than the settings in force, unless
+        the request accepts it: then say so, in the journal and in the run's row (see weakening.py)."""
+        in_force, config = store.privacy_settings(missing_ok=True), self.config
+        lowered = weakening.weaker(in_force, weakening.configured(config)) if in_force is not None else []
+        if not lowered:
+            return
+        what = ", ".join(lowered)
+        if not self.request.accept_weaker_privacy:
+            raise ConfigError(
+                f"{config.origin} protects the publication less than the settings in force in the store "
+                f"{store.describe()} ({weakening.describe(in_force)}): {what}; nothing was read — put the settings "
+                "in force back in the configuration, or weaken them deliberately with "
+                "'lms-refresh run --accept-weaker-privacy' (README, \"Metrics and suppression\")."
+            )
+        self.report.note = f"privacy weakened deliberately (--accept-weaker-privacy): {what}"
+        logger.warning("Privacy protection weakened deliberately (--accept-weaker-privacy): %s; in force until now: "
+                       "%s.", what, weakening.describe(in_force),
+                       extra=logs.fields(logs.PRIVACY_WEAKENED, RUN_ID=self.report.run_id, PRIVACY_WEAKENED=what))
 
     def choose_window(self, meta, source):
         """Return (the store's watermark on the source's axis or None, the window to read)."""
@@ -152,6 +175,7 @@ class Refresh:
         if self.request.dry_run:
             return
         store.begin()
+        store.follow_key()
         # Retention does not wait for new records: a quiet source's old data goes on time too.
         retention.apply(store, self.config, self.now, retention.staging_horizon(self.config, self.now, meta), set())
         store.record_run(self.report.row(self.now))
@@ -163,7 +187,7 @@ class Refresh:
         report, now_text, days = self.report, windows.to_cursor(self.now), set()
         source.restore(store.source_index())
         for batch in source.batches(window):
-            retention.hold_back(batch, horizon)  # days whose staged events were dropped stay closed
+            report.closed += retention.hold_back(batch, horizon)  # days whose staged events were dropped stay closed
             days |= store.stage(batch.events, batch.voids, batch.names)
             quarantined = batch.quarantined + _conflicts(store.take_conflicts())
             if quarantined:
@@ -286,11 +310,14 @@ class Refresh:
         self.progress(f"Reading {source.describe()}, window {window.since_cursor} .. {window.until_cursor}",
                       force=True)
         store.begin()
-        if self.request.kind == REBUILD:
-            store.reset_derived()
-            logger.warning("Rebuilding the store: everything derived from the source is replaced by what it holds "
-                           "from %s on.", window.since_cursor, extra={"RUN_ID": report.run_id})
+        store.follow_key()
         horizon = retention.staging_horizon(self.config, self.now, store.meta())
+        if self.request.kind == REBUILD:
+            store.reset_derived(horizon)  # closed days (before the horizon) stay as they were published
+            logger.warning("Rebuilding the store: everything derived from the source is replaced by what it holds "
+                           "from %s on%s.", window.since_cursor,
+                           f" (days before the staging horizon {horizon} stay as published)" if horizon else "",
+                           extra={"RUN_ID": report.run_id})
         days = self.stage(store, source, window, horizon)
         staged_at = time.monotonic()
         self.recompute(store, window, days, horizon)
@@ -306,18 +333,27 @@ class Refresh:
                     extra=logs.run_fields(logs.LOCK_HELD, self.report))
 
     def _check_tolerance(self):
+        """Fail the run (65) past max_quarantine_share of malformed records: statements for closed days
+        (older than the staging horizon) are quarantined too, but they are not malformed."""
         report, share_allowed = self.report, self.config.max_quarantine_share
-        if report.quarantined and report.quarantined > share_allowed * report.statements_read:
-            share = report.quarantined / report.statements_read
+        malformed = report.quarantined - report.closed
+        if malformed and malformed > share_allowed * report.statements_read:
+            share = malformed / report.statements_read
             raise BadInputError(
-                f"{report.quarantined} of {report.statements_read} records in the window were malformed "
+                f"{malformed} of {report.statements_read} records in the window were malformed "
                 f"({share:.1%}, more than max_quarantine_share = {share_allowed:.1%}); "
                 "nothing was committed. See the quarantine table (lms-refresh status) and fix the source."
             )
 
 
 def _conflicts(rows):
-    """Quarantine records for second versions of staged statement ids (their canonical content)."""
-    return [(f"statement {event.event_id.hex()}", "conflicting statement id: already staged with other content",
-             json.dumps({name: value.hex() if isinstance(value, bytes) else value
-                         for name, value in event._asdict().items()}, sort_keys=True)) for event in rows]
+    """Quarantine records for second versions of staged statement ids (their canonical content, the
+    learner as the pseudonym marker every quarantined record uses, so that `forget` finds it)."""
+    records = []
+    for event in rows:
+        content = {name: value.hex() if isinstance(value, bytes) else value
+                   for name, value in event._asdict().items() if name != "actor"}
+        content["learner"] = redact.marker(event.actor)
+        records.append((f"statement {event.event_id.hex()}", "conflicting statement id: already staged with other "
+                        "content", json.dumps(content, sort_keys=True)))
+    return records

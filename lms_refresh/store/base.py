@@ -12,6 +12,7 @@ import json
 from lms_refresh import privacy, redact
 from lms_refresh.errors import StateError
 from lms_refresh.sources.redelivery import same_statement
+from lms_refresh.store.erasure import Erasure
 from lms_refresh.store.tables import SERVING_COLUMNS, column_names
 
 # daily_metrics' columns that the publication derives from (see lms_refresh.privacy.published_row).
@@ -21,7 +22,7 @@ PUBLISHED_FIELDS = column_names("published_metrics")
 RUN_FIELDS = column_names("runs")
 
 
-class SqlStore:
+class SqlStore(Erasure):
     dialect = None  # a store.dialect.Dialect
 
     def __init__(self, connection, location):
@@ -32,6 +33,8 @@ class SqlStore:
         self._conflicts = []
         self.record_keys = None  # a privacy.RecordKeys, set once the run has its secret key
         self._republish_all = False
+        self.pseudonym_key = None  # the fingerprint of the key this run pseudonymises with (see Erasure)
+        self._key_followed = False
 
     @property
     def run_order(self):
@@ -165,12 +168,19 @@ class SqlStore:
         """The pending days were rebuilt in this transaction."""
         self.execute("DELETE FROM pending_days")
 
-    def reset_derived(self):
+    def reset_derived(self, horizon=None):
         """Empty everything derived from the source (a rebuild refills it in the same transaction);
-        the run log and the quarantine stay."""
-        for table in ("published_metrics", "daily_metrics", "staged_events", "voided_events", "courses", "verbs",
-                      "source_state", "pending_days"):
+        the run log and the quarantine stay, and so do the metrics of days before the staging
+        `horizon` (closed days: their events are gone, and they stay as they were published)."""
+        for table in ("staged_events", "voided_events", "verbs", "source_state", "pending_days"):
             self.execute(f"DELETE FROM {table}")
+        if horizon is None:
+            for table in ("published_metrics", "daily_metrics", "courses"):
+                self.execute(f"DELETE FROM {table}")
+        else:
+            for table in ("published_metrics", "daily_metrics"):
+                self.execute(f"DELETE FROM {table} WHERE day >= ?", (horizon,))
+            self.execute("DELETE FROM courses WHERE course_id NOT IN (SELECT course_id FROM daily_metrics)")
         self.execute("DELETE FROM meta WHERE key IN ('watermark', 'cursor_kind', 'timezone', 'key_fingerprint') "
                      "OR substr(key, 1, 9) = 'identity.'")
         self.forget_transaction()
@@ -182,30 +192,12 @@ class SqlStore:
         Every record goes through `redactor` (a `redact.Redactor`) here, the one
         place quarantined records are written: no identifier of a person is stored.
         """
+        self.follow_key()
         self.executemany(
             "INSERT INTO quarantine (run_id, origin, reason, raw, digest, recorded_at) VALUES (?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (origin, digest) DO NOTHING",
             [(run_id,) + redactor.row(origin, reason, raw) + (now_text,) for origin, reason, raw in rows],
         )
-
-    # -- erasure and retention (see lms_refresh.forget and lms_refresh.retention) --
-
-    def forget_learner(self, actor):
-        """Delete the staged events of one pseudonymised learner; return the day of each deleted event."""
-        return [row[0] for row in self.execute("DELETE FROM staged_events WHERE actor = ? RETURNING day", (actor,))]
-
-    def forget_quarantined(self, pseudonym):
-        """Delete the quarantined records that name this pseudonym; return how many."""
-        pattern = '%"' + redact.marker(pseudonym) + '"%'  # a whole JSON string: -12 is not -123
-        return self.execute("DELETE FROM quarantine WHERE raw LIKE ?", (pattern,)).rowcount
-
-    def drop_staged_before(self, day):
-        """Delete the staged events of local days before `day` (one range of the clustered key)."""
-        return self.execute("DELETE FROM staged_events WHERE day < ?", (day,)).rowcount
-
-    def expire_quarantine(self, cutoff):
-        """Delete the quarantined records recorded before the cursor text `cutoff`."""
-        return self.execute("DELETE FROM quarantine WHERE recorded_at < ?", (cutoff,)).rowcount
 
     def save_source_state(self, state):
         if state:
@@ -327,6 +319,7 @@ class SqlStore:
         self._void_targets.clear()
         self._conflicts = []
         self._republish_all = False
+        self._key_followed = False
 
     @contextlib.contextmanager
     def errors(self):
