@@ -20,7 +20,7 @@ import uuid
 from lms_refresh import faults, logs, redact, retention, state, stopping, weakening
 from lms_refresh import window as windows
 from lms_refresh.config import Config
-from lms_refresh.errors import BadInputError, ConfigError, StateError, Terminated, exit_status, from_os_error
+from lms_refresh.errors import BadInputError, StateError, Terminated, exit_status, from_os_error
 from lms_refresh.exclusive import locked_store, run_lock
 from lms_refresh.lock import LockHeld
 from lms_refresh.privacy import RecordKeys
@@ -129,18 +129,11 @@ class Refresh:
     def check_privacy(self, store):
         """Refuse (78) a configuration that protects the publication less than the settings in force, unless
         the request accepts it: then say so, in the journal and in the run's row (see weakening.py)."""
-        in_force, config = store.privacy_settings(missing_ok=True), self.config
-        lowered = weakening.weaker(in_force, weakening.configured(config)) if in_force is not None else []
+        in_force = store.privacy_settings(missing_ok=True)
+        lowered = weakening.require(self.config, store, self.request.accept_weaker_privacy)
         if not lowered:
             return
         what = ", ".join(lowered)
-        if not self.request.accept_weaker_privacy:
-            raise ConfigError(
-                f"{config.origin} protects the publication less than the settings in force in the store "
-                f"{store.describe()} ({weakening.describe(in_force)}): {what}; nothing was read — put the settings "
-                "in force back in the configuration, or weaken them deliberately with "
-                "'lms-refresh run --accept-weaker-privacy' (README, \"Metrics and suppression\")."
-            )
         self.report.note = f"privacy weakened deliberately (--accept-weaker-privacy): {what}"
         logger.warning("Privacy protection weakened deliberately (--accept-weaker-privacy): %s; in force until now: "
                        "%s.", what, weakening.describe(in_force),

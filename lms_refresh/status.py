@@ -3,7 +3,7 @@
 import dataclasses
 import os
 
-from lms_refresh import publish
+from lms_refresh import publish, weakening
 from lms_refresh.errors import StateError
 from lms_refresh.lock import LOCK_NAME, probe
 from lms_refresh.pseudonym import Pseudonymiser
@@ -131,6 +131,7 @@ def run_checks(config, euid, environ):
     if store_exists(config, environ):
         store = open_store(config, environ, create=False, read_only=True)
         try:
+            weakening.require(config, store, accepted=False)  # the run would refuse it: so does check
             detail = f"; {store.privileges()}" if hasattr(store, "privileges") else ""
             findings.append(Finding(OK, f"store {store.describe()}: reachable, "
                                         f"schema v{store.schema_version()}{detail}"))

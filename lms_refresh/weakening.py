@@ -16,6 +16,7 @@ the others do:
 """
 
 from lms_refresh import privacy
+from lms_refresh.errors import ConfigError
 
 
 def configured(config):
@@ -48,3 +49,18 @@ def weaker(in_force, wanted):
     if in_force.withhold_zeros and not wanted.withhold_zeros:
         found.append("withhold_zeros true -> false")
     return found
+
+
+def require(config, store, accepted):
+    """Return how `config` weakens the settings in force in `store` ([] if it does not), or raise
+    ConfigError (78) if it does and that was not `accepted` on the command line."""
+    in_force = store.privacy_settings(missing_ok=True)
+    lowered = weaker(in_force, configured(config)) if in_force is not None else []
+    if lowered and not accepted:
+        raise ConfigError(
+            f"{config.origin} protects the publication less than the settings in force in the store "
+            f"{store.describe()} ({describe(in_force)}): {', '.join(lowered)}; nothing was read — put the settings "
+            "in force back in the configuration, or weaken them deliberately with "
+            "'lms-refresh run --accept-weaker-privacy' (README, \"Metrics and suppression\")."
+        )
+    return lowered

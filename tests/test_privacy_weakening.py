@@ -87,6 +87,8 @@ def test_a_weaker_configuration_is_refused_until_applied_deliberately(project, c
         assert "'lms-refresh run --accept-weaker-privacy'" in refused.stderr
         assert project.serving() == published and in_force(project) == settings_row
     assert project.runs()[-1][1:3] == ("failed", 78)
+    checked = project.invoke("check")  # check says what the run would
+    assert checked.returncode == 78 and f"{named}; nothing was read" in checked.stderr
 
     applied = project.invoke("run", "--accept-weaker-privacy", now=LATER, check=0)
     assert f"Privacy protection weakened deliberately (--accept-weaker-privacy): {named}" in applied.stderr
