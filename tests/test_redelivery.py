@@ -278,3 +278,32 @@ def test_a_real_difference_is_quarantined_and_counted_against_the_share(tmp_path
     assert project.query("SELECT COUNT(*), MAX(reason) FROM quarantine") == [(1, CONFLICT)]
     assert project.query("SELECT quarantined FROM runs ORDER BY started_at")[-1] == (1,)
     assert project.serving() == window_rows(base, [])
+
+
+def test_a_reimport_into_a_real_lrs_counts_once(tmp_path, ralph, store_kind, request):
+    """Ralph empties and takes the same statements again (a re-import), with their timestamps written
+    with another offset and precision: it stores each anew, with a new `stored`."""
+    from test_lrs import lrs_project, text, utc_now
+
+    postgres = request.getfixturevalue("postgres_server") if store_kind == "postgresql" else None
+    project = lrs_project(tmp_path / "p", ralph, postgres)
+    start = utc_now() - dt.timedelta(hours=3)
+    base = [statement(learner=f"u{i}", verb=VERBS[i % 5], timestamp=text(start + dt.timedelta(seconds=i * 7)),
+                      score=0.5 if i % 3 else None) for i in range(30)]
+    for item in base:
+        del item["stored"]  # the LRS sets it
+    ralph.post(base)
+    project.invoke("run", check=0)
+    first = project.serving()
+    assert project.query("SELECT COUNT(*) FROM staged_events") == [(30,)]
+    ralph.reset()
+    again = []
+    for item in base:
+        moment = dt.datetime.fromisoformat(item["timestamp"]).astimezone(dt.timezone(dt.timedelta(hours=2)))
+        again.append(dict(item, id=item["id"].upper(), timestamp=moment.isoformat(timespec="milliseconds")))
+    ralph.post(again)
+    result = project.invoke("run", check=0)
+    assert "quarantined 0" in result.stderr, result.stderr
+    assert project.query("SELECT COUNT(*) FROM quarantine") == [(0,)]
+    assert project.query("SELECT COUNT(*) FROM staged_events") == [(30,)]
+    assert project.serving() == first
