@@ -13,9 +13,9 @@ import os
 import sqlite3
 
 from conftest import HOME, statement
-from lms_refresh.pseudonym import Pseudonymiser, read_key
-from lms_refresh.redact import marker
-from lms_refresh.sources.xapi import actor_identifier
+from lms_refresh.disclosure.pseudonyms import Pseudonymiser, read_key
+from lms_refresh.disclosure.redaction import marker
+from lms_refresh.sources.xapi_fields import actor_identifier
 
 NOW = "2026-11-03T04:15:00+01:00"
 LEARNER = {"account": {"homePage": HOME, "name": "Zq81"}}

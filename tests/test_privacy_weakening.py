@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import Project, statement
-from lms_refresh.privacy import Settings
-from lms_refresh.weakening import weaker
+from lms_refresh.disclosure.policy import PrivacySettings as Settings
+from lms_refresh.disclosure.weakening import weaker
 
 NOW = "2026-11-03T04:15:00+01:00"
 LATER = "2026-11-04T04:15:00+01:00"

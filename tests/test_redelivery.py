@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from conftest import HOME, statement
-from lms_refresh.pseudonym import Pseudonymiser
+from lms_refresh.disclosure.pseudonyms import Pseudonymiser
 from lms_refresh.sources.redelivery import canonical_iri, same_statement, same_time  # noqa
 from lms_refresh.sources.xapi import ADL, StatementMapper
 from reference import expected_serving

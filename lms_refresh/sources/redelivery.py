@@ -24,11 +24,14 @@ extensions) is not staged, so a version that differs only there counts once too.
 """
 
 import datetime as dt
+import json
 import re
 
+from lms_refresh.disclosure.redaction import marker
 from lms_refresh.sources.records import EVENT_FIELDS
 from lms_refresh.sources.xapi_fields import InvalidStatement, parse_time
 
+CONFLICT = "conflicting statement id: already staged with other content"
 _AT = {name: position for position, name in enumerate(EVENT_FIELDS)}
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 _MICROSECOND = dt.timedelta(microseconds=1)
@@ -94,3 +97,15 @@ def same_statement(kept, event, name_of):
     if not one or not other:
         return True  # a version without a timestamp: the LRS sets one (and so its day) from `stored`
     return same_time(one, other)
+
+
+def conflict_records(events):
+    """Return quarantine records (origin, reason, raw) for second versions of staged statement ids: their
+    canonical content, the learner as the pseudonym marker every quarantined record uses (`forget` finds it)."""
+    records = []
+    for event in events:
+        content = {name: value.hex() if isinstance(value, bytes) else value
+                   for name, value in event._asdict().items() if name != "actor"}
+        content["learner"] = marker(event.actor)
+        records.append((f"statement {event.event_id.hex()}", CONFLICT, json.dumps(content, sort_keys=True)))
+    return records

@@ -1,4 +1,4 @@
-"""What the stores share for erasure and retention (lms_refresh.forget, lms_refresh.retention).
+"""What the stores share for erasure and retention (lms_refresh.run.forget, lms_refresh.run.retention).
 
 A learner is in the store in these forms, and only these: their staged events (`actor`, the
 keyed pseudonym); quarantined records that carry their pseudonym marker, `"pseudonym:N"` —
@@ -16,7 +16,7 @@ their pseudonyms — they then name no one — while their reason and origin sta
 
 import re
 
-from lms_refresh import redact
+from lms_refresh.disclosure import redaction
 
 _MARKER = re.compile(r'"pseudonym:-?[0-9]+"')
 _LEGACY_ACTOR = re.compile(r'"actor": -?[0-9]+(?=[,}])')
@@ -32,7 +32,7 @@ class Erasure:
 
     def forget_quarantined(self, pseudonym):
         """Delete the quarantined records that name this pseudonym, in every form they were written; return how many."""
-        pattern = '%"' + redact.marker(pseudonym) + '"%'  # a whole JSON string: -12 is not -123
+        pattern = '%"' + redaction.marker(pseudonym) + '"%'  # a whole JSON string: -12 is not -123
         count = self.execute("DELETE FROM quarantine WHERE raw LIKE ?", (pattern,)).rowcount
         legacy = [f'%"actor": {pseudonym},%', f'%"actor": {pseudonym}}}%']
         for form in legacy:
@@ -52,9 +52,9 @@ class Erasure:
             rows = self.execute("SELECT id, reason, raw FROM quarantine WHERE raw LIKE ? OR reason LIKE ?",
                                 ('%"pseudonym:%', _CONFLICT)).fetchall()
             for number, reason, raw in rows:
-                kept = _MARKER.sub(f'"{redact.REDACTED}"', raw)
+                kept = _MARKER.sub(f'"{redaction.REDACTED}"', raw)
                 if reason.startswith("conflicting statement id"):
-                    kept = _LEGACY_ACTOR.sub(f'"actor": "{redact.REDACTED}"', kept)
+                    kept = _LEGACY_ACTOR.sub(f'"actor": "{redaction.REDACTED}"', kept)
                 if kept != raw:
                     self.execute("UPDATE quarantine SET raw = ? WHERE id = ?", (kept, number))
                     stripped += 1

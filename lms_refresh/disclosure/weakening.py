@@ -15,19 +15,19 @@ the others do:
 - `withhold_zeros`: false is weaker than true.
 """
 
-from lms_refresh import privacy
+from lms_refresh.disclosure.policy import PrivacySettings
 from lms_refresh.errors import ConfigError
 
 
 def configured(config):
-    """Return the privacy.Settings a configuration asks for."""
+    """Return the PrivacySettings a configuration asks for."""
     section = config.privacy
-    return privacy.Settings(config.min_cell_size, section.method, section.max_noise, float(section.variance),
+    return PrivacySettings(config.min_cell_size, section.method, section.max_noise, float(section.variance),
                             bool(section.withhold_zeros))
 
 
 def describe(settings):
-    """Return the protection of `settings` (a privacy.Settings) in a few words."""
+    """Return the protection of `settings` (a PrivacySettings) in a few words."""
     noise = ("exact counts (method none)" if settings.method == "none" else
              f"cell-key noise within +-{settings.max_noise} (variance {settings.variance:g})")
     zeros = "zeros withheld" if settings.withhold_zeros else "zeros published"

@@ -22,7 +22,7 @@ import uuid
 import zoneinfo
 
 from lms_refresh import window as windows
-from lms_refresh.redact import marker
+from lms_refresh.disclosure.redaction import marker
 
 CLOSED_REASON = "older than the staging horizon"
 HORIZON_KEY = "staging_horizon"  # in the store's meta: the first local day whose staged events are kept
