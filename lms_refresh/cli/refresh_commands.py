@@ -21,7 +21,7 @@ _weaker_option = click.option(
          "otherwise); logged.")
 
 
-def _do_refresh(settings, kind, dry_run, since=None, until=None, weaker=False):
+def _do_refresh(settings, kind, dry_run, *, since=None, until=None, weaker=False):
     """Run one refresh of `kind` (SINCE and UNTIL as typed, in the configured time zone); return its exit code.
 
     Any error of the run (a configuration error too) is logged as its run-failed journal record.
@@ -29,7 +29,8 @@ def _do_refresh(settings, kind, dry_run, since=None, until=None, weaker=False):
     report = None
     try:
         config = settings.config()
-        request = Request(kind, user_time(since, config), user_time(until, config), dry_run, weaker)
+        request = Request(kind, user_time(since, config), user_time(until, config), dry_run,
+                          accept_weaker_privacy=weaker)
         report, error = run_job(Refresh(config, request, settings.now, os.environ, os.geteuid(),
                                         Progress(os.environ), settings.stop))
     except click.ClickException:
@@ -63,7 +64,7 @@ def _do_refresh(settings, kind, dry_run, since=None, until=None, weaker=False):
 @click.option("--dry-run", is_flag=True, help="Show the window, partitions and row counts; write nothing.")
 @_weaker_option
 @click.pass_obj
-def run(settings, dry_run, accept_weaker_privacy):
+def run(settings, dry_run, *, accept_weaker_privacy):
     """Refresh from the last successful run's watermark to now (the timer's entrypoint).
 
     Example: lms-refresh run --dry-run
@@ -77,7 +78,7 @@ def run(settings, dry_run, accept_weaker_privacy):
 @click.option("--dry-run", is_flag=True, help="Show what would be done; write nothing.")
 @_weaker_option
 @click.pass_obj
-def backfill(settings, since, until, dry_run, accept_weaker_privacy):
+def backfill(settings, since, until, *, dry_run, accept_weaker_privacy):
     """Refresh an explicit window of arrival times [SINCE, UNTIL).
 
     Dates mean local midnight and datetimes without an offset are local time,
@@ -86,7 +87,7 @@ def backfill(settings, since, until, dry_run, accept_weaker_privacy):
 
     Example: lms-refresh backfill --since 2026-09-01 --until 2026-10-01
     """
-    return _do_refresh(settings, BACKFILL, dry_run, since, until, accept_weaker_privacy)
+    return _do_refresh(settings, BACKFILL, dry_run, since=since, until=until, weaker=accept_weaker_privacy)
 
 
 @click.command()
@@ -94,7 +95,7 @@ def backfill(settings, since, until, dry_run, accept_weaker_privacy):
 @click.option("--dry-run", is_flag=True, help="Show what the rebuilt store would hold; write nothing.")
 @_weaker_option
 @click.pass_obj
-def rebuild(settings, since, dry_run, accept_weaker_privacy):
+def rebuild(settings, since, *, dry_run, accept_weaker_privacy):
     """Start the store's derived data over from the source, from SINCE to now.
 
     The way to apply a change the store refuses (time zone, course_pattern,
@@ -107,7 +108,7 @@ def rebuild(settings, since, dry_run, accept_weaker_privacy):
 
     Example: lms-refresh rebuild --since 2026-09-01
     """
-    return _do_refresh(settings, REBUILD, dry_run, since, weaker=accept_weaker_privacy)
+    return _do_refresh(settings, REBUILD, dry_run, since=since, weaker=accept_weaker_privacy)
 
 
 @click.group()
@@ -132,7 +133,7 @@ def watermark_set(settings, value):
     """
     from lms_refresh.run.watermark import set_watermark
 
-    old, new = set_watermark(settings.config(), settings.now, os.environ, os.geteuid(), value)
+    old, new = set_watermark(settings.config(), settings.now, os.environ, euid=os.geteuid(), text=value)
     logger.warning("Watermark set from %s to %s; the next run reads from there.", old or "none", new)
     click.echo(f"watermark: {old or 'none'} -> {new}")
     return errors.OK

@@ -69,7 +69,7 @@ def hold_back(batch, horizon):
     return len(late)
 
 
-def apply(store, config, now, horizon, days):
+def apply(store, config, now, *, horizon, days):
     """In the run's transaction: drop staged events before the horizon, record it, expire old quarantine.
 
     Return the days still to recompute: none before the horizon.

@@ -24,7 +24,7 @@ _CONFLICT = "conflicting statement id%"
 
 
 class Erasure:
-    """A mixin of SqlStore: `execute`, `meta`, `set_meta` and `pseudonym_key` come from it."""
+    """A mixin of SqlStore: `execute`, `meta` and `set_meta` come from it."""
 
     def forget_learner(self, actor):
         """Delete the staged events of one pseudonymised learner; return the day of each deleted event."""
@@ -39,16 +39,16 @@ class Erasure:
             count += self.execute("DELETE FROM quarantine WHERE reason LIKE ? AND raw LIKE ?", (_CONFLICT, form)).rowcount
         return count
 
-    def follow_key(self):
-        """Inside the transaction: note that the quarantine's pseudonyms are made with this run's key, and
-        strip the pseudonyms of records quarantined under another (once per transaction; see the module)."""
-        if self._key_followed or self.pseudonym_key is None:
+    def follow_key(self, fingerprint):
+        """Inside the transaction (before anything is quarantined in it): note that the quarantine's
+        pseudonyms are made with the key of `fingerprint`, stripping those of records quarantined under
+        another (see the module); return how many records lost theirs."""
+        if fingerprint is None:  # the run failed before it had its key: it quarantined nothing
             return 0
-        self._key_followed = True
         meta = self.meta()
         previous = meta.get("quarantine_key", meta.get("key_fingerprint"))
         stripped = 0
-        if previous is not None and previous != self.pseudonym_key:
+        if previous is not None and previous != fingerprint:
             rows = self.execute("SELECT id, reason, raw FROM quarantine WHERE raw LIKE ? OR reason LIKE ?",
                                 ('%"pseudonym:%', _CONFLICT)).fetchall()
             for number, reason, raw in rows:
@@ -58,8 +58,8 @@ class Erasure:
                 if kept != raw:
                     self.execute("UPDATE quarantine SET raw = ? WHERE id = ?", (kept, number))
                     stripped += 1
-        if previous != self.pseudonym_key:
-            self.set_meta("quarantine_key", self.pseudonym_key)
+        if previous != fingerprint:
+            self.set_meta("quarantine_key", fingerprint)
         return stripped
 
     def drop_staged_before(self, day):
