@@ -21,7 +21,7 @@ import json
 import uuid
 import zoneinfo
 
-from lms_refresh import window as windows
+from lms_refresh import instants
 from lms_refresh.disclosure.redaction import marker
 
 CLOSED_REASON = "older than the staging horizon"
@@ -78,5 +78,5 @@ def apply(store, config, now, *, horizon, days):
         store.drop_staged_before(horizon)
         store.set_meta(HORIZON_KEY, horizon)
         days = {day for day in days if day >= horizon}
-    store.expire_quarantine(windows.to_cursor(now - dt.timedelta(days=config.retention.quarantine_days)))
+    store.expire_quarantine(instants.to_cursor(now - dt.timedelta(days=config.retention.quarantine_days)))
     return days
