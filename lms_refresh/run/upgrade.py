@@ -44,7 +44,10 @@ def plan(config, is_run, store, *, meta, has_events):
 
 
 def begin(store, planned, window, *, run_id):
-    """In the run's transaction, before the store is emptied: say so, and note what it holds."""
+    """In the run's transaction, before the store is emptied: say so, and note what it holds (`planned`:
+    plan()'s answer; None does nothing)."""
+    if planned is None:
+        return
     logger.warning("Upgrading the store from statement mapping version %d to %d: rebuilding it from the source from "
                    "%s (the first window it was built from) in this run's transaction.", planned[0],
                    identity.MAPPING_VERSION, window.since_cursor, extra={"RUN_ID": run_id})
@@ -53,7 +56,9 @@ def begin(store, planned, window, *, run_id):
 
 
 def verify(store, planned, report):
-    """After the re-read: every statement the store held must have been found again."""
+    """After the re-read: every statement the store held must have been found again (None: no upgrade)."""
+    if planned is None:
+        return
     missing = store.missing_staged_ids()
     if missing > report.quarantined:
         raise _refused(planned[0], f"rebuilding it from the source from {report.window.since_cursor} found "
