@@ -1,4 +1,5 @@
-"""The commands that refresh the store: `run` (the timer's), `backfill`, `rebuild` and `watermark set`."""
+"""The commands that change the store under the run lock: `run` (the timer's), `backfill`, `rebuild`, `watermark set`
+and `copy-store`."""
 
 import logging
 import os
@@ -14,7 +15,7 @@ from lms_refresh.run.refresh import BACKFILL, REBUILD, RUN, Refresh, Request
 logger = logging.getLogger("lms_refresh")
 
 
-def _do_refresh(settings, kind, dry_run, since=None, until=None):
+def _do_refresh(settings, kind, dry_run, *, since=None, until=None):
     """Run one refresh of `kind` (SINCE and UNTIL as typed, in the configured time zone); return its exit code.
 
     Any error of the run (a configuration error too) is logged as its run-failed journal record.
@@ -22,7 +23,7 @@ def _do_refresh(settings, kind, dry_run, since=None, until=None):
     report = None
     try:
         config = settings.config()
-        request = Request(kind, user_time(since, config), user_time(until, config), dry_run)
+        request = Request(kind, user_time(since, config, "--since"), user_time(until, config, "--until"), dry_run)
         report, error = run_job(Refresh(config, request, settings.now, os.environ, os.geteuid(),
                                         Progress(os.environ), settings.stop))
     except click.ClickException:
@@ -68,7 +69,7 @@ def run(settings, dry_run):
 @click.option("--until", required=True, type=UserTime(), help="End (exclusive): ISO date or datetime.")
 @click.option("--dry-run", is_flag=True, help="Show what would be done; write nothing.")
 @click.pass_obj
-def backfill(settings, since, until, dry_run):
+def backfill(settings, since, until, *, dry_run):
     """Refresh an explicit window of arrival times [SINCE, UNTIL).
 
     Dates mean local midnight and datetimes without an offset are local time,
@@ -77,7 +78,7 @@ def backfill(settings, since, until, dry_run):
 
     Example: lms-refresh backfill --since 2026-09-01 --until 2026-10-01
     """
-    return _do_refresh(settings, BACKFILL, dry_run, since, until)
+    return _do_refresh(settings, BACKFILL, dry_run, since=since, until=until)
 
 
 @click.command()
@@ -96,7 +97,39 @@ def rebuild(settings, since, dry_run):
 
     Example: lms-refresh rebuild --since 2026-09-01
     """
-    return _do_refresh(settings, REBUILD, dry_run, since)
+    return _do_refresh(settings, REBUILD, dry_run, since=since)
+
+
+@click.command("copy-store")
+@click.option("--from-sqlite", "path", required=True, type=click.Path(dir_okay=False),
+              help="The SQLite store file whose history to copy.")
+@click.pass_obj
+def copy_store(settings, path):
+    """Copy a SQLite store's whole history into the configured, empty PostgreSQL store.
+
+    For a move from SQLite to PostgreSQL: set [store] type = "postgresql"
+    (and its url), then copy the old store before the next run. Staged
+    events, metrics, published rows, run log, quarantine, watermark and the
+    store's identity go in one transaction, under the run lock; a target that
+    holds anything is refused. The old publication file is removed (the view
+    in <schema>_serving is the publication now); the old store file is left.
+
+    Example: lms-refresh copy-store --from-sqlite /var/lib/lms-refresh/metrics.sqlite
+    """
+    from lms_refresh.run.store_copy import copy_from_sqlite
+
+    config = settings.config()
+    report = copy_from_sqlite(config, path, environ=os.environ, euid=os.geteuid())
+    click.echo(f"copied:      {report.rows['staged_events']} staged events, {report.rows['daily_metrics']} metric "
+               f"rows, {report.rows['published_metrics']} published rows, {report.rows['runs']} runs, "
+               f"{report.rows['quarantine']} quarantined records into {config.store_location}")
+    click.echo(f"watermark:   {report.watermark or 'none'} (the next run reads on from there)")
+    what = {"removed": "removed", "absent": "none there",
+            "kept": "kept: it is not a publication lms-refresh wrote"}[report.publication]
+    click.echo(f"publication: {config.publication.path} {what}; dashboards read "
+               f"{config.store.schema}_serving.daily_metrics now (lms-refresh grant-reader ROLE)")
+    click.echo(f"old store:   {path} is left as it was; remove it once the PostgreSQL store serves")
+    return errors.OK
 
 
 @click.group()
@@ -121,7 +154,7 @@ def watermark_set(settings, value):
     """
     from lms_refresh.run.watermark import set_watermark
 
-    old, new = set_watermark(settings.config(), settings.now, os.environ, os.geteuid(), value)
+    old, new = set_watermark(settings.config(), settings.now, os.environ, euid=os.geteuid(), text=value)
     logger.warning("Watermark set from %s to %s; the next run reads from there.", old or "none", new)
     click.echo(f"watermark: {old or 'none'} -> {new}")
     return errors.OK

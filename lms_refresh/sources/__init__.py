@@ -92,7 +92,7 @@ class Source(typing.Protocol):
     def run_window(self, watermark, now, config) -> windows.Window:
         """Given the stored watermark (or None), return the window of a scheduled run."""
 
-    def backfill_window(self, since, until, now, config) -> windows.Window:
+    def backfill_window(self, since, until, now, *, config) -> windows.Window:
         """Given an operator's time window, return it clamped to what the source has complete."""
 
     def restore(self, state: dict) -> None:
@@ -140,8 +140,8 @@ class BaseSource:
             since = self.axis.back(watermark, self.lookback(config))
         return windows.Window(since, until, self.axis)
 
-    def backfill_window(self, since, until, now, config):
-        return windows.backfill_window(since, until, now, config, self.complete_through(now))
+    def backfill_window(self, since, until, now, *, config):
+        return windows.backfill_window(since, until, now, config=config, complete_through=self.complete_through(now))
 
     def restore(self, state):
         """Most sources keep no state: where they stand is the watermark."""
@@ -150,14 +150,17 @@ class BaseSource:
         """Release connections; the base holds none."""
 
 
-def build_source(config, pseudonymise, environ):
-    """Given a Config, the pseudonymising function and the environment, return the Source."""
+def build_source(config, pseudonymise, environ, *, now=None):
+    """Given a Config, the pseudonymising function and the environment, return the Source.
+
+    `now`, the run's time, lets the mappers quarantine records dated in the future (None: no check).
+    """
     settings = config.source
     kind = settings.type
     if kind in ("xapi-ndjson", "xapi-lrs"):
         from lms_refresh.sources.xapi import StatementMapper
 
-        mapper = StatementMapper(config.timezone, pseudonymise, settings.course_pattern)
+        mapper = StatementMapper(config.timezone, pseudonymise, settings.course_pattern, now=now)
         if kind == "xapi-ndjson":
             from lms_refresh.sources.ndjson import NdjsonSource
 
@@ -169,5 +172,5 @@ def build_source(config, pseudonymise, environ):
     if kind == "moodle":
         from lms_refresh.sources.moodle import MoodleSource
 
-        return MoodleSource(settings, config.timezone, pseudonymise, environ)
+        return MoodleSource(settings, config.timezone, pseudonymise, environ=environ, now=now)
     raise ConfigError(f"source type {kind!r} is not supported")
