@@ -55,7 +55,7 @@ def _no_index(paths):
     return {}
 
 
-def _unchanged_outside(known, signature, since, until):
+def _unchanged_outside(known, signature, *, since, until):
     """Whether the index entry `known` is `signature`'s, with no `stored` time in [since, until)."""
     if not known or tuple(known[:3]) != signature:
         return False
@@ -143,7 +143,7 @@ class NdjsonSource(BaseSource):
             known = self.lookup([path for path, _ in group])
             for path, info in group:
                 signature = Signature(info.st_size, info.st_mtime_ns, info.st_ino)
-                if _unchanged_outside(known.get(path), signature, since, until):
+                if _unchanged_outside(known.get(path), signature, since=since, until=until):
                     continue
                 if not os.access(path, os.R_OK):
                     raise ConfigError(denied(path))  # an operator must fix it (78); the run rolls back
