@@ -12,7 +12,8 @@
 # built there by the README's steps (apt-get build-dep ./, dpkg-buildpackage -us -uc -b),
 # `debian/rules clean` must leave the clone as git checked it out, and autopkgtest's null
 # runner runs debian/tests (smoke, and suite against the installed package) on that .deb.
-# About 11 minutes on a 2-core machine (2026-12-01, bookworm).
+# 35 minutes on a 2-core machine loaded by other jobs (2026-12-01, bookworm: root 7, build 5, smoke 1,
+# suite 16); not in .ci/run yet (see README, "Tests").
 #
 # Only committed work is tested (it clones HEAD). The root gets nothing from this host but
 # what reaching Debian's archive and the Python package index needs: the apt mirrors and

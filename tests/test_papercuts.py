@@ -78,7 +78,8 @@ def test_the_demo_hint_names_the_bare_command_only_when_path_finds_this_one(tmp_
     script.parent.mkdir()
     script.write_text("#!/bin/sh\n")
     script.chmod(0o755)
-    assert command_hint(str(script), {"PATH": f"/usr/bin:{script.parent}"}, "/usr/bin/python3") == "lms-refresh"
+    # This script first on PATH: with the package installed, /usr/bin has an lms-refresh of its own.
+    assert command_hint(str(script), {"PATH": f"{script.parent}:/usr/bin"}, "/usr/bin/python3") == "lms-refresh"
     assert command_hint(str(script), {"PATH": "/usr/bin"}, "/usr/bin/python3") == str(script)
     assert command_hint("/x/lms_refresh/__main__.py", {"PATH": "/usr/bin"}, "/opt/py/bin/python3") == \
         "/opt/py/bin/python3 -m lms_refresh"
