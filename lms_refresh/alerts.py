@@ -17,7 +17,7 @@ from lms_refresh import logs
 from lms_refresh.config import load_alerts, load_config
 from lms_refresh.errors import MEANINGS, ConfigError, RefreshError
 from lms_refresh.credentials import read_secret
-from lms_refresh.monitoring import post, redact_url
+from lms_refresh.monitoring import post, read_url, redact_url
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ def deliver(alert, settings, environ):
     if settings.webhook_url_file:
         attempted += 1
         try:
-            url = read_secret(settings.webhook_url_file, environ)
+            url = read_url(settings.webhook_url_file, environ, "alerts.webhook_url_file")
         except ConfigError as error:  # the mail may still go out
             logger.warning("The alert webhook is not sent: %s", error)
         else:

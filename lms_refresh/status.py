@@ -4,11 +4,12 @@ import dataclasses
 import os
 
 from lms_refresh import publish
-from lms_refresh.errors import StateError
+from lms_refresh.errors import ConfigError, StateError
 from lms_refresh.lock import probe
 from lms_refresh.paths import named_paths, refuse_collisions
 from lms_refresh.pseudonym import Pseudonymiser
-from lms_refresh.sources import OK, Finding, build_source
+from lms_refresh.monitoring import read_url, redact_url
+from lms_refresh.sources import OK, WARNING, Finding, build_source
 from lms_refresh.statedir import LOCK_NAME, refuse_a_file, user_name
 from lms_refresh.store import open_store, store_exists
 from lms_refresh.window import TIME
@@ -107,6 +108,23 @@ def format_status(status):
     return "\n".join(lines)
 
 
+def _url_findings(config, environ):
+    """The alert and ping URLs, read as a run reads them: a bad one is a warning (the run goes on without
+    it), said in a sentence that never quotes the URL."""
+    findings = []
+    for key in ("webhook_url_file", "healthchecks_url_file"):
+        name = getattr(config.alerts, key)
+        if not name:
+            continue
+        try:
+            url = read_url(name, environ, f"alerts.{key}")
+        except ConfigError as error:
+            findings.append(Finding(WARNING, f"{error} Until then nothing is sent there.", about=f"alerts.{key}"))
+        else:
+            findings.append(Finding(OK, f"a valid URL ({redact_url(url)})", about=f"alerts.{key}"))
+    return findings
+
+
 def run_checks(config, euid, environ):
     """Check configuration, state directory, source and store without writing; return Findings.
 
@@ -128,6 +146,7 @@ def run_checks(config, euid, environ):
         findings.append(Finding(OK, f"state directory {directory}: writable"))
     else:
         findings.append(Finding(OK, f"state directory {directory}: will be created on the first run"))
+    findings.extend(_url_findings(config, environ))
     source = build_source(config, Pseudonymiser(b"check"), environ)
     try:
         findings.extend(dataclasses.replace(finding, about="source") for finding in source.check())
