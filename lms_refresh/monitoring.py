@@ -220,6 +220,11 @@ def plugin_report(status, now, timezone, grace):
         return PLUGIN_CRITICAL, plugin_line(PLUGIN_CRITICAL, f"stale: {stale}", perfdata)
     started_text = from_cursor(success["started_at"], "time").astimezone(zone).isoformat(timespec="minutes")
     text = f"last success started {started_text}, watermark {status['watermark']}"
+    publication = status.get("publication") or {}
+    if publication.get("missing"):
+        return PLUGIN_WARNING, plugin_line(
+            PLUGIN_WARNING, f"{publication['location']} is missing (dropped?): dashboards read nothing until the "
+                            f"next run re-creates it; {text}", perfdata)
     if last_run is not None and last_run["exit_code"] != 0:
         failed = from_cursor(last_run["started_at"], "time").astimezone(zone).isoformat(timespec="minutes")
         return PLUGIN_WARNING, plugin_line(

@@ -21,7 +21,7 @@ from lms_refresh import faults, logs, redact, retention, state, stopping
 from lms_refresh import window as windows
 from lms_refresh.config import Config
 from lms_refresh.errors import BadInputError, StateError, Terminated, exit_status, from_os_error
-from lms_refresh.exclusive import locked_store, run_lock
+from lms_refresh.exclusive import lock_held, locked_store, run_lock
 from lms_refresh.lock import LockHeld
 from lms_refresh.privacy import RecordKeys
 from lms_refresh.publish import publish_if_behind
@@ -88,7 +88,9 @@ class Refresh:
                     if not self.request.dry_run:
                         self.publish()
             except LockHeld as held:
-                self._lock_held(held.holder)
+                error = self._lock_held(held.holder)
+                if error is not None:
+                    return Outcome(self.report, error)
             except (Exception, Terminated) as error:
                 if isinstance(error, OSError):  # the lock file, the key, a new store's file: the state directory's disk
                     error = from_os_error(error, error.filename or self.config.state_directory) or error
@@ -116,7 +118,8 @@ class Refresh:
         config, rebuild = self.config, self.request.kind == REBUILD
         has_events = store.has_events()
         if not rebuild:
-            state.check_clock(self.now, meta, store.last_runs()[0])
+            # The last entry of any kind: a watermark set by hand says the operator has looked at the clock.
+            state.check_clock(self.now, meta, store.last_entry())
             state.check_identity(config, meta, has_events)
         key = state.open_key(config, meta, has_events, self.request.dry_run, rebuild)
         store.record_keys = RecordKeys(key)
@@ -300,10 +303,16 @@ class Refresh:
                          staged_at - report.started, recomputed_at - staged_at, time.monotonic() - recomputed_at)
 
     def _lock_held(self, holder):
+        """The timer's run logs that another holds the lock and is done (its next start does the work);
+        return the error of a backfill or rebuild instead, which nobody else will do (see exclusive.py)."""
         self.report.outcome = "lock-held"
         self.report.lock_holder = holder
+        if self.request.kind != RUN:
+            return lock_held(holder, f"nothing was {'rebuilt' if self.request.kind == REBUILD else 'backfilled'}",
+                             self.request.kind)
         logger.info("Another refresh holds the lock (held by %s); nothing to do.", holder,
                     extra=logs.run_fields(logs.LOCK_HELD, self.report))
+        return None
 
     def _check_tolerance(self):
         report, share_allowed = self.report, self.config.max_quarantine_share

@@ -26,7 +26,8 @@ def collect_status(config, environ):
         "lock": {"path": lock_path, "held": holder is not None, "holder": holder},
         "store": {"type": config.store.type, "location": config.store_location,
                   "exists": store_exists(config, environ), "size_bytes": 0},
-        "watermark": None, "cursor_kind": None, "last_run": None, "last_success": None, "quarantined_records": 0,
+        "watermark": None, "cursor_kind": None, "last_run": None, "last_success": None, "watermark_set": None,
+        "quarantined_records": 0,
     }
     if status["store"]["exists"]:
         store = open_store(config, environ, create=False, read_only=True)
@@ -39,15 +40,18 @@ def collect_status(config, environ):
                 if status["watermark"] is not None:
                     status["cursor_kind"] = meta.get("cursor_kind", TIME.name)
                 status["last_run"], status["last_success"] = store.last_runs()
+                entry = store.last_entry()
+                status["watermark_set"] = entry if entry and entry["kind"] == "watermark-set" else None
                 status["quarantined_records"] = store.quarantine_count()
                 # The settings in force, from the store's typed row (a store that still needs an
                 # upgrade was refused by open_store): none before the first run stores them.
                 settings = store.privacy_settings(missing_ok=True)
                 status["privacy"] = dataclasses.asdict(settings) if settings else None
+                view_exists = store.serving_view_exists()
         finally:
             store.close()
         if status.get("privacy"):
-            status["publication"] = publish.describe(config, environ)
+            status["publication"] = publish.describe(config, environ, view_exists)
     return status
 
 
@@ -67,7 +71,10 @@ def _privacy_lines(status):
              else f"cell key, counts within +-{privacy['max_noise']}, variance {privacy['variance']}")
     lines = [f"privacy:      min_cell_size {privacy['min_cell_size']} in force; noise {noise}"
              + ("; zeros withheld" if privacy["withhold_zeros"] else "")]
-    if publication:
+    if publication and publication.get("missing"):
+        lines.append(f"publication:  {publication['location']} is MISSING (dropped?): dashboards read nothing; "
+                     "the next run re-creates it")
+    elif publication:
         when = publication["published_at"]
         lines.append(f"publication:  {publication['location']}"
                      + (f", published {when}" if when else (" (not published yet)" if not publication["current"] else ""))
@@ -101,6 +108,10 @@ def format_status(status):
         )
         if run["message"]:
             lines.append(f"{'':<14}{run['message']}")
+    if status.get("watermark_set"):
+        moved = status["watermark_set"]
+        lines.append(f"{'set by hand:':<14}watermark from {moved['window_since']} to {moved['window_until']} at "
+                     f"{moved['started_at']} (watermark set; not a run)")
     lines.append(f"quarantine:   {status['quarantined_records']} record(s) kept")
     lines.extend(_privacy_lines(status))
     if status.get("stale"):
@@ -155,11 +166,30 @@ def run_checks(config, euid, environ):
     if store_exists(config, environ):
         store = open_store(config, environ, create=False, read_only=True)
         try:
-            detail = f"; {store.privileges()}" if hasattr(store, "privileges") else ""
-            findings.append(Finding(OK, f"store {store.describe()}: reachable, "
-                                        f"schema v{store.schema_version()}{detail}"))
+            with store.errors():
+                findings.append(Finding(OK, f"store {store.describe()}: reachable, schema v{store.schema_version()}"
+                                            f"{_store_rights(config, store)}"))
+                if not store.serving_view_exists():
+                    findings.append(Finding(WARNING, f"the serving view {store.serving} is missing (dropped?): "
+                                                     "dashboards read nothing until the next run re-creates it (then "
+                                                     "run 'lms-refresh grant-reader ROLE' again)", about="store"))
         finally:
             store.close()
     else:
         findings.append(Finding(OK, f"store {config.store_location}: will be created on the first run"))
+    if config.store.type == "sqlite" and config.publication.group:
+        gid = publish.group_id(config.publication.group)  # the run would fail after its commit
+        findings.append(Finding(OK, f"publication.group {config.publication.group}: exists (gid {gid})"))
     return findings
+
+
+def _store_rights(config, store):
+    """Refuse (78) a PostgreSQL store whose role cannot do what a run does; return the words for the `ok` line."""
+    if config.store.type != "postgresql":
+        return ""
+    missing = store.missing_privileges()
+    if missing:
+        raise ConfigError(f"The store {store.describe()} is reachable, but its role may not {', '.join(missing)}, "
+                          "so a run would fail; connect as the role that owns the schema (README, \"PostgreSQL "
+                          "store\") or grant it those privileges.")
+    return "; its role may write every table"

@@ -18,6 +18,7 @@ CELL_FIELDS = tuple(name for name in column_names("daily_metrics") if name != "c
 PRIVACY_FIELDS = column_names("privacy_settings")[1:]  # after the id of the one row
 PUBLISHED_FIELDS = column_names("published_metrics")
 RUN_FIELDS = column_names("runs")
+REFRESH_KINDS = ("run", "backfill", "rebuild")  # the run log's kinds that are refreshes (not "watermark-set")
 
 
 class SqlStore:
@@ -82,13 +83,23 @@ class SqlStore:
         return self.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
 
     def last_runs(self):
-        """Return (last run, last successful run) as dicts, or None for each."""
-        columns = ", ".join(RUN_FIELDS)
-        last = self.execute(f"SELECT {columns} FROM runs ORDER BY {self.run_order} DESC LIMIT 1").fetchone()
+        """Return (last refresh, last successful refresh) as dicts, or None for each.
+
+        Only runs, backfills and rebuilds count: a watermark set by hand is in the run log but is
+        no run, so it neither hides a failure nor stands in for a success."""
+        columns, refreshes = ", ".join(RUN_FIELDS), ", ".join(f"'{kind}'" for kind in REFRESH_KINDS)
+        last = self.execute(f"SELECT {columns} FROM runs WHERE kind IN ({refreshes}) "
+                            f"ORDER BY {self.run_order} DESC LIMIT 1").fetchone()
         success = self.execute(
-            f"SELECT {columns} FROM runs WHERE exit_code = 0 AND kind IN ('run', 'backfill', 'rebuild') "
+            f"SELECT {columns} FROM runs WHERE exit_code = 0 AND kind IN ({refreshes}) "
             f"ORDER BY {self.run_order} DESC LIMIT 1").fetchone()
         return tuple(dict(zip(RUN_FIELDS, row)) if row else None for row in (last, success))
+
+    def last_entry(self):
+        """Return the run log's last row of any kind (a watermark set by hand too) as a dict, or None."""
+        row = self.execute(f"SELECT {', '.join(RUN_FIELDS)} FROM runs ORDER BY {self.run_order} DESC LIMIT 1"
+                           ).fetchone()
+        return dict(zip(RUN_FIELDS, row)) if row else None
 
     # -- one run's transaction ------------------------------------------------
 
