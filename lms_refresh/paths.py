@@ -14,7 +14,7 @@ import dataclasses
 import os
 
 from lms_refresh.errors import ConfigError
-from lms_refresh.statedir import LOCK_NAME, MARKER
+from lms_refresh.state_directory import LOCK_NAME, MARKER
 
 SQLITE_SIDECARS = ("-journal", "-wal", "-shm")  # what SQLite writes beside a database file
 

@@ -12,8 +12,8 @@ import socket
 import pytest
 
 from conftest import Project, statement
-from lms_refresh.alerts import compose, failed_row
-from lms_refresh.lock import RunLock
+from lms_refresh.ops.alerts import compose, failed_row
+from lms_refresh.run.lock import RunLock
 
 NOW = "2026-11-03T04:15:00+01:00"  # a Tuesday
 LATER = "2026-11-03T06:15:00+01:00"

@@ -191,7 +191,7 @@ def test_check_lists_the_written_paths_as_distinct(sqlite_project):
 def test_the_run_lock_checks_again_what_appeared_after_loading(sqlite_project):
     """A hard link made after the configuration was read (a retry waits 10 minutes) is still refused."""
     from lms_refresh.config import load_config
-    from lms_refresh.exclusive import run_lock
+    from lms_refresh.run.lock import run_lock
 
     project = sqlite_project
     published = project.root / "published" / "serving.sqlite"

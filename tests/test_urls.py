@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from conftest import statement
 from lms_refresh.config import validate
 from lms_refresh.errors import ConfigError
-from lms_refresh.validators import LONGEST_URL, url_problem
+from lms_refresh.config.validators import LONGEST_URL, url_problem
 
 NOW = "2026-11-03T04:15:00+01:00"
 
@@ -156,7 +156,7 @@ def test_a_malformed_webhook_url_fails_only_that_channel_in_one_sentence(sqlite_
 def test_a_url_urllib_cannot_use_is_logged_without_it(caplog, url):
     """Whatever reaches `post` (each caller checks the URL first), urllib's own words, which quote the
     URL, are never logged: one sentence by scheme and host only, and False."""
-    from lms_refresh.monitoring import post
+    from lms_refresh.ops.monitoring import post
 
     with caplog.at_level(logging.WARNING, logger="lms_refresh"):
         assert post(url, b"", "text/plain", 1) is False

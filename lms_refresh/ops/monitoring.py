@@ -16,7 +16,7 @@ import zoneinfo
 
 from lms_refresh.credentials import read_secret
 from lms_refresh.errors import ConfigError, RefreshError
-from lms_refresh.validators import url_problem
+from lms_refresh.config.validators import url_problem
 from lms_refresh.window import TIME, from_cursor
 
 logger = logging.getLogger(__name__)

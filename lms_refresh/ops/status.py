@@ -1,16 +1,11 @@
-"""`status` and `check`: read-only views of the state, the store and the source."""
+"""`status`: a read-only view of the state, the store, the lock and the publication."""
 
 import dataclasses
 import os
 
-from lms_refresh import publish
-from lms_refresh.errors import ConfigError, StateError
-from lms_refresh.lock import probe
-from lms_refresh.paths import named_paths, refuse_collisions
-from lms_refresh.pseudonym import Pseudonymiser
-from lms_refresh.monitoring import read_url, redact_url
-from lms_refresh.sources import OK, WARNING, Finding, build_source
-from lms_refresh.statedir import LOCK_NAME, refuse_a_file, user_name
+from lms_refresh.run.lock import probe
+from lms_refresh.state_directory import LOCK_NAME, refuse_a_file
+from lms_refresh.store import publication
 from lms_refresh.store import open_store, store_exists
 from lms_refresh.window import TIME
 
@@ -51,7 +46,7 @@ def collect_status(config, environ):
         finally:
             store.close()
         if status.get("privacy"):
-            status["publication"] = publish.describe(config, environ, view_exists)
+            status["publication"] = publication.describe(config, environ, view_exists)
     return status
 
 
@@ -117,79 +112,3 @@ def format_status(status):
     if status.get("stale"):
         lines.append(f"STALE:        {status['stale']}")
     return "\n".join(lines)
-
-
-def _url_findings(config, environ):
-    """The alert and ping URLs, read as a run reads them: a bad one is a warning (the run goes on without
-    it), said in a sentence that never quotes the URL."""
-    findings = []
-    for key in ("webhook_url_file", "healthchecks_url_file"):
-        name = getattr(config.alerts, key)
-        if not name:
-            continue
-        try:
-            url = read_url(name, environ, f"alerts.{key}")
-        except ConfigError as error:
-            findings.append(Finding(WARNING, f"{error} Until then nothing is sent there.", about=f"alerts.{key}"))
-        else:
-            findings.append(Finding(OK, f"a valid URL ({redact_url(url)})", about=f"alerts.{key}"))
-    return findings
-
-
-def run_checks(config, euid, environ):
-    """Check configuration, state directory, source and store without writing; return Findings.
-
-    Raises the RefreshError of the first check that fails.
-    """
-    findings = [Finding(OK, f"configuration {config.origin}: valid")]
-    refuse_collisions(config)
-    written = [named for named in named_paths(config) if named.written and not named.directory]
-    findings.append(Finding(OK, f"paths: the {len(written)} files a run writes are distinct from each other and "
-                                "from the files it reads"))
-    directory = config.state_directory
-    if os.path.isdir(directory):
-        if not os.access(directory, os.W_OK | os.X_OK) or (euid == 0 and os.stat(directory).st_uid != 0):
-            owner = user_name(os.stat(directory).st_uid)
-            raise StateError(
-                f"The state directory {directory} belongs to '{owner}' and must not be written by "
-                f"'{user_name(euid)}'; run as that user, e.g. 'sudo -u {owner} lms-refresh check'."
-            )
-        findings.append(Finding(OK, f"state directory {directory}: writable"))
-    else:
-        findings.append(Finding(OK, f"state directory {directory}: will be created on the first run"))
-    findings.extend(_url_findings(config, environ))
-    source = build_source(config, Pseudonymiser(b"check"), environ)
-    try:
-        findings.extend(dataclasses.replace(finding, about="source") for finding in source.check())
-    finally:
-        source.close()
-    if store_exists(config, environ):
-        store = open_store(config, environ, create=False, read_only=True)
-        try:
-            with store.errors():
-                findings.append(Finding(OK, f"store {store.describe()}: reachable, schema v{store.schema_version()}"
-                                            f"{_store_rights(config, store)}"))
-                if not store.serving_view_exists():
-                    findings.append(Finding(WARNING, f"the serving view {store.serving} is missing (dropped?): "
-                                                     "dashboards read nothing until the next run re-creates it (then "
-                                                     "run 'lms-refresh grant-reader ROLE' again)", about="store"))
-        finally:
-            store.close()
-    else:
-        findings.append(Finding(OK, f"store {config.store_location}: will be created on the first run"))
-    if config.store.type == "sqlite" and config.publication.group:
-        gid = publish.group_id(config.publication.group)  # the run would fail after its commit
-        findings.append(Finding(OK, f"publication.group {config.publication.group}: exists (gid {gid})"))
-    return findings
-
-
-def _store_rights(config, store):
-    """Refuse (78) a PostgreSQL store whose role cannot do what a run does; return the words for the `ok` line."""
-    if config.store.type != "postgresql":
-        return ""
-    missing = store.missing_privileges()
-    if missing:
-        raise ConfigError(f"The store {store.describe()} is reachable, but its role may not {', '.join(missing)}, "
-                          "so a run would fail; connect as the role that owns the schema (README, \"PostgreSQL "
-                          "store\") or grant it those privileges.")
-    return "; its role may write every table"
