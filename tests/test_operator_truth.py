@@ -118,16 +118,17 @@ def test_an_earlier_failure_is_not_taken_for_one_that_left_no_row():
     import datetime as dt
 
     unit_started = dt.datetime(2026, 11, 3, 3, 15, tzinfo=dt.timezone.utc)
-    assert failed_row(EARLIER, 78, None, None) is EARLIER  # nothing says otherwise
-    assert failed_row(EARLIER, 65, None, None) is None  # another exit status
-    assert failed_row(EARLIER, 78, set(), None) is None  # the invocation's journal names no run: none began
-    assert failed_row(EARLIER, 78, {"r2"}, None) is None  # ... or another run
-    assert failed_row(EARLIER, 78, {"r1", "r0"}, None) is EARLIER  # the run of this invocation (a retry's too)
-    assert failed_row(EARLIER, 78, None, unit_started) is None  # it started a day before the unit did
+    assert failed_row(EARLIER, 78, run_ids=None, started=None) is EARLIER  # nothing says otherwise
+    assert failed_row(EARLIER, 65, run_ids=None, started=None) is None  # another exit status
+    assert failed_row(EARLIER, 78, run_ids=set(), started=None) is None  # its journal names no run: none began
+    assert failed_row(EARLIER, 78, run_ids={"r2"}, started=None) is None  # ... or another run
+    assert failed_row(EARLIER, 78, run_ids={"r1", "r0"}, started=None) is EARLIER  # this invocation's run (or a retry's)
+    assert failed_row(EARLIER, 78, run_ids=None, started=unit_started) is None  # it started a day before the unit did
     later = dict(EARLIER, started_at="2026-11-03T03:15:00.500000Z")
-    assert failed_row(later, 78, {"r1"}, unit_started) is later
+    assert failed_row(later, 78, run_ids={"r1"}, started=unit_started) is later
     lines = [(6, "Starting ..."), (3, "The state directory /var/lib/lms-refresh belongs to user 'nobody' ...", None)]
-    alert = compose("lms-refresh.service", "78", "exit-code", "abc", EARLIER, lines, [], set(), unit_started)
+    alert = compose("lms-refresh.service", "78", "exit-code", invocation="abc", last_run=EARLIER, lines=lines,
+                    secrets=[], run_ids=set(), started=unit_started)
     assert alert["window"] is None and alert["message"].startswith("The state directory")
 
 

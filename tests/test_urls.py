@@ -159,6 +159,6 @@ def test_a_url_urllib_cannot_use_is_logged_without_it(caplog, url):
     from lms_refresh.ops.monitoring import post
 
     with caplog.at_level(logging.WARNING, logger="lms_refresh"):
-        assert post(url, b"", "text/plain", 1) is False
+        assert post(url, b"", "text/plain", timeout=1) is False
     [record] = caplog.records
     assert record.getMessage().startswith("Delivery to ") and "secret-token" not in record.getMessage()

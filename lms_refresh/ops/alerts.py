@@ -33,7 +33,7 @@ _URL_SECRET = re.compile(r"(\w+://)[^\s/@]*@")  # user:password@ in URLs
 JOURNAL_WAIT = 5.0
 
 
-def journal_lines(invocation, limit=JOURNAL_LINES, wait=JOURNAL_WAIT, clock=time.monotonic, sleep=time.sleep):
+def journal_lines(invocation, limit=JOURNAL_LINES, wait=JOURNAL_WAIT, *, clock=time.monotonic, sleep=time.sleep):
     """Return the last `limit` (priority, message, run id or None) records of one invocation, oldest first
     ([] without a journal), waiting up to `wait` seconds for a record at priority err or worse (a run
     that was killed has none: then what is there after the wait)."""
@@ -101,7 +101,7 @@ def unit_started(unit):
 START_TOLERANCE = dt.timedelta(minutes=1)
 
 
-def failed_row(last_run, exit_code, run_ids, started):
+def failed_row(last_run, exit_code, *, run_ids, started):
     """Return the store's last run-log row if it is the failure being reported, else None.
 
     A failure before the run log (a state directory owned by someone else, a broken configuration, a
@@ -134,7 +134,7 @@ def redact(text, secrets):
     return _EMAIL.sub("<redacted>", text)
 
 
-def compose(unit, exit_status, result, invocation, last_run, lines, secrets, run_ids=None, started=None):
+def compose(unit, exit_status, result, *, invocation, last_run, lines, secrets, run_ids=None, started=None):
     """Return the alert as a dict (the webhook body; the mail is made from it).
 
     `lines` are the failed invocation's (priority, message, ...) journal records; `run_ids` the run ids
@@ -156,7 +156,7 @@ def compose(unit, exit_status, result, invocation, last_run, lines, secrets, run
         "journal": [redact(line[1], secrets) for line in lines],
         "message": redact(_last_error(lines), secrets),
     }
-    row = failed_row(last_run, code, run_ids, started)
+    row = failed_row(last_run, code, run_ids=run_ids, started=started)
     if row is not None:
         alert["window"] = {"since": row["window_since"], "until": row["window_until"]}
         alert["message"] = redact(row["message"], secrets)
@@ -205,7 +205,7 @@ def deliver(alert, settings, environ):
         except ConfigError as error:  # the mail may still go out
             logger.warning("The alert webhook is not sent: %s", error)
         else:
-            if post(url, json.dumps(alert).encode(), "application/json", settings.timeout):
+            if post(url, json.dumps(alert).encode(), "application/json", timeout=settings.timeout):
                 delivered += 1
                 logger.info("Alert delivered to %s", redact_url(url), extra=logs.fields(logs.ALERT_SENT))
     return delivered, attempted
@@ -233,7 +233,7 @@ def alert_settings(config_path, environ):
     return settings, None, broken
 
 
-def send_alert(config_path, unit, exit_status, result, invocation, environ, last_run_of):
+def send_alert(config_path, unit, exit_status, *, result, invocation, environ, last_run_of):
     """Report that `unit` failed to every [alerts] channel; return (delivered, attempted).
 
     `last_run_of(config)` returns the store's last run row (for the window and
@@ -262,8 +262,8 @@ def send_alert(config_path, unit, exit_status, result, invocation, environ, last
     logger.info("Alerting that %s failed (exit status %s, result %s)", unit, exit_status, result)
     lines = journal_lines(invocation)
     run_ids = {line[2] for line in lines if line[2]} if lines else None
-    message = compose(unit, exit_status, result, invocation, last_run, lines, secrets, run_ids,
-                      unit_started(unit))
+    message = compose(unit, exit_status, result, invocation=invocation, last_run=last_run, lines=lines,
+                      secrets=secrets, run_ids=run_ids, started=unit_started(unit))
     if broken is not None and not message["message"]:
         message["message"] = redact(str(broken), secrets)
     delivered, attempted = deliver(message, settings, environ)
