@@ -19,7 +19,7 @@ from lms_refresh.config import load_alerts, load_config
 from lms_refresh.errors import MEANINGS, ConfigError, RefreshError, StateError
 from lms_refresh.credentials import read_secret
 from lms_refresh.ops.monitoring import post, read_url, redact_url
-from lms_refresh.window import from_cursor
+from lms_refresh.instants import from_cursor
 
 logger = logging.getLogger(__name__)
 

@@ -14,10 +14,11 @@ import urllib.error
 import urllib.request
 import zoneinfo
 
+from lms_refresh.config.validators import url_problem
 from lms_refresh.credentials import read_secret
 from lms_refresh.errors import ConfigError, RefreshError
-from lms_refresh.config.validators import url_problem
-from lms_refresh.window import TIME, from_cursor
+from lms_refresh.instants import from_cursor
+from lms_refresh.window import TIME
 
 logger = logging.getLogger(__name__)
 

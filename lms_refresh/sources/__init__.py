@@ -150,14 +150,17 @@ class BaseSource:
         """Release connections; the base holds none."""
 
 
-def build_source(config, pseudonymise, environ):
-    """Given a Config, the pseudonymising function and the environment, return the Source."""
+def build_source(config, pseudonymise, environ, *, now=None):
+    """Given a Config, the pseudonymising function and the environment, return the Source.
+
+    `now`, the run's time, lets the mappers quarantine records dated in the future (None: no check).
+    """
     settings = config.source
     kind = settings.type
     if kind in ("xapi-ndjson", "xapi-lrs"):
         from lms_refresh.sources.xapi import StatementMapper
 
-        mapper = StatementMapper(config.timezone, pseudonymise, settings.course_pattern)
+        mapper = StatementMapper(config.timezone, pseudonymise, settings.course_pattern, now=now)
         if kind == "xapi-ndjson":
             from lms_refresh.sources.ndjson import NdjsonSource
 
@@ -169,5 +172,5 @@ def build_source(config, pseudonymise, environ):
     if kind == "moodle":
         from lms_refresh.sources.moodle import MoodleSource
 
-        return MoodleSource(settings, config.timezone, pseudonymise, environ=environ)
+        return MoodleSource(settings, config.timezone, pseudonymise, environ=environ, now=now)
     raise ConfigError(f"source type {kind!r} is not supported")
