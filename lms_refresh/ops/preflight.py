@@ -5,9 +5,9 @@ import dataclasses
 import os
 
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser
+from lms_refresh.config.paths import named_paths, refuse_collisions
 from lms_refresh.errors import ConfigError, StateError
 from lms_refresh.ops.monitoring import read_url, redact_url
-from lms_refresh.paths import named_paths, refuse_collisions
 from lms_refresh.sources import OK, WARNING, Finding, build_source
 from lms_refresh.state_directory import user_name
 from lms_refresh.store import open_store, publication, store_exists

@@ -17,8 +17,8 @@ import fcntl
 import os
 import socket
 
+from lms_refresh.config.paths import refuse_collisions
 from lms_refresh.errors import UnavailableError
-from lms_refresh.paths import refuse_collisions
 from lms_refresh.state_directory import LOCK_NAME, check_writable_file, prepare_state_directory
 from lms_refresh.store import open_store
 

@@ -168,7 +168,7 @@ class Refresh:
     def stage(self, store, source, window, *, horizon):
         """Stage the window's batches inside the run's transaction; return the local days they touched."""
         report, now_text, days = self.report, instants.to_cursor(self.now), set()
-        source.restore(store.source_index())
+        source.restore(store.source_state_of)
         for batch in source.batches(window):
             retention.hold_back(batch, horizon)  # days whose staged events were dropped stay closed
             days |= store.stage(batch.events, batch.voids, batch.names, record_keys=self._record_keys)

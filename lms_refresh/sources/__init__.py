@@ -95,8 +95,9 @@ class Source(typing.Protocol):
     def backfill_window(self, since, until, now, *, config) -> windows.Window:
         """Given an operator's time window, return it clamped to what the source has complete."""
 
-    def restore(self, state: dict) -> None:
-        """Take up the state saved with the last committed run (its batches' `state`, merged)."""
+    def restore(self, lookup: typing.Callable) -> None:
+        """Take up the state saved with the last committed run (its batches' `state`, merged), through
+        `lookup(keys)`, which returns {key: saved value} for those of `keys` it holds."""
 
     def batches(self, window) -> typing.Iterator[Batch]:
         """Yield the window's records as Batches, each with the state to commit with it."""
@@ -143,7 +144,7 @@ class BaseSource:
     def backfill_window(self, since, until, now, *, config):
         return windows.backfill_window(since, until, now, config=config, complete_through=self.complete_through(now))
 
-    def restore(self, state):
+    def restore(self, lookup):
         """Most sources keep no state: where they stand is the watermark."""
 
     def close(self):

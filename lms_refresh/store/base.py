@@ -71,8 +71,16 @@ class SqlStore:
     def has_events(self):
         return bool(self.execute("SELECT EXISTS (SELECT 1 FROM staged_events)").fetchone()[0])
 
-    def source_index(self):
-        return {key: json.loads(value) for key, value in self.execute("SELECT key, value FROM source_state").fetchall()}
+    def source_state_of(self, keys):
+        """Return {key: saved value} for those of `keys` the source state holds (asked in batches by a
+        source whose state grows with its input, such as the export files' index)."""
+        keys, found = list(keys), {}
+        for start in range(0, len(keys), 500):
+            part = keys[start:start + 500]
+            rows = self.execute(f"SELECT key, value FROM source_state WHERE key IN ({', '.join('?' for _ in part)})",
+                                part).fetchall()
+            found.update((key, json.loads(value)) for key, value in rows)
+        return found
 
     def serving_rows(self):
         """Return the serving view's rows, ordered, with days as ISO text in every store."""
@@ -84,22 +92,18 @@ class SqlStore:
         return self.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
 
     def last_runs(self):
-        """Return (last refresh, last successful refresh) as dicts, or None for each.
-
-        Only runs, backfills and rebuilds count: a watermark set by hand is in the run log but is
-        no run, so it neither hides a failure nor stands in for a success."""
-        columns, refreshes = ", ".join(RUN_FIELDS), ", ".join(f"'{kind}'" for kind in REFRESH_KINDS)
-        last = self.execute(f"SELECT {columns} FROM runs WHERE kind IN ({refreshes}) "
-                            f"ORDER BY {self.run_order} DESC LIMIT 1").fetchone()
-        success = self.execute(
-            f"SELECT {columns} FROM runs WHERE exit_code = 0 AND kind IN ({refreshes}) "
-            f"ORDER BY {self.run_order} DESC LIMIT 1").fetchone()
-        return tuple(dict(zip(RUN_FIELDS, row)) if row else None for row in (last, success))
+        """Return (last refresh, last successful refresh) as dicts, or None for each. A watermark set by
+        hand is in the run log but is no run: it neither hides a failure nor stands in for a success."""
+        refreshes = f"kind IN ({', '.join(repr(kind) for kind in REFRESH_KINDS)})"
+        return self._last_run(refreshes), self._last_run(f"exit_code = 0 AND {refreshes}")
 
     def last_entry(self):
         """Return the run log's last row of any kind (a watermark set by hand too) as a dict, or None."""
-        row = self.execute(f"SELECT {', '.join(RUN_FIELDS)} FROM runs ORDER BY {self.run_order} DESC LIMIT 1"
-                           ).fetchone()
+        return self._last_run("TRUE")
+
+    def _last_run(self, condition):
+        row = self.execute(f"SELECT {', '.join(RUN_FIELDS)} FROM runs WHERE {condition} "
+                           f"ORDER BY {self.run_order} DESC LIMIT 1").fetchone()
         return dict(zip(RUN_FIELDS, row)) if row else None
 
     # -- one run's transaction ------------------------------------------------
