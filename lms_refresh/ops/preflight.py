@@ -4,6 +4,7 @@ writing nothing — what a run would meet, before it meets it."""
 import dataclasses
 import os
 
+from lms_refresh.disclosure import weakening
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser
 from lms_refresh.config.paths import named_paths, refuse_collisions
 from lms_refresh.errors import ConfigError, StateError
@@ -44,6 +45,7 @@ def preflight(config, euid, environ):
         store = open_store(config, environ, create=False, read_only=True)
         try:
             with store.errors():
+                weakening.require(config, store, accepted=False)  # the run would refuse it: so does check
                 findings.append(Finding(OK, f"store {store.describe()}: reachable, schema v{store.schema_version()}"
                                             f"{_store_rights(config, store)}"))
                 if not store.serving_view_exists():
