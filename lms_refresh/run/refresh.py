@@ -39,6 +39,7 @@ logger = logging.getLogger(__name__)
 QUARANTINE_KEPT_ON_FAILURE = 1000  # records kept in memory to record after a rollback
 
 RUN, BACKFILL, REBUILD = "run", "backfill", "rebuild"
+UNDONE = {BACKFILL: "backfilled", REBUILD: "rebuilt"}  # what was not done when the lock is held
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,8 +95,7 @@ class Refresh:
                     if not self.request.dry_run:
                         self.publish()
             except LockHeld as held:
-                error = self._lock_held(held.holder)
-                if error is not None:
+                if (error := self._lock_held(held.holder)) is not None:
                     return Outcome(self.report, error)
             except (Exception, Terminated) as error:
                 if isinstance(error, OSError):  # the lock file, the key, a new store's file: the state directory's disk
@@ -124,7 +124,7 @@ class Refresh:
         config, rebuild = self.config, self.request.kind == REBUILD
         has_events = store.has_events()
         if not rebuild:
-            # The last entry of any kind: a watermark set by hand says the operator has looked at the clock.
+            # Any kind of last entry: a watermark set by hand says the operator has looked at the clock.
             identity.verify_clock(self.now, meta, store.last_entry())
             identity.verify_identity(config, meta, has_events)
         key = identity.open_key(config, meta, has_events, dry_run=self.request.dry_run, rebuild=rebuild)
@@ -329,16 +329,12 @@ class Refresh:
                          staged_at - report.started, recomputed_at - staged_at, time.monotonic() - recomputed_at)
 
     def _lock_held(self, holder):
-        """The timer's run logs that another holds the lock and is done (its next start does the work);
-        return the error of a backfill or rebuild instead, which nobody else will do (see exclusive.py)."""
-        self.report.outcome = "lock-held"
-        self.report.lock_holder = holder
+        """Log the held lock for the timer's run (its next start does the work); return a backfill's or rebuild's error."""
+        self.report.outcome, self.report.lock_holder = "lock-held", holder
         if self.request.kind != RUN:
-            return lock_held(holder, f"nothing was {'rebuilt' if self.request.kind == REBUILD else 'backfilled'}",
-                             self.request.kind)
+            return lock_held(holder, f"nothing was {UNDONE[self.request.kind]}", self.request.kind)
         logger.info("Another refresh holds the lock (held by %s); nothing to do.", holder,
-                    extra=logs.run_fields(logs.LOCK_HELD, self.report))
-        return None
+                    extra=logs.run_fields(logs.LOCK_HELD, self.report))  # and returns None: no error
 
     def _check_tolerance(self):
         """Fail the run (65) past max_quarantine_share of malformed records: statements for closed days
