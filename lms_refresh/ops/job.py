@@ -14,8 +14,7 @@ import time
 from lms_refresh import logs
 from lms_refresh.errors import ConfigError, RefreshError, Terminated, UnavailableError, exit_status
 from lms_refresh.ops.interruption import Marker
-from lms_refresh.credentials import read_secret
-from lms_refresh.ops.monitoring import Healthchecks, metrics_text, read_previous, write_textfile
+from lms_refresh.ops.monitoring import Healthchecks, metrics_text, read_previous, read_url, write_textfile
 from lms_refresh.run import stopping
 from lms_refresh.run.report import Outcome
 from lms_refresh.ops.status import collect_status
@@ -27,8 +26,9 @@ def _pings(config, environ, enabled):
     if not enabled or not config.alerts.healthchecks_url_file:
         return Healthchecks(None, 0)
     try:
-        return Healthchecks(read_secret(config.alerts.healthchecks_url_file, environ), config.alerts.timeout)
-    except ConfigError as error:
+        return Healthchecks(read_url(config.alerts.healthchecks_url_file, environ, "alerts.healthchecks_url_file"),
+                            config.alerts.timeout)
+    except ConfigError as error:  # a bad ping URL never stops a run
         logger.warning("Healthchecks pings are off for this run: %s", error)
         return Healthchecks(None, 0)
 

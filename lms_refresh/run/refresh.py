@@ -22,7 +22,7 @@ from lms_refresh.run import identity, retention, stopping, upgrade
 from lms_refresh import window as windows
 from lms_refresh.config import Config
 from lms_refresh.errors import BadInputError, StateError, Terminated, exit_status, from_os_error
-from lms_refresh.run.lock import locked_store, run_lock
+from lms_refresh.run.lock import lock_held, locked_store, run_lock
 from lms_refresh.run.lock import LockHeld
 from lms_refresh.disclosure.cell_key import RecordKeys
 from lms_refresh.store.publication import publish_if_behind
@@ -39,6 +39,7 @@ logger = logging.getLogger(__name__)
 QUARANTINE_KEPT_ON_FAILURE = 1000  # records kept in memory to record after a rollback
 
 RUN, BACKFILL, REBUILD = "run", "backfill", "rebuild"
+UNDONE = {BACKFILL: "backfilled", REBUILD: "rebuilt"}  # what was not done when the lock is held
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +96,8 @@ class Refresh:
                     if not self.request.dry_run:
                         self.publish()
             except LockHeld as held:
-                self._lock_held(held.holder)
+                if (error := self._lock_held(held.holder)) is not None:
+                    return Outcome(self.report, error)
             except (Exception, Terminated) as error:
                 if isinstance(error, OSError):  # the lock file, the key, a new store's file: the state directory's disk
                     error = from_os_error(error, error.filename or self.config.state_directory) or error
@@ -123,7 +125,8 @@ class Refresh:
         config, rebuild = self.config, self.request.kind == REBUILD
         has_events = store.has_events()
         if not rebuild:
-            identity.verify_clock(self.now, meta, store.last_runs()[0])
+            # Any kind of last entry: a watermark set by hand says the operator has looked at the clock.
+            identity.verify_clock(self.now, meta, store.last_entry())
             self._upgrade = upgrade.plan(config, self.request.kind == RUN, store, meta=meta, has_events=has_events)
             identity.verify_identity(config, meta, has_events, upgrading=self._upgrade is not None)
         key = identity.open_key(config, meta, has_events, dry_run=self.request.dry_run, rebuild=rebuild)
@@ -331,10 +334,12 @@ class Refresh:
                          staged_at - report.started, recomputed_at - staged_at, time.monotonic() - recomputed_at)
 
     def _lock_held(self, holder):
-        self.report.outcome = "lock-held"
-        self.report.lock_holder = holder
+        """Log the held lock for the timer's run (its next start does the work); return a backfill's or rebuild's error."""
+        self.report.outcome, self.report.lock_holder = "lock-held", holder
+        if self.request.kind != RUN:
+            return lock_held(holder, f"nothing was {UNDONE[self.request.kind]}", self.request.kind)
         logger.info("Another refresh holds the lock (held by %s); nothing to do.", holder,
-                    extra=logs.run_fields(logs.LOCK_HELD, self.report))
+                    extra=logs.run_fields(logs.LOCK_HELD, self.report))  # and returns None: no error
 
     def _check_tolerance(self):
         """Fail the run (65) past max_quarantine_share of malformed records: statements for closed days

@@ -21,6 +21,7 @@ CELL_FIELDS = tuple(name for name in column_names("daily_metrics") if name != "c
 PRIVACY_FIELDS = column_names("privacy_settings")[1:]  # after the id of the one row
 PUBLISHED_FIELDS = column_names("published_metrics")
 RUN_FIELDS = column_names("runs")
+REFRESH_KINDS = ("run", "backfill", "rebuild")  # the run log's kinds that are refreshes (not "watermark-set")
 
 
 class SqlStore(Erasure, RebuildCheck):
@@ -94,14 +95,21 @@ class SqlStore(Erasure, RebuildCheck):
         return self.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
 
     def last_runs(self):
-        """Return (last run, last successful run) as dicts, or None for each. Freshness comes only from
-        runs that read up to their own now (`run`, `rebuild`), never from a backfill of an old window."""
-        columns = ", ".join(RUN_FIELDS)
-        last = self.execute(f"SELECT {columns} FROM runs ORDER BY {self.run_order} DESC LIMIT 1").fetchone()
-        success = self.execute(
-            f"SELECT {columns} FROM runs WHERE exit_code = 0 AND kind IN ('run', 'rebuild') "
-            f"ORDER BY {self.run_order} DESC LIMIT 1").fetchone()
-        return tuple(dict(zip(RUN_FIELDS, row)) if row else None for row in (last, success))
+        """Return (last refresh, last successful refresh) as dicts, or None for each. A watermark set by
+        hand is in the run log but is no run: it neither hides a failure nor stands in for a success.
+        Freshness comes only from refreshes that read up to their own now (`run`, `rebuild`), never
+        from a backfill of an old window."""
+        refreshes = f"kind IN ({', '.join(repr(kind) for kind in REFRESH_KINDS)})"
+        return self._last_run(refreshes), self._last_run("exit_code = 0 AND kind IN ('run', 'rebuild')")
+
+    def last_entry(self):
+        """Return the run log's last row of any kind (a watermark set by hand too) as a dict, or None."""
+        return self._last_run("TRUE")
+
+    def _last_run(self, condition):
+        row = self.execute(f"SELECT {', '.join(RUN_FIELDS)} FROM runs WHERE {condition} "
+                           f"ORDER BY {self.run_order} DESC LIMIT 1").fetchone()
+        return dict(zip(RUN_FIELDS, row)) if row else None
 
     # -- one run's transaction ------------------------------------------------
 

@@ -97,7 +97,7 @@ def retire_sqlite_publication(path):
                        "serving view; the file would only have gone stale.", path, extra={"PUBLICATION": path})
 
 
-def _group_id(name):
+def group_id(name):
     try:
         return grp.getgrnam(name).gr_gid
     except KeyError:
@@ -107,7 +107,7 @@ def _group_id(name):
 def write_publication(path, group, rows, *, settings, wanted, euid):
     """Write the publication under a temporary name, fsync it and rename it over `path`."""
     directory = os.path.dirname(os.path.abspath(path))
-    gid = _group_id(group) if group else None
+    gid = group_id(group) if group else None
     temporary = f"{path}.tmp-{os.getpid()}"
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise StateError(f"Cannot write the publication {path}: {directory} is not a directory; the store is "
@@ -162,12 +162,13 @@ def _write_database(path, rows, settings, *, wanted):
         db.execute("COMMIT")
 
 
-def describe(config, environ):
-    """Return a JSON-ready dict: where the publication is, when it was last published, whether it is current."""
+def describe(config, environ, view_exists=True):
+    """Return a JSON-ready dict: where the publication is, when it was last published, whether it is current
+    (on PostgreSQL, whether the view is there: `view_exists`)."""
     if config.store.type != "sqlite":
         schema = config.store.schema
         return {"location": f"view {schema}_serving.daily_metrics in the store", "published_at": None,
-                "current": True}
+                "current": view_exists, "missing": not view_exists}
     path = config.publication.path
     info = {"location": path, "published_at": None, "current": False}
     if os.path.exists(path):
