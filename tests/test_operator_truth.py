@@ -144,7 +144,7 @@ def test_the_alert_for_a_failure_before_the_run_log_does_not_report_the_previous
         assert project.invoke("run", now=NOW).returncode == 65  # a failure with its row
         os.chown(project.state, 12345, 12345)  # the state directory's owner: refused before the run log
         refused = project.invoke("run", now=LATER)
-        assert refused.returncode == 78 and "belongs to user" in refused.stderr
+        assert refused.returncode == 78 and "belongs to uid 12345, which has no account" in refused.stderr
         assert project.invoke("alert", "--exit-status", "78").returncode == 0
         alert = json.loads(receiver.received[-1][1])
         assert alert["exit_status"] == 78 and alert["window"] is None and "malformed" not in alert["message"]

@@ -259,4 +259,4 @@ def test_both_drivers_keep_the_declared_driver_contract():
     # What base.SqlStore calls on self is its own or declared: no undeclared driver method.
     source = inspect.getsource(SqlStore)
     called = set(__import__("re").findall(r"self\.(\w+)\(", source))
-    assert called - set(vars(SqlStore)) - set(declared) == set()
+    assert called - set(dir(SqlStore)) - set(declared) == set()

@@ -21,7 +21,7 @@ from lms_refresh.disclosure import redaction, weakening
 from lms_refresh.run import identity, retention, stopping, upgrade
 from lms_refresh import window as windows
 from lms_refresh.config import Config
-from lms_refresh.errors import BadInputError, StateError, Terminated, exit_status, from_os_error
+from lms_refresh.errors import StateError, Terminated, exit_status, from_os_error
 from lms_refresh.run.lock import lock_held, locked_store, run_lock
 from lms_refresh.run.lock import LockHeld
 from lms_refresh.disclosure.cell_key import RecordKeys
@@ -206,7 +206,7 @@ class Refresh:
             self.progress(f"Read {report.statements_read} statements in the window, {report.quarantined} quarantined")
             faults.point("batch-staged")
         days |= store.finish_staging()
-        self._check_tolerance()
+        self.report.refuse_past_share(self.config.max_quarantine_share)
         return days
 
     def recompute(self, store, window, days, *, horizon):
@@ -340,16 +340,3 @@ class Refresh:
             return lock_held(holder, f"nothing was {UNDONE[self.request.kind]}", self.request.kind)
         logger.info("Another refresh holds the lock (held by %s); nothing to do.", holder,
                     extra=logs.run_fields(logs.LOCK_HELD, self.report))  # and returns None: no error
-
-    def _check_tolerance(self):
-        """Fail the run (65) past max_quarantine_share of malformed records: statements for closed days
-        (older than the staging horizon) are quarantined too, but they are not malformed."""
-        report, share_allowed = self.report, self.config.max_quarantine_share
-        malformed = report.quarantined - report.closed
-        if malformed and malformed > share_allowed * report.statements_read:
-            share = malformed / report.statements_read
-            raise BadInputError(
-                f"{malformed} of {report.statements_read} records in the window were malformed "
-                f"({share:.1%}, more than max_quarantine_share = {share_allowed:.1%}); "
-                "nothing was committed. See the quarantine table (lms-refresh status) and fix the source."
-            )

@@ -9,22 +9,21 @@ import contextlib
 import dataclasses
 import json
 
-from lms_refresh.disclosure import policy, redaction
+from lms_refresh.disclosure import policy
 from lms_refresh.errors import StateError
 from lms_refresh.sources.redelivery import same_statement
 from lms_refresh.store.erasure import Erasure
 from lms_refresh.store.rebuild_check import RebuildCheck
+from lms_refresh.store.run_log import RunLog
 from lms_refresh.store.tables import SERVING_COLUMNS, column_names
 
 # daily_metrics' columns that the publication derives from (see lms_refresh.disclosure.policy.published_row).
 CELL_FIELDS = tuple(name for name in column_names("daily_metrics") if name != "course_id")
 PRIVACY_FIELDS = column_names("privacy_settings")[1:]  # after the id of the one row
 PUBLISHED_FIELDS = column_names("published_metrics")
-RUN_FIELDS = column_names("runs")
-REFRESH_KINDS = ("run", "backfill", "rebuild")  # the run log's kinds that are refreshes (not "watermark-set")
 
 
-class SqlStore(Erasure, RebuildCheck):
+class SqlStore(Erasure, RebuildCheck, RunLog):
     """A metrics store in SQL written once; a subclass is a `driver.Driver` (sqlite.py, postgres.py)."""
 
     dialect = None  # a store.dialect.Dialect
@@ -93,23 +92,6 @@ class SqlStore(Erasure, RebuildCheck):
 
     def quarantine_count(self):
         return self.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
-
-    def last_runs(self):
-        """Return (last refresh, last successful refresh) as dicts, or None for each. A watermark set by
-        hand is in the run log but is no run: it neither hides a failure nor stands in for a success.
-        Freshness comes only from refreshes that read up to their own now (`run`, `rebuild`), never
-        from a backfill of an old window."""
-        refreshes = f"kind IN ({', '.join(repr(kind) for kind in REFRESH_KINDS)})"
-        return self._last_run(refreshes), self._last_run("exit_code = 0 AND kind IN ('run', 'rebuild')")
-
-    def last_entry(self):
-        """Return the run log's last row of any kind (a watermark set by hand too) as a dict, or None."""
-        return self._last_run("TRUE")
-
-    def _last_run(self, condition):
-        row = self.execute(f"SELECT {', '.join(RUN_FIELDS)} FROM runs WHERE {condition} "
-                           f"ORDER BY {self.run_order} DESC LIMIT 1").fetchone()
-        return dict(zip(RUN_FIELDS, row)) if row else None
 
     # -- one run's transaction ------------------------------------------------
 
@@ -221,13 +203,6 @@ class SqlStore(Erasure, RebuildCheck):
             self.executemany("INSERT INTO source_state (key, value) VALUES (?, ?) "
                              "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                              [(key, json.dumps(value)) for key, value in state.items()])
-
-    def record_run(self, run):
-        placeholders = ", ".join("?" for _ in RUN_FIELDS)
-        # A message may quote what it failed on; the run log keeps no e-mail address.
-        run = dict(run, message=redaction.scrub_text(run["message"]))
-        self.execute(f"INSERT INTO runs ({', '.join(RUN_FIELDS)}) VALUES ({placeholders})",
-                     [run[field] for field in RUN_FIELDS])
 
     # -- the publication (lms_refresh.disclosure.privacy) ---------------------------------
 
