@@ -8,7 +8,6 @@ credentials and anything that looks like a learner identifier redacted.
 import json
 import logging
 import os
-import re
 import socket
 import subprocess
 import time
@@ -17,13 +16,12 @@ from lms_refresh import logs
 from lms_refresh.config import load_alerts, load_config
 from lms_refresh.errors import MEANINGS, ConfigError, RefreshError
 from lms_refresh.credentials import read_secret
-from lms_refresh.monitoring import post, redact_url
+from lms_refresh.monitoring import post
+from lms_refresh.redact import scrub_text, url_origin
 
 logger = logging.getLogger(__name__)
 
 JOURNAL_LINES = 30
-_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
-_URL_SECRET = re.compile(r"(\w+://)[^\s/@]*@")  # user:password@ in URLs
 
 
 # The failed unit's last records may still be on their way into the journal when OnFailure=
@@ -83,15 +81,6 @@ def unit_exit_status(unit):
     return value if shown.returncode == 0 and value not in ("", "0") else None
 
 
-def redact(text, secrets):
-    """Remove credential values, URL passwords and e-mail-like identifiers from `text`."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "<redacted>")
-    text = _URL_SECRET.sub(r"\1<redacted>@", text)
-    return _EMAIL.sub("<redacted>", text)
-
-
 def compose(unit, exit_status, result, invocation, last_run, lines, secrets):
     """Return the alert as a dict (the webhook body; the mail is made from it).
 
@@ -109,14 +98,14 @@ def compose(unit, exit_status, result, invocation, last_run, lines, secrets):
         "meaning": MEANINGS.get(code, "not an lms-refresh exit status (killed, timed out or crashed?)"),
         "invocation_id": invocation or None,
         "window": None,
-        "journal": [redact(message, secrets) for _, message in lines],
-        "message": redact(_last_error(lines), secrets),
+        "journal": [scrub_text(message, secrets) for _, message in lines],
+        "message": scrub_text(_last_error(lines), secrets),
     }
     # A failure before the run's transaction (a missing key, an unreachable store) leaves no
     # row: the last row is then an earlier success, whose window and empty message would mislead.
     if last_run and last_run.get("exit_code") != 0:
         alert["window"] = {"since": last_run["window_since"], "until": last_run["window_until"]}
-        alert["message"] = redact(last_run["message"], secrets)
+        alert["message"] = scrub_text(last_run["message"], secrets)
     return alert
 
 
@@ -164,7 +153,7 @@ def deliver(alert, settings, environ):
         else:
             if post(url, json.dumps(alert).encode(), "application/json", settings.timeout):
                 delivered += 1
-                logger.info("Alert delivered to %s", redact_url(url), extra=logs.fields(logs.ALERT_SENT))
+                logger.info("Alert delivered to %s", url_origin(url), extra=logs.fields(logs.ALERT_SENT))
     return delivered, attempted
 
 
@@ -220,7 +209,7 @@ def send_alert(config_path, unit, exit_status, result, invocation, environ, last
     lines = journal_lines(invocation)
     message = compose(unit, exit_status, result, invocation, last_run, lines, secrets)
     if broken is not None and not message["message"]:
-        message["message"] = redact(str(broken), secrets)
+        message["message"] = scrub_text(str(broken), secrets)
     delivered, attempted = deliver(message, settings, environ)
     if attempted == 0:
         logger.warning("%s failed, but [alerts] in %s names no channel to tell.", unit, config_path)

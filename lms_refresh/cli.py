@@ -57,7 +57,7 @@ def _parse_now(ctx, param, value):
 @click.pass_context
 def cli(ctx, config_path, verbose, quiet, now):
     """Keep an LMS metrics store fresh: pull new activity, recompute daily metrics, suppress small cells."""
-    configure_logging(-1 if quiet else verbose, os.environ)
+    configure_logging(-1 if quiet else verbose, os.environ, scrub=redact.scrub_text)
     ctx.obj = Settings(config_path, now, stop=ctx.obj)
 
 
@@ -253,7 +253,7 @@ def check(settings):
     """
     for finding in run_checks(settings.config(), os.geteuid(), os.environ):
         # Deviations and warnings are findings to read, not failures: a failed check raises.
-        click.echo(f"{'ok' if finding.ok else 'note'}  {finding}")
+        click.echo(redact.scrub_text(f"{'ok' if finding.ok else 'note'}  {finding}"))
     return errors.OK
 
 
@@ -408,13 +408,13 @@ def _failed(error, fields=None):
     code, message = errors.exit_status(error)
     fields = {**(fields or {}), "EXIT_STATUS": code}
     if isinstance(error, (errors.RefreshError, errors.Terminated)):
-        logger.error("%s", redact.scrub_text(message), extra={**fields, "ERROR_KIND": type(error).__name__})
+        logger.error("%s", message, extra={**fields, "ERROR_KIND": type(error).__name__})
     else:  # the last resort: one sentence first, then the details
-        logger.error("Unexpected failure (%s); nothing was committed.", redact.scrub_text(message), exc_info=error,
+        logger.error("Unexpected failure (%s); nothing was committed.", message, exc_info=error,
                      extra=fields)
     return code
 
 
 def _ensure_logging():
     if not logging.getLogger().handlers:
-        configure_logging(0, os.environ)
+        configure_logging(0, os.environ, scrub=redact.scrub_text)

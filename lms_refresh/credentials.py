@@ -4,6 +4,13 @@ import os
 
 from lms_refresh.errors import ConfigError
 
+_READ = set()  # every credential this process has read: lms_refresh.redact removes them from every output
+
+
+def read_so_far():
+    """Return the credential values read by this process so far."""
+    return frozenset(_READ)
+
 
 def read_secret(name, environ):
     """Return the stripped content of a credential: a bare name in $CREDENTIALS_DIRECTORY, or a path."""
@@ -17,6 +24,8 @@ def read_secret(name, environ):
         path = os.path.join(directory, name)
     try:
         with open(path, encoding="utf-8") as handle:
-            return handle.read().strip()
+            secret = handle.read().strip()
     except OSError as error:
         raise ConfigError(f"Cannot read the credential {path}: {error.strerror}.")
+    _READ.add(secret)
+    return secret

@@ -8,25 +8,19 @@ never logged.
 import datetime as dt
 import logging
 import os
-import re
 import tempfile
 import urllib.error
 import urllib.request
 import zoneinfo
 
 from lms_refresh.errors import RefreshError
+from lms_refresh.redact import scrub_text, url_origin
 from lms_refresh.window import TIME, from_cursor
 
 logger = logging.getLogger(__name__)
 
 SCHEDULE_DAYS = range(0, 5)  # Monday..Friday, as lms-refresh.timer's OnCalendar=
 SCHEDULE_TIME = dt.time(4, 15)
-
-
-def redact_url(url):
-    """Return a URL safe to log: scheme and host only."""
-    match = re.match(r"^(\w+://)(?:[^@/]*@)?([^/?#]+)", url or "")
-    return f"{match.group(1)}{match.group(2)}/…" if match else "<url>"
 
 
 def post(url, body, content_type, timeout):
@@ -38,7 +32,7 @@ def post(url, body, content_type, timeout):
             return 200 <= response.status < 300
     except (urllib.error.URLError, OSError, ValueError) as error:
         reason = getattr(error, "reason", error)
-        logger.warning("Delivery to %s failed: %s", redact_url(url), reason)
+        logger.warning("Delivery to %s failed: %s", url_origin(url), reason)
         return False
 
 
@@ -56,7 +50,7 @@ class Healthchecks:
     def finish(self, exit_code, message=""):
         if self.url:
             target = self.url if exit_code == 0 else f"{self.url}/{exit_code}"
-            post(target, message.encode()[:10000], "text/plain", self.timeout)
+            post(target, scrub_text(message).encode()[:10000], "text/plain", self.timeout)
 
 
 def _epoch(cursor):
@@ -171,7 +165,7 @@ def _plugin_text(text):
 
 def plugin_line(code, text, perfdata=()):
     """Return one monitoring-plugin output line: 'LMS-REFRESH OK - text | label=value ...'."""
-    line = f"{PLUGIN_NAME} {PLUGIN_STATES[code]} - {_plugin_text(text)}"
+    line = f"{PLUGIN_NAME} {PLUGIN_STATES[code]} - {_plugin_text(scrub_text(str(text)))}"
     if perfdata:
         line += " | " + " ".join(f"{label}={value}" for label, value in perfdata)
     return line

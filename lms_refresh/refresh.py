@@ -11,6 +11,7 @@ only in the request (how the window is chosen, and a rebuild's reset).
 
 import dataclasses
 import datetime as dt
+import functools
 import json
 import logging
 import time
@@ -26,8 +27,9 @@ from lms_refresh.lock import LockHeld
 from lms_refresh.privacy import RecordKeys
 from lms_refresh.publish import publish_if_behind
 from lms_refresh.report import Outcome, Report
-from lms_refresh.pseudonym import Pseudonymiser
+from lms_refresh.pseudonym import Pseudonymiser, moodle_identifier
 from lms_refresh.sources import build_source
+from lms_refresh.sources.xapi import actor_identifier
 from lms_refresh.statedir import check_writable_file
 from lms_refresh.store import load_driver, store_exists
 
@@ -120,7 +122,9 @@ class Refresh:
             state.check_identity(config, meta, has_events)
         key = state.open_key(config, meta, has_events, self.request.dry_run, rebuild)
         store.record_keys = RecordKeys(key)
-        self._redactor = redact.Redactor(key, getattr(config.source, "site_url", None))  # quarantined records keep no identifiers
+        site = getattr(config.source, "site_url", None)  # quarantined records keep no identifiers:
+        users = functools.partial(moodle_identifier, site) if site else None
+        self._redactor = redact.Redactor(key, actor_identifier, users)
         return key
 
     def choose_window(self, meta, source):

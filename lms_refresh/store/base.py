@@ -88,7 +88,9 @@ class SqlStore:
         success = self.execute(
             f"SELECT {columns} FROM runs WHERE exit_code = 0 AND kind IN ('run', 'backfill', 'rebuild') "
             f"ORDER BY {self.run_order} DESC LIMIT 1").fetchone()
-        return tuple(dict(zip(RUN_FIELDS, row)) if row else None for row in (last, success))
+        # Rows written by an earlier version went through an earlier rule: today's applies to what is read.
+        runs = [dict(zip(RUN_FIELDS, row)) if row else None for row in (last, success)]
+        return tuple(run and dict(run, message=redact.scrub_text(run["message"])) for run in runs)
 
     # -- one run's transaction ------------------------------------------------
 

@@ -15,7 +15,8 @@ from psycopg import sql
 
 from lms_refresh import faults
 from lms_refresh.errors import ConfigError, StateError, UnavailableError
-from lms_refresh.postgresql import connect, connection_error, display_url, first_line, unreachable
+from lms_refresh.postgresql import connect, connection_error, first_line, unreachable
+from lms_refresh.redact import url_without_password
 from lms_refresh.store.base import SqlStore
 from lms_refresh.store.pg_schema import MIGRATIONS, POSTGRESQL, SCHEMA_VERSION
 
@@ -51,9 +52,9 @@ class PostgresStore(SqlStore):
     def open(cls, settings, environ, create=True, read_only=False, migrate=True):
         """Connect to the store; migrate it unless `read_only` or `migrate=False`."""
         url = settings.url
-        db = connect(url, settings.password_file, environ, f"The store {display_url(url)}", "store",
+        db = connect(url, settings.password_file, environ, f"The store {url_without_password(url)}", "store",
                      connect_timeout=15)
-        store = cls(db, display_url(url), settings.schema)
+        store = cls(db, url_without_password(url), settings.schema)
         with store.errors():
             db.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(settings.schema)))
             version = store.check_version(strict=read_only)
