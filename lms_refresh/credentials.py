@@ -4,7 +4,7 @@ import os
 
 from lms_refresh.errors import ConfigError
 
-_READ = set()  # every credential this process has read: lms_refresh.redact removes them from every output
+_READ = set()  # every credential this process has read: lms_refresh.disclosure.redaction removes them from every output
 
 
 def read_so_far():

@@ -83,7 +83,7 @@ def under_systemd(environ):
 
 
 class Scrubbed(logging.Filter):
-    """Pass every record's text through `scrub` (lms_refresh.redact.scrub_text) before a handler sees it.
+    """Pass every record's text through `scrub` (lms_refresh.disclosure.redaction.scrub_text) before a handler sees it.
 
     The journal handler sends a record's attributes as fields too (MSG, ARGS,
     EXC_INFO, EXCEPTION_TEXT, the uppercase extra= fields), so the record itself

@@ -1,16 +1,16 @@
 """No identifier of a person at rest or in messages; a retention limit on what is kept (issue 15, items 4 and 5)."""
 
 import datetime as dt
-import functools
 import json
 import os
 import re
 
 from conftest import HOME, statement
-from lms_refresh.pseudonym import Pseudonymiser, moodle_identifier, read_key
-from lms_refresh.redact import REDACTED, Redactor, marker
+from lms_refresh.disclosure.pseudonyms import Pseudonymiser, read_key
+from lms_refresh.disclosure.redaction import REDACTED, Redactor, marker
 from lms_refresh.sources.moodle import RowMapper
-from lms_refresh.sources.xapi import ADL, StatementMapper, actor_identifier
+from lms_refresh.sources.xapi import ADL, StatementMapper
+from lms_refresh.sources.xapi_fields import actor_identifier
 
 NOW = "2026-11-03T04:15:00+01:00"
 NAME, ADDRESS = "Learner-Zq81", "zq81@example.edu"
@@ -175,7 +175,7 @@ def test_a_moodle_row_keeps_its_user_ids_only_as_the_pseudonyms_staged():
     _, event = mapper.map((5, "\\core\\event\\course_viewed", "r", 2, 4242, 9, None, 0, None, 1_700_000_000, None))
     row = {"id": 6, "eventname": "\\core\\event\\course_module_completion_updated", "userid": 3,
            "relateduserid": 4242, "realuserid": None, "other": json.dumps({"note": ADDRESS})}
-    _, _, text, _ = Redactor(KEY, actor_identifier, functools.partial(moodle_identifier, site)).row("mdl_logstore_standard_log id 6", "no completionstate", json.dumps(row))
+    _, _, text, _ = Redactor(KEY, actor_identifier, site).row("mdl_logstore_standard_log id 6", "no completionstate", json.dumps(row))
     kept = json.loads(text)
     assert kept["relateduserid"] == marker(event.actor)
     assert kept["userid"] == marker(pseudonymise(f"moodle:{site}|3")) and kept["realuserid"] is None

@@ -1,8 +1,7 @@
-"""The one redaction rule (lms_refresh.redact) and every output that goes through it (issue 19 item 4,
+"""The one redaction rule (lms_refresh.disclosure.redaction) and every output that goes through it (issue 19 item 4,
 issue 20 class 8): e-mail addresses in any form and context, credentials, URLs shown, quarantined
 records, log records as the journal receives them, and a real run over files named after people."""
 
-import functools
 import json
 import logging
 import os
@@ -14,9 +13,8 @@ from hypothesis import strategies as st
 
 from conftest import HOME, statement
 from lms_refresh import logs
-from lms_refresh.pseudonym import moodle_identifier
-from lms_refresh.redact import REDACTED, Redactor, scrub_text, url_origin, url_without_password
-from lms_refresh.sources.xapi import actor_identifier
+from lms_refresh.disclosure.redaction import REDACTED, Redactor, scrub_text, url_origin, url_without_password
+from lms_refresh.sources.xapi_fields import actor_identifier
 
 NOW = "2026-11-03T04:15:00+01:00"
 KEY = bytes(range(32))
@@ -152,7 +150,7 @@ def test_a_quarantined_record_keeps_no_identifier_of_its_own_in_any_string(addre
         f"/srv/exports/{address}/{case(account)}.ndjson:3", f"{other(name)} sent a score of 7", json.dumps(record))
     for kept in (origin, reason, json.dumps(json.loads(text), ensure_ascii=False)):
         assert "zq" not in kept.casefold() and "xj" not in kept.casefold(), (kept, address, account, name)
-    if (address + account).isascii():  # else a string may go whole (see lms_refresh.redact._Found.rule)
+    if (address + account).isascii():  # else a string may go whole (see lms_refresh.disclosure.redaction._Found.rule)
         assert origin.startswith("/srv/exports/") and origin.endswith(":3")
 
 
@@ -162,7 +160,7 @@ def test_a_short_identifier_goes_where_a_whole_string_equals_it():
     record["userid"] = 12
     record["other"] = "12"
     site = "https://moodle.example.edu"
-    _, _, text, _ = Redactor(KEY, actor_identifier, functools.partial(moodle_identifier, site)).row(
+    _, _, text, _ = Redactor(KEY, actor_identifier, site).row(
         "mdl_logstore_standard_log id 12", "r", json.dumps(record))
     kept = json.loads(text)
     assert kept["verb"]["display"] == {"en-US": REDACTED, "de": "Joe went to Jo's"}  # short: not inside other text

@@ -11,26 +11,27 @@ only in the request (how the window is chosen, and a rebuild's reset).
 
 import dataclasses
 import datetime as dt
-import functools
 import json
 import logging
 import time
 import typing
 import uuid
 
-from lms_refresh import faults, logs, redact, retention, state, stopping
+from lms_refresh import faults, logs
+from lms_refresh.disclosure import redaction
+from lms_refresh.run import retention, identity, stopping
 from lms_refresh import window as windows
 from lms_refresh.config import Config
 from lms_refresh.errors import BadInputError, StateError, Terminated, exit_status, from_os_error
-from lms_refresh.exclusive import locked_store, run_lock
-from lms_refresh.lock import LockHeld
-from lms_refresh.privacy import RecordKeys
-from lms_refresh.publish import publish_if_behind
-from lms_refresh.report import Outcome, Report
-from lms_refresh.pseudonym import Pseudonymiser, moodle_identifier
+from lms_refresh.run.lock import locked_store, run_lock
+from lms_refresh.run.lock import LockHeld
+from lms_refresh.disclosure.cell_key import RecordKeys
+from lms_refresh.store.publication import publish_if_behind
+from lms_refresh.run.report import Outcome, Report
+from lms_refresh.disclosure.pseudonyms import Pseudonymiser
 from lms_refresh.sources import build_source
-from lms_refresh.sources.xapi import actor_identifier
-from lms_refresh.statedir import check_writable_file
+from lms_refresh.sources.xapi_fields import actor_identifier
+from lms_refresh.state_directory import check_writable_file
 from lms_refresh.store import load_driver, store_exists
 
 logger = logging.getLogger(__name__)
@@ -100,17 +101,17 @@ class Refresh:
     # -- the phases, in the order a run reaches them --
 
     def lock(self):
-        """Return the run's flock (a context manager), preparing the state directory (see exclusive.py)."""
+        """Return the run's flock (a context manager), preparing the state directory (see lock.py)."""
         return run_lock(self.config, self.euid, self.request.dry_run)
 
     def open_store(self):
-        """Return the store under its own lock (a context manager, see exclusive.py), refusing to start
+        """Return the store under its own lock (a context manager, see lock.py), refusing to start
         a new one where the key's store was lost (see state.py)."""
         config = self.config
         if not self.request.dry_run:
             for path in [config.key_file] + ([config.store.path] if config.store.type == "sqlite" else []):
                 check_writable_file(path, self.euid)
-        state.check_store_present(config, not store_exists(config, self.environ) and self.request.kind != REBUILD)
+        identity.verify_store_present(config, not store_exists(config, self.environ) and self.request.kind != REBUILD)
         return locked_store(config, self.environ, create=not self.request.dry_run)
 
     def check_state(self, store, meta):
@@ -118,13 +119,11 @@ class Refresh:
         config, rebuild = self.config, self.request.kind == REBUILD
         has_events = store.has_events()
         if not rebuild:
-            state.check_clock(self.now, meta, store.last_runs()[0])
-            state.check_identity(config, meta, has_events)
-        key = state.open_key(config, meta, has_events, self.request.dry_run, rebuild)
+            identity.verify_clock(self.now, meta, store.last_runs()[0])
+            identity.verify_identity(config, meta, has_events)
+        key = identity.open_key(config, meta, has_events, self.request.dry_run, rebuild)
         store.record_keys = RecordKeys(key)
-        site = getattr(config.source, "site_url", None)  # quarantined records keep no identifiers:
-        users = functools.partial(moodle_identifier, site) if site else None
-        self._redactor = redact.Redactor(key, actor_identifier, users)
+        self._redactor = redaction.Redactor(key, actor_identifier, getattr(config.source, "site_url", None))  # quarantined records keep no identifiers
         return key
 
     def choose_window(self, meta, source):
@@ -206,7 +205,7 @@ class Refresh:
         if new_watermark is not None:
             store.set_meta("watermark", axis.format(new_watermark))
             store.set_meta("cursor_kind", axis.name)
-        state.record(store, self.config, key)
+        identity.record(store, self.config, key)
         store.record_run(self.report.row(self.now))
         if self.request.dry_run:
             store.rollback()
@@ -216,13 +215,13 @@ class Refresh:
             store.commit()
         faults.point("after-commit")
         try:
-            state.remember_store(self.config, key)
+            identity.remember_store(self.config, key)
         except OSError as error:  # the run stands; the next one writes the note again
-            logger.warning("Could not note the store in %s (%s).", state.marker_path(self.config), error)
+            logger.warning("Could not note the store in %s (%s).", identity.marker_path(self.config), error)
         return True
 
     def publish(self):
-        """Bring the dashboards' copy up to date, after the commit (see publish.py)."""
+        """Bring the dashboards' copy up to date, after the commit (see store/publication.py)."""
         publish_if_behind(self.config, self.environ, self.euid)
 
     def record_failure(self, store, error):

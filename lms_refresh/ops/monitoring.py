@@ -14,7 +14,7 @@ import urllib.request
 import zoneinfo
 
 from lms_refresh.errors import RefreshError
-from lms_refresh.redact import scrub_text, url_origin
+from lms_refresh.disclosure.redaction import scrub_text, url_origin
 from lms_refresh.window import TIME, from_cursor
 
 logger = logging.getLogger(__name__)

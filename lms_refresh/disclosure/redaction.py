@@ -17,7 +17,7 @@ import re
 import urllib.parse
 
 from lms_refresh.credentials import read_so_far
-from lms_refresh.pseudonym import Pseudonymiser
+from lms_refresh.disclosure.pseudonyms import Pseudonymiser, moodle_identifier
 
 REDACTED = "[redacted]"
 MAX_DEPTH = 64  # deeper than any real statement; a deeper record is withheld, not walked
@@ -150,17 +150,18 @@ class Redactor:
     JSON, too deep, not an object) is kept as its size only: its bytes may
     hold identifiers that cannot be located.
 
-    The source says how a person is identified: `agent_identifier(agent)`
-    returns the text an xAPI agent is pseudonymised from (raising ValueError
-    if it names no one), `user_identifier(user_id)` a Moodle user's (None for
-    a source without Moodle users).
+    `identify(actor)` is the source's own reading of an actor's identifier
+    text (the xAPI mapper's `actor_identifier`), raising ValueError for an
+    actor it gives no pseudonym: a marker here is then the one the mapper
+    gives, and redaction needs no source. `moodle_site` is the Moodle
+    source's site_url (None for xAPI sources).
     """
 
-    def __init__(self, key, agent_identifier, user_identifier=None):
+    def __init__(self, key, identify, moodle_site=None):
         self._key = key
         self._pseudonymise = Pseudonymiser(key)
-        self._agent_identifier = agent_identifier
-        self._user_identifier = user_identifier
+        self._identify = identify
+        self._moodle_site = moodle_site
 
     def row(self, origin, reason, raw):
         """Return (origin, reason, kept text, digest) for a quarantined record.
@@ -269,16 +270,16 @@ class Redactor:
         """Return the marker of the pseudonym the mapper would give `actor`, or REDACTED if it gives none."""
         found.remember(value)
         try:
-            return marker(self._pseudonymise(self._agent_identifier(actor)))
-        except (ValueError, UnicodeError, TypeError, KeyError):
+            return marker(self._pseudonymise(self._identify(actor)))
+        except (ValueError, TypeError, KeyError):  # InvalidStatement and UnicodeError are ValueErrors
             return REDACTED
 
     def _moodle_user(self, value, found):
         if isinstance(value, (str, int)) and not isinstance(value, bool):
             found.whole.add(str(value).casefold())  # a number goes where a whole string equals it: not inside log ids
-        if self._user_identifier is None or isinstance(value, bool) or not isinstance(value, int):
+        if self._moodle_site is None or isinstance(value, bool) or not isinstance(value, int):
             return REDACTED
-        return marker(self._pseudonymise(self._user_identifier(value)))
+        return marker(self._pseudonymise(moodle_identifier(self._moodle_site, value)))
 
 
 class _Found:

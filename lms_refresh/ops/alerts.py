@@ -16,8 +16,8 @@ from lms_refresh import logs
 from lms_refresh.config import load_alerts, load_config
 from lms_refresh.errors import MEANINGS, ConfigError, RefreshError
 from lms_refresh.credentials import read_secret
-from lms_refresh.monitoring import post
-from lms_refresh.redact import scrub_text, url_origin
+from lms_refresh.disclosure.redaction import scrub_text, url_origin
+from lms_refresh.ops.monitoring import post
 
 logger = logging.getLogger(__name__)
 

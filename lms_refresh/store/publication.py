@@ -24,7 +24,8 @@ import os
 import sqlite3
 
 from lms_refresh.errors import ConfigError, StateError, UnavailableError
-from lms_refresh.store import SERVING_COLUMNS, open_store, store_exists
+from lms_refresh.store import open_store, store_exists
+from lms_refresh.store.tables import SERVING_COLUMNS
 
 logger = logging.getLogger(__name__)
 
