@@ -2,6 +2,7 @@
 issue 20 class 8): e-mail addresses in any form and context, credentials, URLs shown, quarantined
 records, log records as the journal receives them, and a real run over files named after people."""
 
+import itertools
 import json
 import logging
 import os
@@ -11,8 +12,9 @@ import urllib.parse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import HOME, statement
+from conftest import HOME, Project, statement
 from lms_refresh import logs
+from lms_refresh.ops.alerts import compose, mail_text
 from lms_refresh.disclosure.redaction import REDACTED, Redactor, scrub_text, url_origin, url_without_password
 from lms_refresh.sources.xapi_fields import actor_identifier
 
@@ -217,3 +219,48 @@ def test_a_run_over_exports_named_after_people_shows_no_address_anywhere(sqlite_
                check.stdout, check.stderr, status.stdout]
     assert all(not LEAK.search(output.casefold()) for output in outputs), outputs
     assert "it is a FIFO" in check.stdout and f"{project.source}/{REDACTED}" in result.stderr
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(addresses(), _IDENTIFIER.filter(lambda name: "/" not in name and "\0" not in name), st.integers(0, 6))
+def test_a_run_under_systemd_never_shows_an_address_or_identifier(tmp_path, monkeypatch, address, account, form):
+    """The CLI in this process under JOURNAL_STREAM: what the journal receives, every field of it."""
+    from systemd.journal import JournalHandler
+
+    sent = []
+    monkeypatch.setattr(logs, "journal_handler", lambda: JournalHandler(
+        sender_function=lambda MESSAGE, **fields: sent.append(MESSAGE + json.dumps(fields, default=str))))
+    project = Project(tmp_path / f"example{next(_EXAMPLES)}")
+    textfile = project.root / "metrics.prom"
+    project.configure(extra_top="max_quarantine_share = 0.9")
+    project.config.write_text(project.config.read_text() + f'[monitoring]\ntextfile = "{textfile}"\n')
+    name = _forms(address)[form].replace("/", "%2F")
+    folder = project.source / name
+    folder.mkdir()
+    bad = statement(learner=account, score=7)
+    bad["verb"]["display"] = {"en-US": account.upper(), "de": address}
+    bad["result"]["response"] = f"https://moodle.example.edu/user/{address}"
+    (folder / f"{name}.ndjson").write_text(json.dumps(statement()) + "\n" + json.dumps(bad) + f"\n{address}\n")
+    os.mkfifo(project.source / f"{name}.fifo.ndjson")
+    (project.source / f"{name}.ndjson.gz").write_bytes(b"not gzip")
+    result = project.invoke("run", now=NOW, env={"JOURNAL_STREAM": "8:1"})
+    assert result.returncode == 65 and any("Cannot read" in line for line in sent)
+    kept = [result.stdout, result.stderr, *sent, textfile.read_text(),
+            json.dumps(project.query("SELECT origin, reason, raw FROM quarantine"), ensure_ascii=False),
+            json.dumps(project.query("SELECT message FROM runs"), ensure_ascii=False)]
+    assert not [text for text in kept if LEAK.search(text.casefold())], (address, account, kept)
+
+
+_EXAMPLES = itertools.count()
+
+
+@settings(max_examples=200, deadline=None)
+@given(addresses(), st.integers(0, 6), st.sampled_from(CONTEXTS), st.sampled_from(CONTEXTS))
+def test_an_alert_shows_no_address_in_its_message_or_journal_lines(address, form, context, other):
+    quoted = _forms(address)[form]
+    last_run = {"window_since": "a", "window_until": "b", "exit_code": 65, "message": context.format(quoted)}
+    lines = [(6, "Refreshing ..."), (3, other.format(quoted)), (4, f"Skipped /in/{address}: it is a FIFO")]
+    alert = compose("lms-refresh.service", "65", "exit-code", "abc", last_run, lines, [])
+    for text in (json.dumps(alert, ensure_ascii=False), mail_text(alert, "team@example.edu")):
+        assert not LEAK.search(text.casefold()), text
