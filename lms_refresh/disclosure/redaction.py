@@ -30,7 +30,6 @@ _SHORTEST_SECRET = 4  # a shorter credential would garble every message; URLs' p
 _DEFAULT_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "postgres": 5432}
 _HOST = re.compile(r"[a-z0-9.\-]{1,253}|\[[0-9a-f:.]{2,45}\]")
 _SECRET_NAME = re.compile(r"pass|secret|token|key|sig|auth", re.IGNORECASE)
-
 _MARKS = "\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"  # combining marks: not \w, but in names
 # A letter of an address: no @ and no %40 in one, so each address has one place to split at and a long
 # hostile text costs linear time. (No possessive quantifiers: Python 3.11.2 mismatches them here.)
@@ -94,16 +93,11 @@ def _secret_forms(secret):
     return tuple(sorted((form for form in forms if len(form) >= _SHORTEST_SECRET), key=len, reverse=True))
 
 
-# -- URLs shown on their own ----------------------------------------------------
-
-
 def url_origin(url):
     """Return "scheme://host:port" of `url` and nothing else, for a URL that may carry a token (a webhook,
-    a Healthchecks check) or that a server sent (an LRS's redirect).
-
-    The port is the URL's or its scheme's default; a scheme or host that is not one is named as such
-    ("<not a host name>"); a text that is no scheme://host URL at all is "<not a URL>".
-    """
+    a Healthchecks check) or that a server sent (an LRS's redirect). The port is the URL's or its scheme's
+    default; a scheme, host or port that is not one is named as such ("<not a host name>"), a text that is
+    no scheme://host URL at all "<not a URL>"."""
     try:
         parts = urllib.parse.urlsplit(url.strip() if isinstance(url, str) else "")
     except ValueError:  # an unbalanced [
