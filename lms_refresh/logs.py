@@ -109,7 +109,7 @@ class Scrubbed(logging.Filter):
         return True
 
 
-def configure_logging(verbosity, environ, stream=None, scrub=None):
+def configure_logging(verbosity, environ, stream=None, *, scrub=None):
     """Set up the root logger once. verbosity: -1 quiet, 0 normal, 1+ verbose; `scrub(text)` redacts
     every record (see Scrubbed)."""
     level = logging.WARNING if verbosity < 0 else logging.DEBUG if verbosity > 0 else logging.INFO
@@ -159,7 +159,7 @@ def sd_notify(message, environ):
 class Progress:
     """Report progress as systemd STATUS= and, on a terminal, one updating line."""
 
-    def __init__(self, environ, stream=None, interval=1.0, clock=time.monotonic):
+    def __init__(self, environ, stream=None, interval=1.0, *, clock=time.monotonic):
         self.environ = environ
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty() and not under_systemd(environ)

@@ -261,6 +261,7 @@ def test_an_alert_shows_no_address_in_its_message_or_journal_lines(address, form
     quoted = _forms(address)[form]
     last_run = {"window_since": "a", "window_until": "b", "exit_code": 65, "message": context.format(quoted)}
     lines = [(6, "Refreshing ..."), (3, other.format(quoted)), (4, f"Skipped /in/{address}: it is a FIFO")]
-    alert = compose("lms-refresh.service", "65", "exit-code", "abc", last_run, lines, [])
+    alert = compose("lms-refresh.service", "65", "exit-code", invocation="abc", last_run=last_run, lines=lines,
+                    secrets=[])
     for text in (json.dumps(alert, ensure_ascii=False), mail_text(alert, "team@example.edu")):
         assert not LEAK.search(text.casefold()), text

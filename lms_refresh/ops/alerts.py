@@ -29,7 +29,7 @@ JOURNAL_LINES = 30
 JOURNAL_WAIT = 5.0
 
 
-def journal_lines(invocation, limit=JOURNAL_LINES, wait=JOURNAL_WAIT, clock=time.monotonic, sleep=time.sleep):
+def journal_lines(invocation, limit=JOURNAL_LINES, wait=JOURNAL_WAIT, *, clock=time.monotonic, sleep=time.sleep):
     """Return the last `limit` (priority, message) records of one invocation, oldest first ([] without a
     journal), waiting up to `wait` seconds for a record at priority err or worse (a run that was
     killed has none: then what is there after the wait)."""
@@ -81,7 +81,7 @@ def unit_exit_status(unit):
     return value if shown.returncode == 0 and value not in ("", "0") else None
 
 
-def compose(unit, exit_status, result, invocation, last_run, lines, secrets):
+def compose(unit, exit_status, result, *, invocation, last_run, lines, secrets):
     """Return the alert as a dict (the webhook body; the mail is made from it).
 
     `lines` are the failed invocation's (priority, message) journal records.
@@ -151,7 +151,7 @@ def deliver(alert, settings, environ):
         except ConfigError as error:  # the mail may still go out
             logger.warning("The alert webhook is not sent: %s", error)
         else:
-            if post(url, json.dumps(alert).encode(), "application/json", settings.timeout):
+            if post(url, json.dumps(alert).encode(), "application/json", timeout=settings.timeout):
                 delivered += 1
                 logger.info("Alert delivered to %s", url_origin(url), extra=logs.fields(logs.ALERT_SENT))
     return delivered, attempted
@@ -179,7 +179,7 @@ def alert_settings(config_path, environ):
     return settings, None, broken
 
 
-def send_alert(config_path, unit, exit_status, result, invocation, environ, last_run_of):
+def send_alert(config_path, unit, exit_status, *, result, invocation, environ, last_run_of):
     """Report that `unit` failed to every [alerts] channel; return (delivered, attempted).
 
     `last_run_of(config)` returns the store's last run row (for the window and
@@ -207,7 +207,7 @@ def send_alert(config_path, unit, exit_status, result, invocation, environ, last
         exit_status = unit_exit_status(unit) or (last_run or {}).get("exit_code")
     logger.info("Alerting that %s failed (exit status %s, result %s)", unit, exit_status, result)
     lines = journal_lines(invocation)
-    message = compose(unit, exit_status, result, invocation, last_run, lines, secrets)
+    message = compose(unit, exit_status, result, invocation=invocation, last_run=last_run, lines=lines, secrets=secrets)
     if broken is not None and not message["message"]:
         message["message"] = scrub_text(str(broken), secrets)
     delivered, attempted = deliver(message, settings, environ)

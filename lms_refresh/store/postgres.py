@@ -49,12 +49,13 @@ class PostgresStore(SqlStore):
         self.serving = self._ddl(POSTGRESQL.serving)
 
     @classmethod
-    def open(cls, settings, environ, create=True, read_only=False, migrate=True):
+    def open(cls, settings, environ, create=True, *, read_only=False, migrate=True):
         """Connect to the store; migrate it unless `read_only` or `migrate=False`."""
         url = settings.url
-        db = connect(url, settings.password_file, environ, f"The store {url_without_password(url)}", "store",
+        shown = url_without_password(url)
+        db = connect(url, settings.password_file, environ, what=f"The store {shown}", section="store",
                      connect_timeout=15)
-        store = cls(db, url_without_password(url), settings.schema)
+        store = cls(db, shown, settings.schema)
         with store.errors():
             db.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(settings.schema)))
             version = store.check_version(strict=read_only)

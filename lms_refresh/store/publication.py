@@ -74,7 +74,7 @@ def publish_if_behind(config, environ, euid):
     path = config.publication.path
     if published_digest(path) == wanted:
         return False
-    write_publication(path, config.publication.group, rows, settings, wanted, euid)
+    write_publication(path, config.publication.group, rows, settings=settings, wanted=wanted, euid=euid)
     logger.info("Published %d rows to %s", len(rows), path, extra={"PUBLICATION": path, "PUBLISHED_ROWS": len(rows)})
     return True
 
@@ -86,7 +86,7 @@ def _group_id(name):
         raise ConfigError(f"The group {name!r} named by publication.group does not exist; create it or fix the key.")
 
 
-def write_publication(path, group, rows, settings, wanted, euid):
+def write_publication(path, group, rows, *, settings, wanted, euid):
     """Write the publication under a temporary name, fsync it and rename it over `path`."""
     directory = os.path.dirname(os.path.abspath(path))
     gid = _group_id(group) if group else None
@@ -103,7 +103,7 @@ def write_publication(path, group, rows, settings, wanted, euid):
                 os.chown(directory, -1, gid)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
-        _write_database(temporary, rows, settings, wanted)
+        _write_database(temporary, rows, settings, wanted=wanted)
         os.chmod(temporary, 0o640 if gid is not None else 0o644)
         if gid is not None:
             os.chown(temporary, -1, gid)
@@ -130,7 +130,7 @@ def write_publication(path, group, rows, settings, wanted, euid):
             "for publication.group make that user a member of the group (SupplementaryGroups=).")
 
 
-def _write_database(path, rows, settings, wanted):
+def _write_database(path, rows, settings, *, wanted):
     with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as db:
         db.execute("PRAGMA journal_mode = DELETE")  # readers without write access cannot use WAL
         db.execute("BEGIN")
