@@ -159,8 +159,9 @@ def sd_notify(message, environ):
 class Progress:
     """Report progress as systemd STATUS= and, on a terminal, one updating line."""
 
-    def __init__(self, environ, stream=None, interval=1.0, *, clock=time.monotonic):
+    def __init__(self, environ, stream=None, interval=1.0, *, clock=time.monotonic, scrub=str):
         self.environ = environ
+        self.scrub = scrub  # lms_refresh.disclosure.redaction.scrub_text, as for log records
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty() and not under_systemd(environ)
         self.interval = interval
@@ -172,6 +173,7 @@ class Progress:
         if not force and self.last is not None and now - self.last < self.interval:
             return
         self.last = now
+        text = self.scrub(text)
         sd_notify(f"STATUS={text}", self.environ)
         if self.tty:
             self.stream.write(f"\r\033[K{text}")

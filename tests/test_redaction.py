@@ -265,3 +265,14 @@ def test_an_alert_shows_no_address_in_its_message_or_journal_lines(address, form
                     secrets=[])
     for text in (json.dumps(alert, ensure_ascii=False), mail_text(alert, "team@example.edu")):
         assert not LEAK.search(text.casefold()), text
+
+
+def test_progress_sent_to_systemd_is_redacted(tmp_path):
+    import socket
+
+    path = str(tmp_path / "notify")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as server:
+        server.bind(path)
+        progress = logs.Progress({"NOTIFY_SOCKET": path}, scrub=scrub_text)
+        progress("Reading xAPI NDJSON files at /srv/zq@xj.example, window a .. b", force=True)
+        assert server.recv(4096).decode() == f"STATUS=Reading xAPI NDJSON files at /srv/{REDACTED}, window a .. b"
