@@ -277,7 +277,7 @@ class Redactor:
 
     def _moodle_user(self, value, found):
         if isinstance(value, (str, int)) and not isinstance(value, bool):
-            found.whole.add(str(value).casefold())  # a number goes where a whole string equals it: not inside log ids
+            found.whole.add(_folded(str(value)))  # a number goes where a whole string equals it: not inside log ids
         if self._moodle_site is None or isinstance(value, bool) or not isinstance(value, int):
             return REDACTED
         return marker(self._pseudonymise(moodle_identifier(self._moodle_site, value)))
@@ -287,7 +287,7 @@ class _Found:
     """The identifiers found in one record, and the rule that removes them from its other strings."""
 
     def __init__(self):
-        self.whole = set()  # casefolded: a string equal to one of these goes whole
+        self.whole = set()  # folded: a string equal to one of these goes whole
         self.inside = set()  # searched for inside every string, in any letter case
 
     def remember(self, value):
@@ -297,16 +297,13 @@ class _Found:
             if value[:7].lower() == "mailto:":
                 self._add(value[7:])
                 self._add(value[7:].rsplit("@", 1)[0])
-        elif isinstance(value, dict):
-            for item in value.values():
-                self.remember(item)
-        elif isinstance(value, list):
-            for item in value:
+        elif isinstance(value, (dict, list)):
+            for item in value.values() if isinstance(value, dict) else value:
                 self.remember(item)
 
     def _add(self, value):
         for form in {value, value.strip()} if value.strip() else ():
-            self.whole.add(form.casefold())
+            self.whole.add(_folded(form))
             if len(form) >= _SHORTEST:
                 self.inside.add(form)
 
@@ -315,27 +312,31 @@ class _Found:
         whole, pattern = self.whole, None
         # Python's case-insensitive matching folds one character to one ("ß" is not "SS"): a string
         # that still holds a non-ASCII identifier in another folding goes whole.
-        folded = [value.casefold() for value in self.inside if not value.isascii()]
+        folded = [_folded(value) for value in self.inside if not value.isascii()]
         if self.inside:
             # Longest first, so an address is replaced whole before a shorter value inside it; whole
             # words only, so an account name "123" leaves the origin "export.ndjson:1234" alone.
             pattern = re.compile("|".join(map(_word, sorted(self.inside, key=len, reverse=True))), re.IGNORECASE)
 
         def scrub(text):
-            if text.casefold() in whole:
+            if _folded(text) in whole:
                 return REDACTED
             if pattern is not None and text:  # a hole of letters: what is left of an address keeps its shape
                 text = pattern.sub(_HOLE, text)
             text = scrub_text(text).replace(_HOLE, REDACTED)
-            return REDACTED if folded and any(value in text.casefold() for value in folded) else text
+            return REDACTED if folded and any(value in _folded(text) for value in folded) else text
         return scrub
+
+
+def _folded(text):
+    """`text` in one letter case whichever it was written in (upper first: "ı" and "i" are both "I")."""
+    return text.upper().casefold()
 
 
 def _word(value):
     """A pattern of `value` where it is not part of a longer word."""
-    before = r"(?<!\w)" if re.match(r"\w", value) else ""
-    after = r"(?!\w)" if re.match(r"\w", value[-1]) else ""
-    return before + re.escape(value) + after
+    return ((r"(?<!\w)" if re.match(r"\w", value) else "") + re.escape(value)
+            + (r"(?!\w)" if re.match(r"\w", value[-1]) else ""))
 
 
 def _scrub(value, scrub):
