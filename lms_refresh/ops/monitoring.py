@@ -15,7 +15,8 @@ import zoneinfo
 
 from lms_refresh.errors import RefreshError
 from lms_refresh.disclosure.redaction import scrub_text, url_origin
-from lms_refresh.window import TIME, from_cursor
+from lms_refresh.instants import from_cursor
+from lms_refresh.window import TIME
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import datetime as dt
 import time
 import typing
 
-from lms_refresh import __version__
+from lms_refresh import __version__, instants
 from lms_refresh import window as windows
 
 
@@ -27,24 +27,26 @@ class Report:
     staged: int = 0
     voided: int = 0
     quarantined: int = 0
+    closed: int = 0  # of the quarantined: statements for days before the staging horizon (not malformed)
     partitions: list = dataclasses.field(default_factory=list)
     rows_written: int = 0
     suppressed: int = 0
     lock_holder: str = ""
+    note: str = ""  # what the run log's row says of a successful run (a deliberate weakening of privacy)
     started: float = dataclasses.field(default_factory=time.monotonic)
 
     def row(self, now, exit_code=0, message=""):
         """Return the run log's row for this run, which started at `now` and ends about now."""
         finished = now + dt.timedelta(seconds=time.monotonic() - self.started)
         return {
-            "run_id": self.run_id, "kind": self.kind, "started_at": windows.to_cursor(now),
-            "finished_at": windows.to_cursor(finished), "outcome": self.outcome,
+            "run_id": self.run_id, "kind": self.kind, "started_at": instants.to_cursor(now),
+            "finished_at": instants.to_cursor(finished), "outcome": self.outcome,
             "exit_code": exit_code,
             "window_since": self.window.since_cursor if self.window else None,
             "window_until": self.window.until_cursor if self.window else None,
             "statements_read": self.statements_read, "staged": self.staged, "voided": self.voided,
             "quarantined": self.quarantined, "partitions": len(self.partitions),
-            "rows_written": self.rows_written, "suppressed": self.suppressed, "message": message,
+            "rows_written": self.rows_written, "suppressed": self.suppressed, "message": message or self.note,
             "version": __version__,
         }
 
