@@ -20,6 +20,14 @@ def credentials_directory(environ):
     return environ.get(OVERRIDE) or CREDENTIALS_DIRECTORY
 
 
+_READ = set()  # every credential this process has read: lms_refresh.disclosure.redaction removes them from every output
+
+
+def read_so_far():
+    """Return the credential values read by this process so far."""
+    return frozenset(_READ)
+
+
 def read_secret(name, environ):
     """Return the stripped content of a credential: a bare name ($CREDENTIALS_DIRECTORY, then the
     credentials directory), or a path."""
@@ -39,7 +47,7 @@ def read_secret(name, environ):
             )
     try:
         with open(path, encoding="utf-8") as handle:
-            return handle.read().strip()
+            secret = handle.read().strip()
     except PermissionError as error:
         raise ConfigError(f"Cannot read the credential {path}: {error.strerror}; the service user reads it "
                           "through its group: chown root:lms-refresh and chmod 0640 it (and 0750 its directory).")
@@ -47,6 +55,8 @@ def read_secret(name, environ):
         raise ConfigError(f"Cannot read the credential {path}: {error.strerror}.")
     except UnicodeDecodeError:
         raise ConfigError(f"The credential {path} is not UTF-8 text.")
+    _READ.add(secret)
+    return secret
 
 
 def _present(path):

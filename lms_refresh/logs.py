@@ -84,8 +84,36 @@ def under_systemd(environ):
     return bool(environ.get("JOURNAL_STREAM") or environ.get("INVOCATION_ID"))
 
 
-def configure_logging(verbosity, environ, stream=None):
-    """Set up the root logger once. verbosity: -1 quiet, 0 normal, 1+ verbose."""
+class Scrubbed(logging.Filter):
+    """Pass every record's text through `scrub` (lms_refresh.disclosure.redaction.scrub_text) before a handler sees it.
+
+    The journal handler sends a record's attributes as fields too (MSG, ARGS,
+    EXC_INFO, EXCEPTION_TEXT, the uppercase extra= fields), so the record itself
+    is rewritten: its message formatted and scrubbed, no arguments, the
+    traceback as scrubbed text. Records are a few per file and per run, never
+    one per statement, so the cost is a regular expression over a line.
+    """
+
+    def __init__(self, scrub):
+        super().__init__()
+        self.scrub = scrub
+
+    def filter(self, record):
+        record.msg, record.args = self.scrub(record.getMessage()), ()
+        if record.exc_info:
+            record.exc_text = record.exc_text or logging.Formatter().formatException(record.exc_info)
+            record.exc_info = None
+        if record.exc_text:
+            record.exc_text = self.scrub(record.exc_text)
+        for name, value in list(vars(record).items()):
+            if name.isupper() and isinstance(value, str):
+                setattr(record, name, self.scrub(value))
+        return True
+
+
+def configure_logging(verbosity, environ, stream=None, *, scrub=None):
+    """Set up the root logger once. verbosity: -1 quiet, 0 normal, 1+ verbose; `scrub(text)` redacts
+    every record (see Scrubbed)."""
     level = logging.WARNING if verbosity < 0 else logging.DEBUG if verbosity > 0 else logging.INFO
     root = logging.getLogger()
     for handler in list(root.handlers):
@@ -102,6 +130,8 @@ def configure_logging(verbosity, environ, stream=None):
     if handler is None:
         handler = logging.StreamHandler(stream or sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S"))
+    if scrub is not None:
+        handler.addFilter(Scrubbed(scrub))
     root.addHandler(handler)
     if warning:
         logging.getLogger(__name__).warning(warning)
@@ -131,8 +161,9 @@ def sd_notify(message, environ):
 class Progress:
     """Report progress as systemd STATUS= and, on a terminal, one updating line."""
 
-    def __init__(self, environ, stream=None, interval=1.0, *, clock=time.monotonic):
+    def __init__(self, environ, stream=None, interval=1.0, *, clock=time.monotonic, scrub=str):
         self.environ = environ
+        self.scrub = scrub  # lms_refresh.disclosure.redaction.scrub_text, as for log records
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty() and not under_systemd(environ)
         self.interval = interval
@@ -144,6 +175,7 @@ class Progress:
         if not force and self.last is not None and now - self.last < self.interval:
             return
         self.last = now
+        text = self.scrub(text)
         sd_notify(f"STATUS={text}", self.environ)
         if self.tty:
             self.stream.write(f"\r\033[K{text}")

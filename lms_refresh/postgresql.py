@@ -5,7 +5,6 @@ Imported only when one of them is configured (psycopg is not needed otherwise).
 """
 
 import os
-import re
 import socket
 
 import psycopg
@@ -15,11 +14,6 @@ from lms_refresh.errors import ConfigError, UnavailableError
 
 # invalid_password, invalid_authorization_specification (no pg_hba.conf entry, unknown role)
 _REFUSED = ("28P01", "28000")
-
-
-def display_url(url):
-    """The URL without any password, for messages."""
-    return re.sub(r"(://[^/@:]*):[^/@]*@", r"\1@", url)
 
 
 def first_line(error):

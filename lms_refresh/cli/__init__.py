@@ -15,6 +15,7 @@ from lms_refresh import __version__, errors, faults
 from lms_refresh.cli import operator_commands, refresh_commands
 from lms_refresh.cli.invocation import Invocation, failed
 from lms_refresh.config.schema import DEFAULT_CONFIG_PATH
+from lms_refresh.disclosure import redaction
 from lms_refresh.logs import configure_logging
 from lms_refresh.run import stopping
 from lms_refresh.instants import NotAnInstant, parse_user_time
@@ -44,7 +45,7 @@ def _parse_now(ctx, param, value):
 @click.pass_context
 def cli(ctx, config_path, verbose, *, quiet, now):
     """Keep an LMS metrics store fresh: pull new activity, recompute daily metrics, suppress small cells."""
-    configure_logging(-1 if quiet else verbose, os.environ)
+    configure_logging(-1 if quiet else verbose, os.environ, scrub=redaction.scrub_text)
     ctx.obj = Invocation(config_path, now, stop=ctx.obj)
 
 

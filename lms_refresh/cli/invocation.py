@@ -59,13 +59,13 @@ def failed(error, fields=None):
     code, message = errors.exit_status(error)
     fields = {**(fields or {}), "EXIT_STATUS": code}
     if isinstance(error, (errors.RefreshError, errors.Terminated)):
-        logger.error("%s", redaction.scrub_text(message), extra={**fields, "ERROR_KIND": type(error).__name__})
+        logger.error("%s", message, extra={**fields, "ERROR_KIND": type(error).__name__})
     else:  # the last resort: one sentence first, then the details
-        logger.error("Unexpected failure (%s); nothing was committed.", redaction.scrub_text(message), exc_info=error,
+        logger.error("Unexpected failure (%s); nothing was committed.", message, exc_info=error,
                      extra=fields)
     return code
 
 
 def ensure_logging():
     if not logging.getLogger().handlers:
-        configure_logging(0, os.environ)
+        configure_logging(0, os.environ, scrub=redaction.scrub_text)

@@ -9,6 +9,7 @@ import click
 
 from lms_refresh import errors
 from lms_refresh.demo import DAYS, LEARNERS, READ_BACK_MARGIN
+from lms_refresh.disclosure import redaction
 from lms_refresh.ops.monitoring import plugin_check, staleness
 from lms_refresh.ops.preflight import preflight
 from lms_refresh.ops.status import collect_status, format_status
@@ -79,7 +80,7 @@ def check(settings):
     """
     for finding in preflight(settings.config(), os.geteuid(), os.environ):
         # Deviations and warnings are findings to read, not failures: a failed check raises.
-        click.echo(f"{'ok' if finding.ok else 'note'}  {finding}")
+        click.echo(redaction.scrub_text(f"{'ok' if finding.ok else 'note'}  {finding}"))
     return errors.OK
 
 

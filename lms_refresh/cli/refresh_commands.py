@@ -8,6 +8,7 @@ import click
 
 from lms_refresh import errors, logs
 from lms_refresh.cli.invocation import UserTime, failed, user_time
+from lms_refresh.disclosure import redaction
 from lms_refresh.logs import Progress
 from lms_refresh.ops.job import run_job
 from lms_refresh.run.refresh import BACKFILL, REBUILD, RUN, Refresh, Request
@@ -33,7 +34,7 @@ def _do_refresh(settings, kind, dry_run, *, since=None, until=None, weaker=False
         request = Request(kind, user_time(since, config, "--since"), user_time(until, config, "--until"), dry_run,
                           accept_weaker_privacy=weaker)
         report, error = run_job(Refresh(config, request, settings.now, os.environ, os.geteuid(),
-                                        Progress(os.environ), settings.stop))
+                                        Progress(os.environ, scrub=redaction.scrub_text), settings.stop))
     except click.ClickException:
         raise
     except (Exception, errors.Terminated) as raised:

@@ -1,23 +1,22 @@
-"""Quarantined records kept without the identifiers of the people in them.
+"""What may be shown of a message, a URL or a quarantined record: one rule for every output.
 
-A record is quarantined so that an operator can see what was wrong with it,
-not who sent it. Before one is stored, every identifier of a person that can
-be found in it — `mbox`, `mbox_sha1sum`, `openid`, `account.name` and `name`
-wherever an Agent or Group can appear (actor, authority, context instructor
-and team, an Agent/Group object, a SubStatement's, Group members), and a
-Moodle row's `userid`, `relateduserid`, `realuserid` — is replaced by its
-pseudonym (`pseudonym:N`, the keyed hash the run stages, so `forget` finds
-it) or by `[redacted]`. Anything else equal to an identifier found, or shaped
-like an e-mail address, is redacted too, in the reason and origin as well. A
-record that cannot be read at all (not JSON, too deep, not an object) is kept
-as its size only: its bytes may hold identifiers that cannot be located.
+`scrub_text` is applied to every text written for people (log records, the
+run log, alerts, `check` and `status --check` lines, Healthchecks bodies, the
+quarantine): it removes credentials read by this process, URLs' passwords,
+secret-named query parameters and anything shaped like an e-mail address
+(README, "What is redacted, and where"). A URL shown on its own goes through
+`url_origin` (scheme://host:port) or `url_without_password` (a database URL).
+A quarantined record goes through `Redactor`.
 """
 
+import functools
 import hashlib
 import hmac
 import json
 import re
+import urllib.parse
 
+from lms_refresh.credentials import read_so_far
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser, moodle_identifier
 
 REDACTED = "[redacted]"
@@ -25,13 +24,29 @@ MAX_DEPTH = 64  # deeper than any real statement; a deeper record is withheld, n
 MOODLE_USER_FIELDS = ("userid", "relateduserid", "realuserid")
 AGENT_OBJECT_TYPES = ("Agent", "Group")
 _IDENTIFIER_KEYS = ("mbox", "mbox_sha1sum", "openid", "account", "member")
-
-
-def _agent_shaped(value):
-    return value.get("objectType") in AGENT_OBJECT_TYPES or any(key in value for key in _IDENTIFIER_KEYS)
-# An e-mail address; not a URL's user ("postgresql://reader@host" stays readable in messages).
-_EMAIL = re.compile(r"(?<![\w.+/-])[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
-_SHORTEST = 3  # shorter identifier values are not searched for in free text (they would match everywhere)
+_SHORTEST = 3  # shorter identifiers are redacted where a whole string equals them, not inside other text
+_HOLE = "REDACTEDzqHOLE"  # where an identifier was, until scrub_text has seen the text
+_SHORTEST_SECRET = 4  # a shorter credential would garble every message; URLs' passwords go by their place
+_DEFAULT_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "postgres": 5432}
+_HOST = re.compile(r"[a-z0-9.\-]{1,253}|\[[0-9a-f:.]{2,45}\]")
+_SECRET_NAME = re.compile(r"pass|secret|token|key|sig|auth", re.IGNORECASE)
+_MARKS = "\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"  # combining marks: not \w, but in names
+# A letter of an address: no @ and no %40 in one, so each address has one place to split at and a long
+# hostile text costs linear time. (No possessive quantifiers: Python 3.11.2 mismatches them here.)
+_ADDRESS_LETTER = rf"(?:[\w{_MARKS}-]|%(?!40|2540)[0-9a-fA-F]{{2}})"
+_ADDRESS = (rf"(?:(?<![\w.+%{_MARKS}-])|(?<=%40))(?:{_ADDRESS_LETTER}|[.+])+(?:@|%40|%2540)"
+            rf"{_ADDRESS_LETTER}+(?:\.{_ADDRESS_LETTER}+)+")
+# One pass over the text; the alternatives are tried in this order at each position. Letter case is
+# ignored only where it must be: for classes as wide as \w, re.IGNORECASE costs 10 times the time.
+_TEXT = re.compile(
+    r"(?P<database>(?<![\w.+%-])(?i:postgres(?:ql)?)://[\w.~-]+)(?::[^\s/?#]*)?@"  # a role name stays
+    r"|(?P<scheme>(?<![\w.+%-])[a-zA-Z][a-zA-Z0-9+.-]*://)[^\s/?#]*@"  # any other URL's user:password@
+    r"|(?P<parameter>[?&;][\w.-]+=)(?P<value>[^&;#\s]*)"
+    r"|(?P<auth>\b(?i:authorization)\b[\"']?\s*[:=]\s*[\"']?(?:(?i:basic|bearer|token)\s+)?|\b(?i:bearer)\s+)"
+    r"[\w.~+/-]+=*"
+    rf"|{_ADDRESS}"
+)
+_TRIGGERS = ("@", "%40", "%2540", "=", "bearer", "authorization")  # most texts hold none of these: no pass at all
 
 
 def marker(pseudonym):
@@ -39,26 +54,115 @@ def marker(pseudonym):
     return f"pseudonym:{pseudonym}"
 
 
-def scrub_text(text):
-    """Return `text` with anything shaped like an e-mail address redacted (messages, run rows, logs)."""
-    return _EMAIL.sub(REDACTED, text) if isinstance(text, str) else text
+def _replace(match):
+    if match.group("database"):
+        return match.group("database") + "@"
+    if match.group("scheme"):
+        return f"{match.group('scheme')}{REDACTED}@"
+    if match.group("parameter"):
+        name, value = match.group("parameter"), match.group("value")
+        return name + (REDACTED if value and _SECRET_NAME.search(name) else _TEXT.sub(_replace, value))
+    return match.group("auth") + REDACTED if match.group("auth") else REDACTED
+
+
+def scrub_text(text, secrets=()):
+    """Return `text` without credentials, URL passwords and e-mail addresses (see the module doc).
+
+    `secrets` are credential values (passwords, URLs with tokens) besides those this process read through
+    lms_refresh.credentials; anything but a string is returned as is.
+    """
+    if not isinstance(text, str) or not text:
+        return text
+    for secret in (*secrets, *read_so_far()):
+        for form in _secret_forms(secret):
+            text = text.replace(form, REDACTED)
+    lowered = text.lower()
+    return _TEXT.sub(_replace, text) if any(trigger in lowered for trigger in _TRIGGERS) else text
+
+
+@functools.lru_cache(maxsize=64)
+def _secret_forms(secret):
+    """The texts a credential can be shown as: itself, without a trailing /, and a URL's path (its token)."""
+    if not isinstance(secret, str) or len(secret.strip()) < _SHORTEST_SECRET:
+        return ()
+    forms = {secret.strip(), secret.strip().rstrip("/")}
+    parts = urllib.parse.urlsplit(secret.strip())
+    token = parts.path + (f"?{parts.query}" if parts.query else "")
+    if parts.netloc and len(token.strip("/")) >= 8:
+        forms.add(token.rstrip("/"))
+    return tuple(sorted((form for form in forms if len(form) >= _SHORTEST_SECRET), key=len, reverse=True))
+
+
+def url_origin(url):
+    """Return "scheme://host:port" of `url` and nothing else, for a URL that may carry a token (a webhook,
+    a Healthchecks check) or that a server sent (an LRS's redirect). The port is the URL's or its scheme's
+    default; a scheme, host or port that is not one is named as such ("<not a host name>"), a text that is
+    no scheme://host URL at all "<not a URL>"."""
+    try:
+        parts = urllib.parse.urlsplit(url.strip() if isinstance(url, str) else "")
+    except ValueError:  # an unbalanced [
+        return "<not a URL>"
+    scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
+    if not scheme or not parts.netloc:
+        return "<not a URL>"
+    try:
+        port = parts.port or _DEFAULT_PORTS.get(scheme)
+    except ValueError:  # not a number, or out of range
+        port = "<not a port>"
+    scheme = scheme if re.fullmatch(r"[a-z][a-z0-9+.-]{0,31}", scheme) else "<not a scheme>"
+    host = f"[{host}]" if ":" in host else host
+    host = host if _HOST.fullmatch(host) else "<not a host name>"
+    return f"{scheme}://{host}:{port}" if port else f"{scheme}://{host}"
+
+
+def url_without_password(url):
+    """Return a database URL as configured, without its password (in the user part or a query parameter),
+    for messages that name the database: its user, host, port and database name stay."""
+    return _TEXT.sub(_database_part, url) if isinstance(url, str) else url
+
+
+def _database_part(match):
+    if match.group("database") or match.group("parameter") or match.group("auth"):
+        return _replace(match)
+    return match.group(0)  # scheme://user@ of another scheme, and addresses, are for scrub_text to judge
 
 
 class _Unreadable(ValueError):
     """The record cannot be walked safely; it is kept as its size only."""
 
 
+def _agent_shaped(value):
+    return value.get("objectType") in AGENT_OBJECT_TYPES or any(key in value for key in _IDENTIFIER_KEYS)
+
+
 class Redactor:
-    """Turn a quarantine row (origin, reason, raw text) into one without identifiers."""
+    """Turn a quarantine row (origin, reason, raw text) into one without identifiers.
+
+    Every identifier of a person that can be found in a record — `mbox`,
+    `mbox_sha1sum`, `openid`, `account.name` and `name` wherever an Agent or
+    Group can appear (actor, authority, context instructor and team, an
+    Agent/Group object, a SubStatement's, Group members), and a Moodle row's
+    `userid`, `relateduserid`, `realuserid` — is replaced by its pseudonym
+    (`pseudonym:N`, the keyed hash the run stages, so `forget` finds it) or by
+    `[redacted]`. Every other string of the record, and its origin and reason,
+    loses those identifiers (and an mbox's address and its part before the @)
+    in any letter case — a string that equals a shorter one goes whole — and
+    then goes through `scrub_text`. A record that cannot be read at all (not
+    JSON, too deep, not an object) is kept as its size only: its bytes may
+    hold identifiers that cannot be located.
+
+    `identify(actor)` is the source's own reading of an actor's identifier
+    text (the xAPI mapper's `actor_identifier`), raising ValueError for an
+    actor it gives no pseudonym: a marker here is then the one the mapper
+    gives, and redaction needs no source. `moodle_site` is the Moodle
+    source's site_url (None for xAPI sources).
+    """
 
     def __init__(self, key, identify, moodle_site=None):
-        """`identify(actor)` is the source's own reading of an actor's identifier text (the xAPI
-        mapper's `actor_identifier`), raising ValueError for an actor it gives no pseudonym: the
-        marker of a pseudonym here is then the one the mapper gives, and redaction needs no source."""
         self._key = key
-        self._identify = identify
         self._pseudonymise = Pseudonymiser(key)
-        self._moodle_site = moodle_site  # the Moodle source's site_url; None for xAPI sources
+        self._identify = identify
+        self._moodle_site = moodle_site
 
     def row(self, origin, reason, raw):
         """Return (origin, reason, kept text, digest) for a quarantined record.
@@ -67,7 +171,7 @@ class Redactor:
         """
         data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
         digest = hmac.new(self._key, b"quarantine\0" + data, hashlib.sha256).hexdigest()
-        found = set()
+        found = _Found()
         try:
             document = json.loads(data)
             if isinstance(document, dict):
@@ -76,12 +180,15 @@ class Redactor:
                 kept = [self._statement(item, found, 1) for item in document]
             else:
                 raise _Unreadable("not an object")
-            text = json.dumps(self._scrub(kept, _patterns(found), 0), sort_keys=True)
         except (ValueError, RecursionError, UnicodeError):
+            kept = None
+        scrub = found.rule()
+        if kept is None:
             text = json.dumps({"withheld": "the record could not be read as a JSON object, so none of it is kept",
                                "bytes": len(data)})
-        patterns = _patterns(found)
-        return _scrub_string(str(origin), patterns), _scrub_string(str(reason), patterns), text, digest
+        else:
+            text = json.dumps(_scrub(kept, scrub), sort_keys=True)
+        return scrub(str(origin)), scrub(str(reason)), text, digest
 
     # -- the places where a person can be named --------------------------------
 
@@ -127,7 +234,7 @@ class Redactor:
             return [self._agent(item, found, depth + 1) for item in agent]
         if not isinstance(agent, dict):
             if isinstance(agent, str):
-                _remember(agent, found)
+                found.remember(agent)
                 return REDACTED
             return agent
         kept = {}
@@ -141,13 +248,13 @@ class Redactor:
             elif key == "account":
                 kept[key] = self._account(value, found)
             else:  # name, and anything an Agent should not have
-                _remember(value, found)
+                found.remember(value)
                 kept[key] = REDACTED
         return kept
 
     def _account(self, account, found):
         if not isinstance(account, dict):
-            _remember(account, found)
+            found.remember(account)
             return REDACTED
         kept = {}
         for key, value in account.items():
@@ -156,65 +263,88 @@ class Redactor:
             elif key == "name":
                 kept[key] = self._pseudonym({"account": account}, value, found)
             else:
-                _remember(value, found)
+                found.remember(value)
                 kept[key] = REDACTED
         return kept
 
     def _pseudonym(self, actor, value, found):
         """Return the marker of the pseudonym the mapper would give `actor`, or REDACTED if it gives none."""
-        _remember(value, found)
+        found.remember(value)
         try:
             return marker(self._pseudonymise(self._identify(actor)))
         except (ValueError, TypeError, KeyError):  # InvalidStatement and UnicodeError are ValueErrors
             return REDACTED
 
     def _moodle_user(self, value, found):
-        if isinstance(value, str):
-            _remember(value, found)  # a number is not searched for in free text: it would match log ids
+        if isinstance(value, (str, int)) and not isinstance(value, bool):
+            found.whole.add(_folded(str(value)))  # a number goes where a whole string equals it: not inside log ids
         if self._moodle_site is None or isinstance(value, bool) or not isinstance(value, int):
             return REDACTED
         return marker(self._pseudonymise(moodle_identifier(self._moodle_site, value)))
 
-    # -- everything else ---------------------------------------------------------
 
-    def _scrub(self, value, patterns, depth):
-        """Redact what remains of an identifier found, and e-mail addresses, anywhere in the record."""
-        if depth > MAX_DEPTH:
-            raise _Unreadable("too deep")
+class _Found:
+    """The identifiers found in one record, and the rule that removes them from its other strings."""
+
+    def __init__(self):
+        self.whole = set()  # folded: a string equal to one of these goes whole
+        self.inside = set()  # searched for inside every string, in any letter case
+
+    def remember(self, value):
+        """Note the identifier values in `value` (an mbox's address and its part before the @ too)."""
         if isinstance(value, str):
-            return _scrub_string(value, patterns)
-        if isinstance(value, list):
-            return [self._scrub(item, patterns, depth + 1) for item in value]
-        if isinstance(value, dict):
-            return {_scrub_string(key, patterns): self._scrub(item, patterns, depth + 1) for key, item in value.items()}
-        return value
+            self._add(value)
+            if value[:7].lower() == "mailto:":
+                self._add(value[7:])
+                self._add(value[7:].rsplit("@", 1)[0])
+        elif isinstance(value, (dict, list)):
+            for item in value.values() if isinstance(value, dict) else value:
+                self.remember(item)
+
+    def _add(self, value):
+        for form in {value, value.strip()} if value.strip() else ():
+            self.whole.add(_folded(form))
+            if len(form) >= _SHORTEST:
+                self.inside.add(form)
+
+    def rule(self):
+        """Return a function of a string: without these identifiers, then through `scrub_text`."""
+        whole, pattern = self.whole, None
+        # Python's case-insensitive matching folds one character to one ("ß" is not "SS"): a string
+        # that still holds a non-ASCII identifier in another folding goes whole.
+        folded = [_folded(value) for value in self.inside if not value.isascii()]
+        if self.inside:
+            # Longest first, so an address is replaced whole before a shorter value inside it; whole
+            # words only, so an account name "123" leaves the origin "export.ndjson:1234" alone.
+            pattern = re.compile("|".join(map(_word, sorted(self.inside, key=len, reverse=True))), re.IGNORECASE)
+
+        def scrub(text):
+            if _folded(text) in whole:
+                return REDACTED
+            if pattern is not None and text:  # a hole of letters: what is left of an address keeps its shape
+                text = pattern.sub(_HOLE, text)
+            text = scrub_text(text).replace(_HOLE, REDACTED)
+            return REDACTED if folded and any(value in _folded(text) for value in folded) else text
+        return scrub
 
 
-def _remember(value, found):
-    """Note the identifier values in `value`, so free text elsewhere in the record loses them too."""
+def _folded(text):
+    """`text` in one letter case whichever it was written in (upper first: "ı" and "i" are both "I")."""
+    return text.upper().casefold()
+
+
+def _word(value):
+    """A pattern of `value` where it is not part of a longer word."""
+    return ((r"(?<!\w)" if re.match(r"\w", value) else "") + re.escape(value)
+            + (r"(?!\w)" if re.match(r"\w", value[-1]) else ""))
+
+
+def _scrub(value, scrub):
+    """Apply `scrub` to every string (keys too) of a record (no deeper than the walk let it be)."""
     if isinstance(value, str):
-        if len(value) >= _SHORTEST:
-            found.add(value)
-        if value.lower().startswith("mailto:") and len(value) - 7 >= _SHORTEST:
-            found.add(value[7:])
-    elif isinstance(value, dict):
-        for item in value.values():
-            _remember(item, found)
-    elif isinstance(value, list):
-        for item in value:
-            _remember(item, found)
-
-
-def _patterns(found):
-    if not found:
-        return None
-    # Longest first, so an address is replaced whole before a shorter value inside it; whole
-    # words only, so an account name "123" leaves the origin "export.ndjson:1234" alone.
-    alternatives = "|".join(re.escape(value) for value in sorted(found, key=len, reverse=True))
-    return re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)")
-
-
-def _scrub_string(text, patterns):
-    if patterns is not None and text:
-        text = patterns.sub(REDACTED, text)
-    return scrub_text(text)
+        return scrub(value)
+    if isinstance(value, list):
+        return [_scrub(item, scrub) for item in value]
+    if isinstance(value, dict):
+        return {scrub(key): _scrub(item, scrub) for key, item in value.items()}
+    return value

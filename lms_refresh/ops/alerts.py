@@ -9,7 +9,6 @@ import datetime as dt
 import json
 import logging
 import os
-import re
 import socket
 import subprocess
 import time
@@ -20,14 +19,13 @@ from lms_refresh.config.schema import DEFAULT_STATE_DIRECTORY
 from lms_refresh.ops.interruption import take_unalerted
 from lms_refresh.errors import MEANINGS, ConfigError, RefreshError, StateError
 from lms_refresh.credentials import read_secret
-from lms_refresh.ops.monitoring import post, read_url, redact_url
+from lms_refresh.disclosure.redaction import scrub_text, url_origin
+from lms_refresh.ops.monitoring import post, read_url
 from lms_refresh.instants import from_cursor
 
 logger = logging.getLogger(__name__)
 
 JOURNAL_LINES = 30
-_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
-_URL_SECRET = re.compile(r"(\w+://)[^\s/@]*@")  # user:password@ in URLs
 
 
 # The failed unit's last records may still be on their way into the journal when OnFailure=
@@ -127,15 +125,6 @@ def failed_row(last_run, exit_code, *, run_ids, started):
     return last_run
 
 
-def redact(text, secrets):
-    """Remove credential values, URL passwords and e-mail-like identifiers from `text`."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "<redacted>")
-    text = _URL_SECRET.sub(r"\1<redacted>@", text)
-    return _EMAIL.sub("<redacted>", text)
-
-
 def compose(unit, exit_status, result, *, invocation, last_run, lines, secrets, run_ids=None, started=None):
     """Return the alert as a dict (the webhook body; the mail is made from it).
 
@@ -155,13 +144,13 @@ def compose(unit, exit_status, result, *, invocation, last_run, lines, secrets, 
         "meaning": MEANINGS.get(code, "not an lms-refresh exit status (killed, timed out or crashed?)"),
         "invocation_id": invocation or None,
         "window": None,
-        "journal": [redact(line[1], secrets) for line in lines],
-        "message": redact(_last_error(lines), secrets),
+        "journal": [scrub_text(line[1], secrets) for line in lines],
+        "message": scrub_text(_last_error(lines), secrets),
     }
     row = failed_row(last_run, code, run_ids=run_ids, started=started)
     if row is not None:
         alert["window"] = {"since": row["window_since"], "until": row["window_until"]}
-        alert["message"] = redact(row["message"], secrets)
+        alert["message"] = scrub_text(row["message"], secrets)
     return alert
 
 
@@ -212,7 +201,7 @@ def deliver(alert, settings, environ):
         else:
             if post(url, json.dumps(alert).encode(), "application/json", timeout=settings.timeout):
                 delivered += 1
-                logger.info("Alert delivered to %s", redact_url(url), extra=logs.fields(logs.ALERT_SENT))
+                logger.info("Alert delivered to %s", url_origin(url), extra=logs.fields(logs.ALERT_SENT))
     return delivered, attempted
 
 
@@ -270,7 +259,7 @@ def send_alert(config_path, unit, exit_status, *, result, invocation, environ, l
     message = compose(unit, exit_status, result, invocation=invocation, last_run=last_run, lines=lines,
                       secrets=secrets, run_ids=run_ids, started=unit_started(unit))
     if broken is not None and not message["message"]:
-        message["message"] = redact(str(broken), secrets)
+        message["message"] = scrub_text(str(broken), secrets)
     # A run a shutdown interrupted could not alert then: the next alert says so, once.
     directory = config.state_directory if config is not None else environ.get("STATE_DIRECTORY", DEFAULT_STATE_DIRECTORY)
     message["interrupted"] = take_unalerted(directory)

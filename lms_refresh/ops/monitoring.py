@@ -8,7 +8,6 @@ never logged.
 import datetime as dt
 import logging
 import os
-import re
 import tempfile
 import urllib.error
 import urllib.request
@@ -17,6 +16,7 @@ import zoneinfo
 from lms_refresh.config.validators import url_problem
 from lms_refresh.credentials import read_secret
 from lms_refresh.errors import TERMINATED, ConfigError, RefreshError
+from lms_refresh.disclosure.redaction import scrub_text, url_origin
 from lms_refresh.instants import from_cursor
 from lms_refresh.window import TIME
 
@@ -24,12 +24,6 @@ logger = logging.getLogger(__name__)
 
 SCHEDULE_DAYS = range(0, 5)  # Monday..Friday, as lms-refresh.timer's OnCalendar=
 SCHEDULE_TIME = dt.time(4, 15)
-
-
-def redact_url(url):
-    """Return a URL safe to log: scheme and host only."""
-    match = re.match(r"^(\w+://)(?:[^@/]*@)?([^/?#]+)", url or "")
-    return f"{match.group(1)}{match.group(2)}/…" if match else "<url>"
 
 
 def read_url(name, environ, key):
@@ -52,10 +46,10 @@ def post(url, body, content_type, *, timeout):
             return 200 <= response.status < 300
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
-        logger.warning("Delivery to %s failed: %s", redact_url(url), reason)
+        logger.warning("Delivery to %s failed: %s", url_origin(url), reason)
         return False
     except Exception:  # noqa: BLE001 — urllib's words for a URL it cannot use quote it, token and all
-        logger.warning("Delivery to %s failed: the URL is malformed.", redact_url(url))
+        logger.warning("Delivery to %s failed: the URL is malformed.", url_origin(url))
         return False
 
 
@@ -75,7 +69,7 @@ class Healthchecks:
         no failure to page about, and a stop that leaves the data stale is reported as staleness."""
         if self.url and exit_code != TERMINATED:
             target = self.url if exit_code == 0 else f"{self.url}/{exit_code}"
-            post(target, message.encode()[:10000], "text/plain", timeout=self.timeout)
+            post(target, scrub_text(message).encode()[:10000], "text/plain", timeout=self.timeout)
 
 
 def _epoch(cursor):
@@ -190,7 +184,7 @@ def _plugin_text(text):
 
 def plugin_line(code, text, perfdata=()):
     """Return one monitoring-plugin output line: 'LMS-REFRESH OK - text | label=value ...'."""
-    line = f"{PLUGIN_NAME} {PLUGIN_STATES[code]} - {_plugin_text(text)}"
+    line = f"{PLUGIN_NAME} {PLUGIN_STATES[code]} - {_plugin_text(scrub_text(str(text)))}"
     if perfdata:
         line += " | " + " ".join(f"{label}={value}" for label, value in perfdata)
     return line

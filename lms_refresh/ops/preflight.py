@@ -8,7 +8,8 @@ from lms_refresh.disclosure import weakening
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser
 from lms_refresh.config.paths import named_paths, refuse_collisions
 from lms_refresh.errors import ConfigError, StateError
-from lms_refresh.ops.monitoring import read_url, redact_url
+from lms_refresh.disclosure.redaction import url_origin
+from lms_refresh.ops.monitoring import read_url
 from lms_refresh.sources import OK, WARNING, Finding, build_source
 from lms_refresh.state_directory import user_name
 from lms_refresh.store import open_store, publication, store_exists
@@ -76,7 +77,7 @@ def _url_findings(config, environ):
         except ConfigError as error:
             findings.append(Finding(WARNING, f"{error} Until then nothing is sent there.", about=f"alerts.{key}"))
         else:
-            findings.append(Finding(OK, f"a valid URL ({redact_url(url)})", about=f"alerts.{key}"))
+            findings.append(Finding(OK, f"a valid URL ({url_origin(url)})", about=f"alerts.{key}"))
     return findings
 
 

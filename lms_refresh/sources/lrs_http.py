@@ -22,7 +22,6 @@ import http
 import json
 import logging
 import random
-import re
 import signal
 import threading
 import time
@@ -30,6 +29,7 @@ import urllib.parse
 
 from lms_refresh.credentials import read_secret
 from lms_refresh.errors import ConfigError, UnavailableError
+from lms_refresh.disclosure.redaction import url_origin
 from lms_refresh.instants import UTC
 
 logger = logging.getLogger(__name__)
@@ -38,9 +38,6 @@ XAPI_VERSION = "1.0.3"
 MAX_DELAY = 300  # seconds: the longest pause between attempts, Retry-After included
 DEFAULT_PORTS = {"http": 80, "https": 443}
 BODY_CHUNK = 16 << 10  # bytes read at a time (decompressed: at most ~1000 times that)
-_HOST = re.compile(r"[a-z0-9.\-\[\]:]{1,255}")
-
-
 def origin(url):
     """Return (scheme, host, port) of a URL, with the scheme's default port filled in."""
     parts = urllib.parse.urlsplit(url)
@@ -116,15 +113,6 @@ def status_phrase(status):
         return "a non-standard status"
 
 
-def safe_origin(url):
-    """scheme://host:port of a URL the LRS sent, with a host that is not a hostname replaced."""
-    scheme, host, port = origin(url)
-    host = host if _HOST.fullmatch(host) else "<not a host name>"
-    scheme = scheme if scheme.isalnum() else "<not a scheme>"
-    return f"{scheme}://{host}:{port}"
-
-
-
 class LrsClient:
     """GET requests to one LRS with its credentials, retries and bounds (see the module doc)."""
 
@@ -170,7 +158,7 @@ class LrsClient:
                                    "nothing was committed.")
         if origin(target) != origin(self.endpoint):
             raise ConfigError(
-                f"The LRS at {self.statements_url} sent a 'more' link to {safe_origin(target)}, another "
+                f"The LRS at {self.statements_url} sent a 'more' link to {url_origin(target)}, another "
                 "scheme, host or port than source.endpoint; it was not followed, so the credentials were not "
                 "sent there. If that is the LRS's own address, set source.endpoint to it."
             )
@@ -274,7 +262,7 @@ class LrsClient:
             raise _Retryable(f"HTTP {status}", wait)
         if 300 <= status < 400:
             raise ConfigError(
-                f"The LRS at {where} redirects to {safe_origin(response.headers.get('Location', ''))} "
+                f"The LRS at {where} redirects to {url_origin(response.headers.get('Location', ''))} "
                 f"(HTTP {status}); redirects are not followed with credentials — set source.endpoint to the final "
                 "address."
             )

@@ -25,8 +25,9 @@ import psycopg  # this module is imported only when the Moodle source is configu
 from lms_refresh import instants
 from lms_refresh import window as windows
 from lms_refresh.errors import ConfigError, UnavailableError
-from lms_refresh.postgresql import connect, connection_error, display_url, first_line
 from lms_refresh.disclosure.pseudonyms import moodle_identifier
+from lms_refresh.disclosure.redaction import url_without_password
+from lms_refresh.postgresql import connect, connection_error, first_line
 from lms_refresh.sources import OK, WARNING, BaseSource, Finding
 from lms_refresh.sources.records import EVENT, NOTHING, Intake, InvalidRecord, LocalDays, make_event
 from lms_refresh.sources.xapi import ADL, name_id
@@ -215,7 +216,7 @@ class MoodleSource(BaseSource):
         self._db = None
 
     def describe(self):
-        return f"Moodle's log {self.table} at {display_url(self.url)}"
+        return f"Moodle's log {self.table} at {url_without_password(self.url)}"
 
     # -- database ------------------------------------------------------------
 
@@ -224,7 +225,7 @@ class MoodleSource(BaseSource):
 
         Driver errors become the domain's, naming Moodle and the table.
         """
-        where, table = display_url(self.url), table or self.table
+        where, table = url_without_password(self.url), table or self.table
         try:
             if self._db is None:
                 self._db = connect(
@@ -329,7 +330,7 @@ class MoodleSource(BaseSource):
         """Reach the database, read the log's columns and newest id, and say if the role could write (Findings)."""
         self.query(f"SELECT {', '.join(COLUMNS)} FROM {{table}} LIMIT 0")
         newest = self.query("SELECT max(id) FROM {table}")[0][0]
-        findings = [Finding(OK, f"Moodle database {display_url(self.url)}: reachable, {self.table} readable, "
+        findings = [Finding(OK, f"Moodle database {url_without_password(self.url)}: reachable, {self.table} readable, "
                                 f"newest log id {newest if newest is not None else 'none (the log is empty)'}")]
         writable = self.query("SELECT has_table_privilege(current_user, %s, 'INSERT, UPDATE, DELETE')",
                               (self.table,))[0][0]

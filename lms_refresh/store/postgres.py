@@ -16,7 +16,8 @@ from psycopg import sql
 
 from lms_refresh import faults
 from lms_refresh.errors import ConfigError, StateError, UnavailableError
-from lms_refresh.postgresql import connect, connection_error, display_url, first_line, unreachable
+from lms_refresh.postgresql import connect, connection_error, first_line, unreachable
+from lms_refresh.disclosure.redaction import url_without_password
 from lms_refresh.store.base import SqlStore
 from lms_refresh.store.postgres_schema import MIGRATIONS, POSTGRESQL, SCHEMA_VERSION
 from lms_refresh.store.tables import TABLES, serving_view
@@ -55,9 +56,10 @@ class PostgresStore(SqlStore):
     def open(cls, settings, environ, create=True, *, read_only=False, migrate=True):
         """Connect to the store; migrate it unless `read_only` or `migrate=False`."""
         url = settings.url
-        db = connect(url, settings.password_file, environ, what=f"The store {display_url(url)}", section="store",
+        shown = url_without_password(url)
+        db = connect(url, settings.password_file, environ, what=f"The store {shown}", section="store",
                      connect_timeout=15)
-        store = cls(db, display_url(url), settings.schema)
+        store = cls(db, shown, settings.schema)
         with store.errors():
             db.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(settings.schema)))
             version = store.check_version(strict=read_only)
