@@ -276,3 +276,12 @@ def test_progress_sent_to_systemd_is_redacted(tmp_path):
         progress = logs.Progress({"NOTIFY_SOCKET": path}, scrub=scrub_text)
         progress("Reading xAPI NDJSON files at /srv/zq@xj.example, window a .. b", force=True)
         assert server.recv(4096).decode() == f"STATUS=Reading xAPI NDJSON files at /srv/{REDACTED}, window a .. b"
+
+
+def test_a_credential_that_no_url_parser_accepts_is_still_redacted_and_never_raises():
+    """A webhook file holding hostile text (an unbalanced '[' or a bracketed host with text around it,
+    which urllib refuses with ValueError) must neither break the rule nor stay in what is shown."""
+    from lms_refresh.disclosure.redaction import scrub_text
+
+    for secret in ("https://[::1]x/hook/0123456789", "http://[oops/0123456789abcdef", "]x[/0123456789"):
+        assert secret not in scrub_text(f"failed to post to {secret} today", secrets=(secret,))

@@ -86,9 +86,12 @@ def _secret_forms(secret):
     if not isinstance(secret, str) or len(secret.strip()) < _SHORTEST_SECRET:
         return ()
     forms = {secret.strip(), secret.strip().rstrip("/")}
-    parts = urllib.parse.urlsplit(secret.strip())
-    token = parts.path + (f"?{parts.query}" if parts.query else "")
-    if parts.netloc and len(token.strip("/")) >= 8:
+    try:
+        parts = urllib.parse.urlsplit(secret.strip())
+    except ValueError:  # an unbalanced [ or a bracketed host with text around it: no URL, no token of one
+        parts = None
+    token = parts.path + (f"?{parts.query}" if parts.query else "") if parts else ""
+    if parts and parts.netloc and len(token.strip("/")) >= 8:
         forms.add(token.rstrip("/"))
     return tuple(sorted((form for form in forms if len(form) >= _SHORTEST_SECRET), key=len, reverse=True))
 
