@@ -6,6 +6,7 @@ days late (offline mobile sync), a few voided statements and a small share
 of malformed records. Deterministic for a given seed.
 """
 
+import collections
 import datetime as dt
 import json
 import os
@@ -130,17 +131,23 @@ def _poisson(rng, mean):
         k += 1
 
 
+OPEN_FILES = 64
+
+
 def write_daily_files(directory, records, prefix="statements"):
     """Write (stored, line) records into one NDJSON file per UTC day of `stored`; return the count."""
     os.makedirs(directory, exist_ok=True)
-    handles = {}
+    handles = collections.OrderedDict()  # the most recently written files stay open, at most OPEN_FILES
     count = 0
     try:
         for stored, line in records:
             name = os.path.join(directory, f"{prefix}-{stored.astimezone(dt.timezone.utc):%Y-%m-%d}.ndjson")
-            handle = handles.get(name)
+            handle = handles.pop(name, None)
             if handle is None:
-                handle = handles[name] = open(name, "a", encoding="utf-8")
+                if len(handles) >= OPEN_FILES:  # ten years of days would pass Debian's 1024 open files
+                    handles.popitem(last=False)[1].close()
+                handle = open(name, "a", encoding="utf-8")
+            handles[name] = handle
             handle.write(line + "\n")
             count += 1
     finally:
