@@ -20,11 +20,11 @@ import uuid
 from lms_refresh import faults, logs, redact, retention, state, stopping
 from lms_refresh import window as windows
 from lms_refresh.config import Config
-from lms_refresh.errors import BadInputError, StateError, Terminated, exit_status, from_os_error
+from lms_refresh.errors import BadInputError, RefreshError, StateError, Terminated, exit_status, from_os_error
 from lms_refresh.exclusive import locked_store, run_lock
 from lms_refresh.lock import LockHeld
 from lms_refresh.privacy import RecordKeys
-from lms_refresh.publish import publish_if_behind
+from lms_refresh.publish import COMMITTED, publish_if_behind
 from lms_refresh.report import Outcome, Report
 from lms_refresh.pseudonym import Pseudonymiser
 from lms_refresh.sources import build_source
@@ -85,8 +85,6 @@ class Refresh:
                 load_driver(self.config)
                 with self.lock():
                     self._locked()
-                    if not self.request.dry_run:
-                        self.publish()
             except LockHeld as held:
                 self._lock_held(held.holder)
             except (Exception, Terminated) as error:
@@ -143,7 +141,7 @@ class Refresh:
         self.report.window = window
         return watermark, window
 
-    def nothing_to_do(self, store, meta):
+    def nothing_to_do(self, store, meta, key):
         """An empty window: still a run (staleness checks must see that it happened), and retention's."""
         report = self.report
         report.outcome = "nothing-to-do"
@@ -157,6 +155,7 @@ class Refresh:
         store.record_run(self.report.row(self.now))
         with self.stop.commit():
             store.commit()
+        self.remember(key)  # a note lost with a run killed after its commit
 
     def stage(self, store, source, window, horizon):
         """Stage the window's batches inside the run's transaction; return the local days they touched."""
@@ -211,15 +210,35 @@ class Refresh:
         with self.stop.commit():
             store.commit()
         faults.point("after-commit")
-        try:
-            state.remember_store(self.config, key)
-        except OSError as error:  # the run stands; the next one writes the note again
-            logger.warning("Could not note the store in %s (%s).", state.marker_path(self.config), error)
+        self.remember(key)
         return True
 
-    def publish(self):
-        """Bring the dashboards' copy up to date, after the commit (see publish.py)."""
-        publish_if_behind(self.config, self.environ, self.euid)
+    def remember(self, key):
+        """Note in the state directory which store the key built (see state.py); the run stands without it."""
+        try:
+            state.remember_store(self.config, key)
+        except (OSError, RefreshError) as error:  # the next run writes the note again
+            logger.warning("Could not note the store in %s (%s).", state.marker_path(self.config), error)
+
+    def publish(self, store):
+        """Bring the dashboards' copy up to date, after the commit (see publish.py). A failure is
+        recorded in the run's own row of the run log, which says that the run committed."""
+        try:
+            publish_if_behind(self.config, store, self.euid)
+        except Exception as error:  # noqa: BLE001 — after the commit, whatever failed is named as such
+            failure = error if isinstance(error, RefreshError) else RefreshError(
+                f"Unexpected failure while publishing ({type(error).__name__}: {error}); {COMMITTED}")
+            self.report.outcome = "publish-failed"
+            code, message = exit_status(failure)
+            try:
+                store.update_run(self.report.row(self.now, code, message[:1000]))
+            except BaseException as unrecorded:  # the store's disk may be what is full
+                store.rollback_quietly()
+                logger.warning("Could not record the failed publication in the store (%s: %s).",
+                               type(unrecorded).__name__, unrecorded)
+            if failure is error:
+                raise
+            raise failure from error
 
     def record_failure(self, store, error):
         """After a rollback, note the failed run (and what was quarantined) in its own transaction."""
@@ -241,14 +260,20 @@ class Refresh:
         try:
             with self.open_store() as store:
                 self._began = True
-                self._roll_back_on_failure(store)
+                self._committed_or_rolled_back(store)
+                if self.stop.committed and not self.request.dry_run:
+                    self.publish(store)
+        finally:
+            self.progress.done()
+
+    def _committed_or_rolled_back(self, store):
+        try:
+            self._roll_back_on_failure(store)
         except Exception as error:
             if not self.stop.committed:
                 raise
             # The run's work is committed; what failed is tidying up after it.
             logger.warning("The run committed, but tidying up after it failed (%s); the committed run stands.", error)
-        finally:
-            self.progress.done()
 
     def _roll_back_on_failure(self, store):
         try:
@@ -273,7 +298,7 @@ class Refresh:
         try:
             watermark, window = self.choose_window(meta, source)
             if window.empty:
-                self.nothing_to_do(store, meta)
+                self.nothing_to_do(store, meta, key)
                 return
             self._transaction(store, source, key, watermark, window)
         finally:

@@ -207,6 +207,16 @@ class SqlStore:
         self.execute(f"INSERT INTO runs ({', '.join(RUN_FIELDS)}) VALUES ({placeholders})",
                      [run[field] for field in RUN_FIELDS])
 
+    def update_run(self, run):
+        """Replace, in a transaction of its own, the run log's row of a committed run (whose publication
+        then failed) by `run`."""
+        run = dict(run, message=redact.scrub_text(run["message"]))
+        fields = [field for field in RUN_FIELDS if field != "run_id"]
+        self.begin()
+        self.execute(f"UPDATE runs SET {', '.join(f'{field} = ?' for field in fields)} WHERE run_id = ?",
+                     [run[field] for field in fields] + [run["run_id"]])
+        self.commit()
+
     # -- the publication (lms_refresh.privacy) ---------------------------------
 
     def privacy_settings(self, missing_ok=False):
