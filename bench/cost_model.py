@@ -11,7 +11,7 @@ that dict layouts, and so the counts, repeat exactly.
 
 Workloads (each also does what the one before it does; the differences are printed):
   naive      per-line json.loads + executemany into a keyed table (bench/refresh_bench.py)
-  parse+map  what a parsing worker does: lms_refresh.sources.ndjson.parse_lines with the real mapper
+  parse+map  what a parsing worker does: lms_refresh.sources.ndjson_worker.parse_lines with the real mapper
   stage      what the staging process does with those rows: SqliteStore.insert_events
   recompute  rebuilding the day partitions those rows touch, from the staged events
 
@@ -49,8 +49,8 @@ if workload == "naive":
     db.executemany("INSERT OR IGNORE INTO staged VALUES (?, ?, ?, ?, ?)", rows)
     db.execute("COMMIT")
 else:
-    from lms_refresh.pseudonym import Pseudonymiser
-    from lms_refresh.sources import ndjson
+    from lms_refresh.disclosure.pseudonyms import Pseudonymiser
+    from lms_refresh.sources import ndjson_worker as ndjson
     from lms_refresh.sources.xapi import StatementMapper
     from lms_refresh.store.sqlite import SqliteStore
     mapper = StatementMapper("Europe/Paris", Pseudonymiser(b"k" * 32), r"^(.+?/course/[^/?#]+)")

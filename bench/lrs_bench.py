@@ -22,7 +22,7 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 sys.path.insert(0, os.path.dirname(__file__))
-from lms_refresh.sample import COURSES, _VERB_CHOICES, statement  # noqa: E402
+from lms_refresh.demo.sample import COURSES, _VERB_CHOICES, statement  # noqa: E402
 from lrsserver import RalphServer  # noqa: E402
 from refresh_bench import timed_run  # noqa: E402
 

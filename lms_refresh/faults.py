@@ -1,9 +1,10 @@
 """A test-only seam: fail on purpose at a named phase of a run.
 
 The crash tests set `LMS_REFRESH_FAULT="PHASE:ACTION"` (or `"PHASE@N:ACTION"`
-for the Nth time the phase is reached; `"PHASE/NAME:ACTION"` only where the
-phase is reached for the file named NAME, see lms_refresh/atomic.py) and check that whatever happens there
-leaves the previous state or the new one, never a mixture. Operators never
+for the Nth time the phase is reached; `"PHASE/NAME:ACTION"` only where it is
+reached for the file named NAME, see lms_refresh/atomic.py) and check that
+whatever happens there leaves the previous state or the new one, never a
+mixture. Operators never
 set it. Unset, `point()` costs one comparison.
 
 Actions: `kill` (SIGKILL, as a power cut would), `term` (SIGTERM to this

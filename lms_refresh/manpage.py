@@ -17,10 +17,10 @@ import sys
 import click
 
 from lms_refresh import __version__, logs
-from lms_refresh.config import DEFAULT_CONFIG_PATH, DEFAULT_STATE_DIRECTORY, REQUIRED, SCHEMA
-from lms_refresh.validators import at_least_a_second, parse_duration
+from lms_refresh.config.schema import DEFAULT_CONFIG_PATH, DEFAULT_STATE_DIRECTORY, REQUIRED, SCHEMA
+from lms_refresh.config.validators import at_least_a_second, parse_duration
 from lms_refresh.errors import MEANINGS
-from lms_refresh.monitoring import PLUGIN_STATES
+from lms_refresh.ops.monitoring import PLUGIN_STATES
 
 UNITS = ("lms-refresh.service", "lms-refresh.timer", "lms-refresh-alert@.service")
 

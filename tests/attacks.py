@@ -7,7 +7,7 @@ the unknowns). A value is "recovered with certainty" when the feasible set
 has one element, and "recovered exactly" when the best guess is the truth.
 """
 
-from lms_refresh.privacy import MODULUS
+from lms_refresh.disclosure.cell_key import MODULUS
 
 
 def noise_probabilities(table, count):

@@ -6,7 +6,7 @@ process, `env -i`, other users and systemd stay subprocesses (`Project.cli`).
 
 What a process would reset and this one must not leak from one run to the next
 is restored and checked after each run: the root logger (the CLI configures it
-and removes pytest's handlers), the SIGTERM handler (lms_refresh.stopping
+and removes pytest's handlers), the SIGTERM handler (lms_refresh.run.stopping
 installs its own), the SIGALRM handler and timer (the LRS source's response
 deadline), the armed fault (lms_refresh.faults), the environment (exactly
 `environment` during the run, the test's own after it), the working directory

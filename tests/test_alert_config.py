@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from lms_refresh.alerts import compose, deliver
+from lms_refresh.ops.alerts import compose, deliver
 from lms_refresh.config import Alerts, load_alerts
 from lms_refresh.errors import ConfigError
 from test_monitoring import Receiver
@@ -102,7 +102,7 @@ def test_the_alert_waits_a_bounded_time_for_the_failed_runs_error_record():
     """OnFailure= may start the alert before the failed unit's last records are in the journal: it looks
     again until an error record shows, for at most JOURNAL_WAIT seconds (here an invocation with no
     records at all, on a fake clock)."""
-    from lms_refresh.alerts import JOURNAL_WAIT, journal_lines
+    from lms_refresh.ops.alerts import JOURNAL_WAIT, journal_lines
 
     now, sleeps = [0.0], []
 

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import statement
 from lms_refresh.cli import cli
-from lms_refresh.store.schema import SCHEMA_VERSION
+from lms_refresh.store.sqlite_schema import SCHEMA_VERSION
 
 
 @pytest.fixture

@@ -3,7 +3,8 @@
 import dataclasses
 import pytest
 
-from lms_refresh.config import load_config, parse_duration
+from lms_refresh.config import load_config
+from lms_refresh.config.validators import parse_duration
 from lms_refresh.errors import ConfigError
 
 MINIMAL = '[source]\ntype = "xapi-ndjson"\npath = "/srv/xapi"\n'
@@ -74,7 +75,7 @@ def test_each_source_block_of_the_packaged_config_is_valid_when_uncommented(tmp_
     import os
     import re
 
-    from lms_refresh.config import SOURCE_KEYS
+    from lms_refresh.config.schema import SOURCE_KEYS
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     text = open(os.path.join(root, "debian", "config.toml")).read()
@@ -112,7 +113,7 @@ def test_the_packaged_config_shows_every_key_in_its_table_with_its_declared_defa
     import re
     import tomllib
 
-    from lms_refresh.config import REQUIRED, SCHEMA
+    from lms_refresh.config.schema import REQUIRED, SCHEMA
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     shown = {}
@@ -133,3 +134,29 @@ def test_the_packaged_config_shows_every_key_in_its_table_with_its_declared_defa
             shown.setdefault((section, key), value)
     declared = {(section, key) for section, keys in SCHEMA.items() for key in keys}
     assert declared - set(shown) == set(), "keys the packaged configuration does not show"
+
+
+def test_the_typed_sections_hold_exactly_the_keys_schema_declares_with_their_types():
+    """config/sections.py spells the classes out for readers and tools; SCHEMA stays the one
+    declaration, so every field must be a declared key of its table, with the validator's type
+    (`| None` exactly when the key has no default), and every declared key a field."""
+    from lms_refresh.config import sections
+    from lms_refresh.config.schema import SCHEMA, SOURCE_KEYS
+
+    def expected(section, keys):
+        def annotation(key):
+            spec = SCHEMA[section][key]
+            return spec.check.type | None if spec.default is None else spec.check.type
+        return {key: annotation(key) for key in keys}
+
+    tables = {"window": sections.Window, "store": sections.Store, "retention": sections.Retention,
+              "retry": sections.Retry, "alerts": sections.Alerts, "monitoring": sections.Monitoring,
+              "privacy": sections.Privacy, "publication": sections.Publication}
+    # the top level and [pseudonymisation] (key_file, resolved) are Config's own fields
+    assert set(tables) == set(SCHEMA) - {"", "source", "pseudonymisation"}
+    for section, cls in tables.items():
+        assert {f.name: f.type for f in dataclasses.fields(cls)} == expected(section, SCHEMA[section]), section
+    assert set(sections.SOURCE_SETTINGS) == set(SOURCE_KEYS)
+    for kind, cls in sections.SOURCE_SETTINGS.items():
+        keys = ("type",) + tuple(sorted(SOURCE_KEYS[kind][0]))
+        assert {f.name: f.type for f in dataclasses.fields(cls)} == expected("source", keys), kind

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lms_refresh.config import SCHEMA, Config, load_config, validate
+from lms_refresh.config import Config, load_config, validate
+from lms_refresh.config.schema import SCHEMA
 from lms_refresh.errors import ConfigError
 
 BAD = [  # (what to write in place of what, the message)

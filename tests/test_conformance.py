@@ -10,8 +10,9 @@ import json
 import pytest
 
 from conftest import HOME, statement
-from lms_refresh.pseudonym import Pseudonymiser
-from lms_refresh.sources.xapi import ADL, COURSE_TYPE, InvalidStatement, StatementMapper, name_id, stored_cursor
+from lms_refresh.disclosure.pseudonyms import Pseudonymiser
+from lms_refresh.sources.xapi import ADL, COURSE_TYPE, StatementMapper, name_id
+from lms_refresh.sources.xapi_fields import InvalidStatement, stored_cursor
 
 COURSE = f"{HOME}/course/BIO101"
 ANN = f"account:{HOME}|ann"

@@ -5,7 +5,7 @@ import datetime as dt
 import sqlite3
 
 from conftest import Project
-from lms_refresh.sample import generate, write_daily_files
+from lms_refresh.demo.sample import generate, write_daily_files
 
 START = dt.date(2026, 10, 19)  # a Monday; the sample spans a DST change (25 Oct)
 PARIS = "Europe/Paris"

@@ -6,10 +6,11 @@ import os
 import re
 
 from conftest import HOME, statement
-from lms_refresh.pseudonym import Pseudonymiser, read_key
-from lms_refresh.redact import REDACTED, Redactor, marker
+from lms_refresh.disclosure.pseudonyms import Pseudonymiser, read_key
+from lms_refresh.disclosure.redaction import REDACTED, Redactor, marker
 from lms_refresh.sources.moodle import RowMapper
-from lms_refresh.sources.xapi import ADL, StatementMapper, actor_identifier
+from lms_refresh.sources.xapi import ADL, StatementMapper
+from lms_refresh.sources.xapi_fields import actor_identifier
 
 NOW = "2026-11-03T04:15:00+01:00"
 NAME, ADDRESS = "Learner-Zq81", "zq81@example.edu"
@@ -129,7 +130,7 @@ def test_quarantined_actors_carry_the_pseudonym_the_run_stages(sqlite_project):
 
 
 def test_every_place_an_agent_can_appear_is_redacted_with_the_mappers_pseudonym():
-    redactor = Redactor(KEY)
+    redactor = Redactor(KEY, actor_identifier)
     mapper = StatementMapper("UTC", Pseudonymiser(KEY), r"^(.+?/course/[^/?#]+)")
     agent = {"mbox": f"mailto:{ADDRESS}"}
     expected = marker(mapper.actor_of(agent))
@@ -164,7 +165,7 @@ def test_every_place_an_agent_can_appear_is_redacted_with_the_mappers_pseudonym(
     assert kept["userid"] == REDACTED  # an xAPI source has no Moodle site to pseudonymise it with
     assert (origin, reason) == (f"exports/{REDACTED}.ndjson:3", f"{REDACTED} did something")
     # The digest is keyed and stable: the same record is kept once, and a guess cannot be confirmed without the key.
-    assert redactor.row("o", "r", json.dumps(record))[3] == digest != Redactor(b"\1" * 32).row("o", "r", json.dumps(record))[3]
+    assert redactor.row("o", "r", json.dumps(record))[3] == digest != Redactor(b"\1" * 32, actor_identifier).row("o", "r", json.dumps(record))[3]
 
 
 def test_a_moodle_row_keeps_its_user_ids_only_as_the_pseudonyms_staged():
@@ -174,7 +175,7 @@ def test_a_moodle_row_keeps_its_user_ids_only_as_the_pseudonyms_staged():
     _, event = mapper.map((5, "\\core\\event\\course_viewed", "r", 2, 4242, 9, None, 0, None, 1_700_000_000, None))
     row = {"id": 6, "eventname": "\\core\\event\\course_module_completion_updated", "userid": 3,
            "relateduserid": 4242, "realuserid": None, "other": json.dumps({"note": ADDRESS})}
-    _, _, text, _ = Redactor(KEY, site).row("mdl_logstore_standard_log id 6", "no completionstate", json.dumps(row))
+    _, _, text, _ = Redactor(KEY, actor_identifier, site).row("mdl_logstore_standard_log id 6", "no completionstate", json.dumps(row))
     kept = json.loads(text)
     assert kept["relateduserid"] == marker(event.actor)
     assert kept["userid"] == marker(pseudonymise(f"moodle:{site}|3")) and kept["realuserid"] is None
@@ -182,7 +183,7 @@ def test_a_moodle_row_keeps_its_user_ids_only_as_the_pseudonyms_staged():
 
 
 def test_records_that_cannot_be_read_are_kept_as_their_size_only():
-    redactor = Redactor(KEY)
+    redactor = Redactor(KEY, actor_identifier)
     for raw in (f'{{"actor": {{"mbox": "mailto:{ADDRESS}"}}', f'"{NAME}"', f'[1, "{NAME}"]', "[" * 100_000 + "]" * 100_000,
                 f'{{"actor": "{NAME}", "a": "\\ud800"}}'.encode("utf-8") + b"\xff"):
         origin, reason, text, digest = redactor.row("file:1", "not valid JSON", raw)

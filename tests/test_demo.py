@@ -22,7 +22,7 @@ def clean_environment():
 
 def valid(line):
     """The sample's lines the engine must count: the malformed ones are cut short, lose their actor or
-    get a score out of range (lms_refresh.sample), and the reference counts only valid statements."""
+    get a score out of range (lms_refresh.demo.sample), and the reference counts only valid statements."""
     try:
         record = json.loads(line)
     except ValueError:

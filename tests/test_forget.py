@@ -5,9 +5,9 @@ import json
 import re
 
 from conftest import HOME, statement
-from lms_refresh.lock import RunLock
-from lms_refresh.pseudonym import Pseudonymiser, read_key
-from lms_refresh.sources.xapi import actor_identifier
+from lms_refresh.run.lock import RunLock
+from lms_refresh.disclosure.pseudonyms import Pseudonymiser, read_key
+from lms_refresh.sources.xapi_fields import actor_identifier
 from moodledb import EXPECTED_TWO_DAYS, SITE, course_iri, load_two_days
 from reference import expected_serving
 from test_moodle import moodle_project

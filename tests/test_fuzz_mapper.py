@@ -15,10 +15,11 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from conftest import HOME, statement  # noqa: E402
-from lms_refresh.pseudonym import Pseudonymiser  # noqa: E402
-from lms_refresh.sources.ndjson import ChunkResult, parse_lines  # noqa: E402
+from lms_refresh.disclosure.pseudonyms import Pseudonymiser  # noqa: E402
+from lms_refresh.sources.ndjson_worker import ChunkResult, parse_lines  # noqa: E402
 from lms_refresh.sources.records import EVENT_FIELDS, Event, Void  # noqa: E402
-from lms_refresh.sources.xapi import InvalidStatement, StatementMapper  # noqa: E402
+from lms_refresh.sources.xapi import StatementMapper  # noqa: E402
+from lms_refresh.sources.xapi_fields import InvalidStatement
 from lms_refresh.sources.xapi_fields import MAX_DURATION_DAYS  # noqa: E402
 
 FUZZ = settings(max_examples=400, deadline=None, derandomize=True, database=None,

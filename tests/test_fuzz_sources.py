@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import statement, voiding
-from lms_refresh.pseudonym import Pseudonymiser
+from lms_refresh.disclosure.pseudonyms import Pseudonymiser
 from lms_refresh.sources.files import chunk_lines, numbered_lines
 from lms_refresh.sources.moodle import COLUMNS, EVENTS, InvalidRow, RowMapper
-from lms_refresh.sources.ndjson import ChunkResult, oversized, parse_lines
+from lms_refresh.sources.ndjson_worker import ChunkResult, oversized, parse_lines
 from lms_refresh.sources.records import Event
 from lms_refresh.sources.xapi import StatementMapper
 

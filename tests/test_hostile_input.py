@@ -18,7 +18,7 @@ import pytest
 
 from conftest import Project, cli_command, collect_batches, reachable_cli, run_for_peak_rss, statement
 from lms_refresh.errors import BadInputError
-from lms_refresh.pseudonym import Pseudonymiser
+from lms_refresh.disclosure.pseudonyms import Pseudonymiser
 from lms_refresh.sources.ndjson import NdjsonSource
 from lms_refresh.sources.xapi import StatementMapper
 from lms_refresh.window import Window

@@ -14,7 +14,7 @@ import pytest
 from conftest import statement
 from lms_refresh import logs
 from lms_refresh.cli import main
-from lms_refresh.lock import RunLock
+from lms_refresh.run.lock import RunLock
 
 NOW = "2026-11-03T04:15:00+01:00"
 

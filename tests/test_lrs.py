@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from conftest import Project
-from lms_refresh.sample import generate
+from lms_refresh.demo.sample import generate
 from lrsserver import RalphServer, free_port
 from reference import expected_serving
 

@@ -8,8 +8,8 @@ import threading
 import pytest
 
 from conftest import statement
-from lms_refresh.alerts import compose, deliver, redact
-from lms_refresh.config import Alerts
+from lms_refresh.ops.alerts import compose, deliver, redact
+from lms_refresh.config.sections import Alerts
 
 
 @pytest.fixture
@@ -181,9 +181,9 @@ def test_scheduled_runs_retry_an_unreachable_source_then_exit_69(project, receiv
 
 def test_a_retry_that_finds_the_source_back_succeeds(project):
     from lms_refresh.config import load_config
-    from lms_refresh.job import run_job
+    from lms_refresh.ops.job import run_job
     from lms_refresh.logs import Progress
-    from lms_refresh.refresh import Refresh, Request
+    from lms_refresh.run.refresh import Refresh, Request
     from lms_refresh.window import parse_user_time
 
     project.configure(retry_attempts=3)

@@ -10,8 +10,8 @@ import sys
 from conftest import statement
 from lms_refresh.config import has_source
 from lms_refresh.demo import command_hint
-from lms_refresh.lock import RunLock
-from lms_refresh.sample import generate
+from lms_refresh.run.lock import RunLock
+from lms_refresh.demo.sample import generate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from conftest import statement
-from lms_refresh.monitoring import PLUGIN_CRITICAL, plugin_line
+from lms_refresh.ops.monitoring import PLUGIN_CRITICAL, plugin_line
 
 NOW = "2026-11-03T04:15:00+01:00"  # a Tuesday
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -8,7 +8,7 @@ import pytest
 from conftest import Project, statement
 from lrsserver import HeldLrs
 from lms_refresh.store.postgres import LOCK_CLASS
-from lms_refresh.store.schema import SCHEMA_VERSION
+from lms_refresh.store.sqlite_schema import SCHEMA_VERSION
 
 NOW = "2026-11-03T04:15:00+01:00"
 

@@ -17,7 +17,8 @@ import pytest
 
 from attacks import complement, noise_probabilities, threshold
 from conftest import statement as any_statement
-from lms_refresh.privacy import PerturbationTable, RecordKeys, Settings, base_distribution
+from lms_refresh.disclosure.cell_key import PerturbationTable, RecordKeys, base_distribution
+from lms_refresh.disclosure.policy import PrivacySettings
 
 K = 10
 KEY = "5e" * 32  # a fixed pseudonymisation key: the noise, hence each figure, is reproducible
@@ -52,7 +53,7 @@ def rows_by_cell(project):
 
 
 def table(k=K):
-    return PerturbationTable(Settings(min_cell_size=k))
+    return PerturbationTable(PrivacySettings(min_cell_size=k))
 
 
 def day(n):
@@ -119,7 +120,7 @@ def test_complement_attack_on_storyline_data(project, privacy):
     project.write("a.ndjson", statements)
     project.invoke("run", now=NOW, check=0)
     published = rows_by_cell(project)
-    perturbation = PerturbationTable(Settings(min_cell_size=K, method=privacy.split('"')[1]))
+    perturbation = PerturbationTable(PrivacySettings(min_cell_size=K, method=privacy.split('"')[1]))
     exact = certain = 0
     for cell, truth in cells.items():
         row = published[cell]
@@ -197,7 +198,7 @@ def test_threshold_attack_pushing_a_cell_of_k_minus_1_learners_over(project, pri
                                          stored="2026-11-21T09:00:00Z") for course in others])
     project.invoke("run", now="2026-11-22T04:15:00Z", check=0)
     published = rows_by_cell(project)
-    perturbation = PerturbationTable(Settings(min_cell_size=K, method=privacy.split('"')[1]))
+    perturbation = PerturbationTable(PrivacySettings(min_cell_size=K, method=privacy.split('"')[1]))
     exact = certain = 0
     for course, counts in others.items():
         row = published[(day(0), course)]
@@ -282,7 +283,7 @@ def test_a_store_from_schema_version_2_gets_its_record_keys_and_the_same_publica
         "learner_key", "statement_key", "attempt_key", "completion_key", "passed_key", "failed_key", "score_key",
         "duration_count", "duration_key")]
     if project.postgres:
-        from lms_refresh.store.pg_schema import MIGRATIONS
+        from lms_refresh.store.postgres_schema import MIGRATIONS
 
         downgrade += [next(s for s in MIGRATIONS[0] if "CREATE VIEW" in s).replace("{s}", "lms_refresh"),
                       "DELETE FROM lms_refresh.schema_version WHERE version >= 3",
@@ -290,7 +291,7 @@ def test_a_store_from_schema_version_2_gets_its_record_keys_and_the_same_publica
         for sql in downgrade:
             project.postgres.admin(sql, project.database)
     else:
-        from lms_refresh.store.schema import MIGRATIONS
+        from lms_refresh.store.sqlite_schema import MIGRATIONS
 
         downgrade += [next(s for s in MIGRATIONS[0] if "CREATE VIEW" in s), "UPDATE meta SET value = '2' WHERE key = 'schema_version'"]
         with contextlib.closing(sqlite3.connect(project.store)) as db:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Project, statement
-from lms_refresh.sample import generate, write_daily_files
+from lms_refresh.demo.sample import generate, write_daily_files
 
 KEY = "7a" * 32
 NOW = "2026-11-20T04:15:00Z"

@@ -9,7 +9,7 @@ import time
 from conftest import statement
 from lms_refresh import faults
 from lrsserver import HeldLrs
-from lms_refresh.lock import probe
+from lms_refresh.run.lock import probe
 
 NOW = "2026-11-03T04:15:00+01:00"  # a Tuesday, 04:15 in Paris
 

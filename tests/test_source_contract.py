@@ -8,7 +8,7 @@ import pytest
 
 from conftest import ADL, HOME, statement
 from lms_refresh.config import validate
-from lms_refresh.pseudonym import Pseudonymiser
+from lms_refresh.disclosure.pseudonyms import Pseudonymiser
 from lms_refresh.sources import DEVIATION, OK, WARNING, BaseSource, Finding, Source, build_source
 from lms_refresh.sources.moodle import RowMapper
 from lms_refresh.sources.ndjson import NdjsonSource

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from conftest import collect_batches, statement
-from lms_refresh.pseudonym import Pseudonymiser
+from lms_refresh.disclosure.pseudonyms import Pseudonymiser
 from lms_refresh.sources.ndjson import NdjsonSource
 from lms_refresh.sources.xapi import StatementMapper, name_id
 from lms_refresh.window import Window
@@ -243,7 +243,7 @@ def test_a_more_link_that_repeats_ends_the_run_instead_of_looping():
 def test_a_bad_line_outside_the_window_is_skipped_whether_or_not_the_prefilter_has_paused(tmp_path):
     """The pre-filter pauses after a long run of lines inside the window; that must not change
     which lines are quarantined (only those in the window, or whose `stored` cannot be told)."""
-    from lms_refresh.sources import ndjson, records
+    from lms_refresh.sources import ndjson_worker, records
 
     inside = [json.dumps(statement(learner=f"u{i}", timestamp="2026-11-01T10:00:00Z"))
               for i in range(records.PREFILTER_STREAK + 10)]
@@ -252,7 +252,8 @@ def test_a_bad_line_outside_the_window_is_skipped_whether_or_not_the_prefilter_h
     for name, lines in (("paused", inside + [bad_outside, bad_inside]), ("active", [bad_outside, bad_inside] + inside)):
         path = tmp_path / f"{name}.ndjson"
         path.write_text("\n".join(lines) + "\n")
-        result = ndjson.read_chunk(MAPPER, str(path), 0, None, WINDOW.since_cursor, WINDOW.until_cursor)
+        result = ndjson_worker.read_chunk(MAPPER, ndjson_worker.Chunk(str(path), 0, None),
+                                          ndjson_worker.Reading(WINDOW.since_cursor, WINDOW.until_cursor))
         assert [reason for _, reason, _ in result.batch.quarantined] == ["actor is missing or not an object"], name
         assert len(result.batch.events) == len(inside)
         assert result.high == "2026-11-05T10:00:00.000000Z", name  # the file index still sees the late line

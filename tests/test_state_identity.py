@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from conftest import statement
-from lms_refresh.store.schema import MIGRATIONS
+from lms_refresh.store.sqlite_schema import MIGRATIONS
 from reference import expected_serving
 
 PARIS = "Europe/Paris"
@@ -176,18 +176,18 @@ def test_a_changed_course_pattern_is_refused_and_rebuild_applies_it_without_doub
 
 
 def test_a_store_without_a_recorded_mapping_version_counts_as_version_1(project, monkeypatch):
-    from lms_refresh import state
+    from lms_refresh.run import identity
     from lms_refresh.config import load_config
     from lms_refresh.errors import StateError
 
     project.write("a.ndjson", day_batch(12, "2026-11-02"))
     project.invoke("run", now=at(T), check=0)
     meta = project.meta()
-    assert meta["identity.mapping_version"] == str(state.MAPPING_VERSION)
+    assert meta["identity.mapping_version"] == str(identity.MAPPING_VERSION)
     del meta["identity.mapping_version"]  # as a store written before versions were recorded
-    monkeypatch.setattr(state, "MAPPING_VERSION", 2)  # a later lms-refresh that maps statements otherwise
+    monkeypatch.setattr(identity, "MAPPING_VERSION", 2)  # a later lms-refresh that maps statements otherwise
     with pytest.raises(StateError) as refused:
-        state.check_identity(load_config(str(project.config), {}), meta, has_events=True)
+        identity.verify_identity(load_config(str(project.config), {}), meta, has_events=True)
     assert "derived by statement mapping version 1 but this lms-refresh maps statements by version 2" in str(refused.value)
     assert "lms-refresh rebuild --since DATE" in str(refused.value) and refused.value.exit_code == 78
 
@@ -234,7 +234,7 @@ def test_two_versions_of_one_id_in_the_same_batch_count_once(project):
 
 
 def test_moodle_identity_settings_are_recorded_and_guarded(tmp_path):
-    from lms_refresh import state
+    from lms_refresh.run import identity
     from lms_refresh.config import load_config
     from lms_refresh.errors import StateError
 
@@ -242,15 +242,15 @@ def test_moodle_identity_settings_are_recorded_and_guarded(tmp_path):
     path.write_text('[source]\ntype = "moodle"\nurl = "postgresql://reader@db/moodle"\n'
                     'site_url = "https://moodle.example.edu"\nsite_course_id = 1\n')
     config = load_config(str(path), {})
-    meta = dict(state.identity(config), timezone="UTC")
+    meta = dict(identity.identity(config), timezone="UTC")
     assert meta == {"identity.site_url": "https://moodle.example.edu", "identity.site_course_id": "1",
                     "identity.guest_user_id": "1", "timezone": "UTC"}
-    state.check_identity(config, meta, has_events=True)  # unchanged: fine
+    identity.verify_identity(config, meta, has_events=True)  # unchanged: fine
     moved = dict(meta, **{"identity.site_url": "https://old-moodle.example.edu"})
     with pytest.raises(StateError) as refused:
-        state.check_identity(config, moved, has_events=True)
+        identity.verify_identity(config, moved, has_events=True)
     assert "derived with source.site_url = 'https://old-moodle.example.edu'" in str(refused.value)
-    state.check_identity(config, moved, has_events=False)  # an empty store takes the new identity
+    identity.verify_identity(config, moved, has_events=False)  # an empty store takes the new identity
 
 
 def test_an_older_store_with_a_double_staged_id_is_repaired_by_the_upgrade(sqlite_project):
@@ -337,7 +337,7 @@ def test_a_damaged_watermark_can_be_set_by_hand(sqlite_project):
 def test_a_moodle_watermark_is_a_log_id(tmp_path):
     from lms_refresh.config import load_config
     from lms_refresh.errors import ConfigError
-    from lms_refresh.recovery import parse_cursor
+    from lms_refresh.run.watermark import parse_cursor
     from lms_refresh.window import LOG_ID
 
     path = tmp_path / "moodle.toml"
@@ -370,7 +370,7 @@ def test_a_store_built_before_mapping_versions_is_refused_until_rebuilt(sqlite_p
 
 
 def test_a_key_copied_in_for_a_first_run_starts_a_store(project):
-    from lms_refresh.pseudonym import create_key
+    from lms_refresh.disclosure.pseudonyms import create_key
 
     project.state.mkdir()
     create_key(str(project.state / "pseudonymisation.key"))  # from another host, or made in advance

@@ -10,8 +10,8 @@ import datetime as dt
 import json
 
 from conftest import Project, statement, voiding
-from lms_refresh.sample import generate, write_daily_files
-from lms_refresh.store.schema import SCHEMA_VERSION
+from lms_refresh.demo.sample import generate, write_daily_files
+from lms_refresh.store.sqlite_schema import SCHEMA_VERSION
 from reference import expected_serving
 
 NOW = "2026-11-03T04:15:00+01:00"  # a Tuesday, 04:15 in Paris

@@ -7,7 +7,7 @@ import pytest
 from conftest import Project
 from lms_refresh.config import load_config
 from lms_refresh.store import open_store
-from lms_refresh.store.schema import SCHEMA_VERSION
+from lms_refresh.store.sqlite_schema import SCHEMA_VERSION
 
 
 def _checks(text):

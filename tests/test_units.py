@@ -10,7 +10,8 @@ import pytest
 from conftest import statement
 from lms_refresh.config import validate
 from lms_refresh.sources import BaseSource
-from lms_refresh.sources.xapi import COURSE_TYPE, InvalidStatement, StatementMapper, name_id, parse_duration_ms
+from lms_refresh.sources.xapi import COURSE_TYPE, StatementMapper, name_id
+from lms_refresh.sources.xapi_fields import InvalidStatement, parse_duration_ms
 from lms_refresh.window import Window, next_watermark, parse_user_time
 
 UTC = dt.timezone.utc
@@ -158,7 +159,7 @@ def test_voiding_statement():
     ("2026-11-02T10:00:00.1234567Z", "2026-11-02T10:00:00.123456Z"),
 ])
 def test_stored_cursors_are_fixed_width_utc(text, cursor):
-    from lms_refresh.sources.xapi import stored_cursor
+    from lms_refresh.sources.xapi_fields import stored_cursor
 
     if cursor is None:
         with pytest.raises(InvalidStatement, match="not an ISO 8601 time"):
@@ -176,7 +177,7 @@ def test_forked_helpers_do_not_keep_the_run_lock_alive(tmp_path):
     import os
     import signal
 
-    from lms_refresh.lock import RunLock
+    from lms_refresh.run.lock import RunLock
 
     path = str(tmp_path / "refresh.lock")
     lock = RunLock(path).__enter__()
@@ -210,7 +211,7 @@ def _nodes(value, path=()):
 def test_no_malformed_statement_raises_anything_but_a_quarantine_reason():
     """Thousands of statements with parts replaced by wrong types, odd values or nothing: each is
     mapped or quarantined; none may end the run with another exception."""
-    from lms_refresh.pseudonym import Pseudonymiser
+    from lms_refresh.disclosure.pseudonyms import Pseudonymiser
 
     mapper = StatementMapper("Europe/Paris", Pseudonymiser(b"k" * 32), r"^(.+?/course/[^/?#]+)")
     odd = [None, 0, -1, 1.5, True, "", "x", "P", "PT", "2026-13-45T99:99:99Z", [], [1], [{}], {}, {"id": 5},

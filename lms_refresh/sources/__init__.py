@@ -86,7 +86,7 @@ class Source(typing.Protocol):
     def describe(self) -> str:
         """Name the source for messages, e.g. 'xAPI NDJSON files at /srv/exports'."""
 
-    def check(self) -> list:
+    def preflight(self) -> list:
         """Reach the source and return what was found (Findings); write nothing; raise if it cannot be used."""
 
     def run_window(self, watermark, now, config) -> windows.Window:

@@ -18,7 +18,7 @@ import stat
 import sys
 
 from lms_refresh.errors import ConfigError, UnavailableError
-from lms_refresh.statedir import user_name
+from lms_refresh.state_directory import user_name
 
 SUFFIXES = (".ndjson", ".jsonl", ".ndjson.gz", ".jsonl.gz")
 SKIP_BLOCK = 1 << 20  # bytes held at a time while reading past an oversized record

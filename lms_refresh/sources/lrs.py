@@ -36,7 +36,7 @@ from lms_refresh.errors import UnavailableError
 from lms_refresh.sources import DEVIATION, OK, RAW_KEPT, WARNING, BaseSource, Finding
 from lms_refresh.sources.lrs_http import LrsClient
 from lms_refresh.sources.records import Intake
-from lms_refresh.sources.xapi import InvalidStatement, parse_time, stored_cursor
+from lms_refresh.sources.xapi_fields import InvalidStatement, parse_time, stored_cursor
 from lms_refresh.window import UTC, to_cursor
 
 logger = logging.getLogger(__name__)
@@ -150,7 +150,7 @@ class LrsSource(LrsClient, BaseSource):
 
     # -- check ---------------------------------------------------------------
 
-    def check(self):
+    def preflight(self):
         """Reach the LRS with the credentials and say how it deviates from the spec (Findings); write nothing."""
         payload, headers = self.get(self.statements_url, {"limit": self.page_size, "ascending": "true"})
         statements = [s for s in payload["statements"] if isinstance(s, dict)]

@@ -26,7 +26,7 @@ import psycopg  # this module is imported only when the Moodle source is configu
 from lms_refresh import window as windows
 from lms_refresh.errors import ConfigError, UnavailableError
 from lms_refresh.postgresql import connect, connection_error, display_url, first_line
-from lms_refresh.pseudonym import moodle_identifier
+from lms_refresh.disclosure.pseudonyms import moodle_identifier
 from lms_refresh.sources import OK, WARNING, BaseSource, Finding
 from lms_refresh.sources.records import EVENT, NOTHING, Intake, InvalidRecord, LocalDays, make_event
 from lms_refresh.sources.xapi import ADL, name_id
@@ -321,7 +321,7 @@ class MoodleSource(BaseSource):
 
     # -- check ---------------------------------------------------------------
 
-    def check(self):
+    def preflight(self):
         """Reach the database, read the log's columns and newest id, and say if the role could write (Findings)."""
         self.query(f"SELECT {', '.join(COLUMNS)} FROM {{table}} LIMIT 0")
         newest = self.query("SELECT max(id) FROM {table}")[0][0]

@@ -20,204 +20,23 @@ quarantined by its origin and length.
 """
 
 import collections
+import dataclasses
 import gzip
-import json
 import logging
-import marshal
 import multiprocessing
 import os
-import re
-import signal
 import zlib
 
-from lms_refresh import faults
 from lms_refresh.errors import BadInputError, ConfigError
-from lms_refresh.sources import RAW_KEPT, Batch, BaseSource, Finding, OK, WARNING
-from lms_refresh.sources.files import (NotRegularFile, UpTo, chunk_lines, denied, export_files, numbered_lines,
-                                       open_regular)
+from lms_refresh.sources import Batch, BaseSource, Finding, OK, WARNING
+from lms_refresh.sources.files import NotRegularFile, UpTo, denied, export_files, numbered_lines, open_regular
 from lms_refresh.sources.pool import result_of, stop_pool, workers_of
-from lms_refresh.sources.records import NOTHING, Event, Intake
-from lms_refresh.sources.xapi import InvalidStatement, stored_cursor
+from lms_refresh.sources.ndjson_worker import (
+    BYTES_PER_STATEMENT, LINES_PER_STATEMENT_BUDGET, MAX_RECORD_BYTES, Chunk, ChunkResult, Reading, Signature,
+    _unmarshal, _worker_init, _worker_read, default_workers, oversized, parse_lines, read_chunk,
+)
 
 logger = logging.getLogger(__name__)
-
-_STORED = re.compile(rb'"stored"\s*:\s*"([^"]{1,64})"')
-_decode = json.JSONDecoder().raw_decode  # str in, no encoding sniffing per line
-NICE_WORKERS = 19  # parsing workers run at the lowest priority (see _worker_init)
-BYTES_PER_STATEMENT = 1024  # sizes chunks: batch_size statements of about this size
-MAX_RECORD_BYTES = 1 << 20  # the default of source.max_record_bytes (statements are about 1 KiB)
-LINES_PER_STATEMENT_BUDGET = 4  # a chunk's result holds at most 4 x batch_size lines (statements >= 256 bytes)
-
-
-class ChunkResult:
-    """What one chunk of one file held: a Batch plus line count and `stored` range.
-
-    `changed`: the file was removed or replaced after the run planned it; nothing was read.
-    `resume`: the chunk held more lines than one result may; the rest starts at this offset.
-    """
-
-    __slots__ = ("batch", "lines", "low", "high", "changed", "resume")
-
-    def __init__(self):
-        self.batch = Batch()
-        self.lines = 0
-        self.low = self.high = None
-        self.changed = False
-        self.resume = None
-
-
-def _stored_of(line):
-    """Return a raw line's `stored` cursor without parsing it, or None if that cannot be told cheaply.
-
-    Only trusted when "stored" occurs once, so a nested key of that name cannot mislead it.
-    """
-    if line.count(b'"stored"') == 1:
-        match = _STORED.search(line)
-        if match:
-            try:
-                return stored_cursor(match.group(1).decode("ascii"))
-            except (InvalidStatement, UnicodeDecodeError):
-                pass
-    return None
-
-
-class _LineMapper:
-    """A statement mapper over raw lines: each line is decoded as JSON, then mapped.
-
-    A line that is not JSON is an invalid record like any other, with the decoder's reason.
-    """
-
-    __slots__ = ("_map", "take_new_names")
-
-    def __init__(self, mapper):
-        self._map, self.take_new_names = mapper.map, mapper.take_new_names
-
-    def map(self, line, cursor):
-        if not line or line.isspace():
-            return NOTHING  # a blank line: no record at all
-        try:
-            text = line.decode()
-            if text[0] in " \t":
-                text = text.strip()
-            parsed, end = _decode(text)
-            if end != len(text) and text[end:].strip():
-                raise ValueError(f"extra data after the JSON value at character {end}")
-            return self._map(parsed, cursor)
-        except InvalidStatement:
-            raise
-        except ValueError as error:
-            raise InvalidStatement(f"not valid JSON: {error}") from None
-        except RecursionError:  # e.g. [[[[... 100,000 levels deep
-            raise InvalidStatement("JSON nested too deeply to parse") from None
-
-
-def _as_quarantined(number, line):
-    """A quarantined line: its number in the chunk and its text.
-
-    Evidence, not a copy: a long malformed record keeps its beginning (the origin says where the rest is).
-    """
-    return number, line.rstrip(b"\r\n").decode("utf-8", "replace")[:RAW_KEPT]
-
-
-def parse_lines(mapper, lines, since, until, result):
-    """Parse (number, raw line) pairs into `result`; blank lines are passed over, lines outside
-    [since, until) are skipped (see `Intake`: `_stored_of` is its cheap look at a line's cursor)."""
-    intake = Intake(_LineMapper(mapper), _as_quarantined, since, until, _stored_of, result.batch)
-    intake.map_all(lines)
-    result.low, result.high = intake.low, intake.high
-    return result
-
-
-def oversized(numbered, batch, limit):
-    """Pass (number, line) pairs on, quarantining each line given as its length (an oversized record).
-
-    Only its length is known and kept: its content was never held, so its `stored`
-    time cannot be told and it is quarantined whatever the window.
-    """
-    for number, line in numbered:
-        if type(line) is int:
-            batch.quarantined.append((number, f"the record is {line} bytes long, more than source.max_record_bytes "
-                                              f"({limit}); it was skipped unread", ""))
-            batch.read += 1
-        else:
-            yield number, line
-
-
-def read_chunk(mapper, path, start, end, since, until, limit=MAX_RECORD_BYTES, signature=None, max_lines=None):
-    """Return the ChunkResult of the lines of `path` that start in [start, end) (end None: to the end).
-
-    `signature` is the file as the run planned it ([size, mtime_ns, inode]):
-    nothing at or past that size is read, and a file that is no longer that
-    inode (removed, replaced) gives an empty result marked `changed`. A line
-    longer than `limit` bytes is read past and quarantined by its length.
-    At most `max_lines` lines are read; `resume` then says where the rest begins.
-    """
-    result = ChunkResult()
-    try:
-        handle, info = open_regular(path)
-    except (FileNotFoundError, NotRegularFile):
-        result.changed = True
-        return result
-    except PermissionError:
-        raise ConfigError(denied(path))
-    except OSError as error:
-        raise BadInputError(f"Cannot read {path} ({error.strerror or error}); fix or move the file and run again.")
-    try:
-        with handle:
-            if signature is not None and info.st_ino != signature[2]:
-                result.changed = True
-                return result
-            size = info.st_size if signature is None else signature[0]
-            lines, result.resume = chunk_lines(handle, start, size if end is None else min(end, size), size, limit,
-                                               max_lines)
-    except OSError as error:
-        raise BadInputError(f"Cannot read {path} ({error.strerror or error}); fix or move the file and run again.")
-    parse_lines(mapper, oversized(enumerate(lines, 1), result.batch, limit), since, until, result)
-    result.lines = len(lines)
-    return result
-
-
-_worker_mapper = None
-
-
-def _worker_init(mapper):
-    global _worker_mapper
-    _worker_mapper = mapper
-    # The parent owns the run: it turns SIGTERM into a rollback and ends the pool.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # Staging in the parent is the serial step: workers yield the CPU to it, so that
-    # more processes than cores do not slow it down (measured on 2 cores: about +8%).
-    try:
-        os.nice(NICE_WORKERS)
-    except OSError:
-        pass  # a seccomp filter may refuse it; parsing is only slower, never wrong
-
-
-def _worker_read(path, start, end, since, until, limit, signature, max_lines):
-    result = read_chunk(_worker_mapper, path, start, end, since, until, limit, signature, max_lines)
-    faults.point("chunk-parsed")
-    # The events are flat tuples of str, int, bytes and None: marshal passes them to the
-    # parent at a fraction of pickle's cost (the rest of the result is small). It takes
-    # plain tuples only, so they go as such and are Events again in the parent.
-    result.batch.events = marshal.dumps(list(map(tuple, result.batch.events)))
-    return result
-
-
-def default_workers():
-    """One parsing worker per usable core, plus one: the staging process idles while it
-    waits for parsed chunks, and a lowest-priority extra worker uses those gaps
-    (on 2 cores: 3 workers measured ~8% faster than 2). At most 8."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return min(cores + 1, 8)
-
-
-def _unmarshal(result):
-    result.batch.events = list(map(Event._make, marshal.loads(result.batch.events)))
-    return result
 
 
 class _FileTracker:
@@ -247,7 +66,7 @@ class _FileTracker:
             logger.warning("%s was removed or replaced while the run read it; what was read is kept, and the "
                            "file now at that path is read by the next run.", self.path)
             return Batch()
-        return Batch(state={self.path: signature + [self.low, self.high]})
+        return Batch(state={self.path: list(signature) + [self.low, self.high]})
 
 
 class NdjsonSource(BaseSource):
@@ -272,7 +91,7 @@ class NdjsonSource(BaseSource):
         """Return (files, skipped): see `lms_refresh.sources.files.export_files`."""
         return export_files(self.path)
 
-    def check(self):
+    def preflight(self):
         files, skipped = self.files()
         unreadable = [path for path, _ in files if not os.access(path, os.R_OK)]
         if unreadable:
@@ -282,7 +101,8 @@ class NdjsonSource(BaseSource):
             Finding(WARNING, f"{path} is skipped: it is {why}; only regular files are read") for path, why in skipped]
 
     def restore(self, state):
-        """Take up the file index an earlier committed run recorded: path -> [size, mtime_ns, inode, min, max]."""
+        """Take up the file index an earlier committed run recorded: path -> [size, mtime_ns, inode, min, max]
+        (the Signature, then the range of `stored` cursors read from the file; None, None if none)."""
         self.index = state
 
     def _plan(self, window):
@@ -293,9 +113,8 @@ class NdjsonSource(BaseSource):
         for path, why in skipped:
             logger.warning("Skipped %s: it is %s; only regular files are read.", path, why)
         for path, info in files:
-            signature = [info.st_size, info.st_mtime_ns, info.st_ino]
-            known = self.index.get(path)
-            if known and known[:3] == signature and (known[3] is None or known[4] < since or known[3] >= until):
+            signature = Signature(info.st_size, info.st_mtime_ns, info.st_ino)
+            if self._unchanged_outside(path, signature, since, until):
                 continue
             if not os.access(path, os.R_OK):
                 raise ConfigError(denied(path))  # before anything is read: an operator must fix it (78)
@@ -307,6 +126,14 @@ class NdjsonSource(BaseSource):
             plan.append((path, signature, chunks))
         return plan
 
+    def _unchanged_outside(self, path, signature, since, until):
+        """Whether the index knows `path` as `signature`, with no `stored` time in [since, until)."""
+        known = self.index.get(path)
+        if not known or tuple(known[:3]) != signature:
+            return False
+        low, high = known[3:5]
+        return low is None or high < since or low >= until
+
     def batches(self, window):
         """Yield Batches of the statements whose `stored` lies in the window.
 
@@ -317,15 +144,16 @@ class NdjsonSource(BaseSource):
         meanwhile differs from it and is read again next run.
         """
         since, until = window.since_cursor, window.until_cursor
+        reading = Reading(since, until, self.limit, self.max_lines)
         plan = self._plan(window)
-        tasks = [(path, start, end, signature) for path, signature, chunks in plan if not path.endswith(".gz")
+        tasks = [Chunk(path, start, end, signature) for path, signature, chunks in plan if not path.endswith(".gz")
                  for start, end in chunks]
-        total = sum(signature[0] for _, signature, _ in plan)
+        total = sum(signature.size for _, signature, _ in plan)
         pool = None
         if self.workers > 1 and len(tasks) > 1 and total >= self.parallel_min_bytes:
             pool = multiprocessing.get_context("fork").Pool(self.workers, _worker_init, (self.mapper,))
         try:
-            results = self._results(pool, tasks, since, until)
+            results = self._results(pool, tasks, reading)
             for path, signature, chunks in plan:
                 if path.endswith(".gz"):
                     continue
@@ -344,35 +172,30 @@ class NdjsonSource(BaseSource):
             if pool is not None:
                 stop_pool(pool)  # bounded even if a stop killed a worker holding a queue lock
 
-    def _results(self, pool, tasks, since, until):
-        """Yield, for each task in order, an iterator of its ChunkResults."""
+    def _results(self, pool, tasks, reading):
+        """Yield, for each Chunk in order, an iterator of its ChunkResults."""
         if pool is None:
             for task in tasks:
-                yield self._rest(read_chunk(self.mapper, *task[:3], since, until, self.limit, task[3], self.max_lines),
-                                 task, since, until)
+                yield self._rest(read_chunk(self.mapper, task, reading), task, reading)
             return
         # A bounded pipeline across files: a few chunks in flight (enough that neither the
         # workers nor the staging process wait on the other's bursts), results taken in order.
         pending = collections.deque()
         workers = workers_of(pool)
         for task in tasks:
-            path, start, end, signature = task
-            pending.append((task, pool.apply_async(_worker_read, (path, start, end, since, until, self.limit,
-                                                                  signature, self.max_lines))))
+            pending.append((task, pool.apply_async(_worker_read, (task, reading))))
             if len(pending) >= 4 * self.workers:
                 task, result = pending.popleft()
-                yield self._rest(_unmarshal(result_of(result, workers)), task, since, until)
+                yield self._rest(_unmarshal(result_of(result, workers)), task, reading)
         while pending:
             task, result = pending.popleft()
-            yield self._rest(_unmarshal(result_of(result, workers)), task, since, until)
+            yield self._rest(_unmarshal(result_of(result, workers)), task, reading)
 
-    def _rest(self, result, task, since, until):
+    def _rest(self, result, task, reading):
         """Yield a chunk's first result, then (rarely: a chunk of very short lines) the rest, read here."""
-        path, _, end, signature = task
         yield result
         while result.resume is not None:
-            result = read_chunk(self.mapper, path, result.resume, end, since, until, self.limit, signature,
-                                self.max_lines)
+            result = read_chunk(self.mapper, dataclasses.replace(task, start=result.resume), reading)
             yield result
 
     def _stream_gzip(self, path, signature, since, until):
@@ -390,12 +213,12 @@ class NdjsonSource(BaseSource):
         except OSError as error:
             raise BadInputError(f"Cannot read {path} ({error.strerror or error}); fix or move the file and run again.")
         with handle:
-            if info.st_ino != signature[2]:
+            if info.st_ino != signature.inode:
                 changed = ChunkResult()
                 changed.changed = True
                 yield changed
                 return
-            numbered = numbered_lines(gzip.GzipFile(fileobj=UpTo(handle, signature[0]), mode="rb"), self.limit)
+            numbered = numbered_lines(gzip.GzipFile(fileobj=UpTo(handle, signature.size), mode="rb"), self.limit)
             try:
                 while True:
                     lines, held = [], 0
@@ -414,7 +237,7 @@ class NdjsonSource(BaseSource):
                     del lines
                     yield result
             except (OSError, EOFError, zlib.error) as error:
-                if os.fstat(handle.fileno()).st_size > signature[0]:
+                if os.fstat(handle.fileno()).st_size > signature.size:
                     logger.warning("%s was still being written when the run began; what was complete is read "
                                    "now, the rest by the next run.", path)
                     return

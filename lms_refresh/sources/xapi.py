@@ -18,10 +18,8 @@ checked IRIs are cached (bounded).
 import hashlib
 import re
 
-from lms_refresh.sources.records import (  # noqa: F401 (other modules import EVENT_FIELDS from here)
-    CACHE_LIMIT, EVENT, EVENT_FIELDS, VOID, LocalDays, Void, bounded, make_event,
-)
-from lms_refresh.sources.xapi_fields import (  # noqa: F401 (other modules import these from here)
+from lms_refresh.sources.records import CACHE_LIMIT, EVENT, VOID, LocalDays, Void, bounded, make_event
+from lms_refresh.sources.xapi_fields import (
     UTC_MILLIS, UTC_TIME, InvalidStatement, actor_identifier, event_key, is_iri, parse_duration_ms, parse_time,
     shown, stored_cursor,
 )

@@ -1,11 +1,10 @@
 """Metrics stores, behind one interface (`base.SqlStore` and the driver methods each store adds).
 
-The store is described once (`tables`) and written per dialect (`dialect`, `schema` for SQLite,
-`pg_schema` for PostgreSQL); `sqlite` and `postgres` are the drivers.
+The store is described once (`tables`) and written per dialect (`dialect`, `sqlite_schema` for SQLite,
+`postgres_schema` for PostgreSQL); `sqlite` and `postgres` are the drivers.
 """
 
 from lms_refresh.errors import ConfigError
-from lms_refresh.store.tables import SERVING_COLUMNS  # noqa: F401 (the serving view's columns, for its readers)
 
 
 def load_driver(config):

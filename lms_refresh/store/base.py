@@ -9,11 +9,11 @@ import contextlib
 import dataclasses
 import json
 
-from lms_refresh import privacy, redact
+from lms_refresh.disclosure import policy, redaction
 from lms_refresh.errors import StateError
 from lms_refresh.store.tables import SERVING_COLUMNS, column_names
 
-# daily_metrics' columns that the publication derives from (see lms_refresh.privacy.published_row).
+# daily_metrics' columns that the publication derives from (see lms_refresh.disclosure.policy.published_row).
 CELL_FIELDS = tuple(name for name in column_names("daily_metrics") if name != "course_id")
 PRIVACY_FIELDS = column_names("privacy_settings")[1:]  # after the id of the one row
 PUBLISHED_FIELDS = column_names("published_metrics")
@@ -29,7 +29,7 @@ class SqlStore:
         self._voided = None
         self._void_targets = set()
         self._conflicts = []
-        self.record_keys = None  # a privacy.RecordKeys, set once the run has its secret key
+        self.record_keys = None  # a cell_key.RecordKeys, set once the run has its secret key
         self._republish_all = False
 
     @property
@@ -166,7 +166,7 @@ class SqlStore:
     def quarantine(self, run_id, rows, now_text, redactor):
         """Record quarantined (origin, reason, raw) records, once per origin and content.
 
-        Every record goes through `redactor` (a `redact.Redactor`) here, the one
+        Every record goes through `redactor` (a `redaction.Redactor`) here, the one
         place quarantined records are written: no identifier of a person is stored.
         """
         self.executemany(
@@ -175,7 +175,7 @@ class SqlStore:
             [(run_id,) + redactor.row(origin, reason, raw) + (now_text,) for origin, reason, raw in rows],
         )
 
-    # -- erasure and retention (see lms_refresh.forget and lms_refresh.retention) --
+    # -- erasure and retention (see lms_refresh.run.forget and lms_refresh.run.retention) --
 
     def forget_learner(self, actor):
         """Delete the staged events of one pseudonymised learner; return the day of each deleted event."""
@@ -183,7 +183,7 @@ class SqlStore:
 
     def forget_quarantined(self, pseudonym):
         """Delete the quarantined records that name this pseudonym; return how many."""
-        pattern = '%"' + redact.marker(pseudonym) + '"%'  # a whole JSON string: -12 is not -123
+        pattern = '%"' + redaction.marker(pseudonym) + '"%'  # a whole JSON string: -12 is not -123
         return self.execute("DELETE FROM quarantine WHERE raw LIKE ?", (pattern,)).rowcount
 
     def drop_staged_before(self, day):
@@ -203,21 +203,21 @@ class SqlStore:
     def record_run(self, run):
         placeholders = ", ".join("?" for _ in RUN_FIELDS)
         # A message may quote what it failed on; the run log keeps no e-mail address.
-        run = dict(run, message=redact.scrub_text(run["message"]))
+        run = dict(run, message=redaction.scrub_text(run["message"]))
         self.execute(f"INSERT INTO runs ({', '.join(RUN_FIELDS)}) VALUES ({placeholders})",
                      [run[field] for field in RUN_FIELDS])
 
     def update_run(self, run):
         """Replace, in a transaction of its own, the run log's row of a committed run (whose publication
         then failed) by `run`."""
-        run = dict(run, message=redact.scrub_text(run["message"]))
+        run = dict(run, message=redaction.scrub_text(run["message"]))
         fields = [field for field in RUN_FIELDS if field != "run_id"]
         self.begin()
         self.execute(f"UPDATE runs SET {', '.join(f'{field} = ?' for field in fields)} WHERE run_id = ?",
                      [run[field] for field in fields] + [run["run_id"]])
         self.commit()
 
-    # -- the publication (lms_refresh.privacy) ---------------------------------
+    # -- the publication (lms_refresh.disclosure.privacy) ---------------------------------
 
     def privacy_settings(self, missing_ok=False):
         """Return the typed privacy settings in force, which the publication is computed with: the one
@@ -231,11 +231,11 @@ class SqlStore:
                              "Run lms-refresh again to store them from the configuration.")
         values = dict(zip(PRIVACY_FIELDS, row))
         values["withhold_zeros"] = bool(values["withhold_zeros"])
-        return privacy.Settings(**values)
+        return policy.PrivacySettings(**values)
 
     def set_privacy(self, min_cell_size, settings):
         """Store the threshold and the noise settings; a change republishes every course."""
-        new = privacy.Settings(min_cell_size, settings.method, settings.max_noise, float(settings.variance),
+        new = policy.PrivacySettings(min_cell_size, settings.method, settings.max_noise, float(settings.variance),
                                bool(settings.withhold_zeros))
         if self.privacy_settings(missing_ok=True) != new:
             row = dict(dataclasses.asdict(new), withhold_zeros=int(new.withhold_zeros))
@@ -284,7 +284,7 @@ class SqlStore:
             cells = {row[0]: dict(zip(CELL_FIELDS, row)) for row in self.execute(
                 f"SELECT {', '.join(CELL_FIELDS)} FROM daily_metrics WHERE course_id = ?", (course,)).fetchall()}
             self.execute("DELETE FROM published_metrics WHERE course_id = ?", (course,))
-            rows = [(course,) + row for row in privacy.course_rows(cells, settings)]
+            rows = [(course,) + row for row in policy.course_rows(cells, settings)]
             if rows:
                 self.executemany(f"INSERT INTO published_metrics ({', '.join(PUBLISHED_FIELDS)}) "
                                  f"VALUES ({placeholders})", rows)
@@ -301,7 +301,7 @@ class SqlStore:
         """
         if self.fill_record_keys():
             days = set(days) | self.all_days()  # an upgraded store: every day gets its cell keys
-        horizon = self.meta().get("staging_horizon")  # see lms_refresh.retention
+        horizon = self.meta().get("staging_horizon")  # see lms_refresh.run.retention
         if horizon is not None:
             days = {day for day in days if day >= horizon}  # a closed day is never rebuilt from what is left
         courses = self.courses_on(days)

@@ -2,7 +2,7 @@
 
 A Dialect says how its database spells types, names, dates and a set of days; everything else
 (keys, CHECKs, the migrations' order, the metric definitions) comes from tables.py, so the two
-stores cannot drift apart. `schema.SQLITE` and `pg_schema.POSTGRESQL` are the dialects in use.
+stores cannot drift apart. `sqlite_schema.SQLITE` and `postgres_schema.POSTGRESQL` are the dialects in use.
 Statements are written with `?` placeholders; a driver that wants another style converts them.
 """
 

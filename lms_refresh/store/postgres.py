@@ -17,7 +17,7 @@ from lms_refresh import faults
 from lms_refresh.errors import ConfigError, StateError, UnavailableError
 from lms_refresh.postgresql import connect, connection_error, display_url, first_line, unreachable
 from lms_refresh.store.base import SqlStore
-from lms_refresh.store.pg_schema import MIGRATIONS, POSTGRESQL, SCHEMA_VERSION
+from lms_refresh.store.postgres_schema import MIGRATIONS, POSTGRESQL, SCHEMA_VERSION
 
 LOCK_CLASS = 0x4C4D5352  # "LMSR": the first key of the run's advisory lock; the second is the schema's hash
 

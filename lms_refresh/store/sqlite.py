@@ -13,7 +13,7 @@ import urllib.parse
 from lms_refresh import atomic, faults
 from lms_refresh.errors import StateError, UnavailableError
 from lms_refresh.store.base import SqlStore
-from lms_refresh.store.schema import MIGRATIONS, SCHEMA_VERSION, SQLITE
+from lms_refresh.store.sqlite_schema import MIGRATIONS, SCHEMA_VERSION, SQLITE
 
 _EVENT_INSERT = "INSERT OR IGNORE INTO staged_events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 

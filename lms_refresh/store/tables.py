@@ -1,8 +1,8 @@
 """One description of the store: its tables, keys, indexes and serving view, how daily_metrics is
 computed, and how a store of every earlier schema version reaches this one.
 
-Nothing here is written in a dialect: `dialect.Dialect` renders it, as SQLite (`schema.py`) or as
-PostgreSQL (`pg_schema.py`). Every table, column and index says in which schema version it
+Nothing here is written in a dialect: `dialect.Dialect` renders it, as SQLite (`sqlite_schema.py`) or as
+PostgreSQL (`postgres_schema.py`). Every table, column and index says in which schema version it
 appeared (`since`); `migration(N)` lists what version N brought, in the order it is applied.
 A new store runs every migration in turn, so it is built exactly as an upgraded one is.
 """
@@ -61,7 +61,7 @@ def _columns(type_, *names, **options):
     return tuple(Column(name, type_, **options) for name in names)
 
 
-# A cell's record keys (the cell key method, lms_refresh.privacy): sums of its records' keys.
+# A cell's record keys (the cell key method, lms_refresh.disclosure.privacy): sums of its records' keys.
 KEY_SUMS = ("learner_key", "statement_key", "attempt_key", "completion_key", "passed_key", "failed_key",
             "score_key", "duration_count", "duration_key")
 
@@ -106,7 +106,7 @@ TABLES = (
                                                            "recorded_at")),
           key=("id",), unique=(("origin", "digest"),)),
     Table("source_state", _columns(TEXT, "key", "value"), key=("key",), clustered=True),
-    # What is published: suppressed, perturbed and gap-filled in Python (lms_refresh.privacy).
+    # What is published: suppressed, perturbed and gap-filled in Python (lms_refresh.disclosure.privacy).
     Table("published_metrics", (
         Column("course_id", BIGINT), Column("day", TEXT),
         *_columns(BIGINT, "active_learners", "statements", "attempts", "completions", "passed", "failed",
@@ -225,7 +225,7 @@ def migration(version):
 # events that have one. SQLite does this faster, and in less memory, than a per-learner subquery
 # whose output it would sort again for the cell's grouping; PostgreSQL as fast. A cell's learner
 # key, which sums each learner's key once, takes a second pass (LEARNER_KEYS).
-_MODULUS = 4294967296  # key sums are kept modulo 2**32 (lms_refresh.privacy)
+_MODULUS = 4294967296  # key sums are kept modulo 2**32 (lms_refresh.disclosure.privacy)
 
 
 def _learners(condition):

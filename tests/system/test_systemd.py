@@ -23,7 +23,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from container import Container, build_in_fresh_root, host  # noqa: E402
-from lms_refresh.sample import COURSES, _VERB_CHOICES, generate, statement, write_daily_files  # noqa: E402
+from lms_refresh.demo.sample import COURSES, _VERB_CHOICES, generate, statement, write_daily_files  # noqa: E402
 from moodledb import EXPECTED_TWO_DAYS, READER_PASSWORD, SITE, load_two_days  # noqa: E402
 
 pytestmark = pytest.mark.system

@@ -18,8 +18,7 @@ import hmac
 import json
 import re
 
-from lms_refresh.pseudonym import Pseudonymiser, moodle_identifier
-from lms_refresh.sources.xapi import InvalidStatement, actor_identifier
+from lms_refresh.disclosure.pseudonyms import Pseudonymiser, moodle_identifier
 
 REDACTED = "[redacted]"
 MAX_DEPTH = 64  # deeper than any real statement; a deeper record is withheld, not walked
@@ -52,8 +51,12 @@ class _Unreadable(ValueError):
 class Redactor:
     """Turn a quarantine row (origin, reason, raw text) into one without identifiers."""
 
-    def __init__(self, key, moodle_site=None):
+    def __init__(self, key, identify, moodle_site=None):
+        """`identify(actor)` is the source's own reading of an actor's identifier text (the xAPI
+        mapper's `actor_identifier`), raising ValueError for an actor it gives no pseudonym: the
+        marker of a pseudonym here is then the one the mapper gives, and redaction needs no source."""
         self._key = key
+        self._identify = identify
         self._pseudonymise = Pseudonymiser(key)
         self._moodle_site = moodle_site  # the Moodle source's site_url; None for xAPI sources
 
@@ -161,8 +164,8 @@ class Redactor:
         """Return the marker of the pseudonym the mapper would give `actor`, or REDACTED if it gives none."""
         _remember(value, found)
         try:
-            return marker(self._pseudonymise(actor_identifier(actor)))
-        except (InvalidStatement, UnicodeError, TypeError, KeyError):
+            return marker(self._pseudonymise(self._identify(actor)))
+        except (ValueError, TypeError, KeyError):  # InvalidStatement and UnicodeError are ValueErrors
             return REDACTED
 
     def _moodle_user(self, value, found):

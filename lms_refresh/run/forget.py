@@ -10,15 +10,15 @@ names the learner is logged or stored.
 import dataclasses
 import logging
 
-from lms_refresh import state, stopping
+from lms_refresh.run import identity, stopping
 from lms_refresh.errors import ConfigError, UnavailableError
-from lms_refresh.exclusive import locked_store, run_lock
-from lms_refresh.lock import LockHeld
-from lms_refresh.privacy import RecordKeys
-from lms_refresh.pseudonym import Pseudonymiser, moodle_identifier
-from lms_refresh.publish import publish_if_behind
-from lms_refresh.redact import REDACTED, scrub_text
-from lms_refresh.statedir import check_writable_file
+from lms_refresh.run.lock import locked_store, run_lock
+from lms_refresh.run.lock import LockHeld
+from lms_refresh.disclosure.cell_key import RecordKeys
+from lms_refresh.disclosure.pseudonyms import Pseudonymiser, moodle_identifier
+from lms_refresh.store.publication import publish_if_behind
+from lms_refresh.disclosure.redaction import REDACTED, scrub_text
+from lms_refresh.state_directory import check_writable_file
 from lms_refresh.store import load_driver, store_exists
 
 logger = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ def learner_identifier(config, agent=None, moodle_user_id=None):
     if agent is None:
         raise ConfigError(f"The source in {config.origin} is xAPI ({kind}), which names learners by an agent "
                           "identifier; use --mbox, --mbox-sha1sum, --openid or --account-homepage with --account-name.")
-    from lms_refresh.sources.xapi import InvalidStatement, actor_identifier
+    from lms_refresh.sources.xapi_fields import InvalidStatement, actor_identifier
 
     try:
         return actor_identifier(agent)
@@ -91,7 +91,7 @@ def forget(config, identifier, environ, euid, dry_run=False):
                 _forget(config, store, identifier, report, stop)
                 _log(report)
                 if not dry_run:
-                    publish_if_behind(config, store, euid)  # the dashboards' copy, after the commit (see publish.py)
+                    publish_if_behind(config, store, euid)  # the dashboards' copy, after the commit (see store/publication.py)
     except LockHeld as held:
         # Unlike a run's, this is not "nothing to do": the learner is still there, so say so.
         raise UnavailableError(f"Another refresh holds the lock (held by {held.holder}); nothing was forgotten — "
@@ -113,7 +113,7 @@ def _forget(config, store, identifier, report, stop):
     if not has_events and not store.quarantine_count():
         return
     # A missing or different key is refused: nothing would match.
-    key = state.open_key(config, meta, True, report.dry_run, rebuild=False)
+    key = identity.open_key(config, meta, True, report.dry_run, rebuild=False)
     pseudonym = Pseudonymiser(key)(identifier)
     store.record_keys = RecordKeys(key)  # a store upgraded in place gets its cell keys in the rebuild
     store.begin()

@@ -6,6 +6,11 @@ import stat
 
 from lms_refresh.errors import StateError
 
+# The files a run keeps in the state directory besides the store and the key (lms_refresh.paths
+# checks that no configured path names one of them).
+LOCK_NAME = "refresh.lock"  # the run's flock (lms_refresh.run.lock)
+MARKER = "store-identity"  # which store the key built (lms_refresh.run.identity)
+
 
 def user_name(uid):
     """Return the login name for `uid`, or the number when it has none."""

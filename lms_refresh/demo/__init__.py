@@ -11,9 +11,10 @@ from lms_refresh import atomic
 from lms_refresh.config import load_config
 from lms_refresh.errors import ConfigError
 from lms_refresh.logs import Progress
-from lms_refresh.refresh import Refresh, Request
-from lms_refresh.sample import generate, write_daily_files
-from lms_refresh.store import SERVING_COLUMNS, open_store
+from lms_refresh.run.refresh import Refresh, Request
+from lms_refresh.demo.sample import generate, write_daily_files
+from lms_refresh.store import open_store
+from lms_refresh.store.tables import SERVING_COLUMNS
 
 TIMEZONE = "Europe/Paris"
 

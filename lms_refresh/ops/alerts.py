@@ -17,7 +17,7 @@ from lms_refresh import logs
 from lms_refresh.config import load_alerts, load_config
 from lms_refresh.errors import MEANINGS, ConfigError, RefreshError
 from lms_refresh.credentials import read_secret
-from lms_refresh.monitoring import post, redact_url
+from lms_refresh.ops.monitoring import post, redact_url
 
 logger = logging.getLogger(__name__)
 

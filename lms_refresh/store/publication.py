@@ -26,8 +26,9 @@ import sqlite3
 import stat
 
 from lms_refresh import atomic
-from lms_refresh.errors import ConfigError, StateError, from_os_error
-from lms_refresh.store import SERVING_COLUMNS, open_store, store_exists
+from lms_refresh.errors import ConfigError, RefreshError, StateError, from_os_error
+from lms_refresh.store import open_store, store_exists
+from lms_refresh.store.tables import SERVING_COLUMNS
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +77,16 @@ def publish_if_behind(config, store, euid):
     if written. Runs after the commit: every failure is a RefreshError whose sentence says so."""
     if config.store.type != "sqlite":
         return False
+    try:
+        return _publish(config, store, euid)
+    except RefreshError:
+        raise
+    except Exception as error:  # noqa: BLE001 — after the commit, whatever failed is named as such
+        raise RefreshError(f"Unexpected failure while publishing ({type(error).__name__}: {error}); "
+                           f"{COMMITTED}") from error
+
+
+def _publish(config, store, euid):
     path, group = config.publication.path, config.publication.group
     gid = _group_id(group) if group else None
     with store.errors():

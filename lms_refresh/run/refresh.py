@@ -17,18 +17,21 @@ import time
 import typing
 import uuid
 
-from lms_refresh import faults, logs, redact, retention, state, stopping
+from lms_refresh import faults, logs
+from lms_refresh.disclosure import redaction
+from lms_refresh.run import retention, identity, stopping
 from lms_refresh import window as windows
 from lms_refresh.config import Config
 from lms_refresh.errors import BadInputError, RefreshError, StateError, Terminated, exit_status, from_os_error
-from lms_refresh.exclusive import locked_store, run_lock
-from lms_refresh.lock import LockHeld
-from lms_refresh.privacy import RecordKeys
-from lms_refresh.publish import COMMITTED, publish_if_behind
-from lms_refresh.report import Outcome, Report
-from lms_refresh.pseudonym import Pseudonymiser
+from lms_refresh.run.lock import locked_store, run_lock
+from lms_refresh.run.lock import LockHeld
+from lms_refresh.disclosure.cell_key import RecordKeys
+from lms_refresh.store.publication import publish_if_behind
+from lms_refresh.run.report import Outcome, Report
+from lms_refresh.disclosure.pseudonyms import Pseudonymiser
 from lms_refresh.sources import build_source
-from lms_refresh.statedir import check_writable_file
+from lms_refresh.sources.xapi_fields import actor_identifier
+from lms_refresh.state_directory import check_writable_file
 from lms_refresh.store import load_driver, store_exists
 
 logger = logging.getLogger(__name__)
@@ -96,17 +99,17 @@ class Refresh:
     # -- the phases, in the order a run reaches them --
 
     def lock(self):
-        """Return the run's flock (a context manager), preparing the state directory (see exclusive.py)."""
+        """Return the run's flock (a context manager), preparing the state directory (see lock.py)."""
         return run_lock(self.config, self.euid, self.request.dry_run)
 
     def open_store(self):
-        """Return the store under its own lock (a context manager, see exclusive.py), refusing to start
-        a new one where the key's store was lost (see state.py)."""
+        """Return the store under its own lock (a context manager, see lock.py), refusing to start
+        a new one where the key's store was lost (see run/identity.py)."""
         config = self.config
         if not self.request.dry_run:
             for path in [config.key_file] + ([config.store.path] if config.store.type == "sqlite" else []):
                 check_writable_file(path, self.euid)
-        state.check_store_present(config, not store_exists(config, self.environ) and self.request.kind != REBUILD)
+        identity.verify_store_present(config, not store_exists(config, self.environ) and self.request.kind != REBUILD)
         return locked_store(config, self.environ, create=not self.request.dry_run)
 
     def check_state(self, store, meta):
@@ -114,11 +117,11 @@ class Refresh:
         config, rebuild = self.config, self.request.kind == REBUILD
         has_events = store.has_events()
         if not rebuild:
-            state.check_clock(self.now, meta, store.last_runs()[0])
-            state.check_identity(config, meta, has_events)
-        key = state.open_key(config, meta, has_events, self.request.dry_run, rebuild)
+            identity.verify_clock(self.now, meta, store.last_runs()[0])
+            identity.verify_identity(config, meta, has_events)
+        key = identity.open_key(config, meta, has_events, self.request.dry_run, rebuild)
         store.record_keys = RecordKeys(key)
-        self._redactor = redact.Redactor(key, getattr(config.source, "site_url", None))  # quarantined records keep no identifiers
+        self._redactor = redaction.Redactor(key, actor_identifier, getattr(config.source, "site_url", None))  # quarantined records keep no identifiers
         return key
 
     def choose_window(self, meta, source):
@@ -201,7 +204,7 @@ class Refresh:
         if new_watermark is not None:
             store.set_meta("watermark", axis.format(new_watermark))
             store.set_meta("cursor_kind", axis.name)
-        state.record(store, self.config, key)
+        identity.record(store, self.config, key)
         store.record_run(self.report.row(self.now))
         if self.request.dry_run:
             store.rollback()
@@ -214,31 +217,27 @@ class Refresh:
         return True
 
     def remember(self, key):
-        """Note in the state directory which store the key built (see state.py); the run stands without it."""
+        """Note in the state directory which store the key built (see run/identity.py); the run stands without it."""
         try:
-            state.remember_store(self.config, key)
+            identity.remember_store(self.config, key)
         except (OSError, RefreshError) as error:  # the next run writes the note again
-            logger.warning("Could not note the store in %s (%s).", state.marker_path(self.config), error)
+            logger.warning("Could not note the store in %s (%s).", identity.marker_path(self.config), error)
 
     def publish(self, store):
-        """Bring the dashboards' copy up to date, after the commit (see publish.py). A failure is
+        """Bring the dashboards' copy up to date, after the commit (see store/publication.py). A failure is
         recorded in the run's own row of the run log, which says that the run committed."""
         try:
             publish_if_behind(self.config, store, self.euid)
-        except Exception as error:  # noqa: BLE001 — after the commit, whatever failed is named as such
-            failure = error if isinstance(error, RefreshError) else RefreshError(
-                f"Unexpected failure while publishing ({type(error).__name__}: {error}); {COMMITTED}")
+        except RefreshError as error:  # its sentence says the store is committed
             self.report.outcome = "publish-failed"
-            code, message = exit_status(failure)
+            code, message = exit_status(error)
             try:
                 store.update_run(self.report.row(self.now, code, message[:1000]))
             except BaseException as unrecorded:  # the store's disk may be what is full
                 store.rollback_quietly()
                 logger.warning("Could not record the failed publication in the store (%s: %s).",
                                type(unrecorded).__name__, unrecorded)
-            if failure is error:
-                raise
-            raise failure from error
+            raise
 
     def record_failure(self, store, error):
         """After a rollback, note the failed run (and what was quarantined) in its own transaction."""

@@ -14,10 +14,10 @@ import time
 from lms_refresh import logs
 from lms_refresh.errors import ConfigError, RefreshError, UnavailableError, exit_status
 from lms_refresh.credentials import read_secret
-from lms_refresh.monitoring import Healthchecks, metrics_text, read_previous, write_textfile
-from lms_refresh import stopping
-from lms_refresh.report import Outcome
-from lms_refresh.status import collect_status
+from lms_refresh.ops.monitoring import Healthchecks, metrics_text, read_previous, write_textfile
+from lms_refresh.run import stopping
+from lms_refresh.run.report import Outcome
+from lms_refresh.ops.status import collect_status
 
 logger = logging.getLogger(__name__)
 

@@ -15,12 +15,12 @@ import os
 from lms_refresh import atomic
 from lms_refresh import window as windows
 from lms_refresh.errors import StateError
-from lms_refresh.pseudonym import create_key, fingerprint, read_key
+from lms_refresh.disclosure.pseudonyms import create_key, fingerprint, read_key
 from lms_refresh.sources.xapi import MAPPING_VERSION
+from lms_refresh.state_directory import MARKER  # in the state directory: which store the key built
 
 logger = logging.getLogger(__name__)
 
-MARKER = "store-identity"  # in the state directory: which store the key built
 REBUILD = "'lms-refresh rebuild --since DATE' (README, \"Recovery\")"
 # How far a recorded time may lie after now before the clock is suspect: more than
 # hosts sharing a store drift apart, far less than any glitch worth stopping for.
@@ -56,7 +56,7 @@ def record(store, config, key):
     store.set_meta("key_fingerprint", fingerprint(key))
 
 
-def check_identity(config, meta, has_events):
+def verify_identity(config, meta, has_events):
     """Refuse settings that would stage the same statements under other identities than the store's."""
     if not has_events:
         return
@@ -122,7 +122,7 @@ def _remembered_location(config):
     return {"store": note.get("store"), "schema": note.get("schema")}
 
 
-def check_store_present(config, store_is_new):
+def verify_store_present(config, store_is_new):
     """Refuse to start a new store where the store built with this key existed and is gone.
 
     Only the location the note names counts: pointing store.path (or store.url) at a new
@@ -164,7 +164,7 @@ def open_key(config, meta, has_events, dry_run, rebuild):
     return key
 
 
-def check_clock(now, meta, last_run):
+def verify_clock(now, meta, last_run):
     """Refuse a watermark or last run dated after now (beyond CLOCK_TOLERANCE): the clock was or is wrong,
     and a window from a future watermark would silently skip everything stored before it."""
     limit = now + CLOCK_TOLERANCE

@@ -121,7 +121,12 @@ def regex(value):
     return value
 
 
-path = accepting("a path", str)(typed(str))
+@accepting("a path", str)
+def path(value):
+    value = typed(str)(value)
+    if "\0" in value:
+        raise ValueError("must not contain a NUL character (no file name can)")
+    return value
 
 
 @accepting("true or false", bool)

@@ -1,14 +1,11 @@
-"""`status` and `check`: read-only views of the state, the store and the source."""
+"""`status`: a read-only view of the state, the store, the lock and the publication."""
 
 import dataclasses
 import os
 
-from lms_refresh import publish
-from lms_refresh.errors import StateError
-from lms_refresh.lock import LOCK_NAME, probe
-from lms_refresh.pseudonym import Pseudonymiser
-from lms_refresh.sources import OK, Finding, build_source
-from lms_refresh.statedir import refuse_a_file, user_name
+from lms_refresh.run.lock import probe
+from lms_refresh.state_directory import LOCK_NAME, refuse_a_file
+from lms_refresh.store import publication
 from lms_refresh.store import open_store, store_exists
 from lms_refresh.window import TIME
 
@@ -45,7 +42,7 @@ def collect_status(config, environ):
         finally:
             store.close()
         if status.get("privacy"):
-            status["publication"] = publish.describe(config, environ)
+            status["publication"] = publication.describe(config, environ)
     return status
 
 
@@ -104,38 +101,3 @@ def format_status(status):
     if status.get("stale"):
         lines.append(f"STALE:        {status['stale']}")
     return "\n".join(lines)
-
-
-def run_checks(config, euid, environ):
-    """Check configuration, state directory, source and store without writing; return Findings.
-
-    Raises the RefreshError of the first check that fails.
-    """
-    findings = [Finding(OK, f"configuration {config.origin}: valid")]
-    directory = config.state_directory
-    if os.path.isdir(directory):
-        if not os.access(directory, os.W_OK | os.X_OK) or (euid == 0 and os.stat(directory).st_uid != 0):
-            owner = user_name(os.stat(directory).st_uid)
-            raise StateError(
-                f"The state directory {directory} belongs to '{owner}' and must not be written by "
-                f"'{user_name(euid)}'; run as that user, e.g. 'sudo -u {owner} lms-refresh check'."
-            )
-        findings.append(Finding(OK, f"state directory {directory}: writable"))
-    else:
-        findings.append(Finding(OK, f"state directory {directory}: will be created on the first run"))
-    source = build_source(config, Pseudonymiser(b"check"), environ)
-    try:
-        findings.extend(dataclasses.replace(finding, about="source") for finding in source.check())
-    finally:
-        source.close()
-    if store_exists(config, environ):
-        store = open_store(config, environ, create=False, read_only=True)
-        try:
-            detail = f"; {store.privileges()}" if hasattr(store, "privileges") else ""
-            findings.append(Finding(OK, f"store {store.describe()}: reachable, "
-                                        f"schema v{store.schema_version()}{detail}"))
-        finally:
-            store.close()
-    else:
-        findings.append(Finding(OK, f"store {config.store_location}: will be created on the first run"))
-    return findings

@@ -8,11 +8,12 @@ staging is keyed by statement id, so what is read twice counts once.
 
 import uuid
 
-from lms_refresh import __version__, state
+from lms_refresh import __version__
+from lms_refresh.run import identity
 from lms_refresh import window as windows
 from lms_refresh.errors import ConfigError, StateError, from_os_error
-from lms_refresh.exclusive import locked_store, run_lock
-from lms_refresh.lock import LockHeld
+from lms_refresh.run.lock import locked_store, run_lock
+from lms_refresh.run.lock import LockHeld
 from lms_refresh.store import load_driver, store_exists
 
 
@@ -37,7 +38,7 @@ def set_watermark(config, now, environ, euid, text):
     clock check that the operator has looked at the clock.
     """
     axis, value = parse_cursor(config, text)
-    if axis is windows.TIME and value > now + state.CLOCK_TOLERANCE:
+    if axis is windows.TIME and value > now + identity.CLOCK_TOLERANCE:
         raise ConfigError(f"{windows.to_cursor(value)} is later than the current time {windows.to_cursor(now)}; "
                           "a watermark in the future would skip everything stored before it.")
     load_driver(config)

@@ -1,6 +1,6 @@
 """What a run did: its `Report`, the run-log row made from it, and the `Outcome` handed back to the caller.
 
-The report is filled in by the run's phases (lms_refresh.refresh); the job
+The report is filled in by the run's phases (lms_refresh.run.refresh); the job
 (retries, pings, textfile), the CLI (its last log line, a dry run's summary)
 and the journal's fields (lms_refresh.logs.run_fields) read it.
 """

@@ -3,13 +3,23 @@
 The kernel drops an flock when its holder dies, so a crash never leaves a
 stale lock behind. The file itself is never removed (removing it would let
 two processes lock two different inodes); it only records the holder's PID.
+
+Exclusive access for the commands that change the store (run, backfill,
+rebuild, forget, watermark set) takes two locks, in this order: the run's
+flock on `refresh.lock` in the state directory (one host), then the store's
+own lock (a PostgreSQL store shared by several hosts has one; a SQLite
+store's is the flock). Either one held by another run raises `LockHeld`;
+what that means is the command's to say.
 """
 
+import contextlib
 import fcntl
 import os
 import socket
 
-LOCK_NAME = "refresh.lock"
+from lms_refresh.paths import refuse_collisions
+from lms_refresh.state_directory import LOCK_NAME, check_writable_file, prepare_state_directory
+from lms_refresh.store import open_store
 
 
 class LockHeld(Exception):
@@ -111,3 +121,35 @@ def probe(path, proc_locks="/proc/locks"):
             finally:
                 os.close(fd)
     return None
+
+
+
+def run_lock(config, euid, dry_run=False):
+    """Return the run's flock (a context manager), preparing the state directory; a dry run
+    without a state directory takes none: there is nothing to protect, and it creates nothing."""
+    # Checked at loading too; again here, since a retry or a long wait may find other files in place.
+    refuse_collisions(config)
+    lock_path = os.path.join(config.state_directory, LOCK_NAME)
+    if dry_run and not os.path.isdir(config.state_directory):
+        return contextlib.nullcontext()
+    prepare_state_directory(config.state_directory, euid)
+    check_writable_file(lock_path, euid)
+    return RunLock(lock_path)
+
+
+@contextlib.contextmanager
+def locked_store(config, environ, create):
+    """Yield the open store under its own run lock, with driver errors turned into the domain's;
+    raise LockHeld if another run holds it."""
+    store = open_store(config, environ, create=create)
+    try:
+        # Driver errors anywhere inside (a dropped connection while reading the
+        # watermark as much as during the commit) become the domain's exit codes.
+        with store.errors():
+            holder = store.acquire_run_lock()
+            if holder is not None:
+                raise LockHeld(holder)
+            yield store
+    finally:
+        with contextlib.suppress(Exception):  # a failing close must not replace the command's own error
+            store.close()

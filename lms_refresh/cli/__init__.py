@@ -1,0 +1,88 @@
+"""The command line: parse options, call plain functions, map domain errors to exit codes.
+
+This package is the only place that knows about click and process exit codes: `__init__.py` is
+the group and the entry point, `refresh_commands.py` and `operator_commands.py` the commands,
+`invocation.py` what they share (the one path from an error to its exit code among it).
+"""
+
+import datetime as dt
+import os
+import sys
+
+import click
+
+from lms_refresh import __version__, errors, faults
+from lms_refresh.cli import operator_commands, refresh_commands
+from lms_refresh.cli.invocation import Invocation, failed
+from lms_refresh.config.schema import DEFAULT_CONFIG_PATH
+from lms_refresh.logs import configure_logging
+from lms_refresh.run import stopping
+from lms_refresh.window import parse_user_time
+
+
+def _parse_now(ctx, param, value):
+    if value is None:
+        return dt.datetime.now(dt.timezone.utc)
+    try:
+        return parse_user_time(value, "UTC")
+    except ValueError as error:
+        raise click.BadParameter(str(error))
+
+
+@click.group(
+    epilog="Example: lms-refresh --config /etc/lms-refresh/config.toml run",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@click.option(
+    "--config", "config_path", envvar="LMS_REFRESH_CONFIG", default=DEFAULT_CONFIG_PATH,
+    show_default=True, help="TOML configuration file (also $LMS_REFRESH_CONFIG).",
+)
+@click.option("-v", "--verbose", count=True, help="More detail (repeat for debug).")
+@click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors.")
+@click.option("--now", callback=_parse_now, hidden=True, help="Pretend the current time is this (UTC; tests).")
+@click.version_option(__version__, prog_name="lms-refresh")
+@click.pass_context
+def cli(ctx, config_path, verbose, quiet, now):
+    """Keep an LMS metrics store fresh: pull new activity, recompute daily metrics, suppress small cells."""
+    configure_logging(-1 if quiet else verbose, os.environ)
+    ctx.obj = Invocation(config_path, now, stop=ctx.obj)
+
+
+# Each command is named here once; a new command module adds its commands to this list.
+COMMANDS = (
+    refresh_commands.run, refresh_commands.backfill, refresh_commands.rebuild, refresh_commands.watermark,
+    operator_commands.status, operator_commands.alert, operator_commands.check, operator_commands.grant_reader,
+    operator_commands.forget, operator_commands.is_configured, operator_commands.demo,
+)
+for command in COMMANDS:
+    cli.add_command(command)
+
+
+def main(argv=None):
+    """Entry point: run the CLI and exit with the documented code."""
+    try:
+        faults.arm(os.environ)
+    except ValueError as error:  # the test-only seam, misspelt
+        click.echo(f"Error: {error}.", err=True)
+        sys.exit(errors.USAGE)
+    # One SIGTERM policy for the whole process: a stop after the commit must not kill it by the signal.
+    with stopping.installed() as stop:
+        code = _main(argv, stop)
+        faults.point("before-exit")
+    sys.exit(code)
+
+
+def _main(argv, stop):
+    try:
+        code = cli.main(args=argv, prog_name="lms-refresh", standalone_mode=False, obj=stop)
+    except click.ClickException as error:
+        error.show()
+        code = error.exit_code
+    except click.Abort:
+        click.echo("Aborted.", err=True)
+        code = errors.FAILURE
+    except KeyboardInterrupt:
+        code = errors.INTERRUPTED
+    except (Exception, errors.Terminated) as error:
+        code = failed(error)
+    return code if isinstance(code, int) else errors.OK

@@ -1,0 +1,64 @@
+"""What every command of one invocation shares: its `Invocation` (the configuration's path, the clock,
+the stop policy), times typed on the command line, and the one path from an error to its exit code."""
+
+import logging
+import os
+
+import click
+
+from lms_refresh import errors
+from lms_refresh.config import load_config
+from lms_refresh.disclosure import redaction
+from lms_refresh.logs import configure_logging
+from lms_refresh.run import stopping
+from lms_refresh.window import parse_user_time
+
+logger = logging.getLogger("lms_refresh")
+
+
+class Invocation:
+    """What every command of one invocation shares: the configuration's path, the clock, the stop policy."""
+
+    def __init__(self, config_path, now, stop=None):
+        self.config_path = config_path
+        self.now = now
+        self.stop = stop or stopping.StopPolicy()  # the process's SIGTERM policy (see lms_refresh.run.stopping)
+
+    def config(self):
+        return load_config(self.config_path, os.environ)
+
+
+class UserTime(click.ParamType):
+    name = "DATE|DATETIME"
+
+    def convert(self, value, param, ctx):
+        return value  # parsed once the configured time zone is known
+
+
+def user_time(text, config):
+    if text is None:
+        return None
+    try:
+        return parse_user_time(text, config.timezone)
+    except ValueError as error:
+        raise click.BadParameter(str(error))
+
+
+def failed(error, fields=None):
+    """Log the error that ended a command, with the journal `fields` of what failed; return its exit code."""
+    ensure_logging()
+    if isinstance(error, OSError):
+        error = errors.from_os_error(error, error.filename or "a file") or error
+    code, message = errors.exit_status(error)
+    fields = {**(fields or {}), "EXIT_STATUS": code}
+    if isinstance(error, (errors.RefreshError, errors.Terminated)):
+        logger.error("%s", redaction.scrub_text(message), extra={**fields, "ERROR_KIND": type(error).__name__})
+    else:  # the last resort: one sentence first, then the details
+        logger.error("Unexpected failure (%s); nothing was committed.", redaction.scrub_text(message), exc_info=error,
+                     extra=fields)
+    return code
+
+
+def ensure_logging():
+    if not logging.getLogger().handlers:
+        configure_logging(0, os.environ)

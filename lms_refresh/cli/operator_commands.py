@@ -1,0 +1,195 @@
+"""The operator's commands: `status`, `check`, `alert`, `grant-reader`, `forget`, `is-configured`, `demo`."""
+
+import json
+import logging
+import os
+import sys
+
+import click
+
+from lms_refresh import errors
+from lms_refresh.ops.monitoring import plugin_check, staleness
+from lms_refresh.ops.preflight import preflight
+from lms_refresh.ops.status import collect_status, format_status
+
+logger = logging.getLogger("lms_refresh")
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--check", is_flag=True,
+              help="Act as a monitoring plugin: print one line with perfdata and exit 0 OK (fresh), 1 WARNING "
+                   "(fresh, but the last run failed), 2 CRITICAL (stale: no success since the last weekday 04:15 "
+                   "run plus [monitoring] grace) or 3 UNKNOWN (no store yet, or the configuration or state cannot "
+                   "be read). Overrides --json.")
+@click.pass_obj
+def status(settings, as_json, check):
+    """Show the watermark, the last run, the lock and the store, and say when the data is stale.
+
+    Example: lms-refresh status --check
+    """
+    if check:
+        def read_status():
+            config = settings.config()
+            return collect_status(config, os.environ), config.timezone, config.monitoring.grace
+
+        code, line = plugin_check(read_status, settings.now)
+        click.echo(line)
+        return code
+    config = settings.config()
+    report = collect_status(config, os.environ)
+    report["stale"] = staleness(report, settings.now, config.timezone, config.monitoring.grace)
+    click.echo(json.dumps(report, indent=2) if as_json else format_status(report))
+    return errors.OK
+
+
+@click.command()
+@click.option("--unit", envvar="MONITOR_UNIT", default="lms-refresh.service", show_default=True,
+              help="The failed unit (systemd sets $MONITOR_UNIT).")
+@click.option("--exit-status", envvar="MONITOR_EXIT_STATUS", help="Its exit status ($MONITOR_EXIT_STATUS).")
+@click.option("--result", envvar="MONITOR_SERVICE_RESULT", help="Its result ($MONITOR_SERVICE_RESULT).")
+@click.option("--invocation", envvar="MONITOR_INVOCATION_ID", help="Its invocation id ($MONITOR_INVOCATION_ID).")
+@click.pass_obj
+def alert(settings, unit, exit_status, result, invocation):
+    """Tell people that a refresh failed (run by lms-refresh-alert@.service through OnFailure=).
+
+    Sends to every channel configured in [alerts]: mail through sendmail, a
+    JSON webhook. A configuration broken elsewhere still alerts, from [alerts]
+    alone. Exits 1 only if every configured channel failed, 78 if [alerts]
+    itself cannot be read (logged at priority err).
+
+    Example: lms-refresh alert --unit lms-refresh.service --exit-status 65
+    """
+    from lms_refresh.ops.alerts import send_alert
+
+    delivered, attempted = send_alert(
+        settings.config_path, unit, exit_status, result, invocation, os.environ,
+        last_run_of=lambda config: collect_status(config, os.environ)["last_run"],
+    )
+    return errors.FAILURE if attempted and not delivered else errors.OK
+
+
+@click.command()
+@click.pass_obj
+def check(settings):
+    """Validate the configuration and reach the source and store; write nothing.
+
+    Example: lms-refresh --config ./config.toml check
+    """
+    for finding in preflight(settings.config(), os.geteuid(), os.environ):
+        # Deviations and warnings are findings to read, not failures: a failed check raises.
+        click.echo(f"{'ok' if finding.ok else 'note'}  {finding}")
+    return errors.OK
+
+
+@click.command("grant-reader")
+@click.argument("role")
+@click.pass_obj
+def grant_reader(settings, role):
+    """Let a PostgreSQL ROLE read the serving view (and nothing else), for dashboards.
+
+    The role gets USAGE on the schema <schema>_serving and SELECT on its view
+    daily_metrics; it gets no access to staging or pseudonymised learners.
+
+    Example: lms-refresh grant-reader metabase
+    """
+    config = settings.config()
+    if config.store.type != "postgresql":
+        raise errors.ConfigError("grant-reader needs store.type = \"postgresql\"; a SQLite store has no roles "
+                                 "(give dashboards read access to the file instead).")
+    from lms_refresh.store import open_store
+
+    store = open_store(config, os.environ, create=True)
+    try:
+        store.grant_reader(role)
+    finally:
+        store.close()
+    click.echo(f"{role} may now read {store.serving}")
+    return errors.OK
+
+
+@click.command()
+@click.option("--mbox", metavar="ADDRESS", help="xAPI: the learner's e-mail address (mailto: optional).")
+@click.option("--mbox-sha1sum", metavar="HEX", help="xAPI: the SHA-1 of the learner's mailto: IRI.")
+@click.option("--openid", metavar="URL", help="xAPI: the learner's OpenID.")
+@click.option("--account-homepage", metavar="URL", help="xAPI: the account's homePage (with --account-name).")
+@click.option("--account-name", metavar="NAME", help="xAPI: the account's name (with --account-homepage).")
+@click.option("--moodle-user-id", type=click.IntRange(min=1), metavar="N", help="Moodle: the user's id.")
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted and rebuilt; write nothing.")
+@click.pass_obj
+def forget(settings, mbox, mbox_sha1sum, openid, account_homepage, account_name, moodle_user_id, dry_run):
+    """Erase one learner: delete their staged events and quarantined records, rebuild their days.
+
+    Name the learner as the source knows them, by exactly one identifier. It
+    runs under the run's lock, in one transaction, and logs counts only; run
+    it as the service user (sudo -u lms-refresh). Erase the learner at the
+    source too, or a backfill brings them back.
+
+    Example: lms-refresh forget --account-homepage https://lms.example.edu --account-name 4711
+    """
+    from lms_refresh.run.forget import forget as forget_learner, learner_identifier
+
+    if (account_homepage is None) != (account_name is None):
+        raise click.UsageError("--account-homepage and --account-name name one account together; give both.")
+    given = [option for option, value in (("--mbox", mbox), ("--mbox-sha1sum", mbox_sha1sum), ("--openid", openid),
+                                          ("--account-homepage/--account-name", account_name),
+                                          ("--moodle-user-id", moodle_user_id)) if value is not None]
+    if len(given) != 1:
+        raise click.UsageError("Name the learner by exactly one identifier (--mbox, --mbox-sha1sum, --openid, "
+                               f"--account-homepage with --account-name, or --moodle-user-id); got {len(given)}.")
+    agent = None
+    if mbox is not None:
+        agent = {"mbox": mbox if mbox.lower().startswith("mailto:") else f"mailto:{mbox}"}
+    elif mbox_sha1sum is not None:
+        agent = {"mbox_sha1sum": mbox_sha1sum}
+    elif openid is not None:
+        agent = {"openid": openid}
+    elif account_name is not None:
+        agent = {"account": {"homePage": account_homepage, "name": account_name}}
+    config = settings.config()
+    identifier = learner_identifier(config, agent, moodle_user_id)
+    report = forget_learner(config, identifier, os.environ, os.geteuid(), dry_run=dry_run)
+    click.echo(f"{'would delete' if dry_run else 'deleted'}: {report.events} staged events, "
+               f"{report.quarantined} quarantined records")
+    click.echo(f"rebuilt:     {len(report.partitions)} daily partitions ({report.rows_written} rows, "
+               f"{report.suppressed} suppressed)" + (" — rolled back" if dry_run else ""))
+    return errors.OK
+
+
+@click.command("is-configured")
+@click.pass_obj
+def is_configured(settings):
+    """Exit 0 if the configuration has a [source] (the service's ExecCondition=), else 1.
+
+    A configuration that exists but is invalid counts as configured, so the
+    run itself fails loudly with exit 78 instead of being skipped.
+
+    Example: lms-refresh is-configured && echo configured
+    """
+    from lms_refresh.config import has_source
+
+    if has_source(settings.config_path):
+        return errors.OK
+    logger.warning("%s has no [source] table yet; the refresh is skipped until it is configured.",
+                   settings.config_path)
+    return errors.FAILURE
+
+
+@click.command()
+@click.option("--dir", "directory", type=click.Path(file_okay=False), help="Where to put the sample (default: a new temporary directory).")
+@click.option("--learners", default=2000, show_default=True, help="Number of learners.")
+@click.option("--days", default=21, show_default=True, help="Days of activity, ending yesterday.")
+@click.option("--seed", default=7, show_default=True, help="Random seed (same seed, same sample).")
+@click.pass_obj
+def demo(settings, directory, learners, days, seed):
+    """Generate realistic sample xAPI data, refresh a local SQLite store, print the metrics.
+
+    Example: lms-refresh demo --dir /tmp/lms-demo
+    """
+    from lms_refresh.demo import run_demo
+
+    from lms_refresh.demo import command_hint
+
+    run_demo(directory, learners, days, seed, settings.now, os.environ, click.echo,
+             command=command_hint(sys.argv[0], os.environ, sys.executable))
+    return errors.OK

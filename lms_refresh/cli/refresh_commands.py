@@ -1,0 +1,127 @@
+"""The commands that refresh the store: `run` (the timer's), `backfill`, `rebuild` and `watermark set`."""
+
+import logging
+import os
+
+import click
+
+from lms_refresh import errors, logs
+from lms_refresh.cli.invocation import UserTime, failed, user_time
+from lms_refresh.logs import Progress
+from lms_refresh.ops.job import run_job
+from lms_refresh.run.refresh import BACKFILL, REBUILD, RUN, Refresh, Request
+
+logger = logging.getLogger("lms_refresh")
+
+
+def _do_refresh(settings, kind, dry_run, since=None, until=None):
+    """Run one refresh of `kind` (SINCE and UNTIL as typed, in the configured time zone); return its exit code.
+
+    Any error of the run (a configuration error too) is logged as its run-failed journal record.
+    """
+    report = None
+    try:
+        config = settings.config()
+        request = Request(kind, user_time(since, config), user_time(until, config), dry_run)
+        report, error = run_job(Refresh(config, request, settings.now, os.environ, os.geteuid(),
+                                        Progress(os.environ), settings.stop))
+    except click.ClickException:
+        raise
+    except (Exception, errors.Terminated) as raised:
+        error = raised
+    if error is not None:
+        if not isinstance(error, (Exception, errors.Terminated)):
+            raise error  # ^C: click's own "Aborted."
+        return failed(error, logs.run_fields(logs.RUN_FAILED, report))
+    if report.outcome == "success":
+        logger.info(
+            "%s: read %d statements, staged %d, voided %d, quarantined %d; rebuilt %d partitions "
+            "(%d rows, %d suppressed cells).",
+            "Dry run (nothing written)" if dry_run else "Rebuild committed" if kind == REBUILD else "Refresh committed",
+            report.statements_read, report.staged, report.voided, report.quarantined,
+            len(report.partitions), report.rows_written, report.suppressed,
+            extra=logs.run_fields(logs.DRY_RUN_FINISHED if dry_run else logs.RUN_FINISHED, report),
+        )
+    if dry_run:
+        window = report.window
+        click.echo(f"window:      {window.since_cursor} .. {window.until_cursor}" if window else "window:      -")
+        click.echo(f"outcome:     {report.outcome}")
+        click.echo(f"read:        {report.statements_read} statements ({report.quarantined} would be quarantined)")
+        click.echo(f"partitions:  {', '.join(report.partitions) or '-'}")
+        click.echo(f"would write: {report.rows_written} metric rows, {report.suppressed} suppressed")
+    return errors.OK
+
+
+@click.command()
+@click.option("--dry-run", is_flag=True, help="Show the window, partitions and row counts; write nothing.")
+@click.pass_obj
+def run(settings, dry_run):
+    """Refresh from the last successful run's watermark to now (the timer's entrypoint).
+
+    Example: lms-refresh run --dry-run
+    """
+    return _do_refresh(settings, RUN, dry_run)
+
+
+@click.command()
+@click.option("--since", required=True, type=UserTime(), help="Start (inclusive): ISO date or datetime.")
+@click.option("--until", required=True, type=UserTime(), help="End (exclusive): ISO date or datetime.")
+@click.option("--dry-run", is_flag=True, help="Show what would be done; write nothing.")
+@click.pass_obj
+def backfill(settings, since, until, dry_run):
+    """Refresh an explicit window of arrival times [SINCE, UNTIL).
+
+    Dates mean local midnight and datetimes without an offset are local time,
+    in the configured time zone. The watermark never moves backwards; it moves
+    forward only if the window starts at or before it (no gap is skipped).
+
+    Example: lms-refresh backfill --since 2026-09-01 --until 2026-10-01
+    """
+    return _do_refresh(settings, BACKFILL, dry_run, since, until)
+
+
+@click.command()
+@click.option("--since", required=True, type=UserTime(), help="Re-read the source from here: ISO date or datetime.")
+@click.option("--dry-run", is_flag=True, help="Show what the rebuilt store would hold; write nothing.")
+@click.pass_obj
+def rebuild(settings, since, dry_run):
+    """Start the store's derived data over from the source, from SINCE to now.
+
+    The way to apply a change the store refuses (time zone, course_pattern,
+    site_url, the key), and to re-create history after the store was lost. In
+    one transaction it empties staging and metrics, re-reads the source from
+    SINCE and records the configuration's identity; days before SINCE that the
+    source no longer holds are gone. The run log and the quarantine stay.
+    Run it as the service user, like backfill.
+
+    Example: lms-refresh rebuild --since 2026-09-01
+    """
+    return _do_refresh(settings, REBUILD, dry_run, since)
+
+
+@click.group()
+def watermark():
+    """Inspect or move the store's watermark (see 'watermark set').
+
+    Example: lms-refresh watermark set 2026-11-02T04:00
+    """
+
+
+@watermark.command("set")
+@click.argument("value", metavar="TIME")
+@click.pass_obj
+def watermark_set(settings, value):
+    """Set the watermark to TIME (a log id for a Moodle source), e.g. after a clock glitch.
+
+    A date means local midnight and a datetime without an offset is local time
+    in the configured time zone. The next run reads from there: what it reads
+    twice counts once. Takes the run lock; run it as the service user.
+
+    Example: lms-refresh watermark set 2026-11-02T04:00
+    """
+    from lms_refresh.run.watermark import set_watermark
+
+    old, new = set_watermark(settings.config(), settings.now, os.environ, os.geteuid(), value)
+    logger.warning("Watermark set from %s to %s; the next run reads from there.", old or "none", new)
+    click.echo(f"watermark: {old or 'none'} -> {new}")
+    return errors.OK

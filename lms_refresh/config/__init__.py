@@ -1,0 +1,245 @@
+"""Load and validate the TOML configuration.
+
+Every key is declared once in `SCHEMA`; unknown keys, wrong types and
+impossible values are refused with one sentence naming the file and the key.
+"""
+
+import dataclasses
+import os
+import tomllib
+
+from lms_refresh.config import validators as v
+from lms_refresh.config.schema import (
+    DEFAULT_STATE_DIRECTORY, REQUIRED, SCHEMA, SOURCE_KEYS,
+)
+from lms_refresh.config.sections import (
+    SOURCE_SETTINGS, Alerts, MoodleSource, Monitoring, Privacy, Publication, Retention, Retry, Store, Window,
+    XapiLrsSource, XapiNdjsonSource,
+)
+from lms_refresh.errors import ConfigError, NotConfiguredError
+from lms_refresh.paths import refuse_collisions
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """A validated configuration: the top-level keys, then one typed object per table.
+
+    `origin` names the file it came from; `state_directory` and `key_file` are
+    resolved (systemd's $STATE_DIRECTORY wins), as are `store.path` (SQLite)
+    and `publication.path`.
+    """
+
+    origin: str
+    timezone: str
+    min_cell_size: int
+    max_quarantine_share: float
+    state_directory: str
+    key_file: str
+    window: Window
+    source: XapiNdjsonSource | XapiLrsSource | MoodleSource  # by [source] type, see SOURCE_SETTINGS
+    store: Store
+    retention: Retention
+    retry: Retry
+    alerts: Alerts
+    monitoring: Monitoring
+    privacy: Privacy
+    publication: Publication
+
+    @property
+    def store_location(self):
+        """The store as messages name it: the SQLite file, or the PostgreSQL URL (never with a password)."""
+        return self.store.url if self.store.type == "postgresql" else self.store.path
+
+
+def resolve_state_directory(configured, environ):
+    """Return the state directory: systemd's $STATE_DIRECTORY, else the configured one, else the default."""
+    from_systemd = environ.get("STATE_DIRECTORY", "")
+    if from_systemd:
+        # StateDirectory= with several names sets a colon-separated list; ours is the first.
+        return from_systemd.split(":")[0]
+    return configured or DEFAULT_STATE_DIRECTORY
+
+
+def read_toml(path):
+    """Given a path, return the parsed TOML document or raise ConfigError saying what is wrong."""
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise NotConfiguredError(
+            f"No configuration file at {path}; create it (see README, 'Configuration') "
+            "or pass --config / set LMS_REFRESH_CONFIG."
+        )
+    except PermissionError:
+        raise ConfigError(f"Cannot read the configuration file {path}: permission denied.")
+    except IsADirectoryError:
+        raise ConfigError(f"The configuration path {path} is a directory, not a TOML file.")
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path} is not valid TOML: {error}.")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not valid UTF-8 text.")
+
+
+def _section_values(document, section, origin):
+    """Validate one table of `document` against SCHEMA[section]; return {dotted name: value}."""
+    keys = SCHEMA[section]
+    values = {}
+    table = {k: v for k, v in document.items() if k in keys} if section == "" else document.get(section, {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{origin}: '{section}' must be a table ([{section}]).")
+    for key in table:
+        if key not in keys:
+            raise ConfigError(
+                f"{origin}: unknown key '{_dotted(section, key)}' "
+                f"(known in [{section}]: {', '.join(sorted(keys))})."
+            )
+    for key, spec in keys.items():
+        name = _dotted(section, key)
+        if key in table:
+            try:
+                values[name] = spec.check(table[key])
+            except ValueError as error:
+                raise ConfigError(f"{origin}: key '{name}' {_phrase(error)}.")
+        elif spec.default is REQUIRED and section == "source" and "source" not in document:
+            raise NotConfiguredError(
+                f"No source is configured yet: {origin} has no [source] table; uncomment and fill in one of "
+                "the commented [source] examples in it (xapi-ndjson, xapi-lrs or moodle; see README, "
+                "'Sources'), then run 'lms-refresh check'."
+            )
+        elif spec.default is REQUIRED:
+            raise ConfigError(f"{origin}: key '{name}' is required.")
+        else:
+            values[name] = spec.default
+    if "timezone" in keys and "timezone" not in table:
+        try:  # the default zone needs the time zone database too
+            v.timezone(values["timezone"])
+        except ValueError as error:
+            raise ConfigError(f"{origin}: key 'timezone' {_phrase(error)}.")
+    return values
+
+
+def load_alerts(path):
+    """Return the validated [alerts] table of the file at `path`, ignoring every other table.
+
+    The alert must go out exactly when the rest of the configuration is broken
+    (a misspelt key makes the run exit 78), so it depends on nothing else.
+    """
+    values = _section_values(read_toml(path), "alerts", path)
+    return Alerts(**{key: values[f"alerts.{key}"] for key in SCHEMA["alerts"]})
+
+
+def validate(document, origin, environ):
+    """Given a parsed TOML document, return a Config or raise ConfigError naming the key."""
+    values = {}
+    for key, value in document.items():
+        if key in SCHEMA and key != "":
+            if not isinstance(value, dict):
+                raise ConfigError(f"{origin}: '{key}' must be a table ([{key}]).")
+        elif key not in SCHEMA[""]:
+            raise ConfigError(f"{origin}: unknown key '{key}' (known: {', '.join(_known_keys())}).")
+    for section in SCHEMA:
+        values.update(_section_values(document, section, origin))
+
+    _check_source_keys(document.get("source", {}), values, origin)
+    staging_days = values["retention.staging_days"]
+    if staging_days is not None and staging_days < values["window.bootstrap_days"]:
+        raise ConfigError(f"{origin}: key 'retention.staging_days' ({staging_days}) must be at least "
+                          f"window.bootstrap_days ({values['window.bootstrap_days']}), or a first run would "
+                          "quarantine the days it reads.")
+    if values["store.type"] == "postgresql" and not values["store.url"]:
+        raise ConfigError(f"{origin}: key 'store.url' is required when store.type is \"postgresql\".")
+    _check_privacy(values, origin)
+    state_directory = resolve_state_directory(values["state_directory"], environ)
+    key_file = values["pseudonymisation.key_file"] or os.path.join(state_directory, "pseudonymisation.key")
+    if os.path.isdir(key_file):
+        raise ConfigError(f"{origin}: key 'pseudonymisation.key_file' names a directory ({key_file}); "
+                          "name the key file itself.")
+    # Paths that default to a place in the state directory are resolved once, here.
+    if values["store.type"] == "sqlite":
+        values["store.path"] = values["store.path"] or os.path.join(state_directory, "metrics.sqlite")
+    values["publication.path"] = values["publication.path"] or os.path.join(
+        state_directory.rstrip("/") + "-publication", "serving.sqlite")
+
+    def table(cls, section):
+        return cls(**{field.name: values[f"{section}.{field.name}"] for field in dataclasses.fields(cls)})
+
+    config = Config(
+        origin=origin,
+        timezone=values["timezone"],
+        min_cell_size=values["min_cell_size"],
+        max_quarantine_share=values["max_quarantine_share"],
+        state_directory=state_directory,
+        key_file=key_file,
+        window=table(Window, "window"),
+        source=table(SOURCE_SETTINGS[values["source.type"]], "source"),
+        store=table(Store, "store"),
+        retention=table(Retention, "retention"),
+        retry=table(Retry, "retry"),
+        alerts=table(Alerts, "alerts"),
+        monitoring=table(Monitoring, "monitoring"),
+        privacy=table(Privacy, "privacy"),
+        publication=table(Publication, "publication"),
+    )
+    refuse_collisions(config)  # before anything is written: no key may name a file another one does
+    return config
+
+
+def _check_privacy(values, origin):
+    """Refuse a variance that privacy.max_noise cannot carry."""
+    from lms_refresh.disclosure.cell_key import noise_bounds
+
+    method, noise, variance = (values[f"privacy.{key}"] for key in ("method", "max_noise", "variance"))
+    if method == "cell-key" and variance > noise_bounds(noise):
+        raise ConfigError(
+            f"{origin}: key 'privacy.variance' is {variance}, more than privacy.max_noise = "
+            f"{noise} allows ({float(noise_bounds(noise)):.2f}); lower the variance or raise max_noise.")
+
+
+def _check_source_keys(table, values, origin):
+    """Refuse [source] keys that do not apply to the chosen type, and require the ones it needs."""
+    kind = values["source.type"]
+    allowed, required = SOURCE_KEYS[kind]
+    for key in table:
+        if key != "type" and key not in allowed:
+            users = [name for name, (keys, _) in SOURCE_KEYS.items() if key in keys]
+            raise ConfigError(
+                f"{origin}: key 'source.{key}' does not apply to source type \"{kind}\""
+                + (f" (it is for {', '.join(users)})." if users else ".")
+            )
+    for key in sorted(required):
+        if values[f"source.{key}"] is None:
+            raise ConfigError(f"{origin}: key 'source.{key}' is required when source.type is \"{kind}\".")
+
+
+def has_source(path):
+    """Return False only if `path` is missing or valid TOML without a [source] table.
+
+    Any other error counts as configured, so the run itself fails loudly (78).
+    """
+    try:
+        document = read_toml(path)
+    except NotConfiguredError:
+        return False
+    except ConfigError:
+        return True
+    return "source" in document
+
+
+def load_config(path, environ):
+    """Given a config path and the process environment, return a validated Config."""
+    return validate(read_toml(path), path, environ)
+
+
+def _dotted(section, key):
+    return f"{section}.{key}" if section else key
+
+
+def _known_keys():
+    return sorted(set(SCHEMA[""]) | {name for name in SCHEMA if name})
+
+
+def _phrase(error):
+    text = str(error)
+    if text.startswith(("expected", "must", "may", "is ")):
+        return text
+    return f"is invalid: {text}"

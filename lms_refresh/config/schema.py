@@ -1,0 +1,165 @@
+"""Every configuration key, declared once: its validator (what it accepts, its type), its default
+and its one-line description. The typed sections (`sections.py`), the man page's CONFIGURATION
+section, `debian/config.toml` and the README are checked against or built from `SCHEMA`.
+"""
+
+import collections
+
+from lms_refresh.config import validators as v
+
+DEFAULT_CONFIG_PATH = "/etc/lms-refresh/config.toml"
+DEFAULT_STATE_DIRECTORY = "/var/lib/lms-refresh"
+SOURCE_TYPES = ("xapi-ndjson", "xapi-lrs", "moodle")
+STORE_TYPES = ("sqlite", "postgresql")
+
+# The [source] keys each source type takes (beyond type), and those it requires.
+SOURCE_KEYS = {
+    "xapi-ndjson": ({"batch_size", "course_pattern", "path", "max_record_bytes"}, {"path"}),
+    "xapi-lrs": ({"batch_size", "course_pattern", "endpoint", "username", "password_file", "ca_bundle", "page_size",
+                  "overlap", "timeout", "request_attempts", "request_delay", "response_deadline",
+                  "max_response_bytes", "read_deadline", "max_pages"},
+                 {"endpoint", "username", "password_file"}),
+    "moodle": ({"batch_size", "url", "password_file", "prefix", "site_url", "id_lookback", "site_course_id",
+                "guest_user_id", "timeout"}, {"url", "site_url"}),
+}
+
+# section -> key -> Key(check, default, description). Every entry is a `Key`:
+# its description is the one place that explains the key (the man page is
+# generated from it). A default of `None` means "unset" or "derived" (the
+# description says from what); REQUIRED means the key must be given.
+REQUIRED = object()
+
+
+class Key(collections.namedtuple("Key", "check default description")):
+    """One configuration key: a validator (value -> value, or ValueError), its default, one line on what it does."""
+
+    __slots__ = ()
+
+
+SCHEMA = {
+    "": {
+        "timezone": Key(v.timezone, "UTC", "IANA time zone whose local calendar days are the metrics' partitions."),
+        "min_cell_size": Key(v.typed(int, 1, 1000), 10,
+                             "Values derived from fewer distinct learners than this are withheld (NULL)."),
+        "max_quarantine_share": Key(v.typed(float, 0.0, 1.0), 0.01,
+                                    "Fail with exit status 65 when more than this share of the window's records "
+                                    "is malformed."),
+        "state_directory": Key(v.path, None, "Lock, SQLite store and key; $STATE_DIRECTORY (systemd) wins, "
+                                            "else /var/lib/lms-refresh."),
+    },
+    "window": {
+        "bootstrap_days": Key(v.typed(int, 1, 3660), 7, "How many days back the very first run reads."),
+        "safety_lag": Key(v.parse_duration, 300, "A run reads up to now minus this lag."),
+        "lookback": Key(v.parse_duration, 0, "Re-read this much before the watermark (safe: staging is keyed)."),
+    },
+    # One table for every source type; SOURCE_KEYS says which keys each type takes.
+    "source": {
+        "type": Key(v.choice(*SOURCE_TYPES), REQUIRED, "The kind of source: " + ", ".join(SOURCE_TYPES) + "."),
+        "batch_size": Key(v.typed(int, 1, 100_000), 5000, "Records per batch; bounds memory."),
+        "course_pattern": Key(v.regex, r"^(.+?/course/[^/?#]+)",
+                              "xAPI: the course is this pattern's capture group on the object id "
+                              "(then parent, grouping ids) when no context activity is a course."),
+        "path": Key(v.path, None, "xapi-ndjson: a file or a directory of *.ndjson, *.jsonl (and .gz)."),
+        "max_record_bytes": Key(v.typed(int, 1024, 16 << 20), 1 << 20,
+                                "xapi-ndjson: a longer line is skipped unread and quarantined by origin and length."),
+        "endpoint": Key(v.http_url, None, "xapi-lrs: the xAPI base URL before /statements, without credentials."),
+        "username": Key(v.typed(str), None, "xapi-lrs: the HTTP basic auth user."),
+        "password_file": Key(v.path, None, "xapi-lrs, moodle: the password's file, a credential name "
+                                          "($CREDENTIALS_DIRECTORY) or a path."),
+        "ca_bundle": Key(v.path, None, "xapi-lrs: CA certificates for a private CA (TLS is always verified)."),
+        "page_size": Key(v.typed(int, 1, 10_000), 500, "xapi-lrs: statements asked for per page (the LRS may cap it)."),
+        # The since/until sent to the LRS are widened by this, so an LRS that filters on
+        # timestamp instead of stored (Ralph does) still returns every statement of the window.
+        "overlap": Key(v.parse_duration, 86400,
+                       "xapi-lrs: how far a statement's timestamp may lie from its stored time."),
+        "timeout": Key(v.parse_duration, 60, "xapi-lrs: per request; moodle: connect and statement timeout."),
+        "request_attempts": Key(v.typed(int, 1, 20), 5,
+                                "xapi-lrs: attempts per request (timeouts, connection errors, 429, 5xx)."),
+        "request_delay": Key(v.parse_duration, 2, "xapi-lrs: first backoff between attempts, doubled each time."),
+        "response_deadline": Key(v.at_least_a_second, 120,
+                                 "xapi-lrs: one whole response, request to last byte (timeout is per read)."),
+        "max_response_bytes": Key(v.typed(int, 64 << 10, 256 << 20), 4 << 20,
+                                  "xapi-lrs: a larger response is abandoned while it streams in (exit 69)."),
+        # 3 attempts x 30m + 2 pauses x 10m of [retry] fit the unit's TimeoutStartSec=2h.
+        "read_deadline": Key(v.at_least_a_second, 1800,
+                             "xapi-lrs: all requests of one run, retries and pauses included (exit 69)."),
+        "max_pages": Key(v.typed(int, 1, 10_000_000), 100_000,
+                         "xapi-lrs: pages one run follows through 'more' (exit 69 beyond)."),
+        "url": Key(v.database_url, None, "moodle: the PostgreSQL URL of Moodle's database, without the password."),
+        "prefix": Key(v.identifier_prefix, "mdl_", "moodle: the table prefix ($CFG->prefix)."),
+        "site_url": Key(v.http_url, None, "moodle: $CFG->wwwroot; names the courses in the store."),
+        "id_lookback": Key(v.typed(int, 0, 10_000_000), 10_000, "moodle: log ids re-read before the watermark."),
+        "site_course_id": Key(v.typed(int, 0), 1, "moodle: $SITEID; the front page is not a course."),
+        "guest_user_id": Key(v.typed(int, 0), 1, "moodle: $CFG->siteguest; the guest is not a learner."),
+    },
+    "store": {
+        "type": Key(v.choice(*STORE_TYPES), "sqlite", "The kind of store: " + ", ".join(STORE_TYPES) + "."),
+        "path": Key(v.path, None, "sqlite: the store file; default <state directory>/metrics.sqlite."),
+        "url": Key(v.postgres_url, None, "postgresql: a URL without the password, "
+                                        "e.g. postgresql://lms_refresh@db.example.edu/metrics."),
+        "password_file": Key(v.path, None, "postgresql: the password's file, a credential name "
+                                          "($CREDENTIALS_DIRECTORY) or a path."),
+        "schema": Key(v.identifier, "lms_refresh", "postgresql: the schema of the tables; the view is in "
+                                                  "<schema>_serving."),
+    },
+    "pseudonymisation": {
+        "key_file": Key(v.path, None, "The secret HMAC key for learner identifiers; default "
+                                     "<state directory>/pseudonymisation.key, created on the first run."),
+    },
+    "retention": {
+        "staging_days": Key(v.typed(int, 1, 36600), None,
+                            "Staged events of local days older than this many days are dropped; those days stay "
+                            "as published and later statements for them are quarantined (unset: keep everything)."),
+        "quarantine_days": Key(v.typed(int, 1, 3660), 30, "Quarantined records are deleted after this many days."),
+    },
+    "retry": {
+        # Scheduled runs retry a source or store that is unreachable (exit 69).
+        "attempts": Key(v.typed(int, 1, 20), 3, "Attempts of a scheduled run while the source or store is "
+                                               "unreachable (exit 69)."),
+        "delay": Key(v.parse_duration, 600, "Pause between those attempts."),
+    },
+    "alerts": {
+        "mail_to": Key(v.typed(str), None, "Mail a failed run's alert to this address."),
+        "sendmail": Key(v.path, "/usr/sbin/sendmail", "The sendmail program the alert mail goes through."),
+        # Files holding URLs with tokens are credentials: a bare name is looked up in
+        # $CREDENTIALS_DIRECTORY (LoadCredential=), anything else is a path.
+        "webhook_url_file": Key(v.path, None, "A file holding the URL a failed run's alert is POSTed to as JSON."),
+        "healthchecks_url_file": Key(v.path, None, "A file holding the Healthchecks URL scheduled runs ping."),
+        "timeout": Key(v.parse_duration, 10, "Timeout of each delivery and ping."),
+    },
+    "monitoring": {
+        "textfile": Key(v.path, None, "Write Prometheus gauges to this node_exporter textfile after each run."),
+        "grace": Key(v.parse_duration, 7200, "status calls the data stale this long after a missed weekday "
+                                           "04:15 run."),
+    },
+    "privacy": {
+        "method": Key(v.choice("cell-key", "none"), "cell-key",
+                      "cell-key: every published count gets a bounded noise fixed by its records (the cell key "
+                      "method); none: exact counts, whose withheld values other columns can give back."),
+        "max_noise": Key(v.typed(int, 0, 20), 3, "D: published counts are within +-D of the true count."),
+        "variance": Key(v.variance, 2.0, "The noise's variance; at most what max_noise allows (3.33 for 3, 2.0 for 2, "
+                                        "1.0 for 1)."),
+        "withhold_zeros": Key(v.boolean, False, "Withhold zero counts like small ones, so that a withheld value no "
+                                            "longer says that at least one learner had it."),
+    },
+    "publication": {
+        "path": Key(v.path, None, "sqlite: the file dashboards read, replaced after each run; default "
+                                 "<state directory>-publication/serving.sqlite."),
+        "group": Key(v.typed(str), None, "The group that may read the publication (mode 0640); unset: every "
+                                        "account may (0644)."),
+    },
+}
+
+
+def _check_schema(schema):
+    """Refuse, at import, a SCHEMA entry that is not a Key with a documented validator and a description
+    (the man page and the typed sections are built from them)."""
+    for section, keys in schema.items():
+        for name, key in keys.items():
+            if (not isinstance(key, Key) or not callable(key.check) or not (key.description or "").strip()
+                    or not getattr(key.check, "accepts", None)):
+                raise TypeError(f"SCHEMA[{section!r}][{name!r}] must be Key(check, default, description) with a "
+                                f"validator from lms_refresh.config.validators, not {key!r}")
+
+
+_check_schema(SCHEMA)

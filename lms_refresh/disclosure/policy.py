@@ -1,0 +1,91 @@
+"""What is published of a cell: the threshold, the perturbation applied, and no existence signal.
+
+Published rows are computed here, in Python, from each store's per-cell
+aggregates, so the two stores cannot drift apart.
+"""
+
+import dataclasses
+import datetime as dt
+
+from lms_refresh.disclosure.cell_key import PerturbationTable
+from lms_refresh.errors import StateError
+
+METHODS = ("cell-key", "none")
+# The event counts of a cell, each with the distinct learners it derives from (for the threshold).
+COUNTS = {"attempts": "attempt", "completions": "completion", "passed": "passed", "failed": "failed"}
+
+
+@dataclasses.dataclass(frozen=True)
+class PrivacySettings:
+    """What the publication is computed with (the store keeps a typed copy: privacy_settings)."""
+
+    min_cell_size: int
+    method: str = "cell-key"
+    max_noise: int = 3
+    variance: float = 2.0
+    withhold_zeros: bool = False
+
+    def __post_init__(self):
+        # Fail closed: a threshold that is not a positive integer never reaches the publication.
+        if isinstance(self.min_cell_size, bool) or not isinstance(self.min_cell_size, int) or self.min_cell_size < 1:
+            raise StateError(f"The stored threshold min_cell_size ({self.min_cell_size!r}) is not a positive "
+                             "integer; nothing was published. Run lms-refresh again to store it from the configuration.")
+        if self.method not in METHODS:
+            raise StateError(f"The stored perturbation method {self.method!r} is unknown; nothing was published.")
+
+
+def published_row(cell, settings, table):
+    """Given one cell's aggregates (a dict, see `store.base.CELL_FIELDS`), return its published values.
+
+    Returns (active_learners, statements, attempts, completions, passed, failed,
+    avg_scaled_score, total_duration_seconds, suppressed).
+    """
+    k = settings.min_cell_size
+    if cell is None or cell["learners"] < k:
+        return (None,) * 8 + (1,)
+    suppressed = 0
+    values = [table.perturb(cell["learners"], cell["learner_key"], "learners"),
+              table.perturb(cell["statements"], cell["statement_key"], "statements")]
+    for name, stem in COUNTS.items():
+        learners = cell[f"{stem}_learners"]
+        if 0 < learners < k or (learners == 0 and settings.withhold_zeros):
+            values.append(None)
+            suppressed = 1
+        else:
+            values.append(table.perturb(cell[name], cell[f"{stem}_key"], name))
+    if cell["score_learners"] >= k:
+        # A mean over the perturbed number of scores: derived from the noisy count, as ABS does for means.
+        scores = table.perturb(cell["score_count"], cell["score_key"], "scores")
+        values.append(round(cell["score_sum_micro"] * 1.0 / scores / 1000000.0, 6))
+    else:
+        values.append(None)
+        suppressed |= cell["score_learners"] > 0
+    if cell["duration_learners"] >= k:
+        # A total scaled by the perturbed number of timed records over the true one.
+        timed = table.perturb(cell["duration_count"], cell["duration_key"], "durations")
+        total = cell["duration_ms"] / 1000.0
+        values.append(total if timed == cell["duration_count"] else round(total * timed / cell["duration_count"], 3))
+    else:
+        values.append(None)
+        suppressed |= cell["duration_learners"] > 0
+    return tuple(values) + (int(suppressed),)
+
+
+def course_rows(cells, settings):
+    """Given one course's cells {day text: aggregates}, return its published rows [(day, values...)].
+
+    Every day from the course's first to its last day with at least k learners is
+    published, withheld or not, so a day without activity and a day with 1..k-1
+    learners look the same; a course that never reaches k publishes no row.
+    """
+    table = PerturbationTable(settings)
+    visible = sorted(day for day, cell in cells.items() if cell["learners"] >= settings.min_cell_size)
+    if not visible:
+        return []
+    day, last = dt.date.fromisoformat(visible[0]), dt.date.fromisoformat(visible[-1])
+    rows = []
+    while day <= last:
+        text = day.isoformat()
+        rows.append((text,) + published_row(cells.get(text), settings, table))
+        day += dt.timedelta(days=1)
+    return rows

@@ -1,0 +1,172 @@
+"""The files a configuration makes the program write, checked against each other before anything is written.
+
+A publication or a textfile that names the store, the key or the lock would
+replace it with a run that reports success. `refuse_collisions` compares every
+path a run writes (and the files it only reads: the configuration, the export
+files, credentials) however each is spelt — symbolic links and `..` resolved,
+hard links by inode, letter case folded, a file against a directory it would
+have to be — and refuses the first collision with one sentence naming both
+keys (exit 78). Configuration loading, `check` and every command that takes
+the run lock call it.
+"""
+
+import dataclasses
+import os
+
+from lms_refresh.errors import ConfigError
+from lms_refresh.state_directory import LOCK_NAME, MARKER
+
+SQLITE_SIDECARS = ("-journal", "-wal", "-shm")  # what SQLite writes beside a database file
+
+
+@dataclasses.dataclass(frozen=True)
+class NamedPath:
+    """A path as the configuration names it: `key` says which key (or which file of the state directory)."""
+
+    key: str
+    path: str
+    written: bool = True  # the program writes (or replaces) this file; False: it only reads it
+    directory: bool = False  # a directory the program writes into (the state directory)
+    sidecars: tuple = ()  # files written beside it, by suffix
+    private: bool = False  # only the service user may read it (the store, the key)
+
+    def spellings(self):
+        """This path and the files written beside it, as NamedPaths."""
+        yield self
+        for suffix in self.sidecars:
+            yield NamedPath(f"the {suffix.lstrip('-')} file of {self.key}", self.path + suffix, self.written,
+                            private=self.private)
+
+
+def _quoted(key):
+    return key if key.startswith(("the ", "'")) else f"'{key}'"
+
+
+def _default_or_set(key, path, default):
+    return f"'{key}' (its default, {os.path.basename(default)} in the state directory)" if path == default else key
+
+
+def named_paths(config):
+    """Return the NamedPaths of `config`: what a run writes, then what it only reads."""
+    state = config.state_directory
+    sqlite = config.store.type == "sqlite"
+    paths = [
+        NamedPath("state_directory", state, directory=True),
+        NamedPath(f"the run lock ({LOCK_NAME} in 'state_directory')", os.path.join(state, LOCK_NAME)),
+        NamedPath(f"the store note ({MARKER} in 'state_directory')", os.path.join(state, MARKER)),
+        NamedPath(_default_or_set("pseudonymisation.key_file", config.key_file,
+                                  os.path.join(state, "pseudonymisation.key")), config.key_file, private=True),
+    ]
+    if sqlite:
+        paths.append(NamedPath(_default_or_set("store.path", config.store.path, os.path.join(state, "metrics.sqlite")),
+                               config.store.path, sidecars=SQLITE_SIDECARS, private=True))
+        # On PostgreSQL the publication is the store's view: publication.path is not written.
+        paths.append(NamedPath("publication.path", config.publication.path, sidecars=("-journal",)))
+    if config.monitoring.textfile:
+        paths.append(NamedPath("monitoring.textfile", config.monitoring.textfile))
+    paths.append(NamedPath("the configuration file", config.origin, written=False))
+    read = [("source.path", getattr(config.source, "path", None)),
+            ("source.ca_bundle", getattr(config.source, "ca_bundle", None)),
+            ("source.password_file", getattr(config.source, "password_file", None)),
+            ("store.password_file", config.store.password_file),
+            ("alerts.webhook_url_file", config.alerts.webhook_url_file),
+            ("alerts.healthchecks_url_file", config.alerts.healthchecks_url_file),
+            ("alerts.sendmail", config.alerts.sendmail)]
+    for key, path in read:
+        if path and (key in ("source.path", "source.ca_bundle", "alerts.sendmail") or "/" in path):
+            paths.append(NamedPath(key, path, written=False))  # a bare credential name is not a path here
+    return paths
+
+
+@dataclasses.dataclass(frozen=True)
+class _Resolved:
+    named: NamedPath
+    real: str  # symbolic links and '..' resolved
+    folded: str  # `real` in one letter case
+    inode: tuple | None  # (device, inode) of what exists there
+
+
+def _resolve(named):
+    real = os.path.realpath(os.path.abspath(named.path))
+    try:
+        info = os.stat(real)
+        inode = (info.st_dev, info.st_ino)
+    except (OSError, ValueError):
+        inode = None
+    return _Resolved(named, real, real.casefold(), inode)
+
+
+def _inside(inner, outer):
+    return inner.startswith(outer.rstrip("/") + "/")
+
+
+def _same(a, b):
+    """How `a` and `b` name one file, in words ("" when spelt alike), or None if they do not."""
+    spelt = f"{a.named.path} and {b.named.path}"
+    if a.real == b.real:
+        return "" if os.path.abspath(a.named.path) == os.path.abspath(b.named.path) else f", spelt {spelt}"
+    if a.inode is not None and a.inode == b.inode:
+        return f": {spelt} are hard links to one file"
+    if a.folded == b.folded:
+        return f": {spelt} differ only in letter case, which names one file on a case-insensitive file system"
+    return None
+
+
+def collision(paths):
+    """Given NamedPaths, return the sentence (without the file's name) of the first collision, or None."""
+    resolved = [[_resolve(spelling) for spelling in named.spellings()] for named in paths]
+    for i, group in enumerate(resolved):
+        for other in resolved[i + 1:]:
+            for a in group:
+                for b in other:
+                    found = _collision(a, b) or _collision(b, a)
+                    if found:
+                        return found
+    return _publication_in_private_place(resolved)
+
+
+def _collision(a, b):
+    """The sentence if written `a` collides with `b`, else None (called both ways round)."""
+    if not a.named.written or ((a.named.directory or b.named.directory) and not b.named.written):
+        return None  # a file the program only reads may lie anywhere, the state directory included
+    same = _same(a, b)
+    if same is not None and (a.named.directory or b.named.directory):
+        file, directory = (b, a) if a.named.directory else (a, b)
+        return (f"{_quoted(file.named.key)} names the directory that {_quoted(directory.named.key)} names "
+                f"({directory.named.path}{same}); name a file of its own outside it.")
+    if same is not None:
+        return (f"{_quoted(a.named.key)} and {_quoted(b.named.key)} name the same file ({a.named.path}{same}); "
+                "a run would write one over the other — point them at different files.")
+    if not a.named.directory and (_inside(b.real, a.real) or _inside(b.folded, a.folded)):
+        return (f"{_quoted(b.named.key)} ({b.named.path}) lies inside {a.named.path}, the file "
+                f"{_quoted(a.named.key)} names; a file cannot hold another — point them at different places.")
+    return None
+
+
+def _publication_in_private_place(resolved):
+    """Refuse a publication whose directory a run would open to every account (0755) while the state
+    directory, the store or the key is in it."""
+    publication = next((group[0] for group in resolved if group[0].named.key == "publication.path"), None)
+    if publication is None:
+        return None
+    directory = os.path.dirname(publication.real)
+    state = resolved[0][0]
+    if directory == state.real or _inside(directory, state.real):
+        return (f"'publication.path' ({publication.named.path}) lies inside 'state_directory' ({state.named.path}), "
+                "which only the service user may read (0750): dashboards could not read it there, and opening that "
+                "directory to them would expose the store and the key — put the publication outside it (the "
+                "default is <state directory>-publication/serving.sqlite).")
+    for group in resolved[1:]:
+        other = group[0]
+        if other.named.private and os.path.dirname(other.real) == directory:
+            return (f"'publication.path' ({publication.named.path}) shares its directory with "
+                    f"{_quoted(other.named.key)} ({other.named.path}); a run makes the publication's directory "
+                    "readable by every account for the dashboards — give the publication a directory of its own.")
+    return None
+
+
+def refuse_collisions(config):
+    """Raise ConfigError (78), naming both keys, if two paths `config` makes the program use collide."""
+    found = collision(named_paths(config))
+    if found:
+        raise ConfigError(f"{config.origin}: {found}")
