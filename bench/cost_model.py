@@ -49,23 +49,25 @@ if workload == "naive":
     db.executemany("INSERT OR IGNORE INTO staged VALUES (?, ?, ?, ?, ?)", rows)
     db.execute("COMMIT")
 else:
+    from lms_refresh.disclosure.cell_key import RecordKeys
     from lms_refresh.disclosure.pseudonyms import Pseudonymiser
     from lms_refresh.sources import ndjson_worker as ndjson
     from lms_refresh.sources.xapi import StatementMapper
     from lms_refresh.store.sqlite import SqliteStore
     mapper = StatementMapper("Europe/Paris", Pseudonymiser(b"k" * 32), r"^(.+?/course/[^/?#]+)")
-    everything = ("2000-01-01T00:00:00.000000Z", "2100-01-01T00:00:00.000000Z")
+    since, until = "2000-01-01T00:00:00.000000Z", "2100-01-01T00:00:00.000000Z"
     # The mapper's caches (days, pseudonyms, names) are warm in a real run; warm them here too.
     # Each workload below does what the one before it does, and one step more.
-    ndjson.parse_lines(mapper, enumerate(lines, 1), *everything, ndjson.ChunkResult())
+    ndjson.parse_lines(mapper, enumerate(lines, 1), since, until=until, result=ndjson.ChunkResult())
     if workload != "warm":
-        events = ndjson.parse_lines(mapper, enumerate(lines, 1), *everything, ndjson.ChunkResult()).batch.events
+        events = ndjson.parse_lines(mapper, enumerate(lines, 1), since, until=until, result=ndjson.ChunkResult()).batch.events
     if workload in ("stage", "recompute"):
         store = SqliteStore.open(os.path.join(work, "metrics.sqlite"), create=True)
         store.begin()
-        store.insert_events(events)
+        keys = RecordKeys(b"k" * 32)
+        store.insert_events(keys.add(events))
         if workload == "recompute":
-            store.recompute({row[0] for row in events})
+            store.recompute({row[0] for row in events}, record_keys=keys)
         store.commit()
 """
 

@@ -35,7 +35,7 @@ def statements(count, seed=1):
     courses = [c for c, _, _ in COURSES]
     for _ in range(count):
         moment = now - dt.timedelta(seconds=rng.randint(60, 2 * 86400))
-        yield statement(rng, rng.randrange(5000), rng.choice(courses), moment, moment, rng.choice(_VERB_CHOICES))
+        yield statement(rng, rng.randrange(5000), rng.choice(courses), moment=moment, stored=moment, verb=rng.choice(_VERB_CHOICES))
 
 
 def main():

@@ -47,9 +47,9 @@ def write_days(directory, first_day, days, per_day, seed, learners=20000):
             for _ in range(per_day):
                 moment = day + dt.timedelta(seconds=rng.randint(0, 86399), microseconds=rng.randint(0, 999999))
                 # Compact separators, as LRSs serialise statements.
-                line = json.dumps(statement(rng, rng.randrange(learners), rng.choice(courses), moment,
-                                            moment + dt.timedelta(seconds=rng.randint(1, 60)),
-                                            rng.choice(_VERB_CHOICES)), separators=(",", ":"))
+                line = json.dumps(statement(rng, rng.randrange(learners), rng.choice(courses), moment=moment,
+                                            stored=moment + dt.timedelta(seconds=rng.randint(1, 60)),
+                                            verb=rng.choice(_VERB_CHOICES)), separators=(",", ":"))
                 handle.write(line + "\n")
                 total += len(line) + 1
     return total

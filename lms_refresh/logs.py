@@ -129,7 +129,7 @@ def sd_notify(message, environ):
 class Progress:
     """Report progress as systemd STATUS= and, on a terminal, one updating line."""
 
-    def __init__(self, environ, stream=None, interval=1.0, clock=time.monotonic):
+    def __init__(self, environ, stream=None, interval=1.0, *, clock=time.monotonic):
         self.environ = environ
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty() and not under_systemd(environ)

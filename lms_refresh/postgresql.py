@@ -28,7 +28,7 @@ def first_line(error):
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def connect(url, password_file, environ, what, section, **options):
+def connect(url, password_file, environ, *, what, section, **options):
     """Return an autocommit connection to `url`, named after this process in the server's activity view.
 
     `what` names the database in messages ("The store postgresql://..."); `section` is the

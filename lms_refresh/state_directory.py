@@ -55,7 +55,7 @@ def prepare_state_directory(path, euid):
     except (NotADirectoryError, FileExistsError):  # it, or a directory above it, is a file
         refuse_a_file(path)
         raise
-    _refuse_foreign(f"The state directory {path}", info, euid, os.W_OK | os.X_OK, path)
+    _refuse_foreign(f"The state directory {path}", info, euid, access=os.W_OK | os.X_OK, path=path)
 
 
 def check_writable_file(path, euid):
@@ -64,7 +64,7 @@ def check_writable_file(path, euid):
         info = os.stat(path)
     except FileNotFoundError:
         return
-    _refuse_foreign(path, info, euid, os.R_OK | os.W_OK, path)
+    _refuse_foreign(path, info, euid, access=os.R_OK | os.W_OK, path=path)
 
 
 def _read_only(path):
@@ -74,7 +74,7 @@ def _read_only(path):
         return False
 
 
-def _refuse_foreign(what, info, euid, access, path):
+def _refuse_foreign(what, info, euid, *, access, path):
     """Refuse to use `path` as root when another user owns it, or when we lack `access` to it."""
     owner = user_name(info.st_uid)
     if euid == 0 and info.st_uid != 0:

@@ -132,12 +132,12 @@ def upper_bound(now, safety_lag, complete_through):
     return bound
 
 
-def backfill_window(since, until, now, config, complete_through):
+def backfill_window(since, until, now, *, config, complete_through):
     """Given an operator's explicit window, return it clamped to what is complete."""
     return Window(since, min(until, upper_bound(now, config.window.safety_lag, complete_through)))
 
 
-def next_watermark(current, window, is_backfill, axis=TIME):
+def next_watermark(current, window, is_backfill, *, axis=TIME):
     """Return the watermark (on `axis`) after a successful run of `window`.
 
     A scheduled run moves it to `until`. A backfill never moves it backwards and

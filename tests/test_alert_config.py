@@ -74,7 +74,7 @@ def test_alert_settings_are_read_on_their_own(tmp_path):
 
 def test_without_a_run_row_the_message_is_the_last_error_of_the_failed_invocation():
     lines = [(6, "Refreshing ..."), (3, "config.toml: unknown key 'min_cel_size' (known: ...)."), (4, "a warning")]
-    alert = compose("lms-refresh.service", "78", "exit-code", "abc", None, lines, [])
+    alert = compose("lms-refresh.service", "78", "exit-code", invocation="abc", last_run=None, lines=lines, secrets=[])
     assert alert["message"] == "config.toml: unknown key 'min_cel_size' (known: ...)."
     assert alert["journal"] == [message for _, message in lines]
 
@@ -84,7 +84,7 @@ def test_an_unreadable_webhook_file_does_not_stop_the_mail(tmp_path):
     stub = tmp_path / "sendmail"
     stub.write_text(f"#!/bin/sh\ncat > {captured}\n")
     stub.chmod(0o755)
-    alert = compose("lms-refresh.service", "78", "exit-code", None, None, [], [])
+    alert = compose("lms-refresh.service", "78", "exit-code", invocation=None, last_run=None, lines=[], secrets=[])
     settings = Alerts(mail_to="team@example.edu", sendmail=str(stub), timeout=5,
                       webhook_url_file=str(tmp_path / "absent"), healthchecks_url_file=None)
     assert deliver(alert, settings, {}) == (1, 2)
@@ -94,7 +94,7 @@ def test_an_unreadable_webhook_file_does_not_stop_the_mail(tmp_path):
 def test_an_earlier_success_is_not_taken_for_the_failed_run():
     success = {"window_since": "a", "window_until": "b", "message": "", "exit_code": 0}
     lines = [(3, "The pseudonymisation key /var/lib/lms-refresh/pseudonymisation.key is missing ...")]
-    alert = compose("lms-refresh.service", "78", "exit-code", "abc", success, lines, [])
+    alert = compose("lms-refresh.service", "78", "exit-code", invocation="abc", last_run=success, lines=lines, secrets=[])
     assert alert["window"] is None and alert["message"].startswith("The pseudonymisation key")
 
 

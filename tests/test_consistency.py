@@ -14,7 +14,7 @@ PARIS = "Europe/Paris"
 def test_no_published_value_derives_from_fewer_than_min_cell_size_learners(tmp_path):
     project = Project(tmp_path / "k")
     project.configure(extra_top="min_cell_size = 25")
-    write_daily_files(project.source, generate(11, START, 6, 250, PARIS))
+    write_daily_files(project.source, generate(11, START, 6, learners=250, timezone=PARIS))
     project.invoke("run", now="2026-10-26T04:15:00+01:00", check=0)
     with sqlite3.connect(project.store) as db:
         rows = db.execute("""

@@ -171,7 +171,7 @@ def test_every_place_an_agent_can_appear_is_redacted_with_the_mappers_pseudonym(
 def test_a_moodle_row_keeps_its_user_ids_only_as_the_pseudonyms_staged():
     site = "https://moodle.example.edu"
     pseudonymise = Pseudonymiser(KEY)
-    mapper = RowMapper("UTC", pseudonymise, site + "/", 1, 1)
+    mapper = RowMapper("UTC", pseudonymise, site + "/", site_course_id=1, guest_user_id=1)
     _, event = mapper.map((5, "\\core\\event\\course_viewed", "r", 2, 4242, 9, None, 0, None, 1_700_000_000, None))
     row = {"id": 6, "eventname": "\\core\\event\\course_module_completion_updated", "userid": 3,
            "relateduserid": 4242, "realuserid": None, "other": json.dumps({"note": ADDRESS})}

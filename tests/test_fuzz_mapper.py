@@ -116,7 +116,7 @@ def test_any_json_value_is_mapped_or_quarantined(value):
 @given(st.lists(st.one_of(st.binary(max_size=60), st.builds(lambda s: json.dumps(s).encode(), parts),
                           st.integers(1, 3000).map(lambda depth: b"[" * depth + b"]" * depth)), max_size=4))
 def test_every_generated_line_is_staged_skipped_or_quarantined(lines):
-    result = parse_lines(MAPPER, enumerate(lines, 1), "0000", "9999", ChunkResult())
+    result = parse_lines(MAPPER, enumerate(lines, 1), "0000", until="9999", result=ChunkResult())
     batch = result.batch
     assert len(batch.events) + len(batch.voids) + len(batch.quarantined) == batch.read
     assert all(reason for _, reason, _ in batch.quarantined)
@@ -125,7 +125,7 @@ def test_every_generated_line_is_staged_skipped_or_quarantined(lines):
 def test_json_nested_100000_levels_deep_is_quarantined_not_a_crash():
     good = json.dumps(statement(timestamp="2026-11-02T10:00:00Z")).encode()
     lines = [good, b"[" * 100_000 + b"]" * 100_000, b'{"a":' * 100_000 + b"1" + b"}" * 100_000, good]
-    batch = parse_lines(MAPPER, enumerate(lines, 1), "0000", "9999", ChunkResult()).batch
+    batch = parse_lines(MAPPER, enumerate(lines, 1), "0000", until="9999", result=ChunkResult()).batch
     assert len(batch.events) == 2
     assert [(number, reason) for number, reason, _ in batch.quarantined] == [
         (2, "JSON nested too deeply to parse"), (3, "JSON nested too deeply to parse")]

@@ -85,7 +85,7 @@ lines = st.lists(st.one_of(statement_lines(), json_values.map(lambda v: json.dum
 def parsed(raw_lines, since, until):
     mapper = StatementMapper("Europe/Paris", PSEUDONYMISE, r"^(.+?/course/[^/?#]+)")
     result = ChunkResult()
-    parse_lines(mapper, oversized(enumerate(raw_lines, 1), result.batch, 64 << 10), since, until, result)
+    parse_lines(mapper, oversized(enumerate(raw_lines, 1), result.batch, 64 << 10), since, until=until, result=result)
     return result.batch
 
 
@@ -137,11 +137,11 @@ def test_chunks_cut_anywhere_give_every_line_once_and_long_ones_as_their_length(
         got = []
         for start in range(0, max(len(data), 1), chunk):
             end = min(start + chunk, len(data))
-            lines, resume = chunk_lines(handle, start, end, len(data), limit, max_lines)
+            lines, resume = chunk_lines(handle, start, end, size=len(data), limit=limit, max_lines=max_lines)
             while resume is not None:  # a chunk holding more than max_lines lines goes on where it stopped
                 assert len(lines) == max_lines and start < resume < end
                 got += lines
-                lines, resume = chunk_lines(handle, resume, end, len(data), limit, max_lines)
+                lines, resume = chunk_lines(handle, resume, end, size=len(data), limit=limit, max_lines=max_lines)
             got += lines
     assert got == reference_lines(data, limit)
 
@@ -188,7 +188,7 @@ grade_ranges = st.dictionaries(st.integers(-3, 8), st.none() | st.tuples(
 @given(st.lists(rows, max_size=8), grade_ranges, st.sampled_from(["Europe/Paris", "Pacific/Kiritimati", "UTC"]))
 def test_every_log_row_is_mapped_left_out_or_quarantined_with_a_reason(batch, ranges, zone):
     assert len(COLUMNS) == 11
-    mapper = RowMapper(zone, PSEUDONYMISE, "https://moodle.example.edu/", 1, 1)
+    mapper = RowMapper(zone, PSEUDONYMISE, "https://moodle.example.edu/", site_course_id=1, guest_user_id=1)
     mapper.grade_ranges.update(ranges)
     for row in batch:
         try:

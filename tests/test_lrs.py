@@ -36,7 +36,7 @@ def text(moment):
 def sample_statements(seed, learners=600, days=8):
     """Valid sample statements (with voids and late arrivals), timestamps in the last days."""
     start = (utc_now() - dt.timedelta(days=days + 2)).date()
-    return [json.loads(line) for _, line in generate(seed, start, days, learners, PARIS, malformed_share=0.0,
+    return [json.loads(line) for _, line in generate(seed, start, days, learners=learners, timezone=PARIS, malformed_share=0.0,
                                                      void_share=0.01)]
 
 

@@ -120,7 +120,7 @@ def test_alert_content_has_meaning_window_journal_and_no_secrets():
                 "message": "5 of 6 records were malformed"}
     lines = [(6, "Refreshing ..."), (3, "fetch https://user:hunter2@lrs.example.edu failed for alice@example.edu"),
              (6, "token s3cr3t-token leaked")]
-    alert = compose("lms-refresh.service", "65", "exit-code", "abc", last_run, lines, ["s3cr3t-token"])
+    alert = compose("lms-refresh.service", "65", "exit-code", invocation="abc", last_run=last_run, lines=lines, secrets=["s3cr3t-token"])
     assert alert["exit_status"] == 65 and "bad input beyond the configured tolerance" in alert["meaning"]
     assert alert["window"] == {"since": "2026-11-02T03:15:00.000000Z", "until": "2026-11-03T03:15:00.000000Z"}
     text = json.dumps(alert)
@@ -134,7 +134,7 @@ def test_sendmail_receives_the_alert(tmp_path):
     stub = tmp_path / "sendmail"
     stub.write_text(f"#!/bin/sh\necho \"$@\" > {captured}.args\ncat > {captured}\n")
     stub.chmod(0o755)
-    alert = compose("lms-refresh.service", "69", "exit-code", None, None, [], [])
+    alert = compose("lms-refresh.service", "69", "exit-code", invocation=None, last_run=None, lines=[], secrets=[])
     settings = Alerts(mail_to="data-team@example.edu", sendmail=str(stub), webhook_url_file=None, timeout=5,
                       healthchecks_url_file=None)
     assert deliver(alert, settings, {}) == (1, 1)

@@ -80,9 +80,9 @@ def test_the_demo_hint_names_the_bare_command_only_when_path_finds_this_one(tmp_
 def test_the_sample_has_nothing_stored_in_the_future():
     now = dt.datetime(2026, 11, 30, 8, 0, tzinfo=dt.timezone.utc)
     start = dt.date(2026, 11, 23)
-    everything = list(generate(7, start, 7, 300))
+    everything = list(generate(7, start, 7, learners=300))
     assert max(stored for stored, _ in everything) > now  # late syncs of the last days would lie ahead
-    arrived = list(generate(7, start, 7, 300, until=now))
+    arrived = list(generate(7, start, 7, learners=300, until=now))
     assert arrived and max(stored for stored, _ in arrived) < now
     assert set(arrived) <= set(everything)  # the same sample, minus what has not arrived yet
     assert len(everything) - len(arrived) == len([1 for stored, _ in everything if stored >= now - dt.timedelta(seconds=1)])

@@ -69,7 +69,7 @@ def test_identical_rows_give_a_byte_identical_publication(tmp_path):
     start = dt.date(2026, 10, 19)
     daily = Project(tmp_path / "daily")
     noisy(daily)
-    write_daily_files(daily.source, generate(11, start, 10, 200, "Europe/Paris"))
+    write_daily_files(daily.source, generate(11, start, 10, learners=200, timezone="Europe/Paris"))
     days = [start + dt.timedelta(days=n) for n in range(1, 13) if (start + dt.timedelta(days=n)).weekday() < 5]
     for day in days:
         daily.invoke("run", now=f"{day.isoformat()}T04:15:00+01:00", check=0)

@@ -44,7 +44,7 @@ def test_each_source_type_is_built_as_a_source_on_the_one_base(kind, axis):
         # does not say how far it is complete (neither files nor Moodle's log do).
         if kind != "xapi-lrs":  # the LRS is asked (one request) how far it is consistent
             now = dt.datetime(2026, 11, 3, 4, 15, tzinfo=UTC)
-            window = source.backfill_window(WINDOW.since, now, now, config_of(kind))
+            window = source.backfill_window(WINDOW.since, now, now, config=config_of(kind))
             assert window == Window(WINDOW.since, now - dt.timedelta(minutes=5), TIME)
     finally:
         source.close()
@@ -77,7 +77,7 @@ def test_events_are_events_by_name_in_one_process_or_across_the_workers(tmp_path
 def test_both_mappers_give_a_moment_the_same_local_day():
     """One day cache: an xAPI time and a Moodle timecreated of the same second fall on the same day."""
     xapi = StatementMapper("Europe/Paris", PSEUDONYMISE, "x")
-    moodle = RowMapper("Europe/Paris", PSEUDONYMISE, "https://moodle.example.edu/", 1, 1)
+    moodle = RowMapper("Europe/Paris", PSEUDONYMISE, "https://moodle.example.edu/", site_course_id=1, guest_user_id=1)
     start = dt.datetime(2026, 10, 24, 21, 0, tzinfo=UTC)  # the night the clocks go back, by 7-minute steps
     for step in range(600):
         moment = start + dt.timedelta(minutes=7 * step, seconds=step % 60)
@@ -107,7 +107,7 @@ def test_an_lrs_page_is_kept_skipped_or_quarantined_the_same_once_peeking_pauses
                "object": {"objectType": "StatementRef", "id": inside[0]["id"]}, "stored": "2026-11-02T13:00:00Z"}
     for page in (inside + [outside, bad_outside, bad_inside, bad_without_id, voiding],  # peeking paused
                  [outside, bad_outside, bad_inside, bad_without_id, voiding] + inside):  # peeking throughout
-        batch, skipped = lrs_source()._map_page(page, WINDOW.since_cursor, WINDOW.until_cursor, 3)
+        batch, skipped = lrs_source()._map_page(page, WINDOW.since_cursor, WINDOW.until_cursor, page=3)
         assert skipped == 2 and batch.read == len(inside) + 3
         assert len(batch.events) == len(inside) and all(type(event) is Event for event in batch.events)
         assert batch.voids == [Void(target_id=batch.events[0].event_id, voiding_id=bytes.fromhex(

@@ -20,7 +20,7 @@ PARIS = "Europe/Paris"
 
 
 def sample(project, days=14, learners=300, **options):
-    records = list(generate(11, START, days, learners, PARIS, **options))
+    records = list(generate(11, START, days, learners=learners, timezone=PARIS, **options))
     write_daily_files(project.source, records)
     return records
 
@@ -206,7 +206,7 @@ def test_both_stores_give_identical_serving_tables(tmp_path, postgres_server):
     pg.source = lite.source
     pg.configure(extra_top="max_quarantine_share = 0.05")
     lite.configure(extra_top="max_quarantine_share = 0.05")
-    write_daily_files(lite.source, generate(5, dt.date(2026, 10, 19), 12, 300, "Europe/Paris"))
+    write_daily_files(lite.source, generate(5, dt.date(2026, 10, 19), 12, learners=300, timezone="Europe/Paris"))
     for now in ("2026-10-26T04:15:00+01:00", "2026-10-29T04:15:00+01:00", "2026-11-02T04:15:00+01:00"):
         lite.invoke("run", now=now, check=0)
         pg.invoke("run", now=now, check=0)
@@ -233,3 +233,28 @@ def test_an_older_store_is_upgraded_by_the_next_run(project):
     assert report["store"]["schema_version"] == SCHEMA_VERSION
     assert report["last_run"]["window_since"] == "2026-11-01T00:00:00.000000Z"  # the old watermark was kept
     assert report["last_run"]["version"] == "0.1.0"
+
+
+def test_both_drivers_keep_the_declared_driver_contract():
+    """store/driver.py declares what SqlStore needs of a driver; both define all of it, with the
+    declared parameters (names and kinds), and SqlStore itself calls no other driver method."""
+    import inspect
+
+    from lms_refresh.store.base import SqlStore
+    from lms_refresh.store.driver import Driver
+    from lms_refresh.store.postgres import PostgresStore
+    from lms_refresh.store.sqlite import SqliteStore
+
+    declared = {name: inspect.signature(member) for name, member in vars(Driver).items()
+                if inspect.isfunction(member) and not name.startswith("_")}
+    assert len(declared) == 13
+    for driver in (SqliteStore, PostgresStore):
+        for name, signature in declared.items():
+            method = getattr(driver, name)
+            found = [(p.name, p.kind) for p in inspect.signature(method).parameters.values()]
+            assert found == [(p.name, p.kind) for p in signature.parameters.values()], (driver.__name__, name)
+        assert isinstance(driver.schema_target, int) and driver.dialect is not None
+    # What base.SqlStore calls on self is its own or declared: no undeclared driver method.
+    source = inspect.getsource(SqlStore)
+    called = set(__import__("re").findall(r"self\.(\w+)\(", source))
+    assert called - set(vars(SqlStore)) - set(declared) == set()

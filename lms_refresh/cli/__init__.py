@@ -42,7 +42,7 @@ def _parse_now(ctx, param, value):
 @click.option("--now", callback=_parse_now, hidden=True, help="Pretend the current time is this (UTC; tests).")
 @click.version_option(__version__, prog_name="lms-refresh")
 @click.pass_context
-def cli(ctx, config_path, verbose, quiet, now):
+def cli(ctx, config_path, verbose, *, quiet, now):
     """Keep an LMS metrics store fresh: pull new activity, recompute daily metrics, suppress small cells."""
     configure_logging(-1 if quiet else verbose, os.environ)
     ctx.obj = Invocation(config_path, now, stop=ctx.obj)

@@ -38,7 +38,7 @@ def status(settings, as_json, check):
         return code
     config = settings.config()
     report = collect_status(config, os.environ)
-    report["stale"] = staleness(report, settings.now, config.timezone, config.monitoring.grace)
+    report["stale"] = staleness(report, settings.now, config.timezone, grace=config.monitoring.grace)
     click.echo(json.dumps(report, indent=2) if as_json else format_status(report))
     return errors.OK
 
@@ -50,7 +50,7 @@ def status(settings, as_json, check):
 @click.option("--result", envvar="MONITOR_SERVICE_RESULT", help="Its result ($MONITOR_SERVICE_RESULT).")
 @click.option("--invocation", envvar="MONITOR_INVOCATION_ID", help="Its invocation id ($MONITOR_INVOCATION_ID).")
 @click.pass_obj
-def alert(settings, unit, exit_status, result, invocation):
+def alert(settings, unit, exit_status, *, result, invocation):
     """Tell people that a refresh failed (run by lms-refresh-alert@.service through OnFailure=).
 
     Sends to every channel configured in [alerts]: mail through sendmail, a
@@ -63,7 +63,7 @@ def alert(settings, unit, exit_status, result, invocation):
     from lms_refresh.ops.alerts import send_alert
 
     delivered, attempted = send_alert(
-        settings.config_path, unit, exit_status, result, invocation, os.environ,
+        settings.config_path, unit, exit_status, result=result, invocation=invocation, environ=os.environ,
         last_run_of=lambda config: collect_status(config, os.environ)["last_run"],
     )
     return errors.FAILURE if attempted and not delivered else errors.OK
@@ -117,7 +117,7 @@ def grant_reader(settings, role):
 @click.option("--moodle-user-id", type=click.IntRange(min=1), metavar="N", help="Moodle: the user's id.")
 @click.option("--dry-run", is_flag=True, help="Count what would be deleted and rebuilt; write nothing.")
 @click.pass_obj
-def forget(settings, mbox, mbox_sha1sum, openid, account_homepage, account_name, moodle_user_id, dry_run):
+def forget(settings, mbox, mbox_sha1sum, *, openid, account_homepage, account_name, moodle_user_id, dry_run):
     """Erase one learner: delete their staged events and quarantined records, rebuild their days.
 
     Name the learner as the source knows them, by exactly one identifier. It
@@ -148,7 +148,7 @@ def forget(settings, mbox, mbox_sha1sum, openid, account_homepage, account_name,
         agent = {"account": {"homePage": account_homepage, "name": account_name}}
     config = settings.config()
     identifier = learner_identifier(config, agent, moodle_user_id)
-    report = forget_learner(config, identifier, os.environ, os.geteuid(), dry_run=dry_run)
+    report = forget_learner(config, identifier, os.environ, euid=os.geteuid(), dry_run=dry_run)
     click.echo(f"{'would delete' if dry_run else 'deleted'}: {report.events} staged events, "
                f"{report.quarantined} quarantined records")
     click.echo(f"rebuilt:     {len(report.partitions)} daily partitions ({report.rows_written} rows, "
@@ -181,7 +181,7 @@ def is_configured(settings):
 @click.option("--days", default=21, show_default=True, help="Days of activity, ending yesterday.")
 @click.option("--seed", default=7, show_default=True, help="Random seed (same seed, same sample).")
 @click.pass_obj
-def demo(settings, directory, learners, days, seed):
+def demo(settings, directory, learners, *, days, seed):
     """Generate realistic sample xAPI data, refresh a local SQLite store, print the metrics.
 
     Example: lms-refresh demo --dir /tmp/lms-demo
@@ -190,6 +190,6 @@ def demo(settings, directory, learners, days, seed):
 
     from lms_refresh.demo import command_hint
 
-    run_demo(directory, learners, days, seed, settings.now, os.environ, click.echo,
+    run_demo(directory, learners, days, seed=seed, now=settings.now, environ=os.environ, echo=click.echo,
              command=command_hint(sys.argv[0], os.environ, sys.executable))
     return errors.OK

@@ -14,7 +14,7 @@ from lms_refresh.run.refresh import BACKFILL, REBUILD, RUN, Refresh, Request
 logger = logging.getLogger("lms_refresh")
 
 
-def _do_refresh(settings, kind, dry_run, since=None, until=None):
+def _do_refresh(settings, kind, dry_run, *, since=None, until=None):
     """Run one refresh of `kind` (SINCE and UNTIL as typed, in the configured time zone); return its exit code.
 
     Any error of the run (a configuration error too) is logged as its run-failed journal record.
@@ -68,7 +68,7 @@ def run(settings, dry_run):
 @click.option("--until", required=True, type=UserTime(), help="End (exclusive): ISO date or datetime.")
 @click.option("--dry-run", is_flag=True, help="Show what would be done; write nothing.")
 @click.pass_obj
-def backfill(settings, since, until, dry_run):
+def backfill(settings, since, until, *, dry_run):
     """Refresh an explicit window of arrival times [SINCE, UNTIL).
 
     Dates mean local midnight and datetimes without an offset are local time,
@@ -77,7 +77,7 @@ def backfill(settings, since, until, dry_run):
 
     Example: lms-refresh backfill --since 2026-09-01 --until 2026-10-01
     """
-    return _do_refresh(settings, BACKFILL, dry_run, since, until)
+    return _do_refresh(settings, BACKFILL, dry_run, since=since, until=until)
 
 
 @click.command()
@@ -96,7 +96,7 @@ def rebuild(settings, since, dry_run):
 
     Example: lms-refresh rebuild --since 2026-09-01
     """
-    return _do_refresh(settings, REBUILD, dry_run, since)
+    return _do_refresh(settings, REBUILD, dry_run, since=since)
 
 
 @click.group()
@@ -121,7 +121,7 @@ def watermark_set(settings, value):
     """
     from lms_refresh.run.watermark import set_watermark
 
-    old, new = set_watermark(settings.config(), settings.now, os.environ, os.geteuid(), value)
+    old, new = set_watermark(settings.config(), settings.now, os.environ, euid=os.geteuid(), text=value)
     logger.warning("Watermark set from %s to %s; the next run reads from there.", old or "none", new)
     click.echo(f"watermark: {old or 'none'} -> {new}")
     return errors.OK

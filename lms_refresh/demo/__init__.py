@@ -49,7 +49,7 @@ def command_hint(argv0, environ, executable):
     return f"{shlex.quote(executable)} -m lms_refresh"
 
 
-def run_demo(directory, learners, days, seed, now, environ, echo, command="lms-refresh"):
+def run_demo(directory, learners, days, *, seed, now, environ, echo, command="lms-refresh"):
     """Generate a sample under `directory` (or a temp dir), refresh it, and echo the metrics.
 
     `command` is how the user can run lms-refresh again (see command_hint).
@@ -61,7 +61,7 @@ def run_demo(directory, learners, days, seed, now, environ, echo, command="lms-r
         raise ConfigError(f"{statements} exists already; pick an empty --dir.")
     end = now.astimezone(zoneinfo.ZoneInfo(TIMEZONE)).date()
     first, last = end - dt.timedelta(days=days), end - dt.timedelta(days=1)
-    count = write_daily_files(statements, generate(seed, first, days, learners, TIMEZONE, until=now))
+    count = write_daily_files(statements, generate(seed, first, days, learners=learners, timezone=TIMEZONE, until=now))
     echo(f"Generated {count} xAPI statements in {statements}: {learners} learners active on the {days} days "
          f"{first} .. {last} (--days), about 1% synced days late (offline devices), a few malformed on purpose.")
     config_path = os.path.join(directory, "config.toml")

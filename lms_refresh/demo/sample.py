@@ -32,7 +32,7 @@ def _time(moment):
     return moment.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def statement(rng, learner, course, moment, stored, verb):
+def statement(rng, learner, course, *, moment, stored, verb):
     """Return one xAPI statement as a dict (about 800 bytes of JSON)."""
     course_iri = f"{HOME}/course/{course}"
     activity = rng.randint(1, 12)
@@ -66,7 +66,7 @@ def statement(rng, learner, course, moment, stored, verb):
     }
 
 
-def generate(seed, start, days, learners, timezone="Europe/Paris", per_learner_day=0.45,
+def generate(seed, start, days, *, learners, timezone="Europe/Paris", per_learner_day=0.45,
              late_share=0.01, malformed_share=0.002, void_share=0.001, until=None):
     """Yield (stored time, NDJSON line) for `days` local days from `start` (a date).
 
@@ -91,7 +91,7 @@ def generate(seed, start, days, learners, timezone="Europe/Paris", per_learner_d
                     stored = local + dt.timedelta(seconds=rng.randint(1, 90))
                     if rng.random() < late_share:
                         stored += dt.timedelta(days=rng.randint(1, 5), hours=rng.randint(0, 12))
-                    record = statement(rng, learner, course, local, stored, rng.choice(_VERB_CHOICES))
+                    record = statement(rng, learner, course, moment=local, stored=stored, verb=rng.choice(_VERB_CHOICES))
                     arrived = until is None or stored + dt.timedelta(seconds=1) < until
                     if rng.random() < void_share and recent and arrived:
                         target = rng.choice(recent)

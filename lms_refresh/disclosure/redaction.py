@@ -85,7 +85,7 @@ class Redactor:
 
     # -- the places where a person can be named --------------------------------
 
-    def _statement(self, value, found, depth, role="statement"):
+    def _statement(self, value, found, depth, *, role="statement"):
         """Return `value` with every Agent or Group in it redacted.
 
         `role` says where `value` sits: in a statement (or SubStatement) the actor and
@@ -98,7 +98,7 @@ class Redactor:
         if role == "agent" or isinstance(value, dict) and _agent_shaped(value):
             return self._agent(value, found, depth + 1)
         if isinstance(value, list):
-            return [self._statement(item, found, depth + 1, "any") for item in value]
+            return [self._statement(item, found, depth + 1, role="any") for item in value]
         if not isinstance(value, dict):
             return value
         kept = {}
@@ -116,7 +116,7 @@ class Redactor:
                     continue
             elif role == "context" and key in ("instructor", "team"):
                 child = "agent"
-            kept[key] = self._statement(item, found, depth + 1, child)
+            kept[key] = self._statement(item, found, depth + 1, role=child)
         return kept
 
     def _agent(self, agent, found, depth):

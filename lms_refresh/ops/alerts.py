@@ -31,7 +31,7 @@ _URL_SECRET = re.compile(r"(\w+://)[^\s/@]*@")  # user:password@ in URLs
 JOURNAL_WAIT = 5.0
 
 
-def journal_lines(invocation, limit=JOURNAL_LINES, wait=JOURNAL_WAIT, clock=time.monotonic, sleep=time.sleep):
+def journal_lines(invocation, limit=JOURNAL_LINES, wait=JOURNAL_WAIT, *, clock=time.monotonic, sleep=time.sleep):
     """Return the last `limit` (priority, message) records of one invocation, oldest first ([] without a
     journal), waiting up to `wait` seconds for a record at priority err or worse (a run that was
     killed has none: then what is there after the wait)."""
@@ -92,7 +92,7 @@ def redact(text, secrets):
     return _EMAIL.sub("<redacted>", text)
 
 
-def compose(unit, exit_status, result, invocation, last_run, lines, secrets):
+def compose(unit, exit_status, result, *, invocation, last_run, lines, secrets):
     """Return the alert as a dict (the webhook body; the mail is made from it).
 
     `lines` are the failed invocation's (priority, message) journal records.
@@ -162,7 +162,7 @@ def deliver(alert, settings, environ):
         except ConfigError as error:  # the mail may still go out
             logger.warning("The alert webhook is not sent: %s", error)
         else:
-            if post(url, json.dumps(alert).encode(), "application/json", settings.timeout):
+            if post(url, json.dumps(alert).encode(), "application/json", timeout=settings.timeout):
                 delivered += 1
                 logger.info("Alert delivered to %s", redact_url(url), extra=logs.fields(logs.ALERT_SENT))
     return delivered, attempted
@@ -190,7 +190,7 @@ def alert_settings(config_path, environ):
     return settings, None, broken
 
 
-def send_alert(config_path, unit, exit_status, result, invocation, environ, last_run_of):
+def send_alert(config_path, unit, exit_status, *, result, invocation, environ, last_run_of):
     """Report that `unit` failed to every [alerts] channel; return (delivered, attempted).
 
     `last_run_of(config)` returns the store's last run row (for the window and
@@ -218,7 +218,7 @@ def send_alert(config_path, unit, exit_status, result, invocation, environ, last
         exit_status = unit_exit_status(unit) or (last_run or {}).get("exit_code")
     logger.info("Alerting that %s failed (exit status %s, result %s)", unit, exit_status, result)
     lines = journal_lines(invocation)
-    message = compose(unit, exit_status, result, invocation, last_run, lines, secrets)
+    message = compose(unit, exit_status, result, invocation=invocation, last_run=last_run, lines=lines, secrets=secrets)
     if broken is not None and not message["message"]:
         message["message"] = redact(str(broken), secrets)
     delivered, attempted = deliver(message, settings, environ)

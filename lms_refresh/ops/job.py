@@ -32,7 +32,7 @@ def _pings(config, environ, enabled):
         return Healthchecks(None, 0)
 
 
-def _write_metrics(config, environ, now, exit_code, duration, report):
+def _write_metrics(config, environ, now, *, exit_code, duration, report):
     path = config.monitoring.textfile
     if not path:
         return
@@ -41,7 +41,7 @@ def _write_metrics(config, environ, now, exit_code, duration, report):
             status = collect_status(config, environ)
         except RefreshError:
             status = None  # a damaged store: keep what the previous file said
-        write_textfile(path, metrics_text(now, exit_code, duration, report, status, read_previous(path)))
+        write_textfile(path, metrics_text(now, exit_code, duration, report=report, status=status, previous=read_previous(path)))
     except (OSError, RefreshError) as error:  # the disk, a quota, the mode: never the run's exit status
         cause = error.__cause__ if isinstance(error, RefreshError) else error
         hint = ""
@@ -70,7 +70,7 @@ def run_job(refresh, sleep=time.sleep, clock=time.monotonic):
     if not request.dry_run and not (report is not None and report.outcome == "lock-held"):
         code, message = exit_status(outcome.error)
         pings.finish(code, message)
-        _write_metrics(refresh.config, refresh.environ, refresh.now, code, clock() - began, report)
+        _write_metrics(refresh.config, refresh.environ, refresh.now, exit_code=code, duration=clock() - began, report=report)
     return outcome
 
 

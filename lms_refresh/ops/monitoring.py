@@ -28,7 +28,7 @@ def redact_url(url):
     return f"{match.group(1)}{match.group(2)}/…" if match else "<url>"
 
 
-def post(url, body, content_type, timeout):
+def post(url, body, content_type, *, timeout):
     """POST `body` to `url`; return True on a 2xx answer, log and return False otherwise."""
     request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": content_type,
                                                                              "User-Agent": "lms-refresh"})
@@ -50,19 +50,19 @@ class Healthchecks:
 
     def start(self):
         if self.url:
-            post(self.url + "/start", b"", "text/plain", self.timeout)
+            post(self.url + "/start", b"", "text/plain", timeout=self.timeout)
 
     def finish(self, exit_code, message=""):
         if self.url:
             target = self.url if exit_code == 0 else f"{self.url}/{exit_code}"
-            post(target, message.encode()[:10000], "text/plain", self.timeout)
+            post(target, message.encode()[:10000], "text/plain", timeout=self.timeout)
 
 
 def _epoch(cursor):
     return from_cursor(cursor, "time").timestamp() if cursor else None
 
 
-def metrics_text(now, exit_code, duration, report, status, previous):
+def metrics_text(now, exit_code, duration, *, report, status, previous):
     """Return the node_exporter textfile body for one run."""
     last_success = status.get("last_success") if status else None
     success_time = _epoch(last_success["finished_at"]) if last_success else previous.get(
@@ -127,7 +127,7 @@ def last_scheduled_run(now, timezone, grace):
     raise AssertionError("no weekday in a week")
 
 
-def staleness(status, now, timezone, grace):
+def staleness(status, now, timezone, *, grace):
     """Return None if the last success is recent enough for the schedule, else a sentence saying why not."""
     expected = last_scheduled_run(now, timezone, grace)
     success = status.get("last_success")
@@ -164,7 +164,7 @@ def plugin_line(code, text, perfdata=()):
     return line
 
 
-def plugin_report(status, now, timezone, grace):
+def plugin_report(status, now, timezone, *, grace):
     """Given a status (collect_status) and the clock, return (exit code, line) for `status --check`.
 
     OK: fresh. WARNING: fresh, but a later run failed. CRITICAL: stale.
@@ -186,7 +186,7 @@ def plugin_report(status, now, timezone, grace):
                      ("quarantined", f"{last_run['quarantined']};;;0")]
     perfdata += [("quarantine_kept", f"{status['quarantined_records']};;;0"),
                  ("store_size", f"{status['store']['size_bytes']}B;;;0")]
-    stale = staleness(status, now, timezone, grace)
+    stale = staleness(status, now, timezone, grace=grace)
     if stale:
         return PLUGIN_CRITICAL, plugin_line(PLUGIN_CRITICAL, f"stale: {stale}", perfdata)
     started_text = from_cursor(success["started_at"], "time").astimezone(zone).isoformat(timespec="minutes")
@@ -214,7 +214,7 @@ def plugin_check(read_status, now):
     """
     try:
         status, timezone, grace = read_status()
-        return plugin_report(status, now, timezone, grace)
+        return plugin_report(status, now, timezone, grace=grace)
     except Exception as error:  # noqa: BLE001 — see the docstring
         reason = str(error) if isinstance(error, RefreshError) else f"{type(error).__name__}: {error}"
         return PLUGIN_UNKNOWN, plugin_line(PLUGIN_UNKNOWN, f"cannot read the state: {reason}")

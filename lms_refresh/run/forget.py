@@ -72,7 +72,7 @@ def _strings(value):
     return [value] if isinstance(value, str) and value else []
 
 
-def forget(config, identifier, environ, euid, dry_run=False):
+def forget(config, identifier, environ, *, euid, dry_run=False):
     """Delete the staged events and quarantined records of the learner `identifier` names, and rebuild their days.
 
     Returns a ForgetReport; raises a RefreshError subclass on failure, after rolling back.
@@ -88,7 +88,7 @@ def forget(config, identifier, environ, euid, dry_run=False):
             if config.store.type == "sqlite" and not dry_run:
                 check_writable_file(config.store.path, euid)
             with locked_store(config, environ, create=False) as store:
-                _forget(config, store, identifier, report, stop)
+                _forget(config, store, identifier, report=report, stop=stop)
                 _log(report)
                 if not dry_run:
                     publish_if_behind(config, store, euid)  # the dashboards' copy, after the commit (see store/publication.py)
@@ -108,14 +108,13 @@ def _log(report):
     )
 
 
-def _forget(config, store, identifier, report, stop):
+def _forget(config, store, identifier, *, report, stop):
     meta, has_events = store.meta(), store.has_events()
     if not has_events and not store.quarantine_count():
         return
     # A missing or different key is refused: nothing would match.
-    key = identity.open_key(config, meta, True, report.dry_run, rebuild=False)
+    key = identity.open_key(config, meta, True, dry_run=report.dry_run, rebuild=False)
     pseudonym = Pseudonymiser(key)(identifier)
-    store.record_keys = RecordKeys(key)  # a store upgraded in place gets its cell keys in the rebuild
     store.begin()
     try:
         days = store.forget_learner(pseudonym)
@@ -124,7 +123,8 @@ def _forget(config, store, identifier, report, stop):
         # Days before the staging horizon hold no staged events, so none of them is rebuilt here.
         report.partitions = sorted(set(days))
         if report.partitions:
-            report.rows_written, report.suppressed = store.recompute(set(days))
+            # A store upgraded in place gets its cell keys in the rebuild.
+            report.rows_written, report.suppressed = store.recompute(set(days), record_keys=RecordKeys(key))
         if report.dry_run:
             store.rollback()
         else:

@@ -139,7 +139,7 @@ def verify_store_present(config, store_is_new):
         )
 
 
-def open_key(config, meta, has_events, dry_run, rebuild):
+def open_key(config, meta, has_events, *, dry_run, rebuild):
     """Return the pseudonymisation key, refusing one that does not match the store's data."""
     key = read_key(config.key_file)
     recorded = meta.get("key_fingerprint")

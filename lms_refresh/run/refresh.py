@@ -79,6 +79,7 @@ class Refresh:
         self._began = False  # the store's lock is taken: a failure from here on is a run in the run log
         self._kept = []  # quarantined records, recorded again after a rollback ...
         self._redactor = None  # ... without identifiers
+        self._record_keys = None  # set once the run has its secret key
 
     def run(self):
         """Run the refresh; return its Outcome. Rolls back on failure; the error is returned, not raised."""
@@ -119,8 +120,8 @@ class Refresh:
         if not rebuild:
             identity.verify_clock(self.now, meta, store.last_runs()[0])
             identity.verify_identity(config, meta, has_events)
-        key = identity.open_key(config, meta, has_events, self.request.dry_run, rebuild)
-        store.record_keys = RecordKeys(key)
+        key = identity.open_key(config, meta, has_events, dry_run=self.request.dry_run, rebuild=rebuild)
+        self._record_keys = RecordKeys(key)  # the cell keys of what this run stages and recomputes
         self._redactor = redaction.Redactor(key, actor_identifier, getattr(config.source, "site_url", None))  # quarantined records keep no identifiers
         return key
 
@@ -140,7 +141,7 @@ class Refresh:
         if self.request.since is None:
             window = source.run_window(watermark, self.now, self.config)
         else:
-            window = source.backfill_window(self.request.since, self.request.until or self.now, self.now, self.config)
+            window = source.backfill_window(self.request.since, self.request.until or self.now, self.now, config=self.config)
         self.report.window = window
         return watermark, window
 
@@ -154,22 +155,22 @@ class Refresh:
             return
         store.begin()
         # Retention does not wait for new records: a quiet source's old data goes on time too.
-        retention.apply(store, self.config, self.now, retention.staging_horizon(self.config, self.now, meta), set())
+        retention.apply(store, self.config, self.now, horizon=retention.staging_horizon(self.config, self.now, meta), days=set())
         store.record_run(self.report.row(self.now))
         with self.stop.commit():
             store.commit()
         self.remember(key)  # a note lost with a run killed after its commit
 
-    def stage(self, store, source, window, horizon):
+    def stage(self, store, source, window, *, horizon):
         """Stage the window's batches inside the run's transaction; return the local days they touched."""
         report, now_text, days = self.report, windows.to_cursor(self.now), set()
         source.restore(store.source_index())
         for batch in source.batches(window):
             retention.hold_back(batch, horizon)  # days whose staged events were dropped stay closed
-            days |= store.stage(batch.events, batch.voids, batch.names)
+            days |= store.stage(batch.events, batch.voids, batch.names, record_keys=self._record_keys)
             quarantined = batch.quarantined + _conflicts(store.take_conflicts())
             if quarantined:
-                store.quarantine(report.run_id, quarantined, now_text, self._redactor)
+                store.quarantine(report.run_id, quarantined, now_text, redactor=self._redactor)
                 room = QUARANTINE_KEPT_ON_FAILURE - len(self._kept)
                 self._kept.extend(quarantined[:max(room, 0)])
             store.save_source_state(batch.state)
@@ -183,24 +184,24 @@ class Refresh:
         self._check_tolerance()
         return days
 
-    def recompute(self, store, window, days, horizon):
+    def recompute(self, store, window, days, *, horizon):
         """Rebuild every affected daily partition (after retention) from all of its staged events."""
         report = self.report
         days.update(window.local_days(self.config.timezone))
         days |= store.pending_days()
-        days = retention.apply(store, self.config, self.now, horizon, days)
+        days = retention.apply(store, self.config, self.now, horizon=horizon, days=days)
         report.partitions = sorted(days)
         self.progress(f"Recomputing {len(days)} daily partitions", force=True)
         store.set_privacy(self.config.min_cell_size, self.config.privacy)
         faults.point("before-recompute")
-        report.rows_written, report.suppressed = store.recompute(days)
+        report.rows_written, report.suppressed = store.recompute(days, record_keys=self._record_keys)
         store.clear_pending_days()
         faults.point("after-recompute")
 
-    def commit(self, store, key, axis, watermark, window):
+    def commit(self, store, key, axis, *, watermark, window):
         """Record the watermark, the store's identity and the run, and commit them with the run's work
         (a dry run rolls back instead); return True if committed."""
-        new_watermark = windows.next_watermark(watermark, window, self.request.kind != RUN, axis)
+        new_watermark = windows.next_watermark(watermark, window, self.request.kind != RUN, axis=axis)
         if new_watermark is not None:
             store.set_meta("watermark", axis.format(new_watermark))
             store.set_meta("cursor_kind", axis.name)
@@ -246,7 +247,7 @@ class Refresh:
         try:
             store.begin()
             if self._kept:
-                store.quarantine(self.report.run_id, self._kept, windows.to_cursor(self.now), self._redactor)
+                store.quarantine(self.report.run_id, self._kept, windows.to_cursor(self.now), redactor=self._redactor)
             store.record_run(self.report.row(self.now, code, message[:1000]))
             store.commit()
         except BaseException as failure:  # the store itself may be what failed; the run's own error is what matters
@@ -299,11 +300,11 @@ class Refresh:
             if window.empty:
                 self.nothing_to_do(store, meta, key)
                 return
-            self._transaction(store, source, key, watermark, window)
+            self._transaction(store, source, key, watermark=watermark, window=window)
         finally:
             source.close()
 
-    def _transaction(self, store, source, key, watermark, window):
+    def _transaction(self, store, source, key, *, watermark, window):
         report = self.report
         logger.info("Refreshing %s from %s, window %s .. %s", store.describe(), source.describe(),
                     window.since_cursor, window.until_cursor, extra=logs.run_fields(logs.RUN_STARTED, report))
@@ -315,11 +316,11 @@ class Refresh:
             logger.warning("Rebuilding the store: everything derived from the source is replaced by what it holds "
                            "from %s on.", window.since_cursor, extra={"RUN_ID": report.run_id})
         horizon = retention.staging_horizon(self.config, self.now, store.meta())
-        days = self.stage(store, source, window, horizon)
+        days = self.stage(store, source, window, horizon=horizon)
         staged_at = time.monotonic()
-        self.recompute(store, window, days, horizon)
+        self.recompute(store, window, days, horizon=horizon)
         recomputed_at = time.monotonic()
-        if self.commit(store, key, source.axis, watermark, window):
+        if self.commit(store, key, source.axis, watermark=watermark, window=window):
             logger.debug("Phases: pull and stage %.2f s, recompute %.2f s, commit %.2f s",
                          staged_at - report.started, recomputed_at - staged_at, time.monotonic() - recomputed_at)
 

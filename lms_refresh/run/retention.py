@@ -58,7 +58,7 @@ def hold_back(batch, horizon):
         ))
 
 
-def apply(store, config, now, horizon, days):
+def apply(store, config, now, *, horizon, days):
     """In the run's transaction: drop staged events before the horizon, record it, expire old quarantine.
 
     Return the days still to recompute: none before the horizon.

@@ -30,7 +30,7 @@ def parse_cursor(config, text):
         raise ConfigError(f"{error}.")
 
 
-def set_watermark(config, now, environ, euid, text):
+def set_watermark(config, now, environ, *, euid, text):
     """Set the store's watermark to `text`; return (old cursor or None, new cursor).
 
     Refuses a time after now (the mistake this command exists to undo). The
@@ -48,7 +48,7 @@ def set_watermark(config, now, environ, euid, text):
                 raise StateError(f"The store {config.store_location} does not exist yet; the first run chooses its "
                                  "window itself (or use 'lms-refresh backfill').")
             with locked_store(config, environ, create=False) as store:
-                return _set(store, now, axis, value)
+                return _set(store, now, axis, value=value)
     except LockHeld as held:
         raise StateError(f"A refresh holds the lock ({held.holder}); set the watermark once it has finished.")
     except OSError as error:
@@ -58,7 +58,7 @@ def set_watermark(config, now, environ, euid, text):
         raise domain from error
 
 
-def _set(store, now, axis, value):
+def _set(store, now, axis, *, value):
     meta = store.meta()
     kind = meta.get("cursor_kind", windows.TIME.name) if meta.get("watermark") else axis.name
     if kind != axis.name:

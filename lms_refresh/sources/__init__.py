@@ -92,7 +92,7 @@ class Source(typing.Protocol):
     def run_window(self, watermark, now, config) -> windows.Window:
         """Given the stored watermark (or None), return the window of a scheduled run."""
 
-    def backfill_window(self, since, until, now, config) -> windows.Window:
+    def backfill_window(self, since, until, now, *, config) -> windows.Window:
         """Given an operator's time window, return it clamped to what the source has complete."""
 
     def restore(self, state: dict) -> None:
@@ -140,8 +140,8 @@ class BaseSource:
             since = self.axis.back(watermark, self.lookback(config))
         return windows.Window(since, until, self.axis)
 
-    def backfill_window(self, since, until, now, config):
-        return windows.backfill_window(since, until, now, config, self.complete_through(now))
+    def backfill_window(self, since, until, now, *, config):
+        return windows.backfill_window(since, until, now, config=config, complete_through=self.complete_through(now))
 
     def restore(self, state):
         """Most sources keep no state: where they stand is the watermark."""
@@ -169,5 +169,5 @@ def build_source(config, pseudonymise, environ):
     if kind == "moodle":
         from lms_refresh.sources.moodle import MoodleSource
 
-        return MoodleSource(settings, config.timezone, pseudonymise, environ)
+        return MoodleSource(settings, config.timezone, pseudonymise, environ=environ)
     raise ConfigError(f"source type {kind!r} is not supported")

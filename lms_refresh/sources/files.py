@@ -187,7 +187,7 @@ def numbered_lines(handle, limit):
         yield number, line
 
 
-def chunk_lines(handle, start, end, size, limit, max_lines=None):
+def chunk_lines(handle, start, end, *, size, limit, max_lines=None):
     """Return (lines, resume): the lines of a file that start in [start, end), reading nothing at or past `size`.
 
     Each line is bytes without its newline, or the length (an int) of a line

@@ -56,8 +56,8 @@ def _stored(statement):
 class LrsSource(LrsClient, BaseSource):
     name = "xapi-lrs"
 
-    def __init__(self, settings, mapper, environ, sleep=time.sleep, jitter=random.random, clock=time.monotonic):
-        super().__init__(settings, environ, sleep, jitter, clock)
+    def __init__(self, settings, mapper, environ, *, sleep=time.sleep, jitter=random.random, clock=time.monotonic):
+        super().__init__(settings, environ, sleep, jitter=jitter, clock=clock)
         self.page_size = settings.page_size
         self.overlap = dt.timedelta(seconds=settings.overlap)
         self.max_pages = settings.max_pages
@@ -109,7 +109,7 @@ class LrsSource(LrsClient, BaseSource):
                     f"more than {PAGE_SLACK} x source.page_size ({self.page_size}) it was asked for; nothing was "
                     "committed. It does not honour 'limit'."
                 )
-            batch, skipped = self._map_page(payload["statements"], since, until, page)
+            batch, skipped = self._map_page(payload["statements"], since, until, page=page)
             outside += skipped
             yield batch
             more = payload.get("more")
@@ -136,7 +136,7 @@ class LrsSource(LrsClient, BaseSource):
         logger.debug("Read %d page(s) from %s; %d statement(s) outside the window were skipped.",
                      page, self.statements_url, outside)
 
-    def _map_page(self, statements, since, until, page):
+    def _map_page(self, statements, since, until, *, page):
         def where(number, statement):
             statement_id = statement.get("id") if isinstance(statement, dict) else None
             # By id where there is one: the same statement may come on another page next
@@ -145,7 +145,7 @@ class LrsSource(LrsClient, BaseSource):
             return f"{self.statements_url} {where}", json.dumps(statement)[:RAW_KEPT]
 
         # Outside the window: the query was widened, or the LRS filters on another field.
-        intake = Intake(self.mapper, where, since, until, _stored)
+        intake = Intake(self.mapper, where, since, until=until, peek=_stored)
         return intake.map_all(enumerate(statements, 1)), intake.skipped
 
     # -- check ---------------------------------------------------------------

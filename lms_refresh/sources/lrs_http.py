@@ -128,7 +128,7 @@ def safe_origin(url):
 class LrsClient:
     """GET requests to one LRS with its credentials, retries and bounds (see the module doc)."""
 
-    def __init__(self, settings, environ, sleep=time.sleep, jitter=random.random, clock=time.monotonic):
+    def __init__(self, settings, environ, sleep=time.sleep, *, jitter=random.random, clock=time.monotonic):
         import requests  # imported here: only this source needs it
 
         self.requests = requests
@@ -204,7 +204,7 @@ class LrsClient:
             if left <= 0:
                 raise self._out_of_time()
             try:
-                return self._attempt(url, params, where, min(self.response_deadline, left))
+                return self._attempt(url, params, where, deadline=min(self.response_deadline, left))
             except _Retryable as failure:
                 reason = str(failure)
                 if attempt == self.attempts:
@@ -221,7 +221,7 @@ class LrsClient:
             "nothing was committed."
         )
 
-    def _attempt(self, url, params, where, deadline):
+    def _attempt(self, url, params, where, *, deadline):
         """One GET whose response must arrive whole within `deadline` seconds and `max_response_bytes`."""
         requests = self.requests
         deadline_at = self.clock() + deadline

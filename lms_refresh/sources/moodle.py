@@ -127,7 +127,7 @@ def _completion(other):
 class RowMapper:
     """Turn log rows into ('event', Event) (see `lms_refresh.sources.records`), or NOTHING."""
 
-    def __init__(self, timezone, pseudonymise, site_url, site_course_id, guest_user_id):
+    def __init__(self, timezone, pseudonymise, site_url, *, site_course_id, guest_user_id):
         self.pseudonymise = pseudonymise
         self.site = site_url.rstrip("/")
         self.excluded_courses = {None, 0, site_course_id}
@@ -196,7 +196,7 @@ class MoodleSource(BaseSource):
     name = "moodle"
     axis = windows.LOG_ID
 
-    def __init__(self, settings, timezone, pseudonymise, environ):
+    def __init__(self, settings, timezone, pseudonymise, *, environ):
         self.url = settings.url
         self.password_file = settings.password_file
         self.table = f"{settings.prefix}logstore_standard_log"
@@ -205,8 +205,8 @@ class MoodleSource(BaseSource):
         self.id_lookback = settings.id_lookback
         self.batch_size = settings.batch_size
         self.timeout = settings.timeout
-        self.mapper = RowMapper(timezone, pseudonymise, settings.site_url, settings.site_course_id,
-                                settings.guest_user_id)
+        self.mapper = RowMapper(timezone, pseudonymise, settings.site_url, site_course_id=settings.site_course_id,
+                                guest_user_id=settings.guest_user_id)
         self.environ = environ
         self._db = None
 
@@ -224,7 +224,7 @@ class MoodleSource(BaseSource):
         try:
             if self._db is None:
                 self._db = connect(
-                    self.url, self.password_file, self.environ, f"The Moodle database {where}", "source",
+                    self.url, self.password_file, self.environ, what=f"The Moodle database {where}", section="source",
                     connect_timeout=min(self.timeout, 60),
                     # Read-only by construction, whatever the role may do; and never a runaway scan.
                     options=f"-c default_transaction_read_only=on -c statement_timeout={self.timeout * 1000}",

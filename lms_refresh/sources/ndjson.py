@@ -72,7 +72,7 @@ class _FileTracker:
 class NdjsonSource(BaseSource):
     name = "xapi-ndjson"
 
-    def __init__(self, path, mapper, batch_size, workers=None, parallel_min_bytes=16 << 20,
+    def __init__(self, path, mapper, batch_size, *, workers=None, parallel_min_bytes=16 << 20,
                  max_record_bytes=MAX_RECORD_BYTES):
         self.path = path
         self.mapper = mapper
@@ -114,7 +114,7 @@ class NdjsonSource(BaseSource):
             logger.warning("Skipped %s: it is %s; only regular files are read.", path, why)
         for path, info in files:
             signature = Signature(info.st_size, info.st_mtime_ns, info.st_ino)
-            if self._unchanged_outside(path, signature, since, until):
+            if self._unchanged_outside(path, signature, since, until=until):
                 continue
             if not os.access(path, os.R_OK):
                 raise ConfigError(denied(path))  # before anything is read: an operator must fix it (78)
@@ -126,7 +126,7 @@ class NdjsonSource(BaseSource):
             plan.append((path, signature, chunks))
         return plan
 
-    def _unchanged_outside(self, path, signature, since, until):
+    def _unchanged_outside(self, path, signature, since, *, until):
         """Whether the index knows `path` as `signature`, with no `stored` time in [since, until)."""
         known = self.index.get(path)
         if not known or tuple(known[:3]) != signature:
@@ -165,7 +165,7 @@ class NdjsonSource(BaseSource):
             for path, signature, _ in plan:
                 if path.endswith(".gz"):
                     tracker = _FileTracker(path)
-                    for result in self._stream_gzip(path, signature, since, until):
+                    for result in self._stream_gzip(path, signature, since, until=until):
                         yield tracker.add(result)
                     yield tracker.state(signature)
         finally:
@@ -198,7 +198,7 @@ class NdjsonSource(BaseSource):
             result = read_chunk(self.mapper, dataclasses.replace(task, start=result.resume), reading)
             yield result
 
-    def _stream_gzip(self, path, signature, since, until):
+    def _stream_gzip(self, path, signature, since, *, until):
         """Yield ChunkResults of a compressed file, streamed in batches of at most batch_size lines
         and about chunk_bytes of text, up to the compressed size the run planned."""
         try:
@@ -232,7 +232,7 @@ class NdjsonSource(BaseSource):
                     result = ChunkResult()
                     offset = lines[0][0] - 1
                     parse_lines(self.mapper, oversized(((n - offset, line) for n, line in lines), result.batch,
-                                                       self.limit), since, until, result)
+                                                       self.limit), since, until=until, result=result)
                     result.lines = len(lines)
                     del lines
                     yield result

@@ -130,10 +130,10 @@ def _as_quarantined(number, line):
     return number, line.rstrip(b"\r\n").decode("utf-8", "replace")[:RAW_KEPT]
 
 
-def parse_lines(mapper, lines, since, until, result):
+def parse_lines(mapper, lines, since, *, until, result):
     """Parse (number, raw line) pairs into `result`; blank lines are passed over, lines outside
     [since, until) are skipped (see `Intake`: `_stored_of` is its cheap look at a line's cursor)."""
-    intake = Intake(_LineMapper(mapper), _as_quarantined, since, until, _stored_of, result.batch)
+    intake = Intake(_LineMapper(mapper), _as_quarantined, since, until=until, peek=_stored_of, batch=result.batch)
     intake.map_all(lines)
     result.low, result.high = intake.low, intake.high
     return result
@@ -180,10 +180,10 @@ def read_chunk(mapper, chunk, reading):
                 return result
             size = info.st_size if signature is None else signature.size
             end = size if chunk.end is None else min(chunk.end, size)
-            lines, result.resume = chunk_lines(handle, chunk.start, end, size, limit, reading.max_lines)
+            lines, result.resume = chunk_lines(handle, chunk.start, end, size=size, limit=limit, max_lines=reading.max_lines)
     except OSError as error:
         raise BadInputError(f"Cannot read {path} ({error.strerror or error}); fix or move the file and run again.")
-    parse_lines(mapper, oversized(enumerate(lines, 1), result.batch, limit), reading.since, reading.until, result)
+    parse_lines(mapper, oversized(enumerate(lines, 1), result.batch, limit), reading.since, until=reading.until, result=result)
     result.lines = len(lines)
     return result
 

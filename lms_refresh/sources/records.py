@@ -100,7 +100,7 @@ class Intake:
     cannot be told, paused or not.
     """
 
-    def __init__(self, mapper, where, since=None, until=None, peek=None, batch=None):
+    def __init__(self, mapper, where, since=None, *, until=None, peek=None, batch=None):
         self.batch = Batch() if batch is None else batch
         self._map, self._names, self._where, self._peek = mapper.map, mapper.take_new_names, where, peek
         self.since, self.until = since, until

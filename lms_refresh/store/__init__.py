@@ -14,7 +14,7 @@ def load_driver(config):
         import lms_refresh.store.postgres  # noqa: F401
 
 
-def open_store(config, environ, create, read_only=False, migrate=True):
+def open_store(config, environ, create, *, read_only=False, migrate=True):
     """Given a Config, return an opened store; `create=False` never creates one."""
     if config.store.type == "sqlite":
         from lms_refresh.store.sqlite import SqliteStore

@@ -21,6 +21,8 @@ RUN_FIELDS = column_names("runs")
 
 
 class SqlStore:
+    """A metrics store in SQL written once; a subclass is a `driver.Driver` (sqlite.py, postgres.py)."""
+
     dialect = None  # a store.dialect.Dialect
 
     def __init__(self, connection, location):
@@ -29,7 +31,6 @@ class SqlStore:
         self._voided = None
         self._void_targets = set()
         self._conflicts = []
-        self.record_keys = None  # a cell_key.RecordKeys, set once the run has its secret key
         self._republish_all = False
 
     @property
@@ -113,8 +114,9 @@ class SqlStore:
             self._void_targets.add(target)
         return self._voided
 
-    def stage(self, events, voids, names):
-        """Upsert events, record voids and new course/verb names; return the days the events touch.
+    def stage(self, events, voids, names, *, record_keys):
+        """Upsert events (with their `record_keys`, a cell_key.RecordKeys), record voids and new
+        course/verb names; return the days the events touch.
 
         Voided targets are removed by `finish_staging`, once per run, so a target
         staged earlier in the same run (or in an earlier run) goes too.
@@ -123,7 +125,7 @@ class SqlStore:
         voided = self.record_voids(voids)
         if voided:
             events = [event for event in events if event.event_id not in voided]
-        if events and self.insert_events(self.record_keys.add(events)) < len(events):
+        if events and self.insert_events(record_keys.add(events)) < len(events):
             self._find_conflicts(events)
         return {event.day for event in events}
 
@@ -163,7 +165,7 @@ class SqlStore:
         self.forget_transaction()
         self._republish_all = True
 
-    def quarantine(self, run_id, rows, now_text, redactor):
+    def quarantine(self, run_id, rows, now_text, *, redactor):
         """Record quarantined (origin, reason, raw) records, once per origin and content.
 
         Every record goes through `redactor` (a `redaction.Redactor`) here, the one
@@ -247,7 +249,7 @@ class SqlStore:
         # longer follow the settings in force, so it goes.
         self.execute("DELETE FROM meta WHERE key = 'min_cell_size'")
 
-    def fill_record_keys(self):
+    def fill_record_keys(self, record_keys):
         """Give rows staged before schema version 3 their record keys; return True if there were any."""
         if self.execute("SELECT value FROM meta WHERE key = 'record_keys'").fetchone() is None:
             return False
@@ -256,7 +258,7 @@ class SqlStore:
         self.executemany(
             "UPDATE staged_events SET record_key = ?, learner_key = ? "
             "WHERE day = ? AND course_id = ? AND actor = ? AND event_id = ?",
-            [(self.record_keys.event(e), self.record_keys.learner(a), d, c, a, e) for d, c, a, e in rows])
+            [(record_keys.event(e), record_keys.learner(a), d, c, a, e) for d, c, a, e in rows])
         self.execute("DELETE FROM meta WHERE key = 'record_keys'")
         return True
 
@@ -295,11 +297,11 @@ class SqlStore:
         days = set(days)
         return sum(count for day, count in counts.fetchall() if day in days)
 
-    def recompute(self, days):
+    def recompute(self, days, *, record_keys):
         """Delete and rebuild the partitions of `days` from all staged events of those days, then republish
         the courses they touch. Returns (rows written, suppressed cells among the published rows of `days`).
         """
-        if self.fill_record_keys():
+        if self.fill_record_keys(record_keys):
             days = set(days) | self.all_days()  # an upgraded store: every day gets its cell keys
         horizon = self.meta().get("staging_horizon")  # see lms_refresh.run.retention
         if horizon is not None:

@@ -48,10 +48,10 @@ class PostgresStore(SqlStore):
         self.serving = self._ddl(POSTGRESQL.serving)
 
     @classmethod
-    def open(cls, settings, environ, create=True, read_only=False, migrate=True):
+    def open(cls, settings, environ, create=True, *, read_only=False, migrate=True):
         """Connect to the store; migrate it unless `read_only` or `migrate=False`."""
         url = settings.url
-        db = connect(url, settings.password_file, environ, f"The store {display_url(url)}", "store",
+        db = connect(url, settings.password_file, environ, what=f"The store {display_url(url)}", section="store",
                      connect_timeout=15)
         store = cls(db, display_url(url), settings.schema)
         with store.errors():

@@ -94,7 +94,7 @@ def _publish(config, store, euid):
     wanted = digest(rows, settings)
     if published_digest(path) == wanted and _has_permissions(path, _mode(gid), gid):
         return False
-    write_publication(path, gid, rows, settings, wanted, euid)
+    write_publication(path, gid, rows, settings=settings, wanted=wanted, euid=euid)
     logger.info("Published %d rows to %s", len(rows), path, extra={"PUBLICATION": path, "PUBLISHED_ROWS": len(rows)})
     return True
 
@@ -119,7 +119,7 @@ def _has_permissions(path, mode, gid):
     return stat.S_IMODE(info.st_mode) == mode and (gid is None or info.st_gid == gid)
 
 
-def write_publication(path, gid, rows, settings, wanted, euid):
+def write_publication(path, gid, rows, *, settings, wanted, euid):
     """Replace the publication at `path` (see lms_refresh/atomic.py), readable by group `gid` (a group
     id, or None for every account)."""
     directory = os.path.dirname(os.path.abspath(path))
@@ -136,7 +136,7 @@ def write_publication(path, gid, rows, settings, wanted, euid):
                 os.chown(directory, -1, gid)
         with atomic.replacing(path, mode=_mode(gid), group=gid, what=what, outcome=COMMITTED) as temporary:
             try:
-                _write_database(temporary, rows, settings, wanted)
+                _write_database(temporary, rows, settings, wanted=wanted)
             except sqlite3.Error as error:
                 raise _as_os_error(error, temporary) from error
     except OSError as error:
@@ -161,7 +161,7 @@ def _as_os_error(error, path):
                    else errno.EIO, f"{error}", path)
 
 
-def _write_database(path, rows, settings, wanted):
+def _write_database(path, rows, settings, *, wanted):
     with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as db:
         db.execute("PRAGMA journal_mode = DELETE")  # readers without write access cannot use WAL
         db.execute("BEGIN")

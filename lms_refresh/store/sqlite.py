@@ -71,7 +71,7 @@ class SqliteStore(SqlStore):
             return True  # something is there; opening it says what is wrong with it
 
     @classmethod
-    def open(cls, path, create, read_only=False, migrate=True):
+    def open(cls, path, create, read_only=False, *, migrate=True):
         """Open (and unless told otherwise create and migrate) the store at `path`.
 
         With create=False a missing store is an empty in-memory one, so a dry

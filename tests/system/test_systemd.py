@@ -100,7 +100,7 @@ def system(request, debs, workdir):
     data = os.path.join(workdir, f"xapi-{request.param}")
     os.makedirs(data)
     today = dt.date.today()
-    write_daily_files(data, generate(3, today - dt.timedelta(days=10), 10, 300, "Europe/Paris", malformed_share=0))
+    write_daily_files(data, generate(3, today - dt.timedelta(days=10), 10, learners=300, timezone="Europe/Paris", malformed_share=0))
     os.chmod(data, 0o755)
     for name in os.listdir(data):
         os.chmod(os.path.join(data, name), 0o644)
@@ -414,8 +414,8 @@ def test_parallel_parsing_works_under_the_hardened_unit(system):
     with open(os.path.join(folder, "export.ndjson"), "w") as handle:
         while size < 20 << 20:
             moment = start + dt.timedelta(seconds=rng.randrange(2 * 86400))
-            line = json.dumps(statement(rng, rng.randrange(3000), rng.choice(COURSES)[0], moment, moment,
-                                        rng.choice(_VERB_CHOICES))) + "\n"
+            line = json.dumps(statement(rng, rng.randrange(3000), rng.choice(COURSES)[0], moment=moment, stored=moment,
+                                        verb=rng.choice(_VERB_CHOICES))) + "\n"
             handle.write(line)
             count, size = count + 1, size + len(line)
     os.chmod(os.path.join(folder, "export.ndjson"), 0o644)
@@ -481,7 +481,7 @@ def test_lrs_and_moodle_sources_run_under_the_hardened_unit(system, ralph, moodl
     """Real network sources from inside the sandbox: passwords through LoadCredential=, TLS-capable
     HTTP and the PostgreSQL driver under MemoryDenyWriteExecute= and the system call filter."""
     statements = [json.loads(line) for _, line in generate(
-        5, dt.date.today() - dt.timedelta(days=5), 4, 60, "Europe/Paris", malformed_share=0)]
+        5, dt.date.today() - dt.timedelta(days=5), 4, learners=60, timezone="Europe/Paris", malformed_share=0)]
     ralph.post(statements)
     load_two_days(moodle)
     secret(system, "lrs-password", ralph.PASSWORD)
