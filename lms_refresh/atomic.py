@@ -13,7 +13,10 @@ The temporary is removed on every failure, KeyboardInterrupt and SIGTERM's
 (SIGKILL, a power cut) is removed by the next write of the same file: a living
 writer holds an flock on its temporary, so a temporary that can be locked has
 no writer any more. SQLite's own files beside a database written under the
-temporary name (`-journal`, `-wal`, `-shm`) go with it.
+temporary name (`-journal`, `-wal`, `-shm`) go with it, and so do the
+temporaries earlier versions named otherwise (`NAME.tmp-PID`,
+`NAME.creating-PID`, `NAME.PID.tmp`), which every writer of those names
+wrote under the run's lock.
 
 A full disk, an exhausted quota or a read-only file system become the domain's
 error through `errors.from_os_error`, whose sentence ends with `outcome` (what
@@ -24,6 +27,7 @@ other OSError is raised as it is, for the caller to name what to fix.
 import contextlib
 import fcntl
 import os
+import re
 import stat
 import tempfile
 
@@ -31,6 +35,8 @@ from lms_refresh import faults
 from lms_refresh.errors import from_os_error
 
 SIDECARS = ("-journal", "-wal", "-shm")  # SQLite's files beside a database of that name
+# How versions before this helper named their temporaries (the publication, a new store, the key and the note).
+_LEGACY = (r"{name}\.tmp-\d+", r"{name}\.creating-\d+", r"{name}\.\d+\.tmp")
 
 # The fault seam's points inside a replacement, in order (the subject is the file's name).
 WRITTEN, SYNCED, RENAMED = "replace-written", "replace-synced", "replace-renamed"
@@ -89,6 +95,12 @@ def remove_stale(path):
         base = next((name[:-len(suffix)] for suffix in SIDECARS if name.endswith(suffix)), None)
         if base is not None and not os.path.lexists(os.path.join(directory, base)):
             _unlink(os.path.join(directory, name))
+    legacy = re.compile("(?:" + "|".join(pattern.format(name=re.escape(os.path.basename(path)))
+                                         for pattern in _LEGACY) + ")(?:-journal|-wal|-shm)?")
+    for name in names:
+        if legacy.fullmatch(name) and not os.path.isdir(os.path.join(directory, name)):
+            _unlink(os.path.join(directory, name))
+            removed += 1
     return removed
 
 

@@ -205,3 +205,15 @@ def test_a_writer_killed_at_any_step_leaves_the_old_or_the_new_file_and_the_next
         with contextlib.closing(sqlite3.connect(f"file:{publication}?mode=ro", uri=True)) as db:
             assert db.execute("SELECT * FROM daily_metrics ORDER BY day, course").fetchall() == project.serving()
     assert [row[2] for row in project.serving()] == ([12] if first_run else [12, 11])
+
+
+def test_the_temporaries_earlier_versions_left_are_removed_by_the_next_write(tmp_path):
+    """Before this helper, a killed run left serving.sqlite.tmp-PID (one more per run), a store's
+    NAME.creating-PID, and the key's and note's NAME.PID.tmp."""
+    left = ["serving.sqlite.tmp-4711", "serving.sqlite.tmp-4711-journal", "serving.sqlite.creating-12",
+            "serving.sqlite.4711.tmp"]
+    kept = ["serving.sqlite.tmp-notapid", "metrics.sqlite.tmp-4711", "serving.sqlite.old"]
+    for name in left + kept:
+        (tmp_path / name).write_bytes(b"x")
+    atomic.replace_bytes(tmp_path / "serving.sqlite", b"new", mode=0o644)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept + ["serving.sqlite"])
