@@ -6,7 +6,7 @@ import stat
 
 from lms_refresh.errors import StateError
 
-# The files a run keeps in the state directory besides the store and the key (lms_refresh.paths
+# The files a run keeps in the state directory besides the store and the key (lms_refresh.config.paths
 # checks that no configured path names one of them).
 LOCK_NAME = "refresh.lock"  # the run's flock (lms_refresh.run.lock)
 MARKER = "store-identity"  # which store the key built (lms_refresh.run.identity)

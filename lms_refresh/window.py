@@ -3,7 +3,8 @@
 A window lies on an axis: the source's own arrival order. For xAPI it is the
 `stored` time (aware UTC datetimes inside the engine, written as fixed-width
 UTC cursor text whose text order is their time order, so sources can compare
-them without parsing); for Moodle's log it is the row id. The engine only
+them without parsing; `lms_refresh.instants` says what a time may be); for
+Moodle's log it is the row id. The engine only
 compares, stores and prints a watermark; the axis parses and formats it.
 """
 
@@ -11,43 +12,8 @@ import dataclasses
 import datetime as dt
 import zoneinfo
 
+from lms_refresh import instants
 from lms_refresh.errors import StateError
-
-UTC = dt.timezone.utc
-CURSOR_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
-
-
-def to_cursor(moment):
-    """Given an aware datetime, return its fixed-width UTC cursor text."""
-    return moment.astimezone(UTC).strftime(CURSOR_FORMAT)
-
-
-def from_cursor(text, what="watermark"):
-    """Given cursor text from the store, return an aware UTC datetime or raise StateError."""
-    try:
-        moment = dt.datetime.strptime(text, CURSOR_FORMAT)
-    except (TypeError, ValueError):
-        raise StateError(
-            f"The stored {what} {text!r} is not a valid time; the store is damaged — restore it "
-            "from a backup, or set the watermark with 'lms-refresh watermark set TIME'."
-        )
-    return moment.replace(tzinfo=UTC)
-
-
-def parse_user_time(text, timezone):
-    """Given an ISO date or datetime from the command line, return it in UTC.
-
-    A date means local midnight; a datetime without an offset is local time in
-    the configured zone. Raises ValueError with a readable message.
-    """
-    try:
-        moment = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(f"{text!r} is not an ISO date or datetime (e.g. 2026-11-02 or 2026-11-02T04:15)")
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=zoneinfo.ZoneInfo(timezone))
-    return moment.astimezone(UTC)
-
 
 class TimeAxis:
     """Arrival times (xAPI `stored`): the windows `run` and `backfill` both use for xAPI sources."""
@@ -56,9 +22,9 @@ class TimeAxis:
 
     @staticmethod
     def parse(text, what="watermark"):
-        return from_cursor(text, what)
+        return instants.from_cursor(text, what)
 
-    format = staticmethod(to_cursor)
+    format = staticmethod(instants.to_cursor)
 
     @staticmethod
     def back(watermark, seconds):

@@ -171,7 +171,7 @@ def collect_batches(source, window, index=None):
     (events, quarantined records, source state)."""
     events, quarantined, state = [], [], {}
     if index is not None:
-        source.restore(index)
+        source.restore(lambda paths: {path: index[path] for path in paths if path in index})
     for batch in source.batches(window):
         events += batch.events
         quarantined += batch.quarantined

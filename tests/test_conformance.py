@@ -7,6 +7,8 @@ identifier text (an identity pseudonymiser) so that tests can name it.
 import hashlib
 import json
 
+import re
+
 import pytest
 
 from conftest import HOME, statement
@@ -302,7 +304,9 @@ def test_a_timestamp_key_in_other_letter_case_is_not_replaced_by_stored():
     quarantined(body, "timestamp is spelt with other letter case (keys are case-sensitive)")
 
 
-def test_stored_times_before_year_1000_keep_fixed_width_cursors():
-    assert stored_cursor("0999-01-02T03:04:05+00:00") == "0999-01-02T03:04:05.000000Z"
-    with pytest.raises(InvalidStatement, match=r"^stored '0001-01-01T00:00:00\+01:00' is out of range$"):
-        stored_cursor("0001-01-01T00:00:00+01:00")
+def test_stored_times_outside_the_range_are_refused_so_every_cursor_has_four_digits_of_year():
+    assert stored_cursor("1970-01-01T00:00:00+00:00") == "1970-01-01T00:00:00.000000Z"
+    for text in ("0999-01-02T03:04:05+00:00", "0001-01-01T00:00:00+01:00", "1970-01-01T00:30:00+01:00",
+                 "3000-01-01T00:00:00Z"):
+        with pytest.raises(InvalidStatement, match=rf"^stored '{re.escape(text)}' is out of range$"):
+            stored_cursor(text)

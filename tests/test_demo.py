@@ -87,3 +87,36 @@ def test_a_demo_directory_that_has_statements_already_is_refused_with_a_sentence
     assert result.returncode == 78, result.stderr
     assert f"{tmp_path / 'statements'} exists already; pick an empty --dir." in result.stderr
     assert "Traceback" not in result.stderr and list((tmp_path / "statements").iterdir()) == []
+
+
+def test_demo_arguments_out_of_range_are_refused_before_anything_is_generated(tmp_path):
+    """One sentence and exit 2 for every value the demo's own configuration would refuse (or that would not
+    be a demo): the bounds are the configuration's (window.bootstrap_days), less the week the demo adds."""
+    from conftest import cli_command
+    import subprocess
+
+    from lms_refresh.config.schema import SCHEMA
+    from lms_refresh.demo import DAYS, READ_BACK_MARGIN
+
+    assert DAYS[1] + READ_BACK_MARGIN == SCHEMA["window"]["bootstrap_days"].check.high == 3660
+    for option, value, bounds in (("--days", 800000, "1<=x<=3653"), ("--days", 3654, "1<=x<=3653"),
+                                  ("--days", 0, "1<=x<=3653"), ("--days", -5, "1<=x<=3653"),
+                                  ("--learners", 0, "1<=x<=100000"), ("--learners", 10 ** 9, "1<=x<=100000")):
+        directory = tmp_path / f"{option}{value}"
+        result = subprocess.run(cli_command() + ["--now", NOW, "demo", "--dir", str(directory), option, str(value)],
+                                capture_output=True, text=True, env=clean_environment(), timeout=60)
+        assert result.returncode == 2, (option, value, result.stderr)
+        assert f"Error: Invalid value for '{option}': {value} is not in the range {bounds}." in result.stderr
+        assert "Traceback" not in result.stderr and not directory.exists()
+
+
+def test_the_longest_demo_runs_on_its_own_configuration(tmp_path):
+    """--days at its bound gives a configuration the demo accepts: no 'refuses its own configuration'."""
+    from lms_refresh.demo import DAYS
+
+    directory = tmp_path / "long"
+    result = inprocess.invoke(["--now", NOW, "demo", "--dir", str(directory), "--days", str(DAYS[1]),
+                               "--learners", "1"], clean_environment())
+    assert result.returncode == 0, result.stderr
+    assert "bootstrap_days = 3660" in (directory / "config.toml").read_text()
+    assert "rebuilt the 3661 local days 2016-11-22 .. 2026-11-30, today included" in result.stdout

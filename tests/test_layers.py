@@ -19,9 +19,9 @@ LAYERS = [
     {"lms_refresh.config", "lms_refresh.disclosure"},
     {"lms_refresh", "lms_refresh.errors", "lms_refresh.logs", "lms_refresh.window",
      "lms_refresh.state_directory", "lms_refresh.credentials", "lms_refresh.postgresql", "lms_refresh.faults",
-     "lms_refresh.atomic", "lms_refresh.paths"},
+     "lms_refresh.atomic", "lms_refresh.instants"},
 ]
-MAX_TOP_LEVEL_MODULES = 12
+MAX_TOP_LEVEL_MODULES = 13  # the foundations of the code map, atomic.py (planned) and instants.py included
 MAX_LINES = 350
 
 

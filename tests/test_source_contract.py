@@ -14,7 +14,8 @@ from lms_refresh.sources.moodle import RowMapper
 from lms_refresh.sources.ndjson import NdjsonSource
 from lms_refresh.sources.records import EVENT_FIELDS, PREFILTER_STREAK, Event, Void, make_event
 from lms_refresh.sources.xapi import StatementMapper
-from lms_refresh.window import LOG_ID, TIME, Window, to_cursor
+from lms_refresh.instants import to_cursor
+from lms_refresh.window import LOG_ID, TIME, Window
 from test_moodle import moodle_project
 from moodledb import load_two_days
 

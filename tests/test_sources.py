@@ -3,6 +3,7 @@
 import datetime as dt
 import gzip
 import json
+import os
 
 import pytest
 
@@ -63,6 +64,8 @@ def test_gzip_files_are_streamed_in_batches(tmp_path):
 def test_truncated_gzip_is_a_clear_bad_input_error(tmp_path):
     data = gzip.compress(("\n".join(lines(200)) + "\n").encode())
     (tmp_path / "a.ndjson.gz").write_bytes(data[: len(data) // 2])
+    # Last modified before the window's end: truncated for good, not still being written.
+    os.utime(tmp_path / "a.ndjson.gz", (WINDOW.since.timestamp(), WINDOW.since.timestamp()))
     from lms_refresh.errors import BadInputError
 
     with pytest.raises(BadInputError, match="a.ndjson.gz to the end"):
@@ -78,10 +81,10 @@ def test_unchanged_files_outside_the_window_are_not_read_again(tmp_path):
     reads = []
     original = source._plan
 
-    def plan(window):
-        result = original(window)
-        reads.extend(path for path, _, _ in result)
-        return result
+    def plan(window, *, compressed):
+        for item in original(window, compressed=compressed):
+            reads.append(item[0])
+            yield item
 
     source._plan = plan
     events, _, _ = collect(source, index)
@@ -257,3 +260,31 @@ def test_a_bad_line_outside_the_window_is_skipped_whether_or_not_the_prefilter_h
         assert [reason for _, reason, _ in result.batch.quarantined] == ["actor is missing or not an object"], name
         assert len(result.batch.events) == len(inside)
         assert result.high == "2026-11-05T10:00:00.000000Z", name  # the file index still sees the late line
+
+
+def test_the_walk_yields_each_export_file_once_by_its_first_name_in_path_order(tmp_path):
+    """export_files streams: its order is the sorted order of the paths (siblings like "a", "a-b"
+    and the directory "a/" included), and a file with several names (symbolic links in and out of
+    the tree, hard links) comes once, under the first of them in that order."""
+    from lms_refresh.sources.files import export_files
+
+    top, outside = tmp_path / "top", tmp_path / "outside"
+    for folder in ("a", "a/b", "a-b", "z"):
+        (top / folder).mkdir(parents=True)
+    outside.mkdir()
+    names = ["a.ndjson", "a/x.ndjson", "a/b/y.jsonl", "a-b/x.ndjson", "a0.ndjson", "z/late.ndjson", "z/m.ndjson.gz"]
+    for name in names:
+        (top / name).write_text("\n")
+    (outside / "far.ndjson").write_text("\n")
+    os.symlink(top / "z/late.ndjson", top / "a/early-link.ndjson")  # the link comes first: it is kept
+    os.symlink(top / "a.ndjson", top / "z/later-link.ndjson")  # the file comes first: the link is left out
+    os.symlink(outside / "far.ndjson", top / "a/far-1.ndjson")  # two names of a file outside: the first
+    os.symlink(outside / "far.ndjson", top / "z/far-2.ndjson")
+    os.link(top / "a0.ndjson", top / "a-b/hard.ndjson")  # a hard link sorts before its other name
+    (top / "notes.txt").write_text("not an export")
+
+    found = [(kind, os.path.relpath(path, top)) for kind, path, _ in export_files(str(top))]
+    assert [name for _, name in found] == sorted(name for _, name in found)  # the paths' own order
+    assert found == [("file", name) for name in [
+        "a-b/hard.ndjson", "a-b/x.ndjson", "a.ndjson", "a/b/y.jsonl", "a/early-link.ndjson", "a/far-1.ndjson",
+        "a/x.ndjson", "z/m.ndjson.gz"]]

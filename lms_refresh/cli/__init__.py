@@ -17,7 +17,7 @@ from lms_refresh.cli.invocation import Invocation, failed
 from lms_refresh.config.schema import DEFAULT_CONFIG_PATH
 from lms_refresh.logs import configure_logging
 from lms_refresh.run import stopping
-from lms_refresh.window import parse_user_time
+from lms_refresh.instants import NotAnInstant, parse_user_time
 
 
 def _parse_now(ctx, param, value):
@@ -25,7 +25,7 @@ def _parse_now(ctx, param, value):
         return dt.datetime.now(dt.timezone.utc)
     try:
         return parse_user_time(value, "UTC")
-    except ValueError as error:
+    except NotAnInstant as error:
         raise click.BadParameter(str(error))
 
 
@@ -51,6 +51,7 @@ def cli(ctx, config_path, verbose, *, quiet, now):
 # Each command is named here once; a new command module adds its commands to this list.
 COMMANDS = (
     refresh_commands.run, refresh_commands.backfill, refresh_commands.rebuild, refresh_commands.watermark,
+    refresh_commands.copy_store,
     operator_commands.status, operator_commands.alert, operator_commands.check, operator_commands.grant_reader,
     operator_commands.forget, operator_commands.is_configured, operator_commands.demo,
 )

@@ -11,7 +11,7 @@ from lms_refresh.config import load_config
 from lms_refresh.disclosure import redaction
 from lms_refresh.logs import configure_logging
 from lms_refresh.run import stopping
-from lms_refresh.window import parse_user_time
+from lms_refresh.instants import NotAnInstant, parse_user_time
 
 logger = logging.getLogger("lms_refresh")
 
@@ -35,13 +35,14 @@ class UserTime(click.ParamType):
         return value  # parsed once the configured time zone is known
 
 
-def user_time(text, config):
+def user_time(text, config, option):
+    """Given the text of `option` (or None), return its time in UTC; outside the range, a usage error (2)."""
     if text is None:
         return None
     try:
         return parse_user_time(text, config.timezone)
-    except ValueError as error:
-        raise click.BadParameter(str(error))
+    except NotAnInstant as error:
+        raise click.BadParameter(str(error), param_hint=f"'{option}'")
 
 
 def failed(error, fields=None):

@@ -1,4 +1,5 @@
-"""The commands that refresh the store: `run` (the timer's), `backfill`, `rebuild` and `watermark set`."""
+"""The commands that change the store under the run lock: `run` (the timer's), `backfill`, `rebuild`, `watermark set`
+and `copy-store`."""
 
 import logging
 import os
@@ -22,7 +23,7 @@ def _do_refresh(settings, kind, dry_run, *, since=None, until=None):
     report = None
     try:
         config = settings.config()
-        request = Request(kind, user_time(since, config), user_time(until, config), dry_run)
+        request = Request(kind, user_time(since, config, "--since"), user_time(until, config, "--until"), dry_run)
         report, error = run_job(Refresh(config, request, settings.now, os.environ, os.geteuid(),
                                         Progress(os.environ), settings.stop))
     except click.ClickException:
@@ -97,6 +98,38 @@ def rebuild(settings, since, dry_run):
     Example: lms-refresh rebuild --since 2026-09-01
     """
     return _do_refresh(settings, REBUILD, dry_run, since=since)
+
+
+@click.command("copy-store")
+@click.option("--from-sqlite", "path", required=True, type=click.Path(dir_okay=False),
+              help="The SQLite store file whose history to copy.")
+@click.pass_obj
+def copy_store(settings, path):
+    """Copy a SQLite store's whole history into the configured, empty PostgreSQL store.
+
+    For a move from SQLite to PostgreSQL: set [store] type = "postgresql"
+    (and its url), then copy the old store before the next run. Staged
+    events, metrics, published rows, run log, quarantine, watermark and the
+    store's identity go in one transaction, under the run lock; a target that
+    holds anything is refused. The old publication file is removed (the view
+    in <schema>_serving is the publication now); the old store file is left.
+
+    Example: lms-refresh copy-store --from-sqlite /var/lib/lms-refresh/metrics.sqlite
+    """
+    from lms_refresh.run.store_copy import copy_from_sqlite
+
+    config = settings.config()
+    report = copy_from_sqlite(config, path, environ=os.environ, euid=os.geteuid())
+    click.echo(f"copied:      {report.rows['staged_events']} staged events, {report.rows['daily_metrics']} metric "
+               f"rows, {report.rows['published_metrics']} published rows, {report.rows['runs']} runs, "
+               f"{report.rows['quarantine']} quarantined records into {config.store_location}")
+    click.echo(f"watermark:   {report.watermark or 'none'} (the next run reads on from there)")
+    what = {"removed": "removed", "absent": "none there",
+            "kept": "kept: it is not a publication lms-refresh wrote"}[report.publication]
+    click.echo(f"publication: {config.publication.path} {what}; dashboards read "
+               f"{config.store.schema}_serving.daily_metrics now (lms-refresh grant-reader ROLE)")
+    click.echo(f"old store:   {path} is left as it was; remove it once the PostgreSQL store serves")
+    return errors.OK
 
 
 @click.group()

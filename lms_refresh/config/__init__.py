@@ -17,7 +17,7 @@ from lms_refresh.config.sections import (
     XapiLrsSource, XapiNdjsonSource,
 )
 from lms_refresh.errors import ConfigError, NotConfiguredError
-from lms_refresh.paths import refuse_collisions
+from lms_refresh.config.paths import refuse_collisions
 
 
 @dataclasses.dataclass(frozen=True)

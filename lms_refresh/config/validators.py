@@ -94,6 +94,7 @@ def typed(kind, low=None, high=None):
             raise ValueError(f"must be at most {high}")
         return value
 
+    check.low, check.high = low, high  # for what must agree with them (the demo's --days)
     return check
 
 

@@ -9,6 +9,7 @@ import zoneinfo
 
 from lms_refresh import atomic
 from lms_refresh.config import load_config
+from lms_refresh.config.schema import SCHEMA
 from lms_refresh.errors import ConfigError
 from lms_refresh.logs import Progress
 from lms_refresh.run.refresh import Refresh, Request
@@ -17,6 +18,13 @@ from lms_refresh.store import open_store
 from lms_refresh.store.tables import SERVING_COLUMNS
 
 TIMEZONE = "Europe/Paris"
+# The first run reads back the sample's days plus a week, so that today and late arrivals are in it.
+READ_BACK_MARGIN = 7
+# What --days and --learners accept, checked before anything is generated: --days so that the demo's own
+# bootstrap_days stays within what the configuration accepts (one declaration, in SCHEMA); --learners so
+# that the sample stays a demo (about 500 statements a day per 1,000 learners).
+DAYS = (1, SCHEMA["window"]["bootstrap_days"].check.high - READ_BACK_MARGIN)
+LEARNERS = (1, 100_000)
 
 CONFIG_TEMPLATE = """\
 # Written by 'lms-refresh demo'.
@@ -65,8 +73,9 @@ def run_demo(directory, learners, days, *, seed, now, environ, echo, command="lm
     echo(f"Generated {count} xAPI statements in {statements}: {learners} learners active on the {days} days "
          f"{first} .. {last} (--days), about 1% synced days late (offline devices), a few malformed on purpose.")
     config_path = os.path.join(directory, "config.toml")
-    atomic.replace_bytes(config_path, CONFIG_TEMPLATE.format(timezone=TIMEZONE, state=state, bootstrap_days=days + 7,
-                                                             statements=statements).encode(), mode=0o644)
+    text = CONFIG_TEMPLATE.format(timezone=TIMEZONE, state=state, bootstrap_days=days + READ_BACK_MARGIN,
+                                  statements=statements)
+    atomic.replace_bytes(config_path, text.encode(), mode=0o644)
     # The demo is a plain local run, not a service: ignore a $STATE_DIRECTORY from the caller.
     environment = {k: v for k, v in environ.items() if k != "STATE_DIRECTORY"}
     config = load_config(config_path, environment)

@@ -9,6 +9,7 @@ import datetime as dt
 
 from lms_refresh.disclosure.cell_key import PerturbationTable
 from lms_refresh.errors import StateError
+from lms_refresh.instants import FIRST_DAY, LAST_DAY
 
 METHODS = ("cell-key", "none")
 # The event counts of a cell, each with the distinct learners it derives from (for the threshold).
@@ -77,15 +78,18 @@ def course_rows(cells, settings):
     Every day from the course's first to its last day with at least k learners is
     published, withheld or not, so a day without activity and a day with 1..k-1
     learners look the same; a course that never reaches k publishes no row.
+    The span is bounded: sources quarantine times outside `lms_refresh.instants`'
+    range and in the future, and a day outside what an instant in range can
+    fall on (staged by an earlier version) neither stretches the span nor is published.
     """
     table = PerturbationTable(settings)
-    visible = sorted(day for day, cell in cells.items() if cell["learners"] >= settings.min_cell_size)
+    visible = sorted(day for day, cell in cells.items()
+                     if cell["learners"] >= settings.min_cell_size and FIRST_DAY <= day <= LAST_DAY)
     if not visible:
         return []
-    day, last = dt.date.fromisoformat(visible[0]), dt.date.fromisoformat(visible[-1])
+    first, last = dt.date.fromisoformat(visible[0]), dt.date.fromisoformat(visible[-1])
     rows = []
-    while day <= last:
-        text = day.isoformat()
+    for offset in range((last - first).days + 1):  # never a day past `last`: no date overflow
+        text = (first + dt.timedelta(days=offset)).isoformat()
         rows.append((text,) + published_row(cells.get(text), settings, table))
-        day += dt.timedelta(days=1)
     return rows

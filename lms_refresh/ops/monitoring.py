@@ -14,7 +14,8 @@ import zoneinfo
 
 from lms_refresh import atomic
 from lms_refresh.errors import RefreshError
-from lms_refresh.window import TIME, from_cursor
+from lms_refresh.instants import from_cursor
+from lms_refresh.window import TIME
 
 logger = logging.getLogger(__name__)
 

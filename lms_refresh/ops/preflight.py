@@ -6,7 +6,7 @@ import os
 
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser
 from lms_refresh.errors import StateError
-from lms_refresh.paths import named_paths, refuse_collisions
+from lms_refresh.config.paths import named_paths, refuse_collisions
 from lms_refresh.sources import OK, Finding, build_source
 from lms_refresh.state_directory import user_name
 from lms_refresh.store import open_store, store_exists

@@ -12,7 +12,7 @@ import json
 import logging
 import os
 
-from lms_refresh import atomic
+from lms_refresh import atomic, instants
 from lms_refresh import window as windows
 from lms_refresh.errors import StateError
 from lms_refresh.disclosure.pseudonyms import create_key, fingerprint, read_key
@@ -170,14 +170,14 @@ def verify_clock(now, meta, last_run):
     limit = now + CLOCK_TOLERANCE
     found = []
     if meta.get("watermark") and meta.get("cursor_kind", windows.TIME.name) == windows.TIME.name:
-        found.append(("watermark", windows.from_cursor(meta["watermark"])))
+        found.append(("watermark", instants.from_cursor(meta["watermark"])))
     if last_run is not None:
-        found.append(("last run's start", windows.from_cursor(last_run["started_at"], "run start")))
+        found.append(("last run's start", instants.from_cursor(last_run["started_at"], "run start")))
     for what, moment in found:
         if moment > limit:
             raise StateError(
-                f"The store's {what} {windows.to_cursor(moment)} is later than the current time "
-                f"{windows.to_cursor(now)} (by {_span(moment - now)}): the clock was wrong then or is wrong now. "
+                f"The store's {what} {instants.to_cursor(moment)} is later than the current time "
+                f"{instants.to_cursor(now)} (by {_span(moment - now)}): the clock was wrong then or is wrong now. "
                 "Check it (timedatectl), then set the watermark back to the last time you trust with "
                 "'lms-refresh watermark set TIME' (README, \"Recovery\"); re-reading a stretch twice is safe."
             )

@@ -17,7 +17,7 @@ import fcntl
 import os
 import socket
 
-from lms_refresh.paths import refuse_collisions
+from lms_refresh.config.paths import refuse_collisions
 from lms_refresh.state_directory import LOCK_NAME, check_writable_file, prepare_state_directory
 from lms_refresh.store import open_store
 

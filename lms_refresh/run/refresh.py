@@ -17,7 +17,7 @@ import time
 import typing
 import uuid
 
-from lms_refresh import faults, logs
+from lms_refresh import faults, instants, logs
 from lms_refresh.disclosure import redaction
 from lms_refresh.run import retention, identity, stopping
 from lms_refresh import window as windows
@@ -163,8 +163,8 @@ class Refresh:
 
     def stage(self, store, source, window, *, horizon):
         """Stage the window's batches inside the run's transaction; return the local days they touched."""
-        report, now_text, days = self.report, windows.to_cursor(self.now), set()
-        source.restore(store.source_index())
+        report, now_text, days = self.report, instants.to_cursor(self.now), set()
+        source.restore(store.source_state_of)
         for batch in source.batches(window):
             retention.hold_back(batch, horizon)  # days whose staged events were dropped stay closed
             days |= store.stage(batch.events, batch.voids, batch.names, record_keys=self._record_keys)
@@ -247,7 +247,7 @@ class Refresh:
         try:
             store.begin()
             if self._kept:
-                store.quarantine(self.report.run_id, self._kept, windows.to_cursor(self.now), redactor=self._redactor)
+                store.quarantine(self.report.run_id, self._kept, instants.to_cursor(self.now), redactor=self._redactor)
             store.record_run(self.report.row(self.now, code, message[:1000]))
             store.commit()
         except BaseException as failure:  # the store itself may be what failed; the run's own error is what matters
@@ -294,7 +294,7 @@ class Refresh:
     def _refresh(self, store):
         meta = store.meta()
         key = self.check_state(store, meta)
-        source = build_source(self.config, Pseudonymiser(key), self.environ)
+        source = build_source(self.config, Pseudonymiser(key), self.environ, now=self.now)
         try:
             watermark, window = self.choose_window(meta, source)
             if window.empty:

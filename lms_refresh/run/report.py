@@ -10,7 +10,7 @@ import datetime as dt
 import time
 import typing
 
-from lms_refresh import __version__
+from lms_refresh import __version__, instants
 from lms_refresh import window as windows
 
 
@@ -37,8 +37,8 @@ class Report:
         """Return the run log's row for this run, which started at `now` and ends about now."""
         finished = now + dt.timedelta(seconds=time.monotonic() - self.started)
         return {
-            "run_id": self.run_id, "kind": self.kind, "started_at": windows.to_cursor(now),
-            "finished_at": windows.to_cursor(finished), "outcome": self.outcome,
+            "run_id": self.run_id, "kind": self.kind, "started_at": instants.to_cursor(now),
+            "finished_at": instants.to_cursor(finished), "outcome": self.outcome,
             "exit_code": exit_code,
             "window_since": self.window.since_cursor if self.window else None,
             "window_until": self.window.until_cursor if self.window else None,

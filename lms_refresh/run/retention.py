@@ -20,7 +20,7 @@ import json
 import uuid
 import zoneinfo
 
-from lms_refresh import window as windows
+from lms_refresh import instants
 
 HORIZON_KEY = "staging_horizon"  # in the store's meta: the first local day whose staged events are kept
 
@@ -67,5 +67,5 @@ def apply(store, config, now, *, horizon, days):
         store.drop_staged_before(horizon)
         store.set_meta(HORIZON_KEY, horizon)
         days = {day for day in days if day >= horizon}
-    store.expire_quarantine(windows.to_cursor(now - dt.timedelta(days=config.retention.quarantine_days)))
+    store.expire_quarantine(instants.to_cursor(now - dt.timedelta(days=config.retention.quarantine_days)))
     return days

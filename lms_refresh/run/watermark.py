@@ -8,7 +8,7 @@ staging is keyed by statement id, so what is read twice counts once.
 
 import uuid
 
-from lms_refresh import __version__
+from lms_refresh import __version__, instants
 from lms_refresh.run import identity
 from lms_refresh import window as windows
 from lms_refresh.errors import ConfigError, StateError, from_os_error
@@ -25,8 +25,8 @@ def parse_cursor(config, text):
                               "(e.g. 1234567).")
         return windows.LOG_ID, int(text)
     try:
-        return windows.TIME, windows.parse_user_time(text, config.timezone)
-    except ValueError as error:
+        return windows.TIME, instants.parse_user_time(text, config.timezone)
+    except instants.NotAnInstant as error:
         raise ConfigError(f"{error}.")
 
 
@@ -39,7 +39,7 @@ def set_watermark(config, now, environ, *, euid, text):
     """
     axis, value = parse_cursor(config, text)
     if axis is windows.TIME and value > now + identity.CLOCK_TOLERANCE:
-        raise ConfigError(f"{windows.to_cursor(value)} is later than the current time {windows.to_cursor(now)}; "
+        raise ConfigError(f"{instants.to_cursor(value)} is later than the current time {instants.to_cursor(now)}; "
                           "a watermark in the future would skip everything stored before it.")
     load_driver(config)
     try:
@@ -68,7 +68,7 @@ def _set(store, now, axis, *, value):
     store.begin()
     store.set_meta("watermark", new)
     store.set_meta("cursor_kind", axis.name)
-    moment = windows.to_cursor(now)
+    moment = instants.to_cursor(now)
     store.record_run({
         "run_id": str(uuid.uuid4()), "kind": "watermark-set", "started_at": moment, "finished_at": moment,
         "outcome": "watermark-set", "exit_code": 0, "window_since": old, "window_until": new,

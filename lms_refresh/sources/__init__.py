@@ -95,8 +95,9 @@ class Source(typing.Protocol):
     def backfill_window(self, since, until, now, *, config) -> windows.Window:
         """Given an operator's time window, return it clamped to what the source has complete."""
 
-    def restore(self, state: dict) -> None:
-        """Take up the state saved with the last committed run (its batches' `state`, merged)."""
+    def restore(self, lookup: typing.Callable) -> None:
+        """Take up the state saved with the last committed run (its batches' `state`, merged), through
+        `lookup(keys)`, which returns {key: saved value} for those of `keys` it holds."""
 
     def batches(self, window) -> typing.Iterator[Batch]:
         """Yield the window's records as Batches, each with the state to commit with it."""
@@ -143,21 +144,24 @@ class BaseSource:
     def backfill_window(self, since, until, now, *, config):
         return windows.backfill_window(since, until, now, config=config, complete_through=self.complete_through(now))
 
-    def restore(self, state):
+    def restore(self, lookup):
         """Most sources keep no state: where they stand is the watermark."""
 
     def close(self):
         """Release connections; the base holds none."""
 
 
-def build_source(config, pseudonymise, environ):
-    """Given a Config, the pseudonymising function and the environment, return the Source."""
+def build_source(config, pseudonymise, environ, *, now=None):
+    """Given a Config, the pseudonymising function and the environment, return the Source.
+
+    `now`, the run's time, lets the mappers quarantine records dated in the future (None: no check).
+    """
     settings = config.source
     kind = settings.type
     if kind in ("xapi-ndjson", "xapi-lrs"):
         from lms_refresh.sources.xapi import StatementMapper
 
-        mapper = StatementMapper(config.timezone, pseudonymise, settings.course_pattern)
+        mapper = StatementMapper(config.timezone, pseudonymise, settings.course_pattern, now=now)
         if kind == "xapi-ndjson":
             from lms_refresh.sources.ndjson import NdjsonSource
 
@@ -169,5 +173,5 @@ def build_source(config, pseudonymise, environ):
     if kind == "moodle":
         from lms_refresh.sources.moodle import MoodleSource
 
-        return MoodleSource(settings, config.timezone, pseudonymise, environ=environ)
+        return MoodleSource(settings, config.timezone, pseudonymise, environ=environ, now=now)
     raise ConfigError(f"source type {kind!r} is not supported")

@@ -64,14 +64,17 @@ def open_regular(path):
 # -- which files ---------------------------------------------------------------
 
 def export_files(top):
-    """Return (files, skipped) under `top` (a file or a directory searched recursively).
+    """Yield ("file", path, stat) for each regular export file under `top` (a file, or a directory
+    searched recursively), and ("skipped", path, why) for each entry that is not read (FIFOs,
+    sockets, devices, dangling links, link loops, links to directories), both in the sorted order
+    of their paths.
 
-    files: [(path, stat)] of the regular export files, sorted, each file once
-    (a second name for the same file — a link — is left out); skipped:
-    [(path, why)] for entries that are not read (FIFOs, sockets, devices,
-    dangling links, link loops, links to directories).
-    Raises UnavailableError if `top` is missing (69), ConfigError if it cannot
-    be reached or is neither a file nor a directory (78).
+    Each file comes once: a second name for the same file (a link) is left out, the first name
+    in that order kept. Nothing here grows with the number of files: the walk holds the names of
+    one directory per level, and remembers only files that have a second name (hard links and the
+    targets of symbolic links), never every file.
+    Raises UnavailableError if `top` is missing (69), ConfigError if it cannot be reached or is
+    neither a file nor a directory (78).
     """
     try:
         info = os.stat(top)
@@ -83,63 +86,115 @@ def export_files(top):
         raise ConfigError(f"The xAPI source path {top} cannot be opened ({error.strerror}); "
                           "point source.path at a directory of export files.")
     if stat.S_ISREG(info.st_mode):
-        candidates, skipped = [top], []
-    elif stat.S_ISDIR(info.st_mode):
-        candidates, skipped = _walk(top)
-    else:
+        yield "file", top, info
+        return
+    if not stat.S_ISDIR(info.st_mode):
         raise ConfigError(f"The xAPI source path {top} is {kind_of(info.st_mode)}, not an export file or "
                           "a directory of them; point source.path at a directory of export files.")
-    files, seen = [], set()
-    for path in candidates:
+    names = _Names(top)
+    for kind, path in _walk(top):
+        if kind == "skipped":
+            yield "skipped", path, "a symbolic link to a directory, which is not followed"
+            continue
         try:
             info = os.stat(path)
         except FileNotFoundError:
             if os.path.islink(path):
-                skipped.append((path, f"a dangling symbolic link (to {os.readlink(path)})"))
+                yield "skipped", path, f"a dangling symbolic link (to {os.readlink(path)})"
             continue  # else removed between listing and now
         except PermissionError:
             raise ConfigError(denied(path, "reach"))
         except OSError as error:
-            why = "a symbolic link loop" if error.errno == errno.ELOOP else f"unreadable ({error.strerror})"
-            skipped.append((path, why))
+            yield "skipped", path, ("a symbolic link loop" if error.errno == errno.ELOOP
+                                    else f"unreadable ({error.strerror})")
             continue
         if not stat.S_ISREG(info.st_mode):
-            skipped.append((path, kind_of(info.st_mode)))
-        elif (info.st_dev, info.st_ino) not in seen:
-            seen.add((info.st_dev, info.st_ino))
-            files.append((path, info))
-    return files, sorted(skipped)
+            yield "skipped", path, kind_of(info.st_mode)
+        elif names.first(path, info):
+            yield "file", path, info
+
+
+class _Names:
+    """Which name of a file the walk keeps: the first in path order. Only files that may have a
+    second name are remembered (a hard link's inode, a symbolic link's target)."""
+
+    def __init__(self, top):
+        self.top = top
+        self.real_top = os.path.realpath(top)
+        self.seen = set()  # (st_dev, st_ino) of files reached under a name that may not be their only one
+
+    def first(self, path, info):
+        identity = (info.st_dev, info.st_ino)
+        if identity in self.seen:
+            return False
+        if os.path.islink(path):
+            target = os.path.realpath(path)
+            inside = os.path.relpath(target, self.real_top)
+            walked = os.path.join(self.top, inside)
+            if (not inside.startswith(os.pardir) and target.endswith(SUFFIXES)
+                    and _walk_order(walked) < _walk_order(path)):
+                return False  # the walk yielded the file under its own name already
+            self.seen.add(identity)
+        elif info.st_nlink > 1:
+            self.seen.add(identity)
+        return True
+
+
+def _walk_order(path):
+    """The key the walk yields paths in: plain string order of the paths."""
+    return path
 
 
 def _walk(top):
-    """Return (export file paths, sorted; skipped entries) under the directory `top`.
+    """Yield ("file", path) for the names with an export suffix under the directory `top`, and
+    ("skipped", path) for symbolic links to directories, in the sorted order of their paths.
 
-    Symbolic links to files are followed; links to directories are not (no
-    loops, no file read twice), and are reported so that nothing is left out silently.
+    Symbolic links to files are followed; links to directories are not (no loops, no file read
+    twice), and are reported so that nothing is left out silently. Siblings are visited by their
+    name with a "/" after a directory's, which makes the depth-first order the sorted order of
+    the whole paths (a directory's paths all begin with its name and "/").
     """
-    found, skipped, folders = [], [], [top]
-    while folders:
-        folder = folders.pop()
-        try:
-            with os.scandir(folder) as listing:
-                entries = list(listing)
-        except PermissionError:
-            raise ConfigError(denied(folder, "list the directory"))
-        except (FileNotFoundError, NotADirectoryError):
-            continue  # removed or replaced since its parent was listed
-        for entry in entries:
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    folders.append(entry.path)
-                    continue
-                if entry.is_symlink() and entry.is_dir():
-                    skipped.append((entry.path, "a symbolic link to a directory, which is not followed"))
-                    continue
-            except OSError:
-                pass  # a broken entry: judged by its name, like any file, then by export_files
-            if entry.name.endswith(SUFFIXES):
-                found.append(entry.path)
-    return sorted(found), skipped
+    stack = [(top, iter(_listing(top)))]
+    while stack:
+        folder, entries = stack[-1]
+        entry = next(entries, None)
+        if entry is None:
+            stack.pop()
+            continue
+        name, kind = entry
+        path = os.path.join(folder, name.rstrip("/"))
+        if kind == "directory":
+            stack.append((path, iter(_listing(path))))
+        elif kind == "directory link":
+            yield "skipped", path
+        else:
+            yield "file", path
+
+
+def _listing(folder):
+    """The entries of `folder` worth walking, sorted as `_walk` says: [(name, kind)]."""
+    try:
+        with os.scandir(folder) as listing:
+            entries = []
+            for entry in listing:
+                kind = "file"
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        kind = "directory"
+                    elif entry.is_symlink() and entry.is_dir():
+                        kind = "directory link"
+                except OSError:
+                    pass  # a broken entry: judged by its name, like any file, then by export_files
+                if kind == "directory":
+                    entries.append((entry.name + "/", kind))
+                elif kind == "directory link" or entry.name.endswith(SUFFIXES):
+                    entries.append((entry.name, kind))
+    except PermissionError:
+        raise ConfigError(denied(folder, "list the directory"))
+    except (FileNotFoundError, NotADirectoryError):
+        return []  # removed or replaced since its parent was listed
+    entries.sort()
+    return entries
 
 
 # -- lines, never held whole beyond the limit ------------------------------------

@@ -30,7 +30,7 @@ import urllib.parse
 
 from lms_refresh.credentials import read_secret
 from lms_refresh.errors import ConfigError, UnavailableError
-from lms_refresh.window import UTC
+from lms_refresh.instants import UTC
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,6 @@ read-only session. Which rows count, and as what, is the table in the README
 ("Moodle source"); `EVENTS` below is its code.
 """
 
-import datetime as dt
 import hashlib
 import json
 import logging
@@ -23,6 +22,7 @@ import re
 
 import psycopg  # this module is imported only when the Moodle source is configured
 
+from lms_refresh import instants
 from lms_refresh import window as windows
 from lms_refresh.errors import ConfigError, UnavailableError
 from lms_refresh.postgresql import connect, connection_error, display_url, first_line
@@ -127,8 +127,10 @@ def _completion(other):
 class RowMapper:
     """Turn log rows into ('event', Event) (see `lms_refresh.sources.records`), or NOTHING."""
 
-    def __init__(self, timezone, pseudonymise, site_url, *, site_course_id, guest_user_id):
+    def __init__(self, timezone, pseudonymise, site_url, *, site_course_id, guest_user_id, now=None):
         self.pseudonymise = pseudonymise
+        # A timecreated after this (Unix seconds) is in the future; None: no run's clock to compare with.
+        self.latest = None if now is None else int(instants.future_limit(now).timestamp())
         self.site = site_url.rstrip("/")
         self.excluded_courses = {None, 0, site_course_id}
         self.excluded_users = {None, 0, guest_user_id}
@@ -161,19 +163,21 @@ class RowMapper:
             raise InvalidRow(f"{eventname} has no {whose}")
         if user in self.excluded_users:
             return NOTHING  # not logged in, or the guest account
-        if not isinstance(timecreated, int) or timecreated <= 0:
+        if type(timecreated) is not int or timecreated <= 0:  # 0: Moodle's "never"
             raise InvalidRow(f"timecreated {timecreated!r} is not a Unix time")
         try:
-            moment = dt.datetime.fromtimestamp(timecreated, windows.UTC)
-            # In the last hours of year 9999 a zone east of UTC is already past what a date can hold.
-            day = self._days.get(timecreated // 60) or self._days.add(timecreated // 60, moment)
-        except (ValueError, OverflowError, OSError):
-            raise InvalidRow(f"timecreated {timecreated!r} is not a Unix time")
+            moment = instants.from_unix(timecreated, "timecreated")
+        except instants.NotAnInstant as error:
+            raise InvalidRow(str(error)) from None
+        if self.latest is not None and timecreated > self.latest:
+            raise InvalidRow(f"timecreated {timecreated} ({instants.to_cursor(moment)}) lies in the future, more "
+                             f"than {instants.TOLERANCE_WORDS} after this run's time: the Moodle server's clock was wrong")
+        day = self._days.get(timecreated // 60) or self._days.add(timecreated // 60, moment)
         course = f"{self.site}/course/view.php?id={courseid}"
         course_key, verb_key = name_id(course), name_id(verb)
         self.names[("course", course_key)] = course
         self.names[("verb", verb_key)] = verb
-        cursor = windows.to_cursor(moment)
+        cursor = instants.to_cursor(moment)
         event_id = hashlib.blake2b(f"{self.site}|log|{log_id}".encode(), digest_size=16).digest()
         actor = self.pseudonymise(moodle_identifier(self.site, user))
         score = scaled_micro(*self._grade(other)) if verb == SCORED else None
@@ -196,7 +200,7 @@ class MoodleSource(BaseSource):
     name = "moodle"
     axis = windows.LOG_ID
 
-    def __init__(self, settings, timezone, pseudonymise, *, environ):
+    def __init__(self, settings, timezone, pseudonymise, *, environ, now=None):
         self.url = settings.url
         self.password_file = settings.password_file
         self.table = f"{settings.prefix}logstore_standard_log"
@@ -206,7 +210,7 @@ class MoodleSource(BaseSource):
         self.batch_size = settings.batch_size
         self.timeout = settings.timeout
         self.mapper = RowMapper(timezone, pseudonymise, settings.site_url, site_course_id=settings.site_course_id,
-                                guest_user_id=settings.guest_user_id)
+                                guest_user_id=settings.guest_user_id, now=now)
         self.environ = environ
         self._db = None
 

@@ -22,6 +22,7 @@ quarantined by its origin and length.
 import collections
 import dataclasses
 import gzip
+import itertools
 import logging
 import multiprocessing
 import os
@@ -37,6 +38,29 @@ from lms_refresh.sources.ndjson_worker import (
 )
 
 logger = logging.getLogger(__name__)
+
+PLAN_BATCH = 1000  # export files looked up in the file index at a time
+LOOKAHEAD = 4096  # files planned before deciding whether a pool of workers is worth starting
+SKIPPED_SHOWN = 100  # skipped entries `check` lists one by one
+
+
+def _batched(items, size):
+    """Yield lists of at most `size` of `items`."""
+    iterator = iter(items)
+    while group := list(itertools.islice(iterator, size)):
+        yield group
+
+
+def _no_index(paths):
+    return {}
+
+
+def _unchanged_outside(known, signature, *, since, until):
+    """Whether the index entry `known` is `signature`'s, with no `stored` time in [since, until)."""
+    if not known or tuple(known[:3]) != signature:
+        return False
+    low, high = known[3:5]
+    return low is None or high < since or low >= until
 
 
 class _FileTracker:
@@ -82,57 +106,73 @@ class NdjsonSource(BaseSource):
         self.parallel_min_bytes = parallel_min_bytes
         self.limit = max_record_bytes
         self.max_lines = batch_size * LINES_PER_STATEMENT_BUDGET
-        self.index = {}
+        self.lookup = _no_index  # until restored: every file is read
 
     def describe(self):
         return f"xAPI NDJSON files at {self.path}"
 
-    def files(self):
-        """Return (files, skipped): see `lms_refresh.sources.files.export_files`."""
-        return export_files(self.path)
-
     def preflight(self):
-        files, skipped = self.files()
-        unreadable = [path for path, _ in files if not os.access(path, os.R_OK)]
-        if unreadable:
-            more = f" ({len(unreadable) - 1} more unreadable)" if len(unreadable) > 1 else ""
-            raise ConfigError(denied(unreadable[0]) + more)
-        return [Finding(OK, f"{len(files)} export file(s) readable under {self.path}")] + [
-            Finding(WARNING, f"{path} is skipped: it is {why}; only regular files are read") for path, why in skipped]
-
-    def restore(self, state):
-        """Take up the file index an earlier committed run recorded: path -> [size, mtime_ns, inode, min, max]
-        (the Signature, then the range of `stored` cursors read from the file; None, None if none)."""
-        self.index = state
-
-    def _plan(self, window):
-        """Return [(path, signature, chunks)] for the files that must be read."""
-        since, until = window.since_cursor, window.until_cursor
-        plan = []
-        files, skipped = self.files()
-        for path, why in skipped:
-            logger.warning("Skipped %s: it is %s; only regular files are read.", path, why)
-        for path, info in files:
-            signature = Signature(info.st_size, info.st_mtime_ns, info.st_ino)
-            if self._unchanged_outside(path, signature, since, until=until):
+        files = unreadable = 0
+        first_unreadable, skipped = None, []
+        for kind, path, detail in export_files(self.path):
+            if kind == "skipped":
+                skipped.append(Finding(WARNING, f"{path} is skipped: it is {detail}; only regular files are read"))
+                del skipped[SKIPPED_SHOWN:]  # the first ones: a count says the rest
                 continue
+            files += 1
             if not os.access(path, os.R_OK):
-                raise ConfigError(denied(path))  # before anything is read: an operator must fix it (78)
-            if path.endswith(".gz"):
-                chunks = [(0, None)]  # streamed, not cut
-            else:
-                starts = range(0, max(info.st_size, 1), self.chunk_bytes)
-                chunks = [(s, min(s + self.chunk_bytes, info.st_size)) for s in starts]
-            plan.append((path, signature, chunks))
-        return plan
+                unreadable += 1
+                first_unreadable = first_unreadable or path
+        if unreadable:
+            more = f" ({unreadable - 1} more unreadable)" if unreadable > 1 else ""
+            raise ConfigError(denied(first_unreadable) + more)
+        return [Finding(OK, f"{files} export file(s) readable under {self.path}")] + skipped
 
-    def _unchanged_outside(self, path, signature, since, *, until):
-        """Whether the index knows `path` as `signature`, with no `stored` time in [since, until)."""
-        known = self.index.get(path)
-        if not known or tuple(known[:3]) != signature:
-            return False
-        low, high = known[3:5]
-        return low is None or high < since or low >= until
+    def restore(self, lookup):
+        """Take up the file index an earlier committed run recorded, through `lookup(paths)`, which
+        returns {path: [size, mtime_ns, inode, min, max]} (the Signature, then the range of `stored`
+        cursors read from the file; None, None if none) for those of `paths` it holds. The index is
+        asked in batches as the walk goes, never read whole: it grows with the export files."""
+        self.lookup = lookup
+
+    def _plan(self, window, *, compressed):
+        """Yield (path, signature, chunks) for the plain (or the compressed) files that must be read,
+        in path order; skipped entries are warned of with the plain files."""
+        since, until = window.since_cursor, window.until_cursor
+        for group in _batched(self._files(compressed), PLAN_BATCH):
+            known = self.lookup([path for path, _ in group])
+            for path, info in group:
+                signature = Signature(info.st_size, info.st_mtime_ns, info.st_ino)
+                if _unchanged_outside(known.get(path), signature, since=since, until=until):
+                    continue
+                if not os.access(path, os.R_OK):
+                    raise ConfigError(denied(path))  # an operator must fix it (78); the run rolls back
+                if compressed:
+                    chunks = [(0, None)]  # streamed, not cut
+                else:
+                    starts = range(0, max(info.st_size, 1), self.chunk_bytes)
+                    chunks = [(s, min(s + self.chunk_bytes, info.st_size)) for s in starts]
+                yield path, signature, chunks
+
+    def _files(self, compressed):
+        for kind, path, detail in export_files(self.path):
+            if kind == "skipped":
+                if not compressed:
+                    logger.warning("Skipped %s: it is %s; only regular files are read.", path, detail)
+            elif path.endswith(".gz") == compressed:
+                yield path, detail
+
+    def _use_pool(self, plan):
+        """Look ahead in `plan` (at most LOOKAHEAD files); return (the files looked at, whether
+        they are worth a pool of workers: more than one chunk and parallel_min_bytes of them)."""
+        ahead, total, chunks = [], 0, 0
+        for item in plan:
+            ahead.append(item)
+            total += item[1].size
+            chunks += len(item[2])
+            if total >= self.parallel_min_bytes or len(ahead) >= LOOKAHEAD:
+                break
+        return ahead, self.workers > 1 and chunks > 1 and total >= self.parallel_min_bytes
 
     def batches(self, window):
         """Yield Batches of the statements whose `stored` lies in the window.
@@ -145,29 +185,29 @@ class NdjsonSource(BaseSource):
         """
         since, until = window.since_cursor, window.until_cursor
         reading = Reading(since, until, self.limit, self.max_lines)
-        plan = self._plan(window)
-        tasks = [Chunk(path, start, end, signature) for path, signature, chunks in plan if not path.endswith(".gz")
-                 for start, end in chunks]
-        total = sum(signature.size for _, signature, _ in plan)
+        plain = self._plan(window, compressed=False)
+        ahead, parallel = self._use_pool(plain)
+        # The plan is walked once, by two readers: the chunks it gives the workers (a bounded
+        # pipeline ahead) and the files whose results are collected here; tee holds the gap.
+        for_tasks, for_files = itertools.tee(itertools.chain(ahead, plain))
+        tasks = (Chunk(path, start, end, signature) for path, signature, chunks in for_tasks for start, end in chunks)
         pool = None
-        if self.workers > 1 and len(tasks) > 1 and total >= self.parallel_min_bytes:
+        if parallel:
             pool = multiprocessing.get_context("fork").Pool(self.workers, _worker_init, (self.mapper,))
         try:
             results = self._results(pool, tasks, reading)
-            for path, signature, chunks in plan:
-                if path.endswith(".gz"):
-                    continue
+            for path, signature, chunks in for_files:
                 tracker = _FileTracker(path)
                 for _ in chunks:
                     for result in next(results):
                         yield tracker.add(result)
                 yield tracker.state(signature)
-            for path, signature, _ in plan:
-                if path.endswith(".gz"):
-                    tracker = _FileTracker(path)
-                    for result in self._stream_gzip(path, signature, since, until=until):
-                        yield tracker.add(result)
-                    yield tracker.state(signature)
+            for path, signature, _ in self._plan(window, compressed=True):
+                tracker = _FileTracker(path)
+                for result in self._stream_gzip(path, signature, since, until=until,
+                                                changed_after=window.until.timestamp()):
+                    yield tracker.add(result)
+                yield tracker.state(signature)
         finally:
             if pool is not None:
                 stop_pool(pool)  # bounded even if a stop killed a worker holding a queue lock
@@ -198,9 +238,11 @@ class NdjsonSource(BaseSource):
             result = read_chunk(self.mapper, dataclasses.replace(task, start=result.resume), reading)
             yield result
 
-    def _stream_gzip(self, path, signature, since, *, until):
+    def _stream_gzip(self, path, signature, since, *, until, changed_after):
         """Yield ChunkResults of a compressed file, streamed in batches of at most batch_size lines
-        and about chunk_bytes of text, up to the compressed size the run planned."""
+        and about chunk_bytes of text, up to the compressed size the run planned. A file that ends
+        early and was modified after `changed_after` (the window's end, as a timestamp) is still
+        being written: what is complete is read, the rest by the next run."""
         try:
             handle, info = open_regular(path)
         except (FileNotFoundError, NotRegularFile):
@@ -237,8 +279,12 @@ class NdjsonSource(BaseSource):
                     del lines
                     yield result
             except (OSError, EOFError, zlib.error) as error:
-                if os.fstat(handle.fileno()).st_size > signature.size:
-                    logger.warning("%s was still being written when the run began; what was complete is read "
+                # Growing since it was planned, or ending early and changed after the window's end: an
+                # exporter is still writing it (files are planned as the walk reaches them, so growth
+                # alone is rarely seen). Corrupt data is corrupt whenever it was written.
+                grew = os.fstat(handle.fileno()).st_size > signature.size
+                if grew or (isinstance(error, EOFError) and info.st_mtime > changed_after):
+                    logger.warning("%s was still being written when the run read it; what was complete is read "
                                    "now, the rest by the next run.", path)
                     return
                 raise BadInputError(f"Cannot read {path} to the end ({error}); fix or move the file and run again.")

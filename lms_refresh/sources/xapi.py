@@ -18,9 +18,11 @@ checked IRIs are cached (bounded).
 import hashlib
 import re
 
+from lms_refresh import instants
+from lms_refresh.instants import UTC_MILLIS, UTC_TIME
 from lms_refresh.sources.records import CACHE_LIMIT, EVENT, VOID, LocalDays, Void, bounded, make_event
 from lms_refresh.sources.xapi_fields import (
-    UTC_MILLIS, UTC_TIME, InvalidStatement, actor_identifier, event_key, is_iri, parse_duration_ms, parse_time,
+    InvalidStatement, actor_identifier, event_key, is_iri, parse_duration_ms, parse_time,
     shown, stored_cursor,
 )
 
@@ -60,8 +62,12 @@ def _activities(value, name):
 class StatementMapper:
     """Turn parsed statements into ('event', Event) or ('void', Void) (see `lms_refresh.sources.records`)."""
 
-    def __init__(self, timezone, pseudonymise, course_pattern):
+    def __init__(self, timezone, pseudonymise, course_pattern, *, now=None):
         self.pseudonymise = pseudonymise
+        # A timestamp after this (cursor text) lies in the future; None: no run's clock to compare with.
+        self.latest = None if now is None else instants.to_cursor(instants.future_limit(now))
+        # A timestamp whose text (any offset, less than a day) is not after now's is not after `latest`.
+        self._now = None if now is None else instants.to_cursor(now)
         self.course_pattern = re.compile(course_pattern)
         self._days = LocalDays(timezone)
         self._durations = {}
@@ -74,20 +80,26 @@ class StatementMapper:
 
     def day_of(self, timestamp):
         """Return the local calendar day of an ISO time; cached per UTC minute (a UTC time's first 16
-        characters), or per text for a time with another offset."""
-        if len(timestamp) == 24 and UTC_MILLIS.fullmatch(timestamp) \
-                or timestamp.endswith("Z") and UTC_TIME.fullmatch(timestamp):
+        characters: a minute found there was checked whole), or per text for a time with another offset."""
+        if (len(timestamp) == 24 and UTC_MILLIS.fullmatch(timestamp)
+                or timestamp.endswith("Z") and UTC_TIME.fullmatch(timestamp)) and timestamp[17:19] <= "59":
             key = timestamp[:16]
         else:
             key = timestamp
         day = self._days.get(key)
         if day is None:
-            moment = parse_time(timestamp, "timestamp")
-            try:
-                day = self._days.add(key, moment)
-            except OverflowError:  # within a day of the first or last representable time
-                raise InvalidStatement(f"timestamp {timestamp[:40]!r} is out of range")
+            day = self._days.add(key, parse_time(timestamp, "timestamp"))  # in range: every zone's day is a date
         return day
+
+    def check_not_future(self, timestamp):
+        """Raise InvalidStatement if `timestamp` lies after `latest` (a day past the run's time).
+
+        Learning cannot have happened in the future, beyond clock skew; such a day
+        would stretch its course's published span up to the year 2999.
+        """
+        if parse_time(timestamp, "timestamp") > instants.cursor_moment(self.latest):
+            raise InvalidStatement(f"timestamp {timestamp[:40]!r} lies in the future (after {self.latest}, "
+                                   f"{instants.TOLERANCE_WORDS} past this run's time): a device's clock was wrong")
 
     def actor_of(self, actor):
         """Return the actor's pseudonym; cached per account and per mbox, the usual identifiers of learners."""
@@ -237,6 +249,8 @@ class StatementMapper:
         if not isinstance(timestamp, str):
             raise InvalidStatement("timestamp is not a string")
         day = self.day_of(timestamp)
+        if self._now is not None and timestamp[:19] > self._now:  # rare: maybe in the future
+            self.check_not_future(timestamp)
 
         result = statement.get("result") or {}
         if not isinstance(result, dict):

@@ -6,18 +6,12 @@ is the quarantine reason. Only fields that can change a number are checked
 statement is tolerated, because no metric reads it.
 """
 
-import datetime as dt
 import hashlib
 import json
 import re
 
+from lms_refresh import instants
 from lms_refresh.sources.records import InvalidRecord
-
-UTC = dt.timezone.utc
-
-UTC_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.(\d{1,6}))?Z", re.ASCII)
-# A cheaper test of the usual form. ASCII: a Unicode digit is no digit of a time.
-UTC_MILLIS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d\d\dZ", re.ASCII)
 
 # An absolute IRI (RFC 3987): a scheme, a colon, then no space, control, surrogate or character IRIs exclude.
 _IRI = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:[^\x00-\x20<>\"{}|\\^`\x7f-\x9f\ud800-\udfff]+")
@@ -52,15 +46,10 @@ def event_key(statement_id):
 
 def stored_cursor(text):
     """Given an ISO 8601 time, return its cursor text (fixed-width UTC) or raise InvalidStatement."""
-    if type(text) is str and len(text) == 24 and UTC_MILLIS.fullmatch(text):
-        return text[:23] + "000Z"  # the form LRSs write: UTC with milliseconds
-    if isinstance(text, str) and text.endswith("Z"):
-        match = UTC_TIME.fullmatch(text)
-        if match:  # already UTC: only the fraction needs padding to six digits
-            fraction = match.group(1) or ""
-            return f"{text[:19]}.{fraction:0<6}Z"
-    moment = parse_time(text, "stored").astimezone(UTC).replace(tzinfo=None)
-    return moment.isoformat(timespec="microseconds") + "Z"  # zero-padded years, unlike strftime's %Y
+    try:
+        return instants.iso_cursor(text, "stored")
+    except instants.NotAnInstant as error:
+        raise InvalidStatement(str(error)) from None
 
 
 def shown(value, width=40):
@@ -75,30 +64,11 @@ def is_iri(value):
 
 
 def parse_time(text, field):
-    """Return the aware datetime of an ISO 8601 time (UTC when it has no offset), or raise InvalidStatement."""
-    if not isinstance(text, str):
-        raise InvalidStatement(f"{field} is not a string")
+    """Return the aware datetime of an ISO 8601 time in range (UTC when it has no offset), or raise InvalidStatement."""
     try:
-        moment = dt.datetime.fromisoformat(text)
-    except ValueError:
-        moment = None
-        if text[16:19] == ":60":  # a leap second (23:59:60Z): on the same day as the second before it
-            try:
-                moment = dt.datetime.fromisoformat(text[:17] + "59" + text[19:])
-            except ValueError:
-                pass
-        if moment is None:
-            raise InvalidStatement(f"{field} {text[:40]!r} is not an ISO 8601 time")
-    if "T" not in text and "t" not in text and " " not in text:
-        # A date alone names no instant, so its local day depends on a zone nobody gave.
-        raise InvalidStatement(f"{field} {text[:40]!r} has no time of day")
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)  # xAPI: a time without offset is read as UTC
-    try:
-        moment.astimezone(UTC)
-    except OverflowError:  # e.g. 9999-12-31T23:59:59-23:59, past the last representable UTC time
-        raise InvalidStatement(f"{field} {text[:40]!r} is out of range")
-    return moment
+        return instants.parse_iso(text, field)
+    except instants.NotAnInstant as error:
+        raise InvalidStatement(str(error)) from None
 
 
 def parse_duration_ms(text):

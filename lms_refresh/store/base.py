@@ -70,8 +70,16 @@ class SqlStore:
     def has_events(self):
         return bool(self.execute("SELECT EXISTS (SELECT 1 FROM staged_events)").fetchone()[0])
 
-    def source_index(self):
-        return {key: json.loads(value) for key, value in self.execute("SELECT key, value FROM source_state").fetchall()}
+    def source_state_of(self, keys):
+        """Return {key: saved value} for those of `keys` the source state holds (asked in batches by a
+        source whose state grows with its input, such as the export files' index)."""
+        keys, found = list(keys), {}
+        for start in range(0, len(keys), 500):
+            part = keys[start:start + 500]
+            rows = self.execute(f"SELECT key, value FROM source_state WHERE key IN ({', '.join('?' for _ in part)})",
+                                part).fetchall()
+            found.update((key, json.loads(value)) for key, value in rows)
+        return found
 
     def serving_rows(self):
         """Return the serving view's rows, ordered, with days as ISO text in every store."""

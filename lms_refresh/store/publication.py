@@ -192,3 +192,15 @@ def describe(config, environ):
             rows, settings = read_state(config, environ)
             info["current"] = published_digest(path) == digest(rows, settings)
     return info
+
+
+def retire_publication(path):
+    """Remove the SQLite publication at `path`, once its store has moved to PostgreSQL (whose view is the
+    publication from then on): left in place it would be stale and still readable by every dashboard
+    account. Return "removed", "absent", or "kept" for a file there that is not a publication."""
+    if not os.path.lexists(path):
+        return "absent"
+    if published_digest(path) is None:
+        return "kept"  # not ours (or unreadable): never delete what the program did not write
+    os.unlink(path)
+    return "removed"
