@@ -48,6 +48,7 @@ def _write_metrics(config, environ, now, *, exit_code, duration, report):
         if getattr(cause, "errno", None) == errno.EROFS:  # the unit's ProtectSystem=strict: only listed paths are writable
             hint = (f"; the service may write only where it is told to: add 'ReadWritePaths={os.path.dirname(path)}' "
                     "to a drop-in (systemctl edit lms-refresh.service)")
+            error = cause  # not "remount it": under ProtectSystem=strict the hint is the way out
         logger.warning("Could not write the metrics textfile %s: %s%s", path, error, hint)
 
 

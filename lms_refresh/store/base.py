@@ -218,13 +218,11 @@ class SqlStore:
                      [run[field] for field in RUN_FIELDS])
 
     def update_run(self, run):
-        """Replace, in a transaction of its own, the run log's row of a committed run (whose publication
-        then failed) by `run`."""
-        run = dict(run, message=redaction.scrub_text(run["message"]))
-        fields = [field for field in RUN_FIELDS if field != "run_id"]
+        """Replace the run log's row of a committed run (whose publication then failed) by `run`, in a
+        transaction of its own; it stays the last row."""
         self.begin()
-        self.execute(f"UPDATE runs SET {', '.join(f'{field} = ?' for field in fields)} WHERE run_id = ?",
-                     [run[field] for field in fields] + [run["run_id"]])
+        self.execute("DELETE FROM runs WHERE run_id = ?", (run["run_id"],))
+        self.record_run(run)
         self.commit()
 
     # -- the publication (lms_refresh.disclosure.privacy) ---------------------------------
