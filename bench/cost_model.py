@@ -67,6 +67,8 @@ else:
         keys = RecordKeys(b"k" * 32)
         store.insert_events(keys.add(events))
         if workload == "recompute":
+            from lms_refresh.disclosure.policy import PrivacySettings
+            store.set_privacy(10, PrivacySettings(10))  # what each run stores before it recomputes
             store.recompute({row[0] for row in events}, record_keys=keys)
         store.commit()
 """

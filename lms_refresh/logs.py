@@ -29,6 +29,7 @@ MESSAGE_IDS = {
     "run-retrying": uuid.UUID("67a108c5bbbe401a85f618ee60ff0bdc"),
     "alert-sent": uuid.UUID("a2c2a192e29d40cfa63f198179e1d4dc"),
     "alert-undelivered": uuid.UUID("ed00050407274a8d954481184885fb94"),
+    "privacy-weakened": uuid.UUID("c92f555a5f47480b930015504f258a3e"),
 }
 RUN_STARTED = "run-started"
 RUN_FINISHED = "run-finished"
@@ -40,6 +41,7 @@ QUARANTINE = "quarantine"
 RUN_RETRYING = "run-retrying"
 ALERT_SENT = "alert-sent"
 ALERT_UNDELIVERED = "alert-undelivered"
+PRIVACY_WEAKENED = "privacy-weakened"
 
 # The OUTCOME field of the records that end a run (`journalctl OUTCOME=failure`).
 OUTCOMES = {RUN_FINISHED: "success", DRY_RUN_FINISHED: "dry-run", NOTHING_TO_DO: "nothing-to-do",

@@ -26,7 +26,13 @@ def _seconds(duration):
 def expected_serving(lines, since, until, timezone, k):
     """Given NDJSON lines (all valid), return the serving rows for statements stored in [since, until)."""
     zone = zoneinfo.ZoneInfo(timezone)
-    statements = [json.loads(line) for line in lines]
+    # One statement per id, as the product stages them: a line delivered twice counts once (the first
+    # version; a conflicting second one is quarantined, never counted).
+    first = {}
+    for line in lines:
+        statement = json.loads(line)
+        first.setdefault(statement["id"], statement)
+    statements = list(first.values())
     in_window = [s for s in statements if since <= _iso(s["stored"]) < until]
     voided = {s["object"]["id"] for s in in_window if s["verb"]["id"] == ADL + "voided"}
     cells = collections.defaultdict(list)

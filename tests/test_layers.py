@@ -6,8 +6,11 @@ import os
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGE = os.path.join(ROOT, "lms_refresh")
+import lms_refresh
+
+# The package under test: the source tree's (an editable install) or the installed one (debian/tests/suite).
+PACKAGE = os.path.dirname(lms_refresh.__file__)
+ROOT = os.path.dirname(PACKAGE)
 
 # Top to bottom, as the code map lists them; a module may import its own layer and those below.
 LAYERS = [

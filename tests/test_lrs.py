@@ -33,9 +33,22 @@ def text(moment):
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+# Ralph stores statements at its own clock's time and filters since/until on their timestamps, so the
+# sample must lie in the last days of the real clock. It starts on a weekday of ANCHOR's: the generator
+# then draws the same statements (ids, learners, verbs, voids, counts) whatever today is, only dated
+# a whole number of weeks later, and every count below is the sample's own, never today's.
+ANCHOR = dt.date(2026, 11, 2)  # a Monday
+
+
+def sample_start(days, now):
+    """The latest date on ANCHOR's weekday at least `days` + 2 days before `now`."""
+    latest = (now - dt.timedelta(days=days + 2)).date()
+    return latest - dt.timedelta(days=(latest - ANCHOR).days % 7)
+
+
 def sample_statements(seed, learners=600, days=8):
-    """Valid sample statements (with voids and late arrivals), timestamps in the last days."""
-    start = (utc_now() - dt.timedelta(days=days + 2)).date()
+    """Valid sample statements (with voids and late arrivals), timestamps in the last two weeks."""
+    start = sample_start(days, utc_now())
     return [json.loads(line) for _, line in generate(seed, start, days, learners=learners, timezone=PARIS, malformed_share=0.0,
                                                      void_share=0.01)]
 
@@ -86,8 +99,8 @@ def test_lrs_refreshes_equal_the_ndjson_source_of_the_same_statements(tmp_path, 
 
 def test_a_500_on_page_7_of_10_commits_nothing_and_the_next_run_converges(tmp_path, ralph):
     project = lrs_project(tmp_path / "lrs", ralph)
-    statements = sample_statements(5, learners=200)
-    statements = statements[:990]  # ten pages of Ralph's 100
+    statements = sample_statements(5, learners=240)[:990]  # ten pages of Ralph's 100
+    assert len(statements) == 990  # (seed 5 drew 854 from 200 learners: nine pages, not the ten the name says)
     mark = post_then_mark(ralph, statements)
     # GET 1 asks for the consistent-through header, GET 2..11 are pages 1..10.
     ralph.inject(500, first=8)

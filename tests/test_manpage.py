@@ -8,6 +8,7 @@ import subprocess
 import click
 import pytest
 
+import lms_refresh
 from lms_refresh import logs
 from lms_refresh.cli import cli
 from lms_refresh.config.schema import SCHEMA, Key, _check_schema
@@ -235,8 +236,10 @@ def test_readme_lists_every_message_id_with_its_outcome():
 
 def test_the_code_map_names_every_module_and_only_modules_that_exist():
     """README's "Code map" is where a newcomer finds their room: a module it does not name (by its
-    path in the package), or one it names that is gone, makes it wrong."""
-    package = os.path.join(ROOT, "lms_refresh")
+    path in the package), or one it names that is gone, makes it wrong. The modules are those of the
+    package under test: the source tree's (an editable install) or the installed package's
+    (debian/tests/suite), which are the same files."""
+    package = os.path.dirname(lms_refresh.__file__)
     modules = {os.path.relpath(os.path.join(folder, name), package) for folder, _, files in os.walk(package)
                for name in files if name.endswith(".py") and name != "__main__.py"}
     modules -= {"__init__.py", "ops/__init__.py", "run/__init__.py", "disclosure/__init__.py"}  # docstrings only

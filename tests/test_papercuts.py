@@ -7,6 +7,8 @@ import socket
 import subprocess
 import sys
 
+import pytest
+
 from conftest import statement
 from lms_refresh.config import has_source
 from lms_refresh.demo import command_hint
@@ -54,14 +56,19 @@ def test_the_readme_quotes_the_lock_message_as_the_program_prints_it(sqlite_proj
     assert printed in result.stderr
 
 
-def test_the_demo_hint_is_a_command_that_works(tmp_path):
+@pytest.mark.parametrize("on_path", [False, True], ids=["not-on-path", "on-path"])
+def test_the_demo_hint_is_a_command_that_works(tmp_path, on_path):
+    """The console script next to this interpreter: a virtualenv's (the README's demo) or /usr/bin's (the
+    installed package, debian/tests/suite). Off PATH the hint names it in full; on PATH, by its bare name."""
     script = os.path.join(os.path.dirname(sys.executable), "lms-refresh")
-    environment = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8"}  # the venv is not on PATH
+    # Off PATH: a directory with nothing in it (the script's shebang and the shell are absolute paths).
+    path = f"{os.path.dirname(script)}:/usr/bin:/bin" if on_path else str(tmp_path / "empty")
+    environment = {"PATH": path, "HOME": str(tmp_path), "LANG": "C.UTF-8"}
     demo = subprocess.run([script, "demo", "--dir", str(tmp_path / "demo"), "--learners", "50", "--days", "3"],
                           capture_output=True, text=True, env=environment, timeout=300)
     assert demo.returncode == 0, demo.stderr
     hint = demo.stdout.strip().splitlines()[-1]
-    assert hint == f"Try: {script} --config {tmp_path / 'demo' / 'config.toml'} status"
+    assert hint == f"Try: {'lms-refresh' if on_path else script} --config {tmp_path / 'demo' / 'config.toml'} status"
     status = subprocess.run(hint.removeprefix("Try: "), shell=True, capture_output=True, text=True, env=environment)
     assert status.returncode == 0 and "last success: success (exit 0) run" in status.stdout, status.stderr
 
@@ -71,7 +78,8 @@ def test_the_demo_hint_names_the_bare_command_only_when_path_finds_this_one(tmp_
     script.parent.mkdir()
     script.write_text("#!/bin/sh\n")
     script.chmod(0o755)
-    assert command_hint(str(script), {"PATH": f"/usr/bin:{script.parent}"}, "/usr/bin/python3") == "lms-refresh"
+    # This script first on PATH: with the package installed, /usr/bin has an lms-refresh of its own.
+    assert command_hint(str(script), {"PATH": f"{script.parent}:/usr/bin"}, "/usr/bin/python3") == "lms-refresh"
     assert command_hint(str(script), {"PATH": "/usr/bin"}, "/usr/bin/python3") == str(script)
     assert command_hint("/x/lms_refresh/__main__.py", {"PATH": "/usr/bin"}, "/opt/py/bin/python3") == \
         "/opt/py/bin/python3 -m lms_refresh"

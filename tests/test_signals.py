@@ -73,3 +73,30 @@ def test_a_parsing_worker_killed_mid_run_ends_the_run_with_a_sentence_instead_of
     assert project.serving() == []
     project.cli("run", now="2026-11-03T04:15:00+01:00", check=0)
     assert project.serving()[0][3] == 20000
+
+
+def test_a_process_forked_from_a_run_dies_by_a_stop_instead_of_raising_the_runs_terminated():
+    """A parsing worker the pool starts inherits the run's SIGTERM handler until its initializer
+    sets its own; a stop in that gap must end it as the default action would (no Terminated, no
+    traceback on the unit's stderr: seen under load when the pool replaced a killed worker)."""
+    import os
+    import signal
+
+    from lms_refresh.run import stopping
+
+    read, write = os.pipe()
+    with stopping.installed():
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into pytest
+            try:
+                os.dup2(write, 2)
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+            finally:
+                os._exit(1)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    with os.fdopen(read) as errors:
+        printed = errors.read()
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status
+    assert printed == ""

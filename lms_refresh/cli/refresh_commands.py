@@ -15,7 +15,14 @@ from lms_refresh.run.refresh import BACKFILL, REBUILD, RUN, Refresh, Request
 logger = logging.getLogger("lms_refresh")
 
 
-def _do_refresh(settings, kind, dry_run, *, since=None, until=None):
+# Applies a configuration that protects the publication less than the store's settings in force.
+_weaker_option = click.option(
+    "--accept-weaker-privacy", is_flag=True,
+    help="Apply a min_cell_size or [privacy] that protects less than the settings in force (refused with 78 "
+         "otherwise); logged.")
+
+
+def _do_refresh(settings, kind, dry_run, *, since=None, until=None, weaker=False):
     """Run one refresh of `kind` (SINCE and UNTIL as typed, in the configured time zone); return its exit code.
 
     Any error of the run (a configuration error too) is logged as its run-failed journal record.
@@ -23,7 +30,8 @@ def _do_refresh(settings, kind, dry_run, *, since=None, until=None):
     report = None
     try:
         config = settings.config()
-        request = Request(kind, user_time(since, config, "--since"), user_time(until, config, "--until"), dry_run)
+        request = Request(kind, user_time(since, config, "--since"), user_time(until, config, "--until"), dry_run,
+                          accept_weaker_privacy=weaker)
         report, error = run_job(Refresh(config, request, settings.now, os.environ, os.geteuid(),
                                         Progress(os.environ), settings.stop))
     except click.ClickException:
@@ -55,21 +63,23 @@ def _do_refresh(settings, kind, dry_run, *, since=None, until=None):
 
 @click.command()
 @click.option("--dry-run", is_flag=True, help="Show the window, partitions and row counts; write nothing.")
+@_weaker_option
 @click.pass_obj
-def run(settings, dry_run):
+def run(settings, dry_run, *, accept_weaker_privacy):
     """Refresh from the last successful run's watermark to now (the timer's entrypoint).
 
     Example: lms-refresh run --dry-run
     """
-    return _do_refresh(settings, RUN, dry_run)
+    return _do_refresh(settings, RUN, dry_run, weaker=accept_weaker_privacy)
 
 
 @click.command()
 @click.option("--since", required=True, type=UserTime(), help="Start (inclusive): ISO date or datetime.")
 @click.option("--until", required=True, type=UserTime(), help="End (exclusive): ISO date or datetime.")
 @click.option("--dry-run", is_flag=True, help="Show what would be done; write nothing.")
+@_weaker_option
 @click.pass_obj
-def backfill(settings, since, until, *, dry_run):
+def backfill(settings, since, until, *, dry_run, accept_weaker_privacy):
     """Refresh an explicit window of arrival times [SINCE, UNTIL).
 
     Dates mean local midnight and datetimes without an offset are local time,
@@ -78,26 +88,28 @@ def backfill(settings, since, until, *, dry_run):
 
     Example: lms-refresh backfill --since 2026-09-01 --until 2026-10-01
     """
-    return _do_refresh(settings, BACKFILL, dry_run, since=since, until=until)
+    return _do_refresh(settings, BACKFILL, dry_run, since=since, until=until, weaker=accept_weaker_privacy)
 
 
 @click.command()
 @click.option("--since", required=True, type=UserTime(), help="Re-read the source from here: ISO date or datetime.")
 @click.option("--dry-run", is_flag=True, help="Show what the rebuilt store would hold; write nothing.")
+@_weaker_option
 @click.pass_obj
-def rebuild(settings, since, dry_run):
+def rebuild(settings, since, *, dry_run, accept_weaker_privacy):
     """Start the store's derived data over from the source, from SINCE to now.
 
     The way to apply a change the store refuses (time zone, course_pattern,
     site_url, the key), and to re-create history after the store was lost. In
     one transaction it empties staging and metrics, re-reads the source from
     SINCE and records the configuration's identity; days before SINCE that the
-    source no longer holds are gone. The run log and the quarantine stay.
+    source no longer holds are gone, except closed days (before the staging
+    horizon), which stay as published. The run log and the quarantine stay.
     Run it as the service user, like backfill.
 
     Example: lms-refresh rebuild --since 2026-09-01
     """
-    return _do_refresh(settings, REBUILD, dry_run, since=since)
+    return _do_refresh(settings, REBUILD, dry_run, since=since, weaker=accept_weaker_privacy)
 
 
 @click.command("copy-store")

@@ -4,6 +4,7 @@ writing nothing — what a run would meet, before it meets it."""
 import dataclasses
 import os
 
+from lms_refresh.disclosure import weakening
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser
 from lms_refresh.errors import StateError
 from lms_refresh.config.paths import named_paths, refuse_collisions
@@ -41,6 +42,7 @@ def preflight(config, euid, environ):
     if store_exists(config, environ):
         store = open_store(config, environ, create=False, read_only=True)
         try:
+            weakening.require(config, store, accepted=False)  # the run would refuse it: so does check
             detail = f"; {store.privileges()}" if hasattr(store, "privileges") else ""
             findings.append(Finding(OK, f"store {store.describe()}: reachable, "
                                         f"schema v{store.schema_version()}{detail}"))

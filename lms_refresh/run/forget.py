@@ -15,7 +15,7 @@ from lms_refresh.errors import ConfigError, UnavailableError
 from lms_refresh.run.lock import locked_store, run_lock
 from lms_refresh.run.lock import LockHeld
 from lms_refresh.disclosure.cell_key import RecordKeys
-from lms_refresh.disclosure.pseudonyms import Pseudonymiser, moodle_identifier
+from lms_refresh.disclosure.pseudonyms import Pseudonymiser, fingerprint, moodle_identifier
 from lms_refresh.store.publication import publish_if_behind
 from lms_refresh.disclosure.redaction import REDACTED, scrub_text
 from lms_refresh.state_directory import check_writable_file
@@ -117,6 +117,7 @@ def _forget(config, store, identifier, *, report, stop):
     pseudonym = Pseudonymiser(key)(identifier)
     store.begin()
     try:
+        store.follow_key(fingerprint(key))  # records quarantined under an earlier key name no one (store/erasure.py)
         days = store.forget_learner(pseudonym)
         report.events = len(days)
         report.quarantined = store.forget_quarantined(pseudonym)

@@ -11,14 +11,13 @@ only in the request (how the window is chosen, and a rebuild's reset).
 
 import dataclasses
 import datetime as dt
-import json
 import logging
 import time
 import typing
 import uuid
 
 from lms_refresh import faults, instants, logs
-from lms_refresh.disclosure import redaction
+from lms_refresh.disclosure import redaction, weakening
 from lms_refresh.run import retention, identity, stopping
 from lms_refresh import window as windows
 from lms_refresh.config import Config
@@ -28,8 +27,9 @@ from lms_refresh.run.lock import LockHeld
 from lms_refresh.disclosure.cell_key import RecordKeys
 from lms_refresh.store.publication import publish_if_behind
 from lms_refresh.run.report import Outcome, Report
-from lms_refresh.disclosure.pseudonyms import Pseudonymiser
+from lms_refresh.disclosure.pseudonyms import Pseudonymiser, fingerprint
 from lms_refresh.sources import build_source
+from lms_refresh.sources.redelivery import conflict_records
 from lms_refresh.sources.xapi_fields import actor_identifier
 from lms_refresh.state_directory import check_writable_file
 from lms_refresh.store import load_driver, store_exists
@@ -50,6 +50,7 @@ class Request:
     since: dt.datetime | None = None
     until: dt.datetime | None = None  # a backfill's end; None: now
     dry_run: bool = False
+    accept_weaker_privacy: bool = False  # apply a configuration that protects less than the store's (weakening.py)
 
     def __post_init__(self):
         if self.kind not in (RUN, BACKFILL, REBUILD) or (self.since is None) != (self.kind == RUN):
@@ -80,6 +81,7 @@ class Refresh:
         self._kept = []  # quarantined records, recorded again after a rollback ...
         self._redactor = None  # ... without identifiers
         self._record_keys = None  # set once the run has its secret key
+        self._key_fingerprint = None  # likewise
 
     def run(self):
         """Run the refresh; return its Outcome. Rolls back on failure; the error is returned, not raised."""
@@ -122,8 +124,23 @@ class Refresh:
             identity.verify_identity(config, meta, has_events)
         key = identity.open_key(config, meta, has_events, dry_run=self.request.dry_run, rebuild=rebuild)
         self._record_keys = RecordKeys(key)  # the cell keys of what this run stages and recomputes
+        self._key_fingerprint = fingerprint(key)  # the quarantine's pseudonyms follow the key (store/erasure.py)
         self._redactor = redaction.Redactor(key, actor_identifier, getattr(config.source, "site_url", None))  # quarantined records keep no identifiers
+        self.check_privacy(store)
         return key
+
+    def check_privacy(self, store):
+        """Refuse (78) a configuration that protects the publication less than the settings in force, unless
+        the request accepts it: then say so, in the journal and in the run's row (see weakening.py)."""
+        in_force = store.privacy_settings(missing_ok=True)
+        lowered = weakening.require(self.config, store, self.request.accept_weaker_privacy)
+        if not lowered:
+            return
+        what = ", ".join(lowered)
+        self.report.note = f"privacy weakened deliberately (--accept-weaker-privacy): {what}"
+        logger.warning("Privacy protection weakened deliberately (--accept-weaker-privacy): %s; in force until now: "
+                       "%s.", what, weakening.describe(in_force),
+                       extra=logs.fields(logs.PRIVACY_WEAKENED, RUN_ID=self.report.run_id, PRIVACY_WEAKENED=what))
 
     def choose_window(self, meta, source):
         """Return (the store's watermark on the source's axis or None, the window to read)."""
@@ -154,6 +171,7 @@ class Refresh:
         if self.request.dry_run:
             return
         store.begin()
+        store.follow_key(self._key_fingerprint)
         # Retention does not wait for new records: a quiet source's old data goes on time too.
         retention.apply(store, self.config, self.now, horizon=retention.staging_horizon(self.config, self.now, meta), days=set())
         store.record_run(self.report.row(self.now))
@@ -166,9 +184,9 @@ class Refresh:
         report, now_text, days = self.report, instants.to_cursor(self.now), set()
         source.restore(store.source_state_of)
         for batch in source.batches(window):
-            retention.hold_back(batch, horizon)  # days whose staged events were dropped stay closed
+            report.closed += retention.hold_back(batch, horizon)  # days whose staged events were dropped stay closed
             days |= store.stage(batch.events, batch.voids, batch.names, record_keys=self._record_keys)
-            quarantined = batch.quarantined + _conflicts(store.take_conflicts())
+            quarantined = batch.quarantined + conflict_records(store.take_conflicts())
             if quarantined:
                 store.quarantine(report.run_id, quarantined, now_text, redactor=self._redactor)
                 room = QUARANTINE_KEPT_ON_FAILURE - len(self._kept)
@@ -246,6 +264,7 @@ class Refresh:
         self.report.outcome = "failed"
         try:
             store.begin()
+            store.follow_key(self._key_fingerprint)
             if self._kept:
                 store.quarantine(self.report.run_id, self._kept, instants.to_cursor(self.now), redactor=self._redactor)
             store.record_run(self.report.row(self.now, code, message[:1000]))
@@ -311,11 +330,14 @@ class Refresh:
         self.progress(f"Reading {source.describe()}, window {window.since_cursor} .. {window.until_cursor}",
                       force=True)
         store.begin()
-        if self.request.kind == REBUILD:
-            store.reset_derived()
-            logger.warning("Rebuilding the store: everything derived from the source is replaced by what it holds "
-                           "from %s on.", window.since_cursor, extra={"RUN_ID": report.run_id})
+        store.follow_key(self._key_fingerprint)
         horizon = retention.staging_horizon(self.config, self.now, store.meta())
+        if self.request.kind == REBUILD:
+            store.reset_derived(horizon)  # closed days (before the horizon) stay as they were published
+            logger.warning("Rebuilding the store: everything derived from the source is replaced by what it holds "
+                           "from %s on%s.", window.since_cursor,
+                           f" (days before the staging horizon {horizon} stay as published)" if horizon else "",
+                           extra={"RUN_ID": report.run_id})
         days = self.stage(store, source, window, horizon=horizon)
         staged_at = time.monotonic()
         self.recompute(store, window, days, horizon=horizon)
@@ -331,18 +353,14 @@ class Refresh:
                     extra=logs.run_fields(logs.LOCK_HELD, self.report))
 
     def _check_tolerance(self):
+        """Fail the run (65) past max_quarantine_share of malformed records: statements for closed days
+        (older than the staging horizon) are quarantined too, but they are not malformed."""
         report, share_allowed = self.report, self.config.max_quarantine_share
-        if report.quarantined and report.quarantined > share_allowed * report.statements_read:
-            share = report.quarantined / report.statements_read
+        malformed = report.quarantined - report.closed
+        if malformed and malformed > share_allowed * report.statements_read:
+            share = malformed / report.statements_read
             raise BadInputError(
-                f"{report.quarantined} of {report.statements_read} records in the window were malformed "
+                f"{malformed} of {report.statements_read} records in the window were malformed "
                 f"({share:.1%}, more than max_quarantine_share = {share_allowed:.1%}); "
                 "nothing was committed. See the quarantine table (lms-refresh status) and fix the source."
             )
-
-
-def _conflicts(rows):
-    """Quarantine records for second versions of staged statement ids (their canonical content)."""
-    return [(f"statement {event.event_id.hex()}", "conflicting statement id: already staged with other content",
-             json.dumps({name: value.hex() if isinstance(value, bytes) else value
-                         for name, value in event._asdict().items()}, sort_keys=True)) for event in rows]

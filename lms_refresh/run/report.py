@@ -27,10 +27,12 @@ class Report:
     staged: int = 0
     voided: int = 0
     quarantined: int = 0
+    closed: int = 0  # of the quarantined: statements for days before the staging horizon (not malformed)
     partitions: list = dataclasses.field(default_factory=list)
     rows_written: int = 0
     suppressed: int = 0
     lock_holder: str = ""
+    note: str = ""  # what the run log's row says of a successful run (a deliberate weakening of privacy)
     started: float = dataclasses.field(default_factory=time.monotonic)
 
     def row(self, now, exit_code=0, message=""):
@@ -44,7 +46,7 @@ class Report:
             "window_until": self.window.until_cursor if self.window else None,
             "statements_read": self.statements_read, "staged": self.staged, "voided": self.voided,
             "quarantined": self.quarantined, "partitions": len(self.partitions),
-            "rows_written": self.rows_written, "suppressed": self.suppressed, "message": message,
+            "rows_written": self.rows_written, "suppressed": self.suppressed, "message": message or self.note,
             "version": __version__,
         }
 

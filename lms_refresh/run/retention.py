@@ -6,7 +6,8 @@ per learner). Those of local days before the *staging horizon* — today minus
 days' published metrics stay as they were and are never recomputed again,
 since a rebuild from what is left would publish an incomplete day. A
 statement that arrives later for such a day is quarantined as "older than the
-staging horizon" (and counted like any quarantined record), never merged.
+staging horizon", never merged — and not counted as malformed (toward
+max_quarantine_share): it may well be one counted before its day closed.
 The store records the horizon it enforced, and it never moves back: widening
 `staging_days` later cannot bring dropped events back, so days before the
 recorded horizon stay closed.
@@ -21,7 +22,9 @@ import uuid
 import zoneinfo
 
 from lms_refresh import instants
+from lms_refresh.disclosure.redaction import marker
 
+CLOSED_REASON = "older than the staging horizon"
 HORIZON_KEY = "staging_horizon"  # in the store's meta: the first local day whose staged events are kept
 
 
@@ -38,24 +41,32 @@ def staging_horizon(config, now, meta):
 
 
 def hold_back(batch, horizon):
-    """Move the batch's events of days before the horizon to its quarantine (counted there, never staged)."""
+    """Move the batch's events of days before the horizon to its quarantine, never staged; return how many.
+
+    They are not malformed, so they do not count toward max_quarantine_share: a watermark set back
+    before the horizon (or a rebuild or backfill from before it) re-reads statements counted long
+    ago, and those must not fail the run. Each record carries its learner's pseudonym marker, so
+    that `forget` finds it like any quarantined record of theirs.
+    """
     if horizon is None or not batch.events:
-        return
+        return 0
     late = [event for event in batch.events if event.day < horizon]
     if not late:
-        return
+        return 0
     batch.events = [event for event in batch.events if event.day >= horizon]
     for event in late:
         record_id = str(uuid.UUID(bytes=bytes(event.event_id)))
-        # The canonical event without its learner: which record, which day, which course.
+        # The canonical event: which record, which day, which course, whose (as a pseudonym).
         raw = json.dumps({"id": record_id, "day": event.day, "course_id": event.course_id,
-                          "timestamp": event.occurred, "stored": event.stored})
+                          "learner": marker(event.actor), "timestamp": event.occurred or None,
+                          "stored": event.stored})
         batch.quarantined.append((
             f"record {record_id}",
-            f"older than the staging horizon: its day {event.day} is before {horizon}, whose staged events "
+            f"{CLOSED_REASON}: its day {event.day} is before {horizon}, whose staged events "
             "were dropped (retention.staging_days), so it cannot be counted without publishing an incomplete day",
             raw,
         ))
+    return len(late)
 
 
 def apply(store, config, now, *, horizon, days):

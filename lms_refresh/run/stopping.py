@@ -10,6 +10,7 @@ after it, never inside.
 
 import contextlib
 import logging
+import os
 import signal
 
 from lms_refresh.errors import Terminated
@@ -23,8 +24,16 @@ class StopPolicy:
     def __init__(self):
         self.committed = False
         self.requested = False
+        self.pid = os.getpid()
 
     def handler(self, signum, frame):
+        if os.getpid() != self.pid:
+            # A process forked from the run (a parsing worker the pool starts) that a stop reaches
+            # before it set its own handler: it dies by the signal, as it would by default, instead
+            # of raising the run's Terminated (and printing a traceback) in a process that has no run.
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
         if self.requested:
             return  # the first stop is already on its way out; raising again would interrupt the rollback
         self.requested = True

@@ -241,11 +241,11 @@ class StatementMapper:
                 object_id = self._iri(object_id, "object.id")
         else:
             object_id = self._object_id(target, kind)
-        timestamp = statement.get("timestamp")
+        timestamp = occurred = statement.get("timestamp")
         if timestamp is None:
             if any(type(name) is str and name.lower() == "timestamp" for name in statement):
                 raise InvalidStatement("timestamp is spelt with other letter case (keys are case-sensitive)")
-            timestamp = raw_stored  # xAPI: the LRS sets timestamp to stored when absent
+            timestamp, occurred = raw_stored, ""  # xAPI: the LRS sets timestamp to stored when absent
         if not isinstance(timestamp, str):
             raise InvalidStatement("timestamp is not a string")
         day = self.day_of(timestamp)
@@ -279,7 +279,7 @@ class StatementMapper:
         course_key = self._courses.get(course) or self._name_id("course", course, self._courses)
         verb_key = self._verbs.get(verb_id) or self._verb_key(verb_id)
         return EVENT, make_event(
-            day=day, course_id=course_key, actor=actor, event_id=key, stored=stored, occurred=timestamp,
+            day=day, course_id=course_key, actor=actor, event_id=key, stored=stored, occurred=occurred,
             verb_id=verb_key,
             is_attempt=1 if verb_id == ATTEMPTED else 0,
             is_completion=1 if verb_id == COMPLETED or completion is True else 0,

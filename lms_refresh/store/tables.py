@@ -72,7 +72,8 @@ TABLES = (
     Table("verbs", (Column("verb_id", BIGINT), Column("iri", TEXT)), key=("verb_id",), unique=(("iri",),)),
     # Canonical events, clustered by partition so a day is rebuilt from one contiguous range. The
     # key ends with the source's own id; the columns before it are functions of that (immutable)
-    # record, so pulling a record twice is a no-op.
+    # record, so pulling a record twice is a no-op. `occurred` is the timestamp as sent ('' when the
+    # statement had none), which lms_refresh.sources.redelivery compares with a second delivery's.
     Table("staged_events", (
         Column("day", TEXT), Column("course_id", BIGINT), Column("actor", BIGINT), Column("event_id", BYTES),
         Column("stored", TEXT), Column("occurred", TEXT), Column("verb_id", BIGINT),

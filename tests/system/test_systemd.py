@@ -501,8 +501,9 @@ def test_lrs_and_moodle_sources_run_under_the_hardened_unit(system, ralph, moodl
         run = status(system)["last_run"]
         assert run["outcome"] == "success" and run["statements_read"] == len(statements) and run["rows_written"] > 0
 
+        reach = (dt.date.today() - dt.date(2026, 11, 23)).days + 30  # load_two_days's rows, whatever today is
         system.run("tee", "/etc/lms-refresh/config.toml", input=(
-            'timezone = "Europe/Paris"\nmin_cell_size = 2\n[window]\nbootstrap_days = 3660\n'
+            f'timezone = "Europe/Paris"\nmin_cell_size = 2\n[window]\nbootstrap_days = {reach}\n'
             f'[source]\ntype = "moodle"\nurl = "{moodle.url}"\npassword_file = "moodle-password"\n'
             f'site_url = "{SITE}"\n[store]\npath = "/var/lib/lms-refresh/moodle.sqlite"\n'
             '[privacy]\nmethod = "none"\n'))  # exact counts, to compare with the hand-computed ones

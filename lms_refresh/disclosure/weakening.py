@@ -1,0 +1,66 @@
+"""Whether a configuration would protect the publication less than the settings in force.
+
+The store keeps the privacy settings in force (its `privacy_settings` row). A run may apply
+stronger ones from its configuration at once, but weaker ones only when asked to on its
+command line (`--accept-weaker-privacy`): one host's typo, or a second host sharing a store
+with `method = "none"`, must not lower what every dashboard reader is protected by.
+
+The order, one setting at a time — a change is weaker if any of these goes down, whatever
+the others do:
+
+- `min_cell_size`: a lower threshold is weaker;
+- `method`: "none" (exact counts) is weaker than "cell-key";
+- the noise, while both use "cell-key": a lower `max_noise` (D) or a lower `variance` is
+  weaker (from "none" to "cell-key" any noise is stronger; under "none" they do nothing);
+- `withhold_zeros`: false is weaker than true.
+"""
+
+from lms_refresh.disclosure.policy import PrivacySettings
+from lms_refresh.errors import ConfigError
+
+
+def configured(config):
+    """Return the PrivacySettings a configuration asks for."""
+    section = config.privacy
+    return PrivacySettings(config.min_cell_size, section.method, section.max_noise, float(section.variance),
+                            bool(section.withhold_zeros))
+
+
+def describe(settings):
+    """Return the protection of `settings` (a PrivacySettings) in a few words."""
+    noise = ("exact counts (method none)" if settings.method == "none" else
+             f"cell-key noise within +-{settings.max_noise} (variance {settings.variance:g})")
+    zeros = "zeros withheld" if settings.withhold_zeros else "zeros published"
+    return f"min_cell_size {settings.min_cell_size}, {noise}, {zeros}"
+
+
+def weaker(in_force, wanted):
+    """Return how `wanted` protects less than `in_force` (phrases; [] if at least as much)."""
+    found = []
+    if wanted.min_cell_size < in_force.min_cell_size:
+        found.append(f"min_cell_size {in_force.min_cell_size} -> {wanted.min_cell_size}")
+    if in_force.method == "cell-key" and wanted.method == "none":
+        found.append("method cell-key -> none (exact counts)")
+    elif in_force.method == "cell-key" == wanted.method:
+        if wanted.max_noise < in_force.max_noise:
+            found.append(f"max_noise {in_force.max_noise} -> {wanted.max_noise}")
+        if wanted.variance < in_force.variance:
+            found.append(f"variance {in_force.variance:g} -> {wanted.variance:g}")
+    if in_force.withhold_zeros and not wanted.withhold_zeros:
+        found.append("withhold_zeros true -> false")
+    return found
+
+
+def require(config, store, accepted):
+    """Return how `config` weakens the settings in force in `store` ([] if it does not), or raise
+    ConfigError (78) if it does and that was not `accepted` on the command line."""
+    in_force = store.privacy_settings(missing_ok=True)
+    lowered = weaker(in_force, configured(config)) if in_force is not None else []
+    if lowered and not accepted:
+        raise ConfigError(
+            f"{config.origin} protects the publication less than the settings in force in the store "
+            f"{store.describe()} ({describe(in_force)}): {', '.join(lowered)}; nothing was read — put the settings "
+            "in force back in the configuration, or weaken them deliberately with "
+            "'lms-refresh run --accept-weaker-privacy' (README, \"Metrics and suppression\")."
+        )
+    return lowered

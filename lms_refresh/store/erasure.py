@@ -1,0 +1,71 @@
+"""What the stores share for erasure and retention (lms_refresh.run.forget, lms_refresh.run.retention).
+
+A learner is in the store in these forms, and only these: their staged events (`actor`, the
+keyed pseudonym); quarantined records that carry their pseudonym marker, `"pseudonym:N"` —
+redacted records, second versions of a statement id ("conflicting statement id"), statements
+for closed days ("older than the staging horizon") — and, in conflict records written before
+the marker was used there, `"actor": N`. Aggregates (daily metrics, published rows, their key
+sums) are rebuilt without them. Nothing else the store keeps names a learner: the run log holds
+counts and scrubbed messages, voided_events statement ids only, the name tables course and verb
+IRIs, the file index export file paths.
+
+A pseudonym is only as findable as its key: records quarantined under another key (before a
+rebuild that made a new one) can never be matched again, so when the key changes they lose
+their pseudonyms — they then name no one — while their reason and origin stay.
+"""
+
+import re
+
+from lms_refresh.disclosure import redaction
+
+_MARKER = re.compile(r'"pseudonym:-?[0-9]+"')
+_LEGACY_ACTOR = re.compile(r'"actor": -?[0-9]+(?=[,}])')
+_CONFLICT = "conflicting statement id%"
+
+
+class Erasure:
+    """A mixin of SqlStore: `execute`, `meta` and `set_meta` come from it."""
+
+    def forget_learner(self, actor):
+        """Delete the staged events of one pseudonymised learner; return the day of each deleted event."""
+        return [row[0] for row in self.execute("DELETE FROM staged_events WHERE actor = ? RETURNING day", (actor,))]
+
+    def forget_quarantined(self, pseudonym):
+        """Delete the quarantined records that name this pseudonym, in every form they were written; return how many."""
+        pattern = '%"' + redaction.marker(pseudonym) + '"%'  # a whole JSON string: -12 is not -123
+        count = self.execute("DELETE FROM quarantine WHERE raw LIKE ?", (pattern,)).rowcount
+        legacy = [f'%"actor": {pseudonym},%', f'%"actor": {pseudonym}}}%']
+        for form in legacy:
+            count += self.execute("DELETE FROM quarantine WHERE reason LIKE ? AND raw LIKE ?", (_CONFLICT, form)).rowcount
+        return count
+
+    def follow_key(self, fingerprint):
+        """Inside the transaction (before anything is quarantined in it): note that the quarantine's
+        pseudonyms are made with the key of `fingerprint`, stripping those of records quarantined under
+        another (see the module); return how many records lost theirs."""
+        if fingerprint is None:  # the run failed before it had its key: it quarantined nothing
+            return 0
+        meta = self.meta()
+        previous = meta.get("quarantine_key", meta.get("key_fingerprint"))
+        stripped = 0
+        if previous is not None and previous != fingerprint:
+            rows = self.execute("SELECT id, reason, raw FROM quarantine WHERE raw LIKE ? OR reason LIKE ?",
+                                ('%"pseudonym:%', _CONFLICT)).fetchall()
+            for number, reason, raw in rows:
+                kept = _MARKER.sub(f'"{redaction.REDACTED}"', raw)
+                if reason.startswith("conflicting statement id"):
+                    kept = _LEGACY_ACTOR.sub(f'"actor": "{redaction.REDACTED}"', kept)
+                if kept != raw:
+                    self.execute("UPDATE quarantine SET raw = ? WHERE id = ?", (kept, number))
+                    stripped += 1
+        if previous != fingerprint:
+            self.set_meta("quarantine_key", fingerprint)
+        return stripped
+
+    def drop_staged_before(self, day):
+        """Delete the staged events of local days before `day` (one range of the clustered key)."""
+        return self.execute("DELETE FROM staged_events WHERE day < ?", (day,)).rowcount
+
+    def expire_quarantine(self, cutoff):
+        """Delete the quarantined records recorded before the cursor text `cutoff`."""
+        return self.execute("DELETE FROM quarantine WHERE recorded_at < ?", (cutoff,)).rowcount
