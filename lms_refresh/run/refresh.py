@@ -18,14 +18,13 @@ import uuid
 
 from lms_refresh import faults, instants, logs
 from lms_refresh.disclosure import redaction, weakening
-from lms_refresh.run import retention, identity, stopping
+from lms_refresh.run import after_commit, retention, identity, stopping
 from lms_refresh import window as windows
 from lms_refresh.config import Config
-from lms_refresh.errors import BadInputError, RefreshError, StateError, Terminated, exit_status, from_os_error
+from lms_refresh.errors import BadInputError, StateError, Terminated, exit_status, from_os_error
 from lms_refresh.run.lock import locked_store, run_lock
 from lms_refresh.run.lock import LockHeld
 from lms_refresh.disclosure.cell_key import RecordKeys
-from lms_refresh.store.publication import publish_if_behind
 from lms_refresh.run.report import Outcome, Report
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser, fingerprint
 from lms_refresh.sources import build_source
@@ -177,7 +176,7 @@ class Refresh:
         store.record_run(self.report.row(self.now))
         with self.stop.commit():
             store.commit()
-        self.remember(key)  # a note lost with a run killed after its commit
+        after_commit.remember(self.config, key)  # a note lost with a run killed after its commit
 
     def stage(self, store, source, window, *, horizon):
         """Stage the window's batches inside the run's transaction; return the local days they touched."""
@@ -232,31 +231,12 @@ class Refresh:
         with self.stop.commit():
             store.commit()
         faults.point("after-commit")
-        self.remember(key)
+        after_commit.remember(self.config, key)
         return True
 
-    def remember(self, key):
-        """Note in the state directory which store the key built (see run/identity.py); the run stands without it."""
-        try:
-            identity.remember_store(self.config, key)
-        except (OSError, RefreshError) as error:  # the next run writes the note again
-            logger.warning("Could not note the store in %s (%s).", identity.marker_path(self.config), error)
-
     def publish(self, store):
-        """Bring the dashboards' copy up to date, after the commit (see store/publication.py). A failure is
-        recorded in the run's own row of the run log, which says that the run committed."""
-        try:
-            publish_if_behind(self.config, store, self.euid)
-        except RefreshError as error:  # its sentence says the store is committed
-            self.report.outcome = "publish-failed"
-            code, message = exit_status(error)
-            try:
-                store.update_run(self.report.row(self.now, code, message[:1000]))
-            except BaseException as unrecorded:  # the store's disk may be what is full
-                store.rollback_quietly()
-                logger.warning("Could not record the failed publication in the store (%s: %s).",
-                               type(unrecorded).__name__, unrecorded)
-            raise
+        """Bring the dashboards' copy up to date, after the commit (see run/after_commit.py)."""
+        after_commit.publish(self, store)
 
     def record_failure(self, store, error):
         """After a rollback, note the failed run (and what was quarantined) in its own transaction."""

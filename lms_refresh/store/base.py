@@ -219,14 +219,6 @@ class SqlStore(Erasure):
         self.execute(f"INSERT INTO runs ({', '.join(RUN_FIELDS)}) VALUES ({placeholders})",
                      [run[field] for field in RUN_FIELDS])
 
-    def update_run(self, run):
-        """Replace the run log's row of a committed run (whose publication then failed) by `run`, in a
-        transaction of its own; it stays the last row."""
-        self.begin()
-        self.execute("DELETE FROM runs WHERE run_id = ?", (run["run_id"],))
-        self.record_run(run)
-        self.commit()
-
     # -- the publication (lms_refresh.disclosure.privacy) ---------------------------------
 
     def privacy_settings(self, missing_ok=False):
