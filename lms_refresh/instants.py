@@ -44,8 +44,8 @@ CURSOR = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", re.ASCII)
 UTC_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.(\d{1,6}))?Z", re.ASCII)
 # A cheaper test of the usual form. ASCII: a Unicode digit is no digit of a time.
 UTC_MILLIS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d\d\dZ", re.ASCII)
-_DAYS_KEPT = 100_000
-_real_days = set()  # "YYYY-MM-DD" texts known to be real dates in range (bounded)
+_HOURS_KEPT = 100_000
+_real_hours = set()  # "YYYY-MM-DDTHH" texts known to be real dates in range with a real hour (bounded)
 
 
 class NotAnInstant(ValueError):
@@ -95,21 +95,26 @@ def from_cursor(text, what="watermark"):
 
 
 def _real_time_of_day(text):
-    """Given text in UTC_TIME's form, tell whether its date is real and in range and its time of day real."""
-    if not ("00" <= text[11:13] <= "23" and text[14:16] <= "59" and text[17:19] <= "59"):
+    """Given text in UTC_TIME's form, tell whether its date is real and in range and its time of day real.
+
+    Its first 13 characters (date and hour) are remembered once checked, so the usual case is one set
+    lookup and two comparisons (iso_cursor inlines it)."""
+    if not (text[14:16] <= "59" and text[17:19] <= "59"):
         return False  # a leap second (":60") is read by parse_iso
-    day = text[:10]
-    if day in _real_days:
+    hour = text[:13]
+    if hour in _real_hours:
         return True
+    if not "00" <= text[11:13] <= "23":
+        return False
     try:
-        year = dt.date.fromisoformat(day).year
+        year = dt.date.fromisoformat(text[:10]).year
     except ValueError:
         return False
     if not FIRST_YEAR <= year <= LAST_YEAR:
         return False
-    if len(_real_days) >= _DAYS_KEPT:
-        _real_days.clear()
-    _real_days.add(day)
+    if len(_real_hours) >= _HOURS_KEPT:
+        _real_hours.clear()
+    _real_hours.add(hour)
     return True
 
 
@@ -143,8 +148,9 @@ def parse_iso(text, what):
 
 def iso_cursor(text, what="stored"):
     """Given an ISO 8601 time, return its cursor text or raise NotAnInstant (the usual UTC forms without parsing)."""
-    if type(text) is str and len(text) == 24 and UTC_MILLIS.fullmatch(text) and _real_time_of_day(text):
-        return text[:23] + "000Z"  # the form LRSs write: UTC with milliseconds
+    if type(text) is str and len(text) == 24 and UTC_MILLIS.fullmatch(text) and text[:13] in _real_hours \
+            and text[14:16] <= "59" and text[17:19] <= "59":
+        return text[:23] + "000Z"  # the form LRSs write: UTC with milliseconds, in an hour already checked
     if isinstance(text, str) and text.endswith("Z"):
         match = UTC_TIME.fullmatch(text)
         if match and _real_time_of_day(text):  # already UTC: only the fraction needs padding to six digits

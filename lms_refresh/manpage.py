@@ -22,13 +22,15 @@ from lms_refresh.config.validators import at_least_a_second, parse_duration
 from lms_refresh.errors import MEANINGS
 from lms_refresh.ops.monitoring import PLUGIN_STATES
 
-UNITS = ("lms-refresh.service", "lms-refresh.timer", "lms-refresh-alert@.service")
+UNITS = ("lms-refresh.service", "lms-refresh.timer", "lms-refresh-alert@.service", "lms-refresh-catch-up.timer")
 
 # What the program reads from its environment besides click's own envvars.
 ENVIRONMENT = [
     ("STATE_DIRECTORY", "Set by systemd's StateDirectory=; the state directory, winning over state_directory."),
     ("CREDENTIALS_DIRECTORY", "Set by systemd's LoadCredential=; where bare credential names "
-                              "(password_file, *_url_file) are looked up."),
+                              "(password_file, *_url_file) are looked up first."),
+    ("LMS_REFRESH_CREDENTIALS", "Where bare credential names are looked up next (default "
+                                "/etc/lms-refresh/credentials)."),
     ("JOURNAL_STREAM, INVOCATION_ID", "Set by systemd; when present, records go to the journal with "
                                       "structured fields instead of stderr."),
     ("NOTIFY_SOCKET", "Set by systemd; progress is sent as STATUS= (shown by systemctl status)."),
@@ -37,6 +39,10 @@ ENVIRONMENT = [
 
 FILES = [
     (DEFAULT_CONFIG_PATH, "The configuration (a conffile; every key explained in comments)."),
+    ("/etc/lms-refresh/credentials/", "Credentials named by a bare name in the configuration (password_file, "
+                                      "*_url_file), each 0640 root:lms-refresh in a 0750 root:lms-refresh "
+                                      "directory: read by the timer's run, the alert unit and manual commands "
+                                      "alike, unless the unit loaded its own copy with LoadCredential=."),
     (DEFAULT_STATE_DIRECTORY, "The state directory, owned by the user lms-refresh."),
     (f"{DEFAULT_STATE_DIRECTORY}/refresh.lock", "The run lock (flock); it records the holder's PID and host."),
     (f"{DEFAULT_STATE_DIRECTORY}/metrics.sqlite", "The SQLite store; not for dashboards (it holds pseudonymised "
@@ -164,8 +170,10 @@ def render(group, date, units):
         ".PP",
         _escape("A systemd timer starts lms-refresh.service on weekdays at 04:15; each run takes a lock, pulls "
                 "the activity that arrived since the last successful run, recomputes the affected daily metrics, "
-                "withholds values derived from too few learners and commits once. Run manual commands as the "
-                "service user, e.g. sudo -u lms-refresh lms-refresh check."),
+                "withholds values derived from too few learners and commits once. Manual commands run as the "
+                "service user: run as root, a command becomes the owner of the state directory before it opens "
+                "anything. Bare credential names are read from $CREDENTIALS_DIRECTORY, else "
+                "/etc/lms-refresh/credentials (0640 root:lms-refresh), by every command alike."),
         ".SH OPTIONS", *_options(group, context, with_help=True),
         ".SH COMMANDS", *_commands(group, context),
         *_configuration(SCHEMA),

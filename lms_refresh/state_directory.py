@@ -21,7 +21,33 @@ def user_name(uid):
 
 
 def _run_as_hint(owner):
-    return f"run it as that user, e.g. 'sudo -u {owner} lms-refresh ...'"
+    return f"run it as root (it becomes that user) or as that user, e.g. 'runuser -u {owner} -- lms-refresh ...'"
+
+
+def become_owner(path, euid):
+    """As root, switch this process to the user that owns the state directory `path` (its groups
+    too, as runuser does) and return that user's name; else (not root, no directory yet, or one
+    root owns) return None and change nothing.
+
+    Root then shares the service's lock and state and leaves no root-owned file behind, and reads
+    credentials as the service user does (through the group of /etc/lms-refresh/credentials)."""
+    if euid != 0:
+        return None
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    if info.st_uid == 0 or not stat.S_ISDIR(info.st_mode):
+        return None
+    try:
+        entry = pwd.getpwuid(info.st_uid)
+    except KeyError:
+        raise StateError(f"The state directory {path} belongs to uid {info.st_uid}, which has no account; "
+                         "chown it to the service user.")
+    os.initgroups(entry.pw_name, entry.pw_gid)
+    os.setgid(entry.pw_gid)
+    os.setuid(entry.pw_uid)
+    return entry.pw_name
 
 
 def refuse_a_file(path):

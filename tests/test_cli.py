@@ -2,6 +2,7 @@
 
 import json
 import subprocess
+import os
 import sys
 
 import click
@@ -118,6 +119,20 @@ def test_sd_notify_status_reaches_the_notify_socket(project, tmp_path):
     assert received[-1] == "STATUS="
 
 
-def test_version():
+def test_version_is_one_number_in_the_program_the_python_package_and_the_debian_changelog():
+    import re
+    import tomllib
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as handle:
+        version = tomllib.load(handle)["project"]["version"]
+    with open(os.path.join(root, "debian", "changelog")) as handle:
+        first = handle.readline()
+    assert re.match(rf"lms-refresh \({re.escape(version)}\) unstable; urgency=", first), first
     result = subprocess.run([sys.executable, "-m", "lms_refresh", "--version"], capture_output=True, text=True)
-    assert result.stdout.strip() == "lms-refresh, version 0.1.0"
+    assert result.stdout.strip() == f"lms-refresh, version {version}"
+    with open(os.path.join(root, "README.md")) as handle:
+        readme = handle.read()
+    installing = readme.split("## Installing on Debian 12 or 13", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"lms-refresh_([0-9][^_\s]*)_all\.deb", installing))  # what the build writes now
+    assert named == {version}, named

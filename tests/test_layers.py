@@ -24,7 +24,7 @@ LAYERS = [
      "lms_refresh.state_directory", "lms_refresh.credentials", "lms_refresh.postgresql", "lms_refresh.faults",
      "lms_refresh.atomic", "lms_refresh.instants"},
 ]
-MAX_TOP_LEVEL_MODULES = 13  # the foundations of the code map, atomic.py (planned) and instants.py included
+MAX_TOP_LEVEL_MODULES = 12  # issue 19: at most 12 modules left at the top of lms_refresh/
 MAX_LINES = 350
 
 

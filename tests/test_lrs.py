@@ -242,15 +242,31 @@ def test_dry_run_reads_the_lrs_and_writes_nothing(tmp_path, ralph):
     assert "read:        150 statements" in out and not project.has_store()
 
 
-def test_a_credential_name_is_read_from_the_credentials_directory(tmp_path, ralph):
-    credentials = tmp_path / "credentials"
-    credentials.mkdir()
-    (credentials / "lrs-password").write_text(ralph.PASSWORD + "\n")
+def test_a_credential_name_is_read_from_the_units_credentials_then_the_credentials_directory(tmp_path, ralph):
+    loaded = tmp_path / "loaded"  # what systemd's LoadCredential= puts in $CREDENTIALS_DIRECTORY
+    loaded.mkdir()
+    (loaded / "lrs-password").write_text(ralph.PASSWORD + "\n")
+    directory = tmp_path / "etc-credentials"  # /etc/lms-refresh/credentials, for manual commands
+    directory.mkdir()
     project = lrs_project(tmp_path / "lrs", ralph, password_file="lrs-password")
-    outside = project.invoke("check")
-    assert outside.returncode == 78 and "Credential 'lrs-password' needs $CREDENTIALS_DIRECTORY" in outside.stderr
-    inside = project.invoke("check", env={"CREDENTIALS_DIRECTORY": str(credentials)}, check=0)
+    outside = project.invoke("check", env={"LMS_REFRESH_CREDENTIALS": str(directory)})
+    assert outside.returncode == 78, outside.stderr
+    assert (f"Credential 'lrs-password' is not at {directory}/lrs-password and no unit loaded it; put it there "
+            f"as root (install -m 0640 -o root -g lms-refresh /dev/stdin {directory}/lrs-password") in outside.stderr
+    inside = project.invoke("check", env={"CREDENTIALS_DIRECTORY": str(loaded),
+                                          "LMS_REFRESH_CREDENTIALS": str(directory)}, check=0)
     assert "credentials of 'lms-refresh' accepted" in inside.stdout
+    (directory / "lrs-password").write_text("not the password\n")  # the unit's own copy wins
+    inside = project.invoke("check", env={"CREDENTIALS_DIRECTORY": str(loaded),
+                                          "LMS_REFRESH_CREDENTIALS": str(directory)}, check=0)
+    assert "credentials of 'lms-refresh' accepted" in inside.stdout
+    (directory / "lrs-password").write_text(ralph.PASSWORD + "\n")  # a manual command: the directory's file
+    manual = project.invoke("check", env={"LMS_REFRESH_CREDENTIALS": str(directory)}, check=0)
+    assert "credentials of 'lms-refresh' accepted" in manual.stdout
+    (loaded / "lrs-password").unlink()  # the unit loaded other credentials, not this one: the directory's
+    other = project.invoke("check", env={"CREDENTIALS_DIRECTORY": str(loaded),
+                                         "LMS_REFRESH_CREDENTIALS": str(directory)}, check=0)
+    assert "credentials of 'lms-refresh' accepted" in other.stdout
 
 
 def test_statements_the_engine_cannot_use_are_quarantined_once_by_id(tmp_path, ralph):

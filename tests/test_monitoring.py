@@ -117,7 +117,7 @@ def test_unreachable_ping_never_changes_the_exit_status(project, tmp_path):
 
 def test_alert_content_has_meaning_window_journal_and_no_secrets():
     last_run = {"window_since": "2026-11-02T03:15:00.000000Z", "window_until": "2026-11-03T03:15:00.000000Z",
-                "message": "5 of 6 records were malformed"}
+                "message": "5 of 6 records were malformed", "exit_code": 65}
     lines = [(6, "Refreshing ..."), (3, "fetch https://user:hunter2@lrs.example.edu failed for alice@example.edu"),
              (6, "token s3cr3t-token leaked")]
     alert = compose("lms-refresh.service", "65", "exit-code", invocation="abc", last_run=last_run, lines=lines, secrets=["s3cr3t-token"])

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import statement
-from lms_refresh.config import has_source
+from lms_refresh.config import is_configured
 from lms_refresh.demo import command_hint
 from lms_refresh.run.lock import RunLock
 from lms_refresh.demo.sample import generate
@@ -31,29 +31,44 @@ def test_an_unconfigured_install_says_no_source_is_configured_and_where(sqlite_p
     assert sqlite_project.invoke("is-configured").returncode == 1
 
 
-def test_has_source_decides_by_the_kind_of_error_not_its_wording(tmp_path):
+def test_only_an_unconfigured_install_is_skipped_and_every_mistake_runs_to_fail_loudly(tmp_path):
     odd = tmp_path / "No configuration file here"  # the words the old check searched the message for
     odd.mkdir()
-    (odd / "config.toml").write_text("this is = not toml\n")
-    assert has_source(str(odd / "config.toml"))  # invalid: configured, so the run fails loudly (78)
-    assert not has_source(str(odd / "absent.toml"))
-    (odd / "config.toml").write_text("timezone = 'UTC'\n")
-    assert not has_source(str(odd / "config.toml"))
-    (odd / "config.toml").write_text("[source]\n")
-    assert has_source(str(odd / "config.toml"))
+    path = str(odd / "config.toml")
+    assert not is_configured(str(odd / "absent.toml"), {})
+    for unconfigured in (PACKAGED, "timezone = 'UTC'\n", "", "# nothing yet\n[window]\nbootstrap_days = 3\n"):
+        (odd / "config.toml").write_text(unconfigured)
+        assert not is_configured(path, {}), unconfigured
+    # Configured, so the run fails loudly (78) and alerts: invalid TOML, a misspelt table or key, a bad
+    # value in a table before or after [source]'s place, a [source] that is wrong.
+    for mistake in ("this is = not toml\n", PACKAGED + "[sources]\ntype = 'xapi-ndjson'\npath = '/srv'\n",
+                    "[source]\n", "timezone = 'Mars/Olympus'\n", "[window]\nbootstrap_day = 3\n",
+                    "[privacy]\nmax_noise = -1\n", "[publication]\ngroup = 5\n", "[sources]\n",
+                    "min_cel_size = 5\n"):
+        (odd / "config.toml").write_text(mistake)
+        assert is_configured(path, {}), mistake
+
+
+def test_a_misspelt_table_is_not_skipped_it_runs_and_fails_with_78(sqlite_project):
+    sqlite_project.config.write_text(PACKAGED + '[sources]\ntype = "xapi-ndjson"\npath = "/srv/xapi"\n')
+    assert sqlite_project.invoke("is-configured").returncode == 0
+    result = sqlite_project.invoke("run")
+    assert result.returncode == 78 and "unknown key 'sources'" in result.stderr, result.stderr
 
 
 def test_the_readme_quotes_the_lock_message_as_the_program_prints_it(sqlite_project):
     quotes = re.findall(r"`(Another refresh holds the lock \(held by pid N on HOST\)[^`]*)`", README)
-    assert len(quotes) == 2 and len(set(quotes)) == 1
+    assert len(quotes) == 3 and len(set(quotes)) == 2  # the timer's run (twice), an operator's rebuild
     assert "(held by pid N host)" not in README
     sqlite_project.write("a.ndjson", [statement()])
     sqlite_project.state.mkdir()
     with RunLock(str(sqlite_project.state / "refresh.lock")):
-        result = sqlite_project.cli("run")
-    assert result.returncode == 0
-    printed = quotes[0].replace("pid N", f"pid {os.getpid()}").replace("HOST", socket.gethostname())
-    assert printed in result.stderr
+        run = sqlite_project.cli("run")
+        rebuild = sqlite_project.cli("rebuild", "--since", "2026-11-01")
+    assert (run.returncode, rebuild.returncode) == (0, 69)
+    for quote in set(quotes):
+        printed = quote.replace("pid N", f"pid {os.getpid()}").replace("HOST", socket.gethostname())
+        assert printed in (run.stderr if "nothing to do" in quote else rebuild.stderr)
 
 
 @pytest.mark.parametrize("on_path", [False, True], ids=["not-on-path", "on-path"])

@@ -162,7 +162,7 @@ def test_a_dashboard_role_reads_the_serving_view_and_nothing_else(server, pg_pro
 def test_check_reports_reachability_version_and_privileges(pg_project):
     pg_project.invoke("run", now=NOW, check=0)
     result = pg_project.invoke("check", check=0)
-    assert f"(schema lms_refresh): reachable, schema v{SCHEMA_VERSION}; can write staging and metrics" in result.stdout
+    assert f"(schema lms_refresh): reachable, schema v{SCHEMA_VERSION}; its role may write every table" in result.stdout
 
 
 def test_credentials_and_reachability_errors_are_one_clear_sentence(server, pg_project, tmp_path):

@@ -98,15 +98,25 @@ def test_damaged_watermark_is_refused(project):
     assert result.returncode == 78 and "The stored watermark 'yesterday' is not a valid time" in result.stderr
 
 
-def test_root_refuses_a_state_directory_owned_by_the_service_user(project):
-    populated(project)
-    for path in [project.state] + list(project.state.iterdir()):
-        os.chown(path, 65534, 65534)
-    result = project.invoke("run", now="2026-11-04T04:15:00Z")
-    assert result.returncode == 78
-    assert "belongs to user 'nobody'; running as root would leave root-owned files" in result.stderr
-    assert "sudo -u nobody lms-refresh" in result.stderr
-    assert all(p.stat().st_uid == 65534 for p in project.state.iterdir())
+def test_root_runs_as_the_owner_of_the_state_directory_and_leaves_nothing_root_owned():
+    """The installed command in a subprocess: it changes its own user."""
+    root = tempfile.mkdtemp(prefix="lmsr-root-")
+    os.chmod(root, 0o755)  # reachable by 'nobody', unlike pytest's private tmp_path
+    try:
+        project = Project(pathlib.Path(root) / "p")
+        populated(project)
+        for path in [project.root, project.state] + list(project.state.rglob("*")) + list(project.root.rglob("*")):
+            os.chown(path, 65534, 65534)
+        before = project.runs()
+        result = project.cli("run", now="2026-11-04T04:15:00Z")
+        assert result.returncode == 0, result.stderr
+        assert len(project.runs()) == len(before) + 1
+        owners = {p.stat().st_uid for p in [project.state] + list(project.state.rglob("*"))}
+        assert owners == {65534}, owners
+        check = project.cli("check", check=0)
+        assert f"state directory {project.state}: writable" in check.stdout
+    finally:
+        shutil.rmtree(root)
 
 
 def test_another_user_gets_told_who_owns_the_state():

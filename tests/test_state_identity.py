@@ -349,25 +349,70 @@ def test_a_moodle_watermark_is_a_log_id(tmp_path):
         parse_cursor(config, "2026-11-01")
 
 
-def test_a_store_built_before_mapping_versions_is_refused_until_rebuilt(sqlite_project):
-    import sqlite3
+def _as_mapping_version_1(project):
+    """Make the store look as an lms-refresh that recorded no mapping version (version 1) left it."""
+    _write(project, "DELETE FROM meta WHERE key LIKE 'identity.%'")
 
+
+def _write(project, statement):
+    from lms_refresh.config import load_config
+    from lms_refresh.store import open_store
+
+    store = open_store(load_config(str(project.config), {}), {}, create=True)
+    try:
+        store.begin()
+        store.execute(statement)
+        store.commit()
+    finally:
+        store.close()
+
+
+def test_the_first_run_after_an_upgrade_rebuilds_the_store_for_the_new_mapping_under_its_lock(project):
     from lms_refresh.sources.xapi import MAPPING_VERSION
 
-    project = sqlite_project
     project.write("a.ndjson", day_batch(12, "2026-11-02"))
     project.invoke("run", now=at(T), check=0)
-    with sqlite3.connect(project.store) as db:  # as an lms-refresh that recorded no mapping version left it
-        db.execute("DELETE FROM meta WHERE key LIKE 'identity.%'")
+    project.write("b.ndjson", day_batch(14, "2026-11-03", prefix="v", stored="2026-11-03T12:00:00Z"))
+    _as_mapping_version_1(project)
     later = T + dt.timedelta(days=1)
-    refused = project.invoke("run", now=at(later))
-    assert refused.returncode == 78
-    assert f"derived by statement mapping version 1 but this lms-refresh maps statements by version " \
-           f"{MAPPING_VERSION}" in refused.stderr
-    project.invoke("rebuild", "--since", "2026-10-01", now=at(later), check=0)
-    project.invoke("run", now=at(later), check=0)
+    result = project.invoke("run", now=at(later), check=0)
+    assert (f"Upgrading the store from statement mapping version 1 to {MAPPING_VERSION}: rebuilding it from the "
+            "source from 2026-10-04T03:15:00.000000Z (the first window it was built from)") in result.stderr
+    assert "found every statement the store was built from" in result.stderr
+    assert project.meta()["identity.mapping_version"] == str(MAPPING_VERSION)
     assert project.serving() == reference(project, later)
+    assert project.runs()[-1][0] == "run" and project.runs()[-1][2] == 0
+    again = project.invoke("run", now=at(later + dt.timedelta(hours=1)), check=0)  # once: nothing to upgrade now
+    assert "Upgrading" not in again.stderr
 
+
+def test_an_upgrade_the_source_can_no_longer_feed_fails_with_78_and_changes_nothing(project):
+    from lms_refresh.sources.xapi import MAPPING_VERSION
+
+    project.write("a.ndjson", day_batch(12, "2026-11-02"))
+    project.write("b.ndjson", day_batch(12, "2026-11-02", prefix="w"))
+    project.invoke("run", now=at(T), check=0)
+    before = project.serving()
+    (project.source / "a.ndjson").unlink()  # the export rotated away
+    _as_mapping_version_1(project)
+    result = project.invoke("run", now=at(T + dt.timedelta(days=1)))
+    assert result.returncode == 78, result.stderr
+    assert (f"derived by statement mapping version 1 but this lms-refresh maps statements by version {MAPPING_VERSION}"
+            ", and rebuilding it from the source from 2026-10-04T03:15:00.000000Z found 12 of the statements it "
+            "was built from no longer there; nothing was changed") in result.stderr
+    assert "lms-refresh rebuild --since DATE" in result.stderr and "NEWS.Debian" in result.stderr
+    assert project.serving() == before and "identity.mapping_version" not in project.meta()
+    assert project.runs()[-1][2] == 78
+
+
+def test_an_upgrade_of_a_store_with_a_staging_horizon_needs_the_operator(project):
+    project.write("a.ndjson", day_batch(12, "2026-11-02"))
+    project.invoke("run", now=at(T), check=0)
+    _as_mapping_version_1(project)
+    _write(project, "INSERT INTO meta (key, value) VALUES ('staging_horizon', '2026-09-01')")
+    result = project.invoke("run", now=at(T + dt.timedelta(days=1)))
+    assert result.returncode == 78
+    assert "cannot be rebuilt automatically: its days before the staging horizon" in result.stderr
 
 def test_a_key_copied_in_for_a_first_run_starts_a_store(project):
     from lms_refresh.disclosure.pseudonyms import create_key

@@ -9,6 +9,8 @@ on both stores: tests/test_faults.py.
 import datetime as dt
 import json
 
+import lms_refresh
+
 from conftest import Project, statement, voiding
 from lms_refresh.demo.sample import generate, write_daily_files
 from lms_refresh.store.sqlite_schema import SCHEMA_VERSION
@@ -232,7 +234,7 @@ def test_an_older_store_is_upgraded_by_the_next_run(project):
     report = json.loads(project.invoke("status", "--json", check=0).stdout)
     assert report["store"]["schema_version"] == SCHEMA_VERSION
     assert report["last_run"]["window_since"] == "2026-11-01T00:00:00.000000Z"  # the old watermark was kept
-    assert report["last_run"]["version"] == "0.1.0"
+    assert report["last_run"]["version"] == lms_refresh.__version__
 
 
 def test_both_drivers_keep_the_declared_driver_contract():
@@ -257,4 +259,4 @@ def test_both_drivers_keep_the_declared_driver_contract():
     # What base.SqlStore calls on self is its own or declared: no undeclared driver method.
     source = inspect.getsource(SqlStore)
     called = set(__import__("re").findall(r"self\.(\w+)\(", source))
-    assert called - set(vars(SqlStore)) - set(declared) == set()
+    assert called - set(dir(SqlStore)) - set(declared) == set()

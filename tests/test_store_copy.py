@@ -109,7 +109,8 @@ def test_copy_store_waits_for_no_one_a_held_lock_is_69_and_nothing_is_copied(tmp
     with RunLock(str(project.state / "refresh.lock")):
         held = project.cli("copy-store", "--from-sqlite", str(project.state / "metrics.sqlite"), now=FIRST)
     assert held.returncode == 69, held.stderr
-    assert "A refresh holds the lock (pid " in held.stderr and "nothing was copied" in held.stderr
+    assert "Another refresh holds the lock (held by pid " in held.stderr
+    assert "nothing was copied — run lms-refresh copy-store again when it has finished." in held.stderr
     assert (tmp_path / "p" / "state-publication" / "serving.sqlite").exists()  # untouched
     project.cli("copy-store", "--from-sqlite", str(project.state / "metrics.sqlite"), now=FIRST, check=0)
     assert [row[:4] for row in project.serving()] == [("2026-11-02", "https://lms.example.edu/course/BIO101", 12, 12)]

@@ -12,6 +12,7 @@ from lms_refresh.disclosure import redaction
 from lms_refresh.logs import configure_logging
 from lms_refresh.run import stopping
 from lms_refresh.instants import NotAnInstant, parse_user_time
+from lms_refresh.state_directory import become_owner
 
 logger = logging.getLogger("lms_refresh")
 
@@ -25,7 +26,12 @@ class Invocation:
         self.stop = stop or stopping.StopPolicy()  # the process's SIGTERM policy (see lms_refresh.run.stopping)
 
     def config(self):
-        return load_config(self.config_path, os.environ)
+        """The validated configuration; as root, the process then becomes the state directory's owner."""
+        config = load_config(self.config_path, os.environ)
+        user = become_owner(config.state_directory, os.geteuid())
+        if user is not None:
+            logger.debug("Running as %s, the owner of the state directory %s.", user, config.state_directory)
+        return config
 
 
 class UserTime(click.ParamType):

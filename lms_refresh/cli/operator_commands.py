@@ -123,7 +123,7 @@ def forget(settings, mbox, mbox_sha1sum, *, openid, account_homepage, account_na
 
     Name the learner as the source knows them, by exactly one identifier. It
     runs under the run's lock, in one transaction, and logs counts only; run
-    it as the service user (sudo -u lms-refresh). Erase the learner at the
+    it as root or as the service user. Erase the learner at the
     source too, or a backfill brings them back.
 
     Example: lms-refresh forget --account-homepage https://lms.example.edu --account-name 4711
@@ -160,19 +160,22 @@ def forget(settings, mbox, mbox_sha1sum, *, openid, account_homepage, account_na
 @click.command("is-configured")
 @click.pass_obj
 def is_configured(settings):
-    """Exit 0 if the configuration has a [source] (the service's ExecCondition=), else 1.
+    """Exit 0 unless the install is not configured yet (the service's ExecCondition=), else 1.
 
-    A configuration that exists but is invalid counts as configured, so the
-    run itself fails loudly with exit 78 instead of being skipped.
+    Not configured means: no configuration file, or one whose settings are all
+    valid but that has no [source] table yet (the packaged file as installed).
+    Anything else wrong (a misspelt table such as [sources], an unknown key, a
+    bad value, invalid TOML) counts as configured, so the run itself fails
+    loudly with exit 78 and alerts instead of being skipped.
 
     Example: lms-refresh is-configured && echo configured
     """
-    from lms_refresh.config import has_source
+    from lms_refresh.config import is_configured as configured
 
-    if has_source(settings.config_path):
+    if configured(settings.config_path, os.environ):
         return errors.OK
-    logger.warning("%s has no [source] table yet; the refresh is skipped until it is configured.",
-                   settings.config_path)
+    logger.warning("%s has no [source] table yet and nothing else in it is wrong; the refresh is skipped until "
+                   "it is configured.", settings.config_path)
     return errors.FAILURE
 
 

@@ -211,10 +211,12 @@ def _check_source_keys(table, values, origin):
             raise ConfigError(f"{origin}: key 'source.{key}' is required when source.type is \"{kind}\".")
 
 
-def has_source(path):
-    """Return False only if `path` is missing or valid TOML without a [source] table.
+def is_configured(path, environ):
+    """Return False only for an install not configured so far: no file, or a file whose every
+    setting is valid but that has no [source] table yet (the packaged conffile, untouched or not).
 
-    Any other error counts as configured, so the run itself fails loudly (78).
+    Anything else that is wrong — invalid TOML, a misspelt table such as [sources], an unknown
+    key, a bad value — counts as configured, so the run itself fails loudly (78) and alerts.
     """
     try:
         document = read_toml(path)
@@ -222,7 +224,19 @@ def has_source(path):
         return False
     except ConfigError:
         return True
-    return "source" in document
+    try:
+        validate(document, path, environ)
+    except NotConfiguredError:
+        try:  # the tables after [source] must be valid too: a typo there is not "unconfigured"
+            for section in SCHEMA:
+                if section != "source":
+                    _section_values(document, section, path)
+        except ConfigError:
+            return True
+        return False
+    except ConfigError:
+        return True
+    return True
 
 
 def load_config(path, environ):

@@ -65,7 +65,7 @@ SCHEMA = {
         "endpoint": Key(v.http_url, None, "xapi-lrs: the xAPI base URL before /statements, without credentials."),
         "username": Key(v.typed(str), None, "xapi-lrs: the HTTP basic auth user."),
         "password_file": Key(v.path, None, "xapi-lrs, moodle: the password's file, a credential name "
-                                          "($CREDENTIALS_DIRECTORY) or a path."),
+                                          "($CREDENTIALS_DIRECTORY, else /etc/lms-refresh/credentials) or a path."),
         "ca_bundle": Key(v.path, None, "xapi-lrs: CA certificates for a private CA (TLS is always verified)."),
         "page_size": Key(v.typed(int, 1, 10_000), 500, "xapi-lrs: statements asked for per page (the LRS may cap it)."),
         # The since/until sent to the LRS are widened by this, so an LRS that filters on
@@ -98,7 +98,7 @@ SCHEMA = {
         "url": Key(v.postgres_url, None, "postgresql: a URL without the password, "
                                         "e.g. postgresql://lms_refresh@db.example.edu/metrics."),
         "password_file": Key(v.path, None, "postgresql: the password's file, a credential name "
-                                          "($CREDENTIALS_DIRECTORY) or a path."),
+                                          "($CREDENTIALS_DIRECTORY, else /etc/lms-refresh/credentials) or a path."),
         "schema": Key(v.identifier, "lms_refresh", "postgresql: the schema of the tables; the view is in "
                                                   "<schema>_serving."),
     },

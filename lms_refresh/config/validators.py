@@ -7,6 +7,7 @@ what it returns (`accepts`, `type`): the typed configuration sections and the
 man page are built from them (see lms_refresh.config).
 """
 
+import ipaddress
 import math
 import re
 import zoneinfo
@@ -151,12 +152,70 @@ def postgres_url(value):
     return value
 
 
+LONGEST_URL = 2000  # longer is no URL anyone typed (and many servers refuse it)
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_HOST_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def url_problem(value):
+    """Given text meant to be an http(s) URL, return what is wrong with it (the end of a sentence that
+    never quotes the URL, which may hold a token), or None if it is one.
+
+    The URL is taken apart by hand rather than by urllib, whose errors quote it.
+    """
+    if not isinstance(value, str):
+        return "is not text"
+    if len(value) > LONGEST_URL:
+        return f"is longer than {LONGEST_URL} characters"
+    if any(char.isspace() or not char.isprintable() for char in value):
+        return "contains a space or a control character (percent-encode it)"
+    if not value.isascii():
+        return "contains a character that is not ASCII (percent-encode it, and give a host name in its xn-- form)"
+    scheme = _SCHEME.match(value)
+    if not scheme:
+        return "has no scheme: it must start with http:// or https://"
+    if scheme.group(1).lower() not in ("http", "https"):
+        return "has a scheme other than http:// or https://"
+    authority = re.split(r"[/?#]", value[scheme.end():], maxsplit=1)[0]
+    if "@" in authority:
+        return "contains a user name or password (user:password@ before the host)"
+    return _authority_problem(authority)
+
+
+def _authority_problem(authority):
+    """What is wrong with a URL's host[:port], or None."""
+    if authority.startswith("["):
+        end = authority.find("]")
+        if end < 0:
+            return "has an IPv6 address without its closing bracket"
+        host, port = authority[1:end], authority[end + 1:]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return "has something other than an IPv6 address between brackets"
+        if port and not port.startswith(":"):
+            return "has text after the closing bracket of its IPv6 address"
+        port = port[1:]
+    else:
+        if "[" in authority or "]" in authority:
+            return "has a bracket outside an IPv6 address (write one as [2001:db8::1])"
+        host, _, port = authority.partition(":")
+        if not host:
+            return "has no host"
+        if not _HOST_NAME.fullmatch(host):
+            return "has a host name with a character no host name has"
+    if port and not (port.isdigit() and 1 <= int(port) <= 65535):
+        return "has a port that is not a number from 1 to 65535"
+    return None
+
+
 @accepting("an http:// or https:// URL without a user name or password", str)
 def http_url(value):
-    if not isinstance(value, str) or not re.match(r"^https?://[^/?#]+", value):
-        raise ValueError("expected an http:// or https:// URL such as \"https://lrs.example.edu/xAPI/\"")
-    if "@" in value.split("/")[2]:
+    problem = url_problem(value)
+    if problem and "user name or password" in problem:
         raise ValueError("must not contain a user name or password; use source.username and source.password_file")
+    if problem:
+        raise ValueError(f"{problem}; expected an http:// or https:// URL such as \"https://lrs.example.edu/xAPI/\"")
     return value
 
 

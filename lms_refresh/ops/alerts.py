@@ -5,6 +5,7 @@ the failed run and the last journal lines of the failed invocation — with
 credentials and anything that looks like a learner identifier redacted.
 """
 
+import datetime as dt
 import json
 import logging
 import os
@@ -15,9 +16,12 @@ import time
 
 from lms_refresh import logs
 from lms_refresh.config import load_alerts, load_config
-from lms_refresh.errors import MEANINGS, ConfigError, RefreshError
+from lms_refresh.config.schema import DEFAULT_STATE_DIRECTORY
+from lms_refresh.ops.interruption import take_unalerted
+from lms_refresh.errors import MEANINGS, ConfigError, RefreshError, StateError
 from lms_refresh.credentials import read_secret
-from lms_refresh.ops.monitoring import post, redact_url
+from lms_refresh.ops.monitoring import post, read_url, redact_url
+from lms_refresh.instants import from_cursor
 
 logger = logging.getLogger(__name__)
 
@@ -32,9 +36,9 @@ JOURNAL_WAIT = 5.0
 
 
 def journal_lines(invocation, limit=JOURNAL_LINES, wait=JOURNAL_WAIT, *, clock=time.monotonic, sleep=time.sleep):
-    """Return the last `limit` (priority, message) records of one invocation, oldest first ([] without a
-    journal), waiting up to `wait` seconds for a record at priority err or worse (a run that was
-    killed has none: then what is there after the wait)."""
+    """Return the last `limit` (priority, message, run id or None) records of one invocation, oldest first
+    ([] without a journal), waiting up to `wait` seconds for a record at priority err or worse (a run
+    that was killed has none: then what is there after the wait)."""
     if not invocation:
         return []
     try:
@@ -58,14 +62,23 @@ def _read_journal(journal, invocation, limit):
         entry = reader.get_previous()
         if not entry:
             break
-        lines.append((int(entry.get("PRIORITY", 6)), str(entry.get("MESSAGE", ""))))
+        lines.append((int(entry.get("PRIORITY", 6)), str(entry.get("MESSAGE", "")), entry.get("RUN_ID")))
     return list(reversed(lines))
 
 
 def _last_error(lines):
     """The last record at priority err or worse: with no run row to read, the failure's own sentence."""
-    errors = [message for priority, message in lines if priority <= 3]
+    errors = [line[1] for line in lines if line[0] <= 3]
     return errors[-1] if errors else ""
+
+
+def _show(unit, *options):
+    """Return `systemctl show` of one property of `unit` (its value, stripped), or None."""
+    try:
+        shown = subprocess.run(["systemctl", "show", *options, unit], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return shown.stdout.strip() if shown.returncode == 0 else None
 
 
 def unit_exit_status(unit):
@@ -74,13 +87,44 @@ def unit_exit_status(unit):
     $MONITOR_EXIT_STATUS is not always the ExecStart= process's status (it may
     be absent, or name another process), so the alert asks systemd directly.
     """
-    try:
-        shown = subprocess.run(["systemctl", "show", "-P", "ExecMainStatus", unit], capture_output=True,
-                               text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
+    value = _show(unit, "-P", "ExecMainStatus")
+    return value if value not in (None, "", "0") else None
+
+
+def unit_started(unit):
+    """Return when the unit's last main process started (aware datetime), or None if systemd cannot say."""
+    value = _show(unit, "--timestamp=unix", "-P", "ExecMainStartTimestamp") or ""
+    if not value.startswith("@") or not value[1:].isdigit() or value == "@0":
         return None
-    value = shown.stdout.strip()
-    return value if shown.returncode == 0 and value not in ("", "0") else None
+    return dt.datetime.fromtimestamp(int(value[1:]), dt.timezone.utc)
+
+
+# How much earlier than the unit's start a run-log row of it may say it started (clock granularity).
+START_TOLERANCE = dt.timedelta(minutes=1)
+
+
+def failed_row(last_run, exit_code, *, run_ids, started):
+    """Return the store's last run-log row if it is the failure being reported, else None.
+
+    A failure before the run log (a state directory owned by someone else, a broken configuration, a
+    missing key) leaves no row, so the last row is then an earlier run's. Every piece of evidence there
+    is must agree: the row failed; with the exit status systemd reports; its run id is in the failed
+    invocation's journal (`run_ids`: None without a journal to read); it started after the unit did.
+    """
+    if not last_run or last_run.get("exit_code") == 0:
+        return None
+    if exit_code is not None and last_run.get("exit_code") != exit_code:
+        return None
+    if run_ids is not None and last_run.get("run_id") not in run_ids:
+        return None
+    if started is not None:
+        try:
+            row_started = from_cursor(last_run["started_at"], "run start")
+        except (KeyError, ValueError, StateError):
+            return None
+        if row_started < started - START_TOLERANCE:
+            return None
+    return last_run
 
 
 def redact(text, secrets):
@@ -92,10 +136,12 @@ def redact(text, secrets):
     return _EMAIL.sub("<redacted>", text)
 
 
-def compose(unit, exit_status, result, *, invocation, last_run, lines, secrets):
+def compose(unit, exit_status, result, *, invocation, last_run, lines, secrets, run_ids=None, started=None):
     """Return the alert as a dict (the webhook body; the mail is made from it).
 
-    `lines` are the failed invocation's (priority, message) journal records.
+    `lines` are the failed invocation's (priority, message, ...) journal records; `run_ids` the run ids
+    they name (None without a journal) and `started` when the unit started (None if unknown): the
+    store's last run is the failure's only if they agree (see `failed_row`).
     """
     try:
         code = int(exit_status)
@@ -109,14 +155,13 @@ def compose(unit, exit_status, result, *, invocation, last_run, lines, secrets):
         "meaning": MEANINGS.get(code, "not an lms-refresh exit status (killed, timed out or crashed?)"),
         "invocation_id": invocation or None,
         "window": None,
-        "journal": [redact(message, secrets) for _, message in lines],
+        "journal": [redact(line[1], secrets) for line in lines],
         "message": redact(_last_error(lines), secrets),
     }
-    # A failure before the run's transaction (a missing key, an unreachable store) leaves no
-    # row: the last row is then an earlier success, whose window and empty message would mislead.
-    if last_run and last_run.get("exit_code") != 0:
-        alert["window"] = {"since": last_run["window_since"], "until": last_run["window_until"]}
-        alert["message"] = redact(last_run["message"], secrets)
+    row = failed_row(last_run, code, run_ids=run_ids, started=started)
+    if row is not None:
+        alert["window"] = {"since": row["window_since"], "until": row["window_until"]}
+        alert["message"] = redact(row["message"], secrets)
     return alert
 
 
@@ -127,6 +172,9 @@ def mail_text(alert, recipient):
         f"Result: {alert['result']}",
         f"Window: {window.get('since')} .. {window.get('until')}",
         f"Message: {alert['message'] or '-'}",
+        *([f"Earlier: the run started {alert['interrupted'].get('started_at')} did not finish (a shutdown, a crash "
+           f"or a stop) and could not alert; it was caught up by the run started {alert['interrupted'].get('noticed_at')}."]
+          if alert.get("interrupted") else []),
         "",
         f"Last journal lines (journalctl _SYSTEMD_INVOCATION_ID={alert['invocation_id']}):",
         *alert["journal"],
@@ -158,7 +206,7 @@ def deliver(alert, settings, environ):
     if settings.webhook_url_file:
         attempted += 1
         try:
-            url = read_secret(settings.webhook_url_file, environ)
+            url = read_url(settings.webhook_url_file, environ, "alerts.webhook_url_file")
         except ConfigError as error:  # the mail may still go out
             logger.warning("The alert webhook is not sent: %s", error)
         else:
@@ -218,9 +266,14 @@ def send_alert(config_path, unit, exit_status, *, result, invocation, environ, l
         exit_status = unit_exit_status(unit) or (last_run or {}).get("exit_code")
     logger.info("Alerting that %s failed (exit status %s, result %s)", unit, exit_status, result)
     lines = journal_lines(invocation)
-    message = compose(unit, exit_status, result, invocation=invocation, last_run=last_run, lines=lines, secrets=secrets)
+    run_ids = {line[2] for line in lines if line[2]} if lines else None
+    message = compose(unit, exit_status, result, invocation=invocation, last_run=last_run, lines=lines,
+                      secrets=secrets, run_ids=run_ids, started=unit_started(unit))
     if broken is not None and not message["message"]:
         message["message"] = redact(str(broken), secrets)
+    # A run a shutdown interrupted could not alert then: the next alert says so, once.
+    directory = config.state_directory if config is not None else environ.get("STATE_DIRECTORY", DEFAULT_STATE_DIRECTORY)
+    message["interrupted"] = take_unalerted(directory)
     delivered, attempted = deliver(message, settings, environ)
     if attempted == 0:
         logger.warning("%s failed, but [alerts] in %s names no channel to tell.", unit, config_path)

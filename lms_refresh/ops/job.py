@@ -12,9 +12,9 @@ import os
 import time
 
 from lms_refresh import logs
-from lms_refresh.errors import ConfigError, RefreshError, UnavailableError, exit_status
-from lms_refresh.credentials import read_secret
-from lms_refresh.ops.monitoring import Healthchecks, metrics_text, read_previous, write_textfile
+from lms_refresh.errors import ConfigError, RefreshError, Terminated, UnavailableError, exit_status
+from lms_refresh.ops.interruption import Marker
+from lms_refresh.ops.monitoring import Healthchecks, metrics_text, read_previous, read_url, write_textfile
 from lms_refresh.run import stopping
 from lms_refresh.run.report import Outcome
 from lms_refresh.ops.status import collect_status
@@ -26,8 +26,9 @@ def _pings(config, environ, enabled):
     if not enabled or not config.alerts.healthchecks_url_file:
         return Healthchecks(None, 0)
     try:
-        return Healthchecks(read_secret(config.alerts.healthchecks_url_file, environ), config.alerts.timeout)
-    except ConfigError as error:
+        return Healthchecks(read_url(config.alerts.healthchecks_url_file, environ, "alerts.healthchecks_url_file"),
+                            config.alerts.timeout)
+    except ConfigError as error:  # a bad ping URL never stops a run
         logger.warning("Healthchecks pings are off for this run: %s", error)
         return Healthchecks(None, 0)
 
@@ -59,11 +60,15 @@ def run_job(refresh, sleep=time.sleep, clock=time.monotonic):
     pings = _pings(refresh.config, refresh.environ, enabled=request.scheduled)
     began = clock()
     pings.start()
+    marker = Marker(refresh.config.state_directory, refresh.report.run_id, refresh.now)
+    if request.scheduled:
+        marker.begin()
     try:
         with stopping.installed(refresh.stop):
             outcome = _refresh_with_retries(refresh, sleep, clock)
     except BaseException as error:  # a stop (or ^C) while it waited to retry: the job still says how it ended
         outcome = Outcome(None, error)
+    marker.end(stopped=isinstance(outcome.error, Terminated))
     report = outcome.report
     if not request.dry_run and report is not None and report.quarantined:
         logger.warning("%d of %d records in the window were quarantined (see the store's quarantine table).",
@@ -75,13 +80,28 @@ def run_job(refresh, sleep=time.sleep, clock=time.monotonic):
     return outcome
 
 
+def retried(request, environ):
+    """Whether an unreachable source or store (69) is retried per [retry]: only for a scheduled run
+    started by a timer ($TRIGGER_UNIT, set by systemd 252 and later for lms-refresh.timer and
+    lms-refresh-catch-up.timer), or at a terminal, where each retry is a line on stderr.
+
+    A `systemctl start lms-refresh.service` by hand waits for the run to end and shows nothing
+    meanwhile, so it fails fast (69) rather than block for the retries' 20 minutes in silence."""
+    if not request.scheduled:
+        return False
+    return environ.get("TRIGGER_UNIT", "").endswith(".timer") or not logs.under_systemd(environ)
+
+
 def _refresh_with_retries(refresh, sleep, clock):
     """Run `refresh`, and again after a pause while the source or store is unreachable (scheduled runs only).
 
     The retries happen inside the one service start, so systemd's start rate
     limit never counts them and the unit's final exit status stays the real one.
     """
-    attempts = refresh.config.retry.attempts if refresh.request.scheduled else 1
+    attempts = refresh.config.retry.attempts if retried(refresh.request, refresh.environ) else 1
+    if refresh.request.scheduled and attempts == 1 and refresh.config.retry.attempts > 1:
+        logger.info("Started by hand (systemctl start), not by a timer: an unreachable source or store fails "
+                    "at once instead of being retried per [retry].")
     began = clock()
     attempt = refresh
     for number in range(1, attempts + 1):

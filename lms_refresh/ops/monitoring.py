@@ -13,7 +13,9 @@ import urllib.request
 import zoneinfo
 
 from lms_refresh import atomic
-from lms_refresh.errors import RefreshError
+from lms_refresh.config.validators import url_problem
+from lms_refresh.credentials import read_secret
+from lms_refresh.errors import TERMINATED, ConfigError, RefreshError
 from lms_refresh.instants import from_cursor
 from lms_refresh.window import TIME
 
@@ -29,16 +31,30 @@ def redact_url(url):
     return f"{match.group(1)}{match.group(2)}/…" if match else "<url>"
 
 
+def read_url(name, environ, key):
+    """Return the http(s) URL in the credential `name` (the value of `key`), or raise ConfigError with one
+    sentence that names the file and what is wrong — never the URL, which holds a token."""
+    url = read_secret(name, environ)
+    problem = url_problem(url)
+    if problem:
+        raise ConfigError(f"The URL in {name} ({key}) {problem}; write the whole URL, as the service gave it "
+                          "(e.g. https://hc-ping.com/UUID), on one line.")
+    return url
+
+
 def post(url, body, content_type, *, timeout):
     """POST `body` to `url`; return True on a 2xx answer, log and return False otherwise."""
-    request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": content_type,
-                                                                             "User-Agent": "lms-refresh"})
     try:
+        request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": content_type,
+                                                                                 "User-Agent": "lms-refresh"})
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return 200 <= response.status < 300
-    except (urllib.error.URLError, OSError, ValueError) as error:
+    except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
         logger.warning("Delivery to %s failed: %s", redact_url(url), reason)
+        return False
+    except Exception:  # noqa: BLE001 — urllib's words for a URL it cannot use quote it, token and all
+        logger.warning("Delivery to %s failed: the URL is malformed.", redact_url(url))
         return False
 
 
@@ -54,7 +70,9 @@ class Healthchecks:
             post(self.url + "/start", b"", "text/plain", timeout=self.timeout)
 
     def finish(self, exit_code, message=""):
-        if self.url:
+        """Ping the end of a run; a run an operator (or a shutdown) stopped sends nothing: a stop is
+        no failure to page about, and a stop that leaves the data stale is reported as staleness."""
+        if self.url and exit_code != TERMINATED:
             target = self.url if exit_code == 0 else f"{self.url}/{exit_code}"
             post(target, message.encode()[:10000], "text/plain", timeout=self.timeout)
 
@@ -192,7 +210,18 @@ def plugin_report(status, now, timezone, *, grace):
         return PLUGIN_CRITICAL, plugin_line(PLUGIN_CRITICAL, f"stale: {stale}", perfdata)
     started_text = from_cursor(success["started_at"], "time").astimezone(zone).isoformat(timespec="minutes")
     text = f"last success started {started_text}, watermark {status['watermark']}"
-    if last_run is not None and last_run["exit_code"] != 0:
+    publication = status.get("publication") or {}
+    if publication.get("missing"):
+        return PLUGIN_WARNING, plugin_line(
+            PLUGIN_WARNING, f"{publication['location']} is missing (dropped?): dashboards read nothing until the "
+                            f"next run re-creates it; {text}", perfdata)
+    if status.get("interrupted") is not None:  # said, not paged: staleness pages if it is not caught up in time
+        text = (f"{text}; the run started {status['interrupted'].get('started_at', '?')} did not finish (a shutdown, "
+                "a crash or a stop) and is not caught up yet")
+    if last_run is not None and last_run["exit_code"] == TERMINATED:
+        stopped = from_cursor(last_run["started_at"], "time").astimezone(zone).isoformat(timespec="minutes")
+        text = f"{text}; the last run ({last_run['kind']}, started {stopped}) was stopped (143) and rolled back"
+    elif last_run is not None and last_run["exit_code"] != 0:
         failed = from_cursor(last_run["started_at"], "time").astimezone(zone).isoformat(timespec="minutes")
         return PLUGIN_WARNING, plugin_line(
             PLUGIN_WARNING, f"the last run ({last_run['kind']}, started {failed}) failed with exit status "

@@ -6,11 +6,12 @@ import os
 
 from lms_refresh.disclosure import weakening
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser
-from lms_refresh.errors import StateError
 from lms_refresh.config.paths import named_paths, refuse_collisions
-from lms_refresh.sources import OK, Finding, build_source
+from lms_refresh.errors import ConfigError, StateError
+from lms_refresh.ops.monitoring import read_url, redact_url
+from lms_refresh.sources import OK, WARNING, Finding, build_source
 from lms_refresh.state_directory import user_name
-from lms_refresh.store import open_store, store_exists
+from lms_refresh.store import open_store, publication, store_exists
 
 
 def preflight(config, euid, environ):
@@ -29,11 +30,13 @@ def preflight(config, euid, environ):
             owner = user_name(os.stat(directory).st_uid)
             raise StateError(
                 f"The state directory {directory} belongs to '{owner}' and must not be written by "
-                f"'{user_name(euid)}'; run as that user, e.g. 'sudo -u {owner} lms-refresh check'."
+                f"'{user_name(euid)}'; run it as root (it becomes that user) or as that user, e.g. "
+                f"'runuser -u {owner} -- lms-refresh check'."
             )
         findings.append(Finding(OK, f"state directory {directory}: writable"))
     else:
         findings.append(Finding(OK, f"state directory {directory}: will be created on the first run"))
+    findings.extend(_url_findings(config, environ))
     source = build_source(config, Pseudonymiser(b"check"), environ)
     try:
         findings.extend(dataclasses.replace(finding, about="source") for finding in source.preflight())
@@ -42,12 +45,48 @@ def preflight(config, euid, environ):
     if store_exists(config, environ):
         store = open_store(config, environ, create=False, read_only=True)
         try:
-            weakening.require(config, store, accepted=False)  # the run would refuse it: so does check
-            detail = f"; {store.privileges()}" if hasattr(store, "privileges") else ""
-            findings.append(Finding(OK, f"store {store.describe()}: reachable, "
-                                        f"schema v{store.schema_version()}{detail}"))
+            with store.errors():
+                weakening.require(config, store, accepted=False)  # the run would refuse it: so does check
+                findings.append(Finding(OK, f"store {store.describe()}: reachable, schema v{store.schema_version()}"
+                                            f"{_store_rights(config, store)}"))
+                if not store.serving_view_exists():
+                    findings.append(Finding(WARNING, f"the serving view {store.serving} is missing (dropped?): "
+                                                     "dashboards read nothing until the next run re-creates it (then "
+                                                     "run 'lms-refresh grant-reader ROLE' again)", about="store"))
         finally:
             store.close()
     else:
         findings.append(Finding(OK, f"store {config.store_location}: will be created on the first run"))
+    if config.store.type == "sqlite" and config.publication.group:
+        gid = publication.group_id(config.publication.group)  # the run would fail after its commit
+        findings.append(Finding(OK, f"publication.group {config.publication.group}: exists (gid {gid})"))
     return findings
+
+
+def _url_findings(config, environ):
+    """The alert and ping URLs, read as a run reads them: a bad one is a warning (the run goes on without
+    it), said in a sentence that never quotes the URL."""
+    findings = []
+    for key in ("webhook_url_file", "healthchecks_url_file"):
+        name = getattr(config.alerts, key)
+        if not name:
+            continue
+        try:
+            url = read_url(name, environ, f"alerts.{key}")
+        except ConfigError as error:
+            findings.append(Finding(WARNING, f"{error} Until then nothing is sent there.", about=f"alerts.{key}"))
+        else:
+            findings.append(Finding(OK, f"a valid URL ({redact_url(url)})", about=f"alerts.{key}"))
+    return findings
+
+
+def _store_rights(config, store):
+    """Refuse (78) a PostgreSQL store whose role cannot do what a run does; return the words for the `ok` line."""
+    if config.store.type != "postgresql":
+        return ""
+    missing = store.missing_privileges()
+    if missing:
+        raise ConfigError(f"The store {store.describe()} is reachable, but its role may not {', '.join(missing)}, "
+                          "so a run would fail; connect as the role that owns the schema (README, \"PostgreSQL "
+                          "store\") or grant it those privileges.")
+    return "; its role may write every table"

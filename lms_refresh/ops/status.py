@@ -3,6 +3,7 @@
 import dataclasses
 import os
 
+from lms_refresh.ops import interruption
 from lms_refresh.run.lock import probe
 from lms_refresh.state_directory import LOCK_NAME, refuse_a_file
 from lms_refresh.store import publication
@@ -21,7 +22,11 @@ def collect_status(config, environ):
         "lock": {"path": lock_path, "held": holder is not None, "holder": holder},
         "store": {"type": config.store.type, "location": config.store_location,
                   "exists": store_exists(config, environ), "size_bytes": 0},
-        "watermark": None, "cursor_kind": None, "last_run": None, "last_success": None, "quarantined_records": 0,
+        "watermark": None, "cursor_kind": None, "last_run": None, "last_success": None, "watermark_set": None,
+        "quarantined_records": 0,
+        # a run that did not finish (shutdown, crash, stop) and is not caught up yet; the last one caught up
+        "interrupted": interruption.pending(config.state_directory) if holder is None else None,
+        "last_interruption": interruption.last(config.state_directory),
     }
     if status["store"]["exists"]:
         store = open_store(config, environ, create=False, read_only=True)
@@ -34,15 +39,18 @@ def collect_status(config, environ):
                 if status["watermark"] is not None:
                     status["cursor_kind"] = meta.get("cursor_kind", TIME.name)
                 status["last_run"], status["last_success"] = store.last_runs()
+                entry = store.last_entry()
+                status["watermark_set"] = entry if entry and entry["kind"] == "watermark-set" else None
                 status["quarantined_records"] = store.quarantine_count()
                 # The settings in force, from the store's typed row (a store that still needs an
                 # upgrade was refused by open_store): none before the first run stores them.
                 settings = store.privacy_settings(missing_ok=True)
                 status["privacy"] = dataclasses.asdict(settings) if settings else None
+                view_exists = store.serving_view_exists()
         finally:
             store.close()
         if status.get("privacy"):
-            status["publication"] = publication.describe(config, environ)
+            status["publication"] = publication.describe(config, environ, view_exists)
     return status
 
 
@@ -62,7 +70,10 @@ def _privacy_lines(status):
              else f"cell key, counts within +-{privacy['max_noise']}, variance {privacy['variance']}")
     lines = [f"privacy:      min_cell_size {privacy['min_cell_size']} in force; noise {noise}"
              + ("; zeros withheld" if privacy["withhold_zeros"] else "")]
-    if publication:
+    if publication and publication.get("missing"):
+        lines.append(f"publication:  {publication['location']} is MISSING (dropped?): dashboards read nothing; "
+                     "the next run re-creates it")
+    elif publication:
         when = publication["published_at"]
         lines.append(f"publication:  {publication['location']}"
                      + (f", published {when}" if when else (" (not published yet)" if not publication["current"] else ""))
@@ -82,6 +93,13 @@ def format_status(status):
         f"watermark:    {_watermark_text(status)}",
         f"lock:         {'held by ' + lock['holder'] if lock['held'] else 'free'}",
     ]
+    if status.get("interrupted") is not None:
+        lines.append(f"INTERRUPTED:  the run started {status['interrupted'].get('started_at', '?')} did not finish "
+                     "(a shutdown, a crash or a stop); the next boot (lms-refresh-catch-up.timer) or run catches it up")
+    if status.get("last_interruption"):
+        last = status["last_interruption"]
+        lines.append(f"interrupted:  the run started {last.get('started_at', '?')} did not finish; caught up by the "
+                     f"run started {last.get('noticed_at', '?')}")
     for label, run in (("last run", status["last_run"]), ("last success", status["last_success"])):
         if run is None:
             lines.append(f"{label + ':':<14}never")
@@ -96,6 +114,10 @@ def format_status(status):
         )
         if run["message"]:
             lines.append(f"{'':<14}{run['message']}")
+    if status.get("watermark_set"):
+        moved = status["watermark_set"]
+        lines.append(f"{'set by hand:':<14}watermark from {moved['window_since']} to {moved['window_until']} at "
+                     f"{moved['started_at']} (watermark set; not a run)")
     lines.append(f"quarantine:   {status['quarantined_records']} record(s) kept")
     lines.extend(_privacy_lines(status))
     if status.get("stale"):

@@ -11,8 +11,8 @@ import dataclasses
 import logging
 
 from lms_refresh.run import identity, stopping
-from lms_refresh.errors import ConfigError, UnavailableError
-from lms_refresh.run.lock import locked_store, run_lock
+from lms_refresh.errors import ConfigError
+from lms_refresh.run.lock import lock_held, locked_store, run_lock
 from lms_refresh.run.lock import LockHeld
 from lms_refresh.disclosure.cell_key import RecordKeys
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser, fingerprint, moodle_identifier
@@ -92,10 +92,8 @@ def forget(config, identifier, environ, *, euid, dry_run=False):
                 _log(report)
                 if not dry_run:
                     publish_if_behind(config, store, euid)  # the dashboards' copy, after the commit (see store/publication.py)
-    except LockHeld as held:
-        # Unlike a run's, this is not "nothing to do": the learner is still there, so say so.
-        raise UnavailableError(f"Another refresh holds the lock (held by {held.holder}); nothing was forgotten — "
-                               "run lms-refresh forget again when it has finished.")
+    except LockHeld as held:  # the learner is still there, so say so
+        raise lock_held(held.holder, "nothing was forgotten", "forget") from None
     return report
 
 

@@ -56,8 +56,21 @@ def record(store, config, key):
     store.set_meta("key_fingerprint", fingerprint(key))
 
 
-def verify_identity(config, meta, has_events):
-    """Refuse settings that would stage the same statements under other identities than the store's."""
+def mapping_upgrade(config, meta, has_events):
+    """Return the store's older statement mapping version when this lms-refresh maps statements by
+    a newer one (an upgrade of the package), else None. A run applies such an upgrade itself (see
+    Refresh.upgrade_window); every other change of identity is the operator's to apply."""
+    if not has_events or config.source.type == "moodle":
+        return None
+    was = meta.get("identity.mapping_version", IDENTITY["identity.mapping_version"][1])
+    if was.isdigit() and int(was) < MAPPING_VERSION:
+        return int(was)
+    return None
+
+
+def verify_identity(config, meta, has_events, *, upgrading=False):
+    """Refuse settings that would stage the same statements under other identities than the store's
+    (`upgrading`: the mapping version's change is being applied by this run)."""
     if not has_events:
         return
     recorded = meta.get("timezone")
@@ -69,6 +82,8 @@ def verify_identity(config, meta, has_events):
     for name, value in identity(config).items():
         setting, assumed = IDENTITY[name]
         was = meta.get(name, assumed)
+        if name == "identity.mapping_version" and upgrading:
+            continue
         if was is not None and was != value and name == "identity.mapping_version":
             raise StateError(
                 f"The store's rows were derived by statement mapping version {was} but this lms-refresh maps "

@@ -18,6 +18,7 @@ import os
 import socket
 
 from lms_refresh.config.paths import refuse_collisions
+from lms_refresh.errors import UnavailableError
 from lms_refresh.state_directory import LOCK_NAME, check_writable_file, prepare_state_directory
 from lms_refresh.store import open_store
 
@@ -122,6 +123,14 @@ def probe(path, proc_locks="/proc/locks"):
                 os.close(fd)
     return None
 
+
+
+def lock_held(holder, undone, command):
+    """Return the error of an operator's command (backfill, rebuild, forget, watermark set) that found the
+    lock held: unlike the timer's run, whose next start does its work, nothing will do this command's,
+    so it is not "nothing to do" but 69 — transient: run it again."""
+    return UnavailableError(f"Another refresh holds the lock (held by {holder}); {undone} — run lms-refresh "
+                            f"{command} again when it has finished.")
 
 
 def run_lock(config, euid, dry_run=False):

@@ -12,6 +12,7 @@ import typing
 
 from lms_refresh import __version__, instants
 from lms_refresh import window as windows
+from lms_refresh.errors import BadInputError
 
 
 @dataclasses.dataclass
@@ -34,6 +35,18 @@ class Report:
     lock_holder: str = ""
     note: str = ""  # what the run log's row says of a successful run (a deliberate weakening of privacy)
     started: float = dataclasses.field(default_factory=time.monotonic)
+
+    def refuse_past_share(self, share_allowed):
+        """Fail the run (65) past `share_allowed` (max_quarantine_share) of malformed records: statements
+        for closed days (older than the staging horizon) are quarantined too, but they are not malformed."""
+        malformed = self.quarantined - self.closed
+        if malformed and malformed > share_allowed * self.statements_read:
+            share = malformed / self.statements_read
+            raise BadInputError(
+                f"{malformed} of {self.statements_read} records in the window were malformed "
+                f"({share:.1%}, more than max_quarantine_share = {share_allowed:.1%}); "
+                "nothing was committed. See the quarantine table (lms-refresh status) and fix the source."
+            )
 
     def row(self, now, exit_code=0, message=""):
         """Return the run log's row for this run, which started at `now` and ends about now."""

@@ -18,9 +18,9 @@ import logging
 import os
 
 from lms_refresh.disclosure.pseudonyms import fingerprint, read_key
-from lms_refresh.errors import ConfigError, StateError, UnavailableError
+from lms_refresh.errors import ConfigError, StateError
 from lms_refresh.run import identity
-from lms_refresh.run.lock import LockHeld, RunLock, locked_store, run_lock
+from lms_refresh.run.lock import LockHeld, RunLock, lock_held, locked_store, run_lock
 from lms_refresh.state_directory import LOCK_NAME
 from lms_refresh.store import load_driver
 from lms_refresh.store.publication import retire_publication
@@ -70,8 +70,7 @@ def copy_from_sqlite(config, path, *, environ, euid):
                 source.close()
             identity.remember_store(config, read_key(config.key_file))
     except LockHeld as held:
-        raise UnavailableError(f"A refresh holds the lock ({held.holder}); nothing was copied — run "
-                               "lms-refresh copy-store again when it has finished.")
+        raise lock_held(held.holder, "nothing was copied", "copy-store") from None
     report.publication = retire_publication(config.publication.path)
     logger.warning("Copied the SQLite store %s into %s: %s; the old publication %s was %s.", path,
                    config.store_location, ", ".join(f"{n} {t}" for t, n in report.rows.items()),

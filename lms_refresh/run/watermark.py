@@ -12,7 +12,7 @@ from lms_refresh import __version__, instants
 from lms_refresh.run import identity
 from lms_refresh import window as windows
 from lms_refresh.errors import ConfigError, StateError, from_os_error
-from lms_refresh.run.lock import locked_store, run_lock
+from lms_refresh.run.lock import lock_held, locked_store, run_lock
 from lms_refresh.run.lock import LockHeld
 from lms_refresh.store import load_driver, store_exists
 
@@ -50,7 +50,7 @@ def set_watermark(config, now, environ, *, euid, text):
             with locked_store(config, environ, create=False) as store:
                 return _set(store, now, axis, value=value)
     except LockHeld as held:
-        raise StateError(f"A refresh holds the lock ({held.holder}); set the watermark once it has finished.")
+        raise lock_held(held.holder, "the watermark was not moved", "watermark set") from None
     except OSError as error:
         domain = from_os_error(error, error.filename or config.state_directory)
         if domain is None:

@@ -9,20 +9,21 @@ import contextlib
 import dataclasses
 import json
 
-from lms_refresh.disclosure import policy, redaction
+from lms_refresh.disclosure import policy
 from lms_refresh.errors import StateError
 from lms_refresh.sources.redelivery import same_statement
 from lms_refresh.store.erasure import Erasure
+from lms_refresh.store.rebuild_check import RebuildCheck
+from lms_refresh.store.run_log import RunLog
 from lms_refresh.store.tables import SERVING_COLUMNS, column_names
 
 # daily_metrics' columns that the publication derives from (see lms_refresh.disclosure.policy.published_row).
 CELL_FIELDS = tuple(name for name in column_names("daily_metrics") if name != "course_id")
 PRIVACY_FIELDS = column_names("privacy_settings")[1:]  # after the id of the one row
 PUBLISHED_FIELDS = column_names("published_metrics")
-RUN_FIELDS = column_names("runs")
 
 
-class SqlStore(Erasure):
+class SqlStore(Erasure, RebuildCheck, RunLog):
     """A metrics store in SQL written once; a subclass is a `driver.Driver` (sqlite.py, postgres.py)."""
 
     dialect = None  # a store.dialect.Dialect
@@ -91,15 +92,6 @@ class SqlStore(Erasure):
 
     def quarantine_count(self):
         return self.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
-
-    def last_runs(self):
-        """Return (last run, last successful run) as dicts, or None for each."""
-        columns = ", ".join(RUN_FIELDS)
-        last = self.execute(f"SELECT {columns} FROM runs ORDER BY {self.run_order} DESC LIMIT 1").fetchone()
-        success = self.execute(
-            f"SELECT {columns} FROM runs WHERE exit_code = 0 AND kind IN ('run', 'backfill', 'rebuild') "
-            f"ORDER BY {self.run_order} DESC LIMIT 1").fetchone()
-        return tuple(dict(zip(RUN_FIELDS, row)) if row else None for row in (last, success))
 
     # -- one run's transaction ------------------------------------------------
 
@@ -211,13 +203,6 @@ class SqlStore(Erasure):
             self.executemany("INSERT INTO source_state (key, value) VALUES (?, ?) "
                              "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                              [(key, json.dumps(value)) for key, value in state.items()])
-
-    def record_run(self, run):
-        placeholders = ", ".join("?" for _ in RUN_FIELDS)
-        # A message may quote what it failed on; the run log keeps no e-mail address.
-        run = dict(run, message=redaction.scrub_text(run["message"]))
-        self.execute(f"INSERT INTO runs ({', '.join(RUN_FIELDS)}) VALUES ({placeholders})",
-                     [run[field] for field in RUN_FIELDS])
 
     # -- the publication (lms_refresh.disclosure.privacy) ---------------------------------
 

@@ -8,6 +8,7 @@ flock) from refreshing the same store at once.
 
 import contextlib
 import functools
+import logging
 import re
 
 import psycopg
@@ -18,6 +19,9 @@ from lms_refresh.errors import ConfigError, StateError, UnavailableError
 from lms_refresh.postgresql import connect, connection_error, display_url, first_line, unreachable
 from lms_refresh.store.base import SqlStore
 from lms_refresh.store.postgres_schema import MIGRATIONS, POSTGRESQL, SCHEMA_VERSION
+from lms_refresh.store.tables import TABLES, serving_view
+
+logger = logging.getLogger(__name__)
 
 LOCK_CLASS = 0x4C4D5352  # "LMSR": the first key of the run's advisory lock; the second is the schema's hash
 
@@ -66,6 +70,8 @@ class PostgresStore(SqlStore):
                 store._create()
             elif migrate and not read_only:
                 store.migrate()
+                if create:  # not a dry run: it writes nothing
+                    store.restore_serving_view()
         return store
 
     def _build(self):
@@ -159,12 +165,36 @@ class PostgresStore(SqlStore):
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r'",
             (self.schema,)).fetchone()[0]
 
-    def privileges(self):
-        """Return a sentence about what the connected role may do in the store's schemas."""
-        can_write = self.db.execute(
-            "SELECT has_table_privilege(%s, 'INSERT, DELETE') AND has_table_privilege(%s, 'INSERT, DELETE')",
-            (f"{self.schema}.staged_events", f"{self.schema}.daily_metrics")).fetchone()[0]
-        return "can write staging and metrics" if can_write else "cannot write staging or metrics"
+    def missing_privileges(self):
+        """Return what a run does that the connected role may not ("INSERT on lms_refresh.runs"), [] if nothing.
+
+        has_table_privilege() with several privileges is true if any one is held: each is asked alone."""
+        rows = self.db.execute(
+            "SELECT c.relname, p.privilege FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "CROSS JOIN unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) AS p(privilege) "
+            "WHERE n.nspname = %s AND c.relkind = 'r' AND c.relname = ANY(%s) "
+            "AND NOT has_table_privilege(c.oid, p.privilege) ORDER BY 1, 2",
+            (self.schema, [table.name for table in TABLES])).fetchall()
+        missing = [f"{privilege} on {self.schema}.{table}" for table, privilege in rows]
+        if not self.db.execute("SELECT has_database_privilege(current_database(), 'TEMPORARY')").fetchone()[0]:
+            missing.append("TEMPORARY on the database (staging goes through a temporary table)")
+        return missing
+
+    def serving_view_exists(self):
+        """Return True if the dashboards' view is there."""
+        return self.db.execute("SELECT to_regclass(%s) IS NOT NULL", (self.serving,)).fetchone()[0]
+
+    def restore_serving_view(self):
+        """Re-create the dashboards' view if it was dropped (it holds nothing of its own); return True if it was."""
+        if self.serving_view_exists():
+            return False
+        with self.db.transaction():
+            self.db.execute(self._ddl("CREATE SCHEMA IF NOT EXISTS {s}_serving"))
+            self.db.execute(self._ddl(f"CREATE VIEW {POSTGRESQL.serving} AS"
+                                      f"{serving_view(POSTGRESQL, SCHEMA_VERSION)}"))
+        logger.warning("The serving view %s was missing and has been re-created; give the dashboards' roles "
+                       "access again with 'lms-refresh grant-reader ROLE'.", self.serving)
+        return True
 
     def grant_reader(self, role):
         """Let `role` read the serving view, and nothing else."""

@@ -76,6 +76,7 @@ def publish_if_behind(config, store, euid):
     mode and group `publication.group` asks for (a changed group applies at the next run); return True
     if written. Runs after the commit: every failure is a RefreshError whose sentence says so."""
     if config.store.type != "sqlite":
+        retire_sqlite_publication(config.publication.path)
         return False
     try:
         return _publish(config, store, euid)
@@ -88,7 +89,7 @@ def publish_if_behind(config, store, euid):
 
 def _publish(config, store, euid):
     path, group = config.publication.path, config.publication.group
-    gid = _group_id(group) if group else None
+    gid = group_id(group) if group else None
     with store.errors():
         rows, settings = store.serving_rows(), store.privacy_settings()
     wanted = digest(rows, settings)
@@ -99,7 +100,22 @@ def _publish(config, store, euid):
     return True
 
 
-def _group_id(name):
+def retire_sqlite_publication(path):
+    """On a PostgreSQL store, remove the SQLite publication a SQLite store left behind (switched without
+    copy-store, which removes it itself): nothing writes it any more, and dashboards reading it (every
+    account may) would see stale numbers. Only a file that is a publication is removed."""
+    try:
+        outcome = retire_publication(path)
+    except OSError as error:
+        logger.warning("The SQLite publication %s is no longer written since the store is PostgreSQL, and could not "
+                       "be removed (%s); remove it, dashboards read the store's serving view now.", path, error)
+        return
+    if outcome == "removed":
+        logger.warning("Removed the SQLite publication %s: the store is PostgreSQL now and dashboards read its "
+                       "serving view; the file would only have gone stale.", path, extra={"PUBLICATION": path})
+
+
+def group_id(name):
     try:
         return grp.getgrnam(name).gr_gid
     except KeyError:
@@ -175,12 +191,13 @@ def _write_database(path, rows, settings, *, wanted):
         db.execute("COMMIT")
 
 
-def describe(config, environ):
-    """Return a JSON-ready dict: where the publication is, when it was last published, whether it is current."""
+def describe(config, environ, view_exists=True):
+    """Return a JSON-ready dict: where the publication is, when it was last published, whether it is current
+    (on PostgreSQL, whether the view is there: `view_exists`)."""
     if config.store.type != "sqlite":
         schema = config.store.schema
         return {"location": f"view {schema}_serving.daily_metrics in the store", "published_at": None,
-                "current": True}
+                "current": view_exists, "missing": not view_exists}
     path = config.publication.path
     info = {"location": path, "published_at": None, "current": False}
     if os.path.exists(path):

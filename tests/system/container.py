@@ -98,6 +98,16 @@ class Container:
             assert time.monotonic() < deadline, f"timed out waiting for {what}"
             time.sleep(0.2)
 
+    def reboot(self, between=None):
+        """`systemctl reboot` inside, wait for nspawn to end (it exits when its container reboots), run
+        `between()` on the host while the container is down, then boot the same root again."""
+        self.run("systemctl", "reboot", check=False, timeout=60)
+        self.process.wait(timeout=300)
+        self.leader = None
+        if between is not None:
+            between()
+        self.boot()
+
     def destroy(self):
         if self.process is not None and self.process.poll() is None:
             if self.leader:

@@ -120,7 +120,7 @@ def system(request, debs, workdir):
 
 def as_service_user(box, *args, check=True):
     """The supported manual command: the service user, the same state and lock."""
-    return box.run("sudo", "-u", "lms-refresh", "lms-refresh", *args, check=check)
+    return box.run("runuser", "-u", "lms-refresh", "--", "lms-refresh", *args, check=check)
 
 
 def status(box):
@@ -204,6 +204,26 @@ def test_unconfigured_package_is_skipped_not_failed(system):
                     "the skipped start's sentence in the journal", seconds=30)
 
 
+def test_the_readmes_install_commands_run_as_written(system):
+    script = readme_block("## Installing on Debian 12 or 13", "cat >> /etc/lms-refresh/config.toml", "journalctl")
+    assert "sudo" not in script and "editor" not in script, script
+    # From the conffile as installed: the README appends its [source] to it.
+    system.shell(f"dpkg-deb --fsys-tarfile {system.deb} | tar -xO ./etc/lms-refresh/config.toml "
+                 "> /etc/lms-refresh/config.toml")
+    system.run("ln", "-sfn", "/srv/xapi", "/srv/xapi-exports")
+    try:
+        result = system.shell("set -e\n" + script, check=False)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "ok  source:" in result.stdout or "ok" in result.stdout.split()[0], result.stdout
+        assert system.show(UNIT, "Result", "ExecMainStatus") == {"Result": "success", "ExecMainStatus": "0"}
+        assert "lms-refresh.timer" in result.stdout
+    finally:
+        system.run("rm", "-f", "/srv/xapi-exports")
+        # Back to a fresh install's state (this run's store is in time zone UTC; the tests below use Paris).
+        system.shell("find /var/lib/lms-refresh /var/lib/lms-refresh-publication -mindepth 1 -delete")
+        configure(system)
+
+
 def test_start_runs_as_the_service_user_and_fills_the_store(system):
     configure(system)
     system.run("systemctl", "start", UNIT)
@@ -214,8 +234,10 @@ def test_start_runs_as_the_service_user_and_fills_the_store(system):
     report = status(system)
     assert report["last_run"]["outcome"] == "success" and report["last_run"]["rows_written"] > 10
     assert report["store"]["location"] == "/var/lib/lms-refresh/metrics.sqlite"
-    root = system.run("lms-refresh", "run", check=False)
-    assert root.returncode == 78 and "sudo -u lms-refresh lms-refresh" in root.stderr
+    root = system.run("lms-refresh", "run", check=False)  # as root: it becomes the state directory's owner
+    assert root.returncode == 0, root.stderr
+    assert [line.split()[0] for line in system.run("stat", "-c", "%U %n", *listing.split()[1::2]).stdout.splitlines()] \
+        == ["lms-refresh"] * 4
 
 
 def test_journal_has_structured_fields_once(system):
@@ -366,7 +388,7 @@ def test_bad_data_fails_with_65_and_changes_nothing(system):
 def test_unreachable_source_is_retried_then_exits_69(system):
     configure(system, "/srv/late", extra='[retry]\nattempts = 3\ndelay = "3s"\n')
     try:
-        system.run("systemctl", "start", "--no-block", UNIT)
+        start_by_a_timer(system)  # a timer's start retries; a manual systemctl start does not (tested below)
         system.wait_for(lambda: "Retrying in 3 s (attempt 2 of 3)" in
                         system.run("journalctl", "-u", UNIT, "--no-pager").stdout, "a retry")
         assert "attempt 2 of 3" in system.show(UNIT, "StatusText")["StatusText"]
@@ -375,10 +397,17 @@ def test_unreachable_source_is_retried_then_exits_69(system):
                         "the run to end")
         assert system.show(UNIT, "Result", "ExecMainStatus") == {"Result": "success", "ExecMainStatus": "0"}
         configure(system, "/srv/missing", extra='[retry]\nattempts = 2\ndelay = "1s"\n')
-        assert system.run("systemctl", "start", UNIT, check=False).returncode != 0
+        start_by_a_timer(system)
+        system.wait_for(lambda: system.show(UNIT, "ActiveState")["ActiveState"] in ("inactive", "failed"),
+                        "the run to end")
         assert system.show(UNIT, "Result", "ExecMainStatus") == {"Result": "exit-code", "ExecMainStatus": "69"}
+        invocation = system.show(UNIT, "InvocationID")["InvocationID"]
+        assert "Retrying in 1 s (attempt 2 of 2)" in system.run(
+            "journalctl", f"_SYSTEMD_INVOCATION_ID={invocation}", "-o", "cat", "--no-pager").stdout
     finally:
         configure(system)
+        system.run("rm", "-f", TEST_TIMER)
+        system.run("systemctl", "daemon-reload")
         system.run("rm", "-rf", "/srv/late")
         system.run("systemctl", "reset-failed", UNIT, check=False)
 
@@ -518,6 +547,199 @@ def test_lrs_and_moodle_sources_run_under_the_hardened_unit(system, ralph, moodl
         configure(system)
 
 
+# -- issue 21: the administrator's path, round 2 ---------------------------------------------------
+
+def readme_block(heading, first, last):
+    """The README's commands in section `heading`: the indented code block from the line that starts
+    with `first` to the line `last` (or the first that starts with it), as one shell script, run as
+    written (dedented by the first line's indentation: a block inside a list item is indented more)."""
+    with open(os.path.join(REPO, "README.md")) as readme:
+        lines = readme.read().split(heading, 1)[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("    ") and line.strip().startswith(first))
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    block = [line[indent:] for line in lines[start:]]
+    exact = [i for i, line in enumerate(block) if line.strip() == last]
+    end = exact[0] if exact else next(i for i, line in enumerate(block) if line.strip().startswith(last))
+    return "\n".join(block[:end + 1]) + "\n"
+
+
+TEST_TIMER = "/etc/systemd/system/lmsr-test.timer"
+
+
+def start_by_a_timer(box):
+    """Start lms-refresh.service as a timer does (systemd sets $TRIGGER_UNIT), without waiting for 04:15."""
+    box.run("tee", TEST_TIMER, input="[Timer]\nOnActiveSec=1s\nAccuracySec=1s\nUnit=lms-refresh.service\n")
+    box.run("systemctl", "daemon-reload")
+    before = box.show(UNIT, "InvocationID")["InvocationID"]
+    box.run("systemctl", "restart", "lmsr-test.timer")
+    box.wait_for(lambda: box.show(UNIT, "InvocationID")["InvocationID"] not in ("", before), "the timer's start")
+
+
+def test_a_misspelt_table_fails_with_78_and_alerts_instead_of_being_skipped(system):
+    # The conffile as shipped, with a misspelt [sources] table appended.
+    packaged = system.shell(f"dpkg-deb --fsys-tarfile {system.deb} | tar -xO ./etc/lms-refresh/config.toml").stdout
+    assert "[store]" in packaged and "\n[source]" not in packaged
+    system.run("tee", "/etc/lms-refresh/config.toml",
+               input=packaged + '[sources]\ntype = "xapi-ndjson"\npath = "/srv/xapi"\n')
+    alert_unit = "lms-refresh-alert@lms-refresh.service.service"
+    before = system.show(alert_unit, "InvocationID")["InvocationID"]
+    try:
+        assert system.run("systemctl", "start", UNIT, check=False).returncode != 0
+        assert system.show(UNIT, "Result", "ExecMainStatus") == {"Result": "exit-code", "ExecMainStatus": "78"}
+        system.wait_for(lambda: system.show(alert_unit, "InvocationID")["InvocationID"] not in ("", before),
+                        "the failure alert unit")
+        log = system.run("journalctl", "-u", UNIT, "-o", "cat", "--no-pager", "OUTCOME=failure").stdout
+        assert "unknown key 'sources'" in log, log
+    finally:
+        system.run("systemctl", "reset-failed", UNIT, alert_unit, check=False)
+        configure(system)
+
+
+def test_a_manual_start_fails_fast_and_a_stop_during_the_timers_retry_wait_pages_nobody(system):
+    alert_unit = "lms-refresh-alert@lms-refresh.service.service"
+    configure(system, "/srv/missing", extra='[retry]\nattempts = 3\ndelay = "10m"\n')
+    try:
+        assert system.run("systemctl", "start", UNIT, check=False, timeout=120).returncode != 0  # not 20 minutes
+        assert system.show(UNIT, "Result", "ExecMainStatus") == {"Result": "exit-code", "ExecMainStatus": "69"}
+        invocation = system.show(UNIT, "InvocationID")["InvocationID"]
+        log = system.run("journalctl", f"_SYSTEMD_INVOCATION_ID={invocation}", "-o", "cat", "--no-pager").stdout
+        assert "Started by hand (systemctl start), not by a timer" in log and "Retrying" not in log, log
+        system.run("systemctl", "reset-failed", UNIT, alert_unit, check=False)
+        system.wait_for(lambda: system.show(alert_unit, "ActiveState")["ActiveState"] in ("inactive", "failed"),
+                        "the alert of the manual start")
+        alerted = system.show(alert_unit, "InvocationID")["InvocationID"]
+
+        start_by_a_timer(system)  # the timer's start retries, and says so
+        system.wait_for(lambda: "Retrying in 600 s (attempt 2 of 3)" in
+                        system.run("journalctl", "-u", UNIT, "--no-pager").stdout, "a retry")
+        system.run("systemctl", "stop", UNIT)  # the operator's stop during the wait
+        assert system.show(UNIT, "Result", "ExecMainStatus") == {"Result": "success", "ExecMainStatus": "143"}
+        assert system.run("systemctl", "is-failed", UNIT, check=False).stdout.strip() != "failed"
+        assert system.show(alert_unit, "InvocationID")["InvocationID"] == alerted  # nobody paged
+    finally:
+        system.run("rm", "-f", TEST_TIMER, "/var/lib/lms-refresh/run-in-progress")
+        system.run("systemctl", "daemon-reload")
+        system.run("systemctl", "reset-failed", UNIT, alert_unit, check=False)
+        configure(system)
+
+
+def test_freshness_comes_from_runs_not_from_a_backfill_of_an_old_window(system):
+    system.run("systemctl", "start", UNIT)
+    fresh = json.loads(as_service_user(system, "status", "--json").stdout)["last_success"]
+    as_service_user(system, "backfill", "--since", "2026-01-01", "--until", "2026-01-02")
+    after = json.loads(as_service_user(system, "status", "--json").stdout)
+    assert after["last_run"]["kind"] == "backfill" and after["last_run"]["exit_code"] == 0
+    assert after["last_success"]["started_at"] == fresh["started_at"] and after["last_success"]["kind"] == "run"
+
+
+def test_a_reboot_during_a_run_is_caught_up_once_at_the_next_boot(system):
+    from lrsserver import HeldLrs
+
+    root = tempfile.mkdtemp(prefix="lmsr-held-")
+    lrs = HeldLrs(root, [])
+    password = "/etc/lms-refresh/held-password"
+    system.run("tee", password, input=HeldLrs.PASSWORD + "\n")
+    system.run("chown", "root:lms-refresh", password)
+    system.run("chmod", "0640", password)
+    system.run("tee", "/etc/lms-refresh/config.toml", input=(
+        'timezone = "Europe/Paris"\n[window]\nbootstrap_days = 30\nsafety_lag = "0s"\n'
+        '[source]\ntype = "xapi-lrs"\nendpoint = "' + lrs.source["endpoint"] + '"\nusername = "lms-refresh"\n'
+        f'password_file = "{password}"\nrequest_attempts = 1\noverlap = "20d"\n'))
+    try:
+        system.run("systemctl", "start", "--no-block", UNIT)
+        assert lrs.arrived.wait(120), "the run never reached the held request"
+        assert system.run("test", "-e", "/var/lib/lms-refresh/run-in-progress", check=False).returncode == 0
+
+        def put_back_the_export_files():  # while the machine is down
+            with open(os.path.join(system.root, "etc/lms-refresh/config.toml"), "w") as handle:
+                handle.write(CONFIG.format(path="/srv/xapi"))
+            lrs.stop()
+
+        system.reboot(between=put_back_the_export_files)
+
+        def caught_up():
+            return system.run("journalctl", "-b", "-u", UNIT, "MESSAGE_ID=ef029f020e6c4148adce1996c67f5a7f",
+                              "--no-pager", "-o", "cat").stdout.strip() and \
+                system.show(UNIT, "ActiveState")["ActiveState"] == "inactive"
+
+        system.wait_for(caught_up, "the catch-up run at boot", seconds=240)
+        assert system.show(UNIT, "Result", "ExecMainStatus") == {"Result": "success", "ExecMainStatus": "0"}
+        this_boot = system.run("journalctl", "-b", "-u", UNIT, "-o", "json", "--no-pager").stdout.splitlines()
+        records = [json.loads(line) for line in this_boot]
+        committed = [r for r in records if r.get("MESSAGE_ID") == "ef029f020e6c4148adce1996c67f5a7f"]
+        assert len(committed) == 1, [r.get("MESSAGE") for r in records]  # once
+        assert any("did not finish: the machine was shut down or crashed" in r.get("MESSAGE", "") for r in records)
+        assert system.run("test", "-e", "/var/lib/lms-refresh/run-in-progress", check=False).returncode == 1
+        report = status(system)
+        assert report["interrupted"] is None and report["last_interruption"]["started_at"], report
+        assert "caught up by the run started" in as_service_user(system, "status").stdout
+        timer = system.show("lms-refresh-catch-up.timer", "ConditionResult")
+        assert timer["ConditionResult"] == "yes", timer
+    finally:
+        lrs.stop()
+        shutil.rmtree(root, ignore_errors=True)
+        system.run("rm", "-f", password)
+        configure(system)
+
+
+def test_postgresql_store_credentials_work_for_every_command_as_root_the_service_user_and_nrpe(
+        system, postgres_server):
+    database = postgres_server.new_database()
+    postgres_server.admin("DO $$ BEGIN CREATE ROLE metabase; EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+    publication = "/var/lib/lms-refresh-publication/serving.sqlite"
+    assert system.run("test", "-e", publication, check=False).returncode == 0  # the SQLite runs' publication
+    port = free_port()
+    system.run("systemd-run", "--unit=hook-receiver-pg", "python3", "-c", RECEIVER, str(port), "/run/hook-pg.jsonl")
+    system.wait_for(lambda: system.run("python3", "-c", f"import socket; socket.create_connection(('127.0.0.1', {port}))",
+                                       check=False).returncode == 0, "the webhook receiver")
+    system.run("tee", "/etc/lms-refresh/config.toml", input=CONFIG.format(path="/srv/xapi") + (
+        f'[store]\ntype = "postgresql"\nurl = "{postgres_server.url(database)}"\npassword_file = "store-password"\n'
+        '[alerts]\nwebhook_url_file = "alert-webhook"\n'))
+    alert_unit = "lms-refresh-alert@lms-refresh.service.service"
+    try:
+        script = readme_block("## PostgreSQL store", "install -d", "lms-refresh status --check")
+        result = system.run("env", f"STORE_PASSWORD={postgres_server.PASSWORD}", "sh", "-ec", script, check=False)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "LMS-REFRESH OK" in result.stdout and "metabase may now read" in result.stdout, result.stdout
+        assert system.run("stat", "-c", "%a %U:%G", "/etc/lms-refresh/credentials",
+                          "/etc/lms-refresh/credentials/store-password").stdout.split() == [
+            "750", "root:lms-refresh", "640", "root:lms-refresh"]
+        assert system.run("test", "-e", publication, check=False).returncode == 1  # not left behind, stale
+        log = system.run("journalctl", "-u", UNIT, "-o", "cat", "--no-pager").stdout
+        assert f"Removed the SQLite publication {publication}" in log
+
+        for user in (["runuser", "-u", "lms-refresh", "--"], []):  # as the service user, then as root
+            for args in (["check"], ["status"], ["run", "--dry-run"],
+                         ["backfill", "--since", "2026-01-01", "--until", "2026-01-02"], ["grant-reader", "metabase"]):
+                done = system.run(*user, "lms-refresh", *args, check=False)
+                assert done.returncode == 0, (user, args, done.stdout, done.stderr)
+            check = system.run(*user, "lms-refresh", "status", "--check", check=False)
+            assert check.returncode == 0 and check.stdout.startswith("LMS-REFRESH OK"), check
+
+        system.run("useradd", "--system", "nagios")  # NRPE's user, through the README's sudo rule
+        nrpe = readme_block("## Alerts and monitoring", "printf '%s\\n' 'nagios", "chmod 0440")
+        system.shell("set -e\n" + nrpe)
+        plugin = system.run("runuser", "-u", "nagios", "--", "/usr/bin/sudo", "-n", "-u", "lms-refresh",
+                            "/usr/bin/lms-refresh", "status", "--check", check=False)
+        assert plugin.returncode == 0 and plugin.stdout.startswith("LMS-REFRESH OK"), plugin
+
+        # The alert unit reads the same credentials: the webhook URL, and the store for the failed run's window.
+        system.run("install", "-m", "0640", "-o", "root", "-g", "lms-refresh", "/dev/stdin",
+                   "/etc/lms-refresh/credentials/alert-webhook", input=f"http://127.0.0.1:{port}/hook/pg-token\n")
+        with failing_run(system):
+            system.wait_for(lambda: system.run("test", "-s", "/run/hook-pg.jsonl", check=False).returncode == 0,
+                            "the alert to arrive")
+        [alert] = [json.loads(line) for line in system.run("cat", "/run/hook-pg.jsonl").stdout.splitlines()]
+        assert alert["exit_status"] == 65 and alert["window"] and alert["window"]["until"], alert
+        assert "pg-token" not in json.dumps(alert)
+    finally:
+        system.run("systemctl", "stop", "hook-receiver-pg", check=False)
+        system.run("rm", "-rf", "/etc/lms-refresh/credentials", "/etc/sudoers.d/lms-refresh-nrpe")
+        system.run("userdel", "nagios", check=False)
+        system.run("systemctl", "reset-failed", UNIT, alert_unit, check=False)
+        configure(system)
+
+
 def test_reinstall_keeps_state_and_purge_removes_it(system):
     watermark = status(system)["watermark"]
     system.run("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "--reinstall", system.deb)
@@ -536,3 +758,70 @@ def test_reinstall_keeps_state_and_purge_removes_it(system):
     assert system.run("test", "-e", "/var/lib/lms-refresh", check=False).returncode == 1
     assert system.run("getent", "passwd", "lms-refresh", check=False).returncode == 2
     assert system.run("test", "-e", "/etc/lms-refresh/config.toml", check=False).returncode == 1
+
+
+OLD_COMMIT = "fc5aa84"  # 0.1.0 before statement mapping version 2 (a store of it records no mapping version)
+
+
+@pytest.fixture(scope="session")
+def old_debs(workdir):
+    """The previous release, 0.1.0, built from an earlier commit in a temporary worktree."""
+    source = os.path.join(workdir, "old", "lms-refresh")
+    os.makedirs(os.path.dirname(source))
+    subprocess.run(["git", "-C", REPO, "worktree", "add", "--detach", source, OLD_COMMIT], check=True,
+                   capture_output=True)
+    try:
+        build_in_fresh_root("bookworm", workdir, source,
+                            "apt-get build-dep ./\nDEB_BUILD_OPTIONS=nocheck dpkg-buildpackage -us -uc -b")
+    finally:
+        subprocess.run(["git", "-C", REPO, "worktree", "remove", "--force", source], capture_output=True)
+    out = os.path.join(workdir, "old-debs")
+    os.makedirs(out)
+    for built in glob.glob(os.path.join(workdir, "old", "lms-refresh_*")):
+        shutil.move(built, out)
+    return out
+
+
+def test_an_upgrade_from_the_previous_release_keeps_the_timers_run_succeeding(system, old_debs):
+    [old] = glob.glob(os.path.join(old_debs, "lms-refresh_0.1.0_all.deb"))
+    shutil.copy(old, os.path.join(system.root, "var", "tmp", "lms-refresh-old.deb"))  # /tmp is a tmpfs inside
+    system.run("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "/var/tmp/lms-refresh-old.deb",
+               timeout=900)
+    configure(system)
+    system.run("systemctl", "start", UNIT)
+    assert system.show(UNIT, "Result", "ExecMainStatus") == {"Result": "success", "ExecMainStatus": "0"}
+    before = status(system)
+    # The administrator's configuration is kept (dpkg would ask; the answer is "keep yours").
+    upgrade = system.run("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y",
+                         "-o", "Dpkg::Options::=--force-confold", system.deb, timeout=900)
+    assert "0.2.0" in system.run("dpkg-query", "-W", "-f=${Version}", "lms-refresh").stdout, upgrade.stdout
+    news = system.run("sh", "-c", "zcat /usr/share/doc/lms-refresh/NEWS.Debian.gz").stdout
+    assert "mapping version 2" in news and "rebuild --since" in news, news
+    assert system.run("systemctl", "is-enabled", "lms-refresh.timer").stdout.strip() == "enabled"
+    assert system.run("systemctl", "is-active", "lms-refresh.timer").stdout.strip() == "active"
+    assert system.run("systemctl", "is-enabled", "lms-refresh-catch-up.timer").stdout.strip() == "enabled"
+    try:
+        start_by_a_timer(system)  # the first scheduled run after the upgrade
+        system.wait_for(lambda: system.show(UNIT, "ActiveState")["ActiveState"] in ("inactive", "failed"),
+                        "the run after the upgrade", seconds=300)
+        assert system.show(UNIT, "Result", "ExecMainStatus") == {"Result": "success", "ExecMainStatus": "0"}
+        invocation = system.show(UNIT, "InvocationID")["InvocationID"]
+        log = system.run("journalctl", f"_SYSTEMD_INVOCATION_ID={invocation}", "-o", "cat", "--no-pager").stdout
+        assert "Upgrading the store from statement mapping version 1 to 2" in log, log
+        assert "found every statement the store was built from" in log, log
+        after = status(system)
+        assert after["last_run"]["outcome"] == "success" and after["last_run"]["version"] == "0.2.0"
+        assert after["last_run"]["rows_written"] >= before["last_run"]["rows_written"] > 0
+        # The README's "Upgrade notes", as written.
+        script = readme_block("## Upgrade notes", "zcat /usr/share/doc/lms-refresh/NEWS.Debian.gz",
+                              "lms-refresh rebuild --since 2026-09-01")
+        notes = system.shell("set -e\n" + script, check=False)
+        assert notes.returncode == 0, notes.stdout + notes.stderr
+        start_by_a_timer(system)
+        system.wait_for(lambda: system.show(UNIT, "ActiveState")["ActiveState"] in ("inactive", "failed"),
+                        "the next run")
+        assert system.show(UNIT, "Result", "ExecMainStatus") == {"Result": "success", "ExecMainStatus": "0"}
+    finally:
+        system.run("rm", "-f", TEST_TIMER, "/var/tmp/lms-refresh-old.deb")
+        system.run("systemctl", "daemon-reload")
+        system.run("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "purge", "-y", "lms-refresh", check=False)

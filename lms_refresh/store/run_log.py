@@ -1,0 +1,37 @@
+"""The run log (`runs`) as the stores share it: every run, backfill, rebuild and watermark set
+leaves one row; status, monitoring, the clock check and the alert read it back.
+"""
+
+from lms_refresh.disclosure import redaction
+from lms_refresh.store.tables import column_names
+
+RUN_FIELDS = column_names("runs")
+REFRESH_KINDS = ("run", "backfill", "rebuild")  # the run log's kinds that are refreshes (not "watermark-set")
+
+
+class RunLog:
+    """A mixin of base.SqlStore: it needs `execute` and `run_order`."""
+
+    def record_run(self, run):
+        placeholders = ", ".join("?" for _ in RUN_FIELDS)
+        # A message may quote what it failed on; the run log keeps no e-mail address.
+        run = dict(run, message=redaction.scrub_text(run["message"]))
+        self.execute(f"INSERT INTO runs ({', '.join(RUN_FIELDS)}) VALUES ({placeholders})",
+                     [run[field] for field in RUN_FIELDS])
+
+    def last_runs(self):
+        """Return (last refresh, last successful refresh) as dicts, or None for each. A watermark set by
+        hand is in the run log but is no run: it neither hides a failure nor stands in for a success.
+        Freshness comes only from refreshes that read up to their own now (`run`, `rebuild`), never
+        from a backfill of an old window."""
+        refreshes = f"kind IN ({', '.join(repr(kind) for kind in REFRESH_KINDS)})"
+        return self._last_run(refreshes), self._last_run("exit_code = 0 AND kind IN ('run', 'rebuild')")
+
+    def last_entry(self):
+        """Return the run log's last row of any kind (a watermark set by hand too) as a dict, or None."""
+        return self._last_run("TRUE")
+
+    def _last_run(self, condition):
+        row = self.execute(f"SELECT {', '.join(RUN_FIELDS)} FROM runs WHERE {condition} "
+                           f"ORDER BY {self.run_order} DESC LIMIT 1").fetchone()
+        return dict(zip(RUN_FIELDS, row)) if row else None
