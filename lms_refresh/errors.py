@@ -22,7 +22,7 @@ MEANINGS = {
     FAILURE: "unexpected failure; nothing committed",
     USAGE: "usage error",
     BAD_INPUT: "bad input beyond the configured tolerance; nothing committed",
-    UNAVAILABLE: "source or store unreachable (transient); nothing committed",
+    UNAVAILABLE: "source or store unreachable, or a full disk (transient)",  # after a commit, the sentence says so
     CONFIG: "configuration or state error; fix it before the next run",
     TERMINATED: "stopped by SIGTERM; rolled back",
 }
@@ -83,18 +83,20 @@ def exit_status(error):
     return INTERRUPTED if isinstance(error, KeyboardInterrupt) else FAILURE, f"{type(error).__name__}: {error}"
 
 
-def from_os_error(error, what):
+def from_os_error(error, what, outcome=None):
     """Given an OSError met while writing `what`, return the domain error it means, or None.
 
     A full disk or quota is transient (69: the retry may find room); a read-only
-    file system is named as such (78: someone has to remount it).
+    file system is named as such (78: someone has to remount it). `outcome` ends
+    the sentence with what the failure means for the command (default: nothing
+    was committed).
     """
     number = getattr(error, "errno", None)
     if number in (errno.ENOSPC, errno.EDQUOT):
         kind = "disk quota is exhausted" if number == errno.EDQUOT else "disk is full"
         return UnavailableError(f"Cannot write {what}: the {kind} ({error.strerror}); free some space — "
-                                "nothing was committed.")
+                                f"{outcome or 'nothing was committed.'}")
     if number == errno.EROFS:
         return StateError(f"Cannot write {what}: it is on a read-only file system; remount it read-write "
-                          "(or point the configuration at a writable place).")
+                          "(or point the configuration at a writable place)" + (f" — {outcome}" if outcome else "."))
     return None

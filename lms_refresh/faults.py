@@ -1,8 +1,10 @@
 """A test-only seam: fail on purpose at a named phase of a run.
 
 The crash tests set `LMS_REFRESH_FAULT="PHASE:ACTION"` (or `"PHASE@N:ACTION"`
-for the Nth time the phase is reached) and check that whatever happens there
-leaves the previous state or the new one, never a mixture. Operators never
+for the Nth time the phase is reached; `"PHASE/NAME:ACTION"` only where it is
+reached for the file named NAME, see lms_refresh/atomic.py) and check that
+whatever happens there leaves the previous state or the new one, never a
+mixture. Operators never
 set it. Unset, `point()` costs one comparison.
 
 Actions: `kill` (SIGKILL, as a power cut would), `term` (SIGTERM to this
@@ -30,6 +32,10 @@ PHASES = (
     "before-commit",
     "after-commit",
     "before-exit",          # the run's work and reporting are done; the process is about to exit
+    # Inside every atomic replacement of a file (lms_refresh/atomic.py); /NAME picks the file:
+    "replace-written",      # the temporary is written and has its final mode; not yet synced
+    "replace-synced",       # the temporary is fsynced; not yet renamed
+    "replace-renamed",      # renamed over the file; the directory is not yet fsynced
 )
 ACTIONS = ("kill", "term", "termgroup", "raise", "enospc")
 
@@ -42,13 +48,14 @@ class InjectedFault(RuntimeError):
 
 
 def parse(text):
-    """Given 'PHASE[@N]:ACTION', return (phase, N, action) or raise ValueError."""
-    where, _, action = text.partition(":")
+    """Given 'PHASE[@N][/NAME]:ACTION', return (phase, N, action, NAME or None) or raise ValueError."""
+    where, _, action = text.rpartition(":")
+    where, _, subject = where.partition("/")
     phase, _, occurrence = where.partition("@")
     if phase not in PHASES or action not in ACTIONS or (occurrence and not occurrence.isdigit()):
-        raise ValueError(f"{ENVIRONMENT_VARIABLE}={text!r}: expected PHASE[@N]:ACTION with a phase among "
+        raise ValueError(f"{ENVIRONMENT_VARIABLE}={text!r}: expected PHASE[@N][/NAME]:ACTION with a phase among "
                          f"{', '.join(PHASES)} and an action among {', '.join(ACTIONS)}")
-    return phase, int(occurrence or 1), action
+    return phase, int(occurrence or 1), action, subject or None
 
 
 def arm(environ):
@@ -59,12 +66,12 @@ def arm(environ):
     _reached.clear()
 
 
-def point(phase):
-    """The engine reached `phase`: inject the armed fault if this is its place."""
+def point(phase, subject=None):
+    """The engine reached `phase` (for the file named `subject`): inject the armed fault if this is its place."""
     if _armed is None:
         return
-    wanted, occurrence, action = _armed
-    if phase != wanted:
+    wanted, occurrence, action, wanted_subject = _armed
+    if phase != wanted or wanted_subject not in (None, subject):
         return
     _reached[phase] = _reached.get(phase, 0) + 1
     if _reached[phase] != occurrence:

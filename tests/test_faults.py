@@ -40,7 +40,8 @@ def test_every_phase_is_tested():
     """A phase added to faults.PHASES without a crash test here fails this test."""
     tested = {phase.split("@")[0] for phase in RUN_PHASES} | {"store-created", "migration-applied",
                                                               "migration-committed"} \
-        | {"chunk-parsed"}  # tests/test_signals.py: a worker killed mid-run
+        | {"chunk-parsed"} \
+        | {"replace-written", "replace-synced", "replace-renamed"}  # tests/test_atomic.py: every writer
     assert tested == set(faults.PHASES)
 
 

@@ -141,7 +141,7 @@ def test_sendmail_receives_the_alert(tmp_path):
     assert deliver(alert, settings, {}) == (1, 1)
     mail = captured.read_text()
     assert mail.startswith("To: data-team@example.edu\nSubject: [lms-refresh] lms-refresh.service failed on ")
-    assert "exit status 69 (source or store unreachable (transient); nothing committed)" in mail
+    assert "exit status 69 (source or store unreachable, or a full disk (transient))" in mail
     assert (tmp_path / "mail.txt.args").read_text().split() == ["-t", "-oi"]
 
 

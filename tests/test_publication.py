@@ -204,3 +204,118 @@ def test_an_unknown_publication_group_is_a_configuration_error(sqlite_project):
     result = sqlite_project.invoke("run", now=NOW)
     assert result.returncode == 78
     assert "The group 'no-such-group-here' named by publication.group does not exist" in result.stderr
+
+
+# -- failures after the commit (issue 20, class 4) ------------------------------------------------------
+
+def publication_leftovers(project):
+    return sorted(p.name for p in publication(project).parent.iterdir() if p.name != "serving.sqlite")
+
+
+def check_line(project, now):
+    result = project.invoke("status", "--check", now=now)
+    return result.returncode, result.stdout.strip()
+
+
+def test_a_publication_that_cannot_be_written_is_in_the_run_log_and_status_check_warns(sqlite_project, tmp_path):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    noisy(sqlite_project)
+    sqlite_project.write("a.ndjson", learners(12))
+    sqlite_project.invoke("run", now="2026-11-19T04:15:00Z", check=0)
+    noisy(sqlite_project, f'\n[publication]\npath = "{blocker / "serving.sqlite"}"')
+    sqlite_project.write("b.ndjson", learners(12, day="2026-11-19"))
+    now = "2026-11-20T04:20:00Z"
+    result = sqlite_project.invoke("run", now=now)
+    assert result.returncode == 78 and "Traceback" not in result.stderr
+    kind, outcome, code = sqlite_project.runs()[-1][:3]
+    assert (kind, outcome, code) == ("run", "publish-failed", 78)
+    row = sqlite_project.query("SELECT rows_written, message FROM runs")[-1]
+    assert row[0] > 0 and row[1].startswith(f"Cannot write the publication {blocker / 'serving.sqlite'}: "
+                                             f"{blocker} is not a directory; the store is committed")
+    code, line = check_line(sqlite_project, now)
+    assert code == 1 and line.startswith("LMS-REFRESH WARNING - the last run (run, started ") and \
+        "failed with exit status 78: Cannot write the publication" in line
+    noisy(sqlite_project)
+    sqlite_project.invoke("run", now="2026-11-20T04:25:00Z", check=0)  # nothing to read: publishes
+    assert read_publication(publication(sqlite_project))[1] == sqlite_project.serving()
+    assert check_line(sqlite_project, "2026-11-20T04:25:00Z")[0] == 0
+
+
+def test_an_unexpected_failure_while_publishing_says_the_store_is_committed(sqlite_project):
+    from lms_refresh import faults
+
+    noisy(sqlite_project)
+    sqlite_project.write("a.ndjson", learners(12))
+    result = sqlite_project.invoke("run", now=NOW, env={faults.ENVIRONMENT_VARIABLE: "replace-synced/serving.sqlite:raise"})
+    assert result.returncode == 1
+    assert ("Unexpected failure while publishing (InjectedFault: fault injected at replace-synced); the store is "
+            "committed, and the next run publishes it.") in result.stderr and "nothing was committed" not in result.stderr
+    assert sqlite_project.runs()[-1][:3] == ("run", "publish-failed", 1) and len(sqlite_project.serving()) == 1
+    assert not publication(sqlite_project).exists() and publication_leftovers(sqlite_project) == []
+    sqlite_project.invoke("run", now=NOW, check=0)
+    assert read_publication(publication(sqlite_project))[1] == sqlite_project.serving()
+
+
+def test_sigterm_while_the_run_publishes_lets_it_finish_and_exit_0(sqlite_project):
+    from lms_refresh import faults
+
+    noisy(sqlite_project)
+    sqlite_project.write("a.ndjson", learners(12))
+    sqlite_project.invoke("run", now=NOW, check=0)
+    sqlite_project.write("b.ndjson", learners(13, day="2026-11-20"))
+    for step in ("replace-written", "replace-renamed"):
+        result = sqlite_project.cli("run", now="2026-11-21T04:15:00Z",
+                                    env={faults.ENVIRONMENT_VARIABLE: f"{step}/serving.sqlite:term"})
+        assert result.returncode == 0, result.stderr
+        assert "SIGTERM after the run committed" in result.stderr and "rolled back" not in result.stderr
+        assert read_publication(publication(sqlite_project))[1] == sqlite_project.serving()
+        assert publication_leftovers(sqlite_project) == []
+        assert sqlite_project.runs()[-1][:3] in (("run", "success", 0), ("run", "nothing-to-do", 0))
+        publication(sqlite_project).unlink()  # the second step's run has something to publish
+
+
+def test_sigterm_while_forget_republishes_keeps_the_erasure_and_says_so(sqlite_project):
+    from lms_refresh import faults
+
+    sqlite_project.configure()  # exact counts: one learner fewer changes the published row
+    sqlite_project.write("a.ndjson", learners(12))
+    sqlite_project.invoke("run", now=NOW, check=0)
+    before = read_publication(publication(sqlite_project))[1]
+    result = sqlite_project.cli("forget", "--account-homepage", "https://lms.example.edu", "--account-name",
+                                "learner-0@example.edu", env={faults.ENVIRONMENT_VARIABLE: "replace-synced/serving.sqlite:term"})
+    assert result.returncode == 0, result.stderr
+    assert "Forgot one learner: 1 staged events" in result.stderr
+    assert "SIGTERM after the run committed" in result.stderr and "nothing was committed" not in result.stderr
+    after = read_publication(publication(sqlite_project))[1]
+    assert after == sqlite_project.serving() and after != before and publication_leftovers(sqlite_project) == []
+    assert sqlite_project.query("SELECT COUNT(DISTINCT actor) FROM staged_events") == [(11,)]
+
+
+def test_a_changed_publication_group_applies_at_the_next_run_without_new_rows(sqlite_project):
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to a group of which the service user is no member needs root")
+    import grp
+
+    group = f"dashg{uuid.uuid4().hex[:6]}"
+    subprocess.run(["groupadd", group], check=True)
+    try:
+        noisy(sqlite_project)
+        sqlite_project.write("a.ndjson", learners(12))
+        sqlite_project.invoke("run", now=NOW, check=0)
+        path = publication(sqlite_project)
+        rows = read_publication(path)[1]
+        gid = grp.getgrnam(group).gr_gid
+        noisy(sqlite_project, f'\n[publication]\ngroup = "{group}"')  # narrowed
+        result = sqlite_project.invoke("run", now=NOW, check=0)
+        assert "Nothing to do" in result.stderr and f"Published 1 rows to {path}" in result.stderr
+        info, directory = path.stat(), path.parent.stat()
+        assert (stat.S_IMODE(info.st_mode), info.st_gid) == (0o640, gid)
+        assert (stat.S_IMODE(directory.st_mode), directory.st_gid) == (0o750, gid)
+        assert read_publication(path)[1] == rows and publication_leftovers(sqlite_project) == []
+        assert "Published" not in sqlite_project.invoke("run", now=NOW, check=0).stderr  # now current
+        noisy(sqlite_project)  # widened again
+        sqlite_project.invoke("run", now=NOW, check=0)
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644 and stat.S_IMODE(path.parent.stat().st_mode) == 0o755
+    finally:
+        subprocess.run(["groupdel", group], check=False)

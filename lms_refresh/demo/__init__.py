@@ -7,6 +7,7 @@ import shutil
 import tempfile
 import zoneinfo
 
+from lms_refresh import atomic
 from lms_refresh.config import load_config
 from lms_refresh.config.schema import SCHEMA
 from lms_refresh.errors import ConfigError
@@ -72,9 +73,9 @@ def run_demo(directory, learners, days, *, seed, now, environ, echo, command="lm
     echo(f"Generated {count} xAPI statements in {statements}: {learners} learners active on the {days} days "
          f"{first} .. {last} (--days), about 1% synced days late (offline devices), a few malformed on purpose.")
     config_path = os.path.join(directory, "config.toml")
-    with open(config_path, "w", encoding="utf-8") as handle:
-        handle.write(CONFIG_TEMPLATE.format(timezone=TIMEZONE, state=state, bootstrap_days=days + READ_BACK_MARGIN,
-                                            statements=statements))
+    text = CONFIG_TEMPLATE.format(timezone=TIMEZONE, state=state, bootstrap_days=days + READ_BACK_MARGIN,
+                                  statements=statements)
+    atomic.replace_bytes(config_path, text.encode(), mode=0o644)
     # The demo is a plain local run, not a service: ignore a $STATE_DIRECTORY from the caller.
     environment = {k: v for k, v in environ.items() if k != "STATE_DIRECTORY"}
     config = load_config(config_path, environment)

@@ -2,9 +2,9 @@
 
 import hashlib
 import hmac
-import os
 import secrets
 
+from lms_refresh import atomic
 from lms_refresh.errors import StateError
 
 KEY_BYTES = 32
@@ -32,16 +32,11 @@ def read_key(path):
 
 
 def create_key(path):
-    """Write a new random key to `path` (mode 0600, atomically) and return it."""
+    """Write a new random key to `path` (mode 0600, atomically and durably: its loss stops every run) and
+    return it."""
     key = secrets.token_bytes(KEY_BYTES)
-    temporary = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.write(fd, key.hex().encode() + b"\n")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
+    atomic.replace_bytes(path, key.hex().encode() + b"\n", mode=0o600,
+                         what=f"the pseudonymisation key {path}")
     return key
 
 

@@ -14,6 +14,8 @@ import os
 import socket
 import time
 
+from lms_refresh import atomic
+from lms_refresh.errors import RefreshError
 from lms_refresh.instants import from_cursor, to_cursor
 
 logger = logging.getLogger(__name__)
@@ -34,13 +36,12 @@ def _read(path):
 
 
 def _write(path, value):
-    temporary = f"{path}.{os.getpid()}.tmp"
-    with open(temporary, "w", encoding="utf-8") as handle:
-        json.dump(value, handle, sort_keys=True)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
+    """Replace `path` by `value` as JSON (see lms_refresh/atomic.py); any failure is an OSError, for the
+    callers' own warnings."""
+    try:
+        atomic.replace_bytes(path, (json.dumps(value, sort_keys=True) + "\n").encode(), mode=0o640)
+    except RefreshError as error:  # a full disk or a read-only file system, named
+        raise OSError(getattr(error.__cause__, "errno", None), str(error), path) from error
 
 
 def _booted_at():

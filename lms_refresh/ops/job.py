@@ -43,11 +43,13 @@ def _write_metrics(config, environ, now, *, exit_code, duration, report):
         except RefreshError:
             status = None  # a damaged store: keep what the previous file said
         write_textfile(path, metrics_text(now, exit_code, duration, report=report, status=status, previous=read_previous(path)))
-    except OSError as error:
+    except (OSError, RefreshError) as error:  # the disk, a quota, the mode: never the run's exit status
+        cause = error.__cause__ if isinstance(error, RefreshError) else error
         hint = ""
-        if error.errno == errno.EROFS:  # the unit's ProtectSystem=strict: only listed paths are writable
+        if getattr(cause, "errno", None) == errno.EROFS:  # the unit's ProtectSystem=strict: only listed paths are writable
             hint = (f"; the service may write only where it is told to: add 'ReadWritePaths={os.path.dirname(path)}' "
                     "to a drop-in (systemctl edit lms-refresh.service)")
+            error = cause  # not "remount it": under ProtectSystem=strict the hint is the way out
         logger.warning("Could not write the metrics textfile %s: %s%s", path, error, hint)
 
 

@@ -7,12 +7,11 @@ never logged.
 
 import datetime as dt
 import logging
-import os
-import tempfile
 import urllib.error
 import urllib.request
 import zoneinfo
 
+from lms_refresh import atomic
 from lms_refresh.config.validators import url_problem
 from lms_refresh.credentials import read_secret
 from lms_refresh.errors import TERMINATED, ConfigError, RefreshError
@@ -124,20 +123,8 @@ def read_previous(path):
 
 
 def write_textfile(path, text):
-    """Replace `path` atomically (temporary file in the same directory, then rename)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, temporary = tempfile.mkstemp(prefix=".lms_refresh.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temporary, 0o644)  # node_exporter runs as another user
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
+    """Replace `path` atomically (see lms_refresh/atomic.py), readable by node_exporter's own account."""
+    atomic.replace_bytes(path, text.encode("utf-8"), mode=0o644, outcome="the run's own result stands.")
 
 
 def last_scheduled_run(now, timezone, grace):
@@ -233,6 +220,11 @@ def plugin_report(status, now, timezone, *, grace):
         return PLUGIN_WARNING, plugin_line(
             PLUGIN_WARNING, f"the last run ({last_run['kind']}, started {failed}) failed with exit status "
                             f"{last_run['exit_code']}: {last_run['message']}; {text}", perfdata)
+    publication = status.get("publication")
+    if publication and not publication["current"]:  # e.g. forget's republication failed after its commit
+        return PLUGIN_WARNING, plugin_line(
+            PLUGIN_WARNING, f"the publication {publication['location']} is behind the store (the next run "
+                            f"publishes it); {text}", perfdata)
     return PLUGIN_OK, plugin_line(PLUGIN_OK, text, perfdata)
 
 

@@ -83,25 +83,30 @@ def forget(config, identifier, environ, *, euid, dry_run=False):
         logger.info("There is no store yet (%s); nothing to forget.", config.store_location)
         return report
     try:
-        with run_lock(config, euid, dry_run), stopping.installed():  # SIGTERM before the commit rolls back
+        # SIGTERM before the commit rolls back; after it, the erasure stands and the command finishes.
+        with run_lock(config, euid, dry_run), stopping.installed() as stop:
             if config.store.type == "sqlite" and not dry_run:
                 check_writable_file(config.store.path, euid)
             with locked_store(config, environ, create=False) as store:
-                _forget(config, store, identifier, report=report)
-            if not dry_run:
-                publish_if_behind(config, environ, euid)  # the dashboards' copy, after the commit (see store/publication.py)
+                _forget(config, store, identifier, report=report, stop=stop)
+                _log(report)
+                if not dry_run:
+                    publish_if_behind(config, store, euid)  # the dashboards' copy, after the commit (see store/publication.py)
     except LockHeld as held:  # the learner is still there, so say so
         raise lock_held(held.holder, "nothing was forgotten", "forget") from None
-    logger.info(
-        "%s one learner: %d staged events and %d quarantined records deleted; rebuilt %d daily partitions "
-        "(%d rows, %d suppressed cells).", "Would forget (dry run, nothing written)" if dry_run else "Forgot",
-        report.events, report.quarantined, len(report.partitions), report.rows_written, report.suppressed,
-        extra=report.journal_fields(),
-    )
     return report
 
 
-def _forget(config, store, identifier, *, report):
+def _log(report):
+    logger.info(
+        "%s one learner: %d staged events and %d quarantined records deleted; rebuilt %d daily partitions "
+        "(%d rows, %d suppressed cells).", "Would forget (dry run, nothing written)" if report.dry_run else "Forgot",
+        report.events, report.quarantined, len(report.partitions), report.rows_written, report.suppressed,
+        extra=report.journal_fields(),
+    )
+
+
+def _forget(config, store, identifier, *, report, stop):
     meta, has_events = store.meta(), store.has_events()
     if not has_events and not store.quarantine_count():
         return
@@ -122,7 +127,8 @@ def _forget(config, store, identifier, *, report):
         if report.dry_run:
             store.rollback()
         else:
-            store.commit()
+            with stop.commit():
+                store.commit()
     except BaseException:
         store.rollback()
         raise

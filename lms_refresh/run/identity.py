@@ -12,7 +12,7 @@ import json
 import logging
 import os
 
-from lms_refresh import instants
+from lms_refresh import atomic, instants
 from lms_refresh import window as windows
 from lms_refresh.errors import StateError
 from lms_refresh.disclosure.pseudonyms import create_key, fingerprint, read_key
@@ -121,12 +121,8 @@ def remember_store(config, key):
                 return
     except OSError:
         pass
-    temporary = f"{path}.{os.getpid()}.tmp"
-    with open(temporary, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
+    atomic.replace_bytes(path, text.encode(), mode=0o640, what=f"the store note {path}",
+                         outcome="the run stands; the next one writes the note again.")
 
 
 def _remembered_location(config):

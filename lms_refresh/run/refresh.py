@@ -18,14 +18,13 @@ import uuid
 
 from lms_refresh import faults, instants, logs
 from lms_refresh.disclosure import redaction, weakening
-from lms_refresh.run import identity, retention, stopping, upgrade
+from lms_refresh.run import after_commit, identity, retention, stopping, upgrade
 from lms_refresh import window as windows
 from lms_refresh.config import Config
 from lms_refresh.errors import StateError, Terminated, exit_status, from_os_error
 from lms_refresh.run.lock import lock_held, locked_store, run_lock
 from lms_refresh.run.lock import LockHeld
 from lms_refresh.disclosure.cell_key import RecordKeys
-from lms_refresh.store.publication import publish_if_behind
 from lms_refresh.run.report import Outcome, Report
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser, fingerprint
 from lms_refresh.sources import build_source
@@ -93,8 +92,6 @@ class Refresh:
                 load_driver(self.config)
                 with self.lock():
                     self._locked()
-                    if not self.request.dry_run:
-                        self.publish()
             except LockHeld as held:
                 if (error := self._lock_held(held.holder)) is not None:
                     return Outcome(self.report, error)
@@ -112,7 +109,7 @@ class Refresh:
 
     def open_store(self):
         """Return the store under its own lock (a context manager, see lock.py), refusing to start
-        a new one where the key's store was lost (see state.py)."""
+        a new one where the key's store was lost (see run/identity.py)."""
         config = self.config
         if not self.request.dry_run:
             for path in [config.key_file] + ([config.store.path] if config.store.type == "sqlite" else []):
@@ -170,7 +167,7 @@ class Refresh:
         self.report.window = window
         return watermark, window
 
-    def nothing_to_do(self, store, meta):
+    def nothing_to_do(self, store, meta, key):
         """An empty window: still a run (staleness checks must see that it happened), and retention's."""
         report = self.report
         report.outcome = "nothing-to-do"
@@ -185,6 +182,7 @@ class Refresh:
         store.record_run(self.report.row(self.now))
         with self.stop.commit():
             store.commit()
+        after_commit.remember(self.config, key)  # a note lost with a run killed after its commit
 
     def stage(self, store, source, window, *, horizon):
         """Stage the window's batches inside the run's transaction; return the local days they touched."""
@@ -239,15 +237,12 @@ class Refresh:
         with self.stop.commit():
             store.commit()
         faults.point("after-commit")
-        try:
-            identity.remember_store(self.config, key)
-        except OSError as error:  # the run stands; the next one writes the note again
-            logger.warning("Could not note the store in %s (%s).", identity.marker_path(self.config), error)
+        after_commit.remember(self.config, key)
         return True
 
-    def publish(self):
-        """Bring the dashboards' copy up to date, after the commit (see store/publication.py)."""
-        publish_if_behind(self.config, self.environ, self.euid)
+    def publish(self, store):
+        """Bring the dashboards' copy up to date, after the commit (see run/after_commit.py)."""
+        after_commit.publish(self, store)
 
     def record_failure(self, store, error):
         """After a rollback, note the failed run (and what was quarantined) in its own transaction."""
@@ -270,14 +265,20 @@ class Refresh:
         try:
             with self.open_store() as store:
                 self._began = True
-                self._roll_back_on_failure(store)
+                self._committed_or_rolled_back(store)
+                if self.stop.committed and not self.request.dry_run:
+                    self.publish(store)
+        finally:
+            self.progress.done()
+
+    def _committed_or_rolled_back(self, store):
+        try:
+            self._roll_back_on_failure(store)
         except Exception as error:
             if not self.stop.committed:
                 raise
             # The run's work is committed; what failed is tidying up after it.
             logger.warning("The run committed, but tidying up after it failed (%s); the committed run stands.", error)
-        finally:
-            self.progress.done()
 
     def _roll_back_on_failure(self, store):
         try:
@@ -302,7 +303,7 @@ class Refresh:
         try:
             watermark, window = self.choose_window(meta, source)
             if window.empty:
-                self.nothing_to_do(store, meta)
+                self.nothing_to_do(store, meta, key)
                 return
             self._transaction(store, source, key, watermark=watermark, window=window)
         finally:

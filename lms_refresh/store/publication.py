@@ -3,9 +3,9 @@
 On SQLite the serving rows are copied into their own database file after
 each run's commit. The file holds the published rows and the parameters
 they were computed with — no pseudonyms, staging, quarantine or key. It is
-written under a temporary name in its directory, fsynced and renamed over
-the previous one, in rollback-journal mode (not WAL), so that readers in
-another account need nothing but read access to that one file.
+replaced atomically (lms_refresh/atomic.py), in rollback-journal mode (not
+WAL), so that readers in another account need nothing but read access to
+that one file.
 
 The file records a digest of what it holds. A run that committed but died
 before publishing leaves the previous file, whose digest then differs from
@@ -17,17 +17,23 @@ committed with the run itself.
 """
 
 import contextlib
+import errno
 import grp
 import hashlib
 import logging
 import os
 import sqlite3
+import stat
 
-from lms_refresh.errors import ConfigError, StateError, UnavailableError
+from lms_refresh import atomic
+from lms_refresh.errors import ConfigError, RefreshError, StateError, from_os_error
 from lms_refresh.store import open_store, store_exists
 from lms_refresh.store.tables import SERVING_COLUMNS
 
 logger = logging.getLogger(__name__)
+
+# What a failure to publish means: it happens after the commit.
+COMMITTED = "the store is committed, and the next run publishes it."
 
 _TABLE = """CREATE TABLE daily_metrics (
     day TEXT NOT NULL, course TEXT NOT NULL, active_learners INTEGER, statements INTEGER, attempts INTEGER,
@@ -65,19 +71,31 @@ def read_state(config, environ):
         store.close()
 
 
-def publish_if_behind(config, environ, euid):
-    """Publish the store's serving rows unless the publication already holds them; return True if written."""
+def publish_if_behind(config, store, euid):
+    """Publish the open `store`'s serving rows unless the publication already holds them, with the file
+    mode and group `publication.group` asks for (a changed group applies at the next run); return True
+    if written. Runs after the commit: every failure is a RefreshError whose sentence says so."""
     if config.store.type != "sqlite":
         retire_sqlite_publication(config.publication.path)
         return False
-    if not store_exists(config, environ):
-        return False
-    rows, settings = read_state(config, environ)
+    try:
+        return _publish(config, store, euid)
+    except RefreshError:
+        raise
+    except Exception as error:  # noqa: BLE001 — after the commit, whatever failed is named as such
+        raise RefreshError(f"Unexpected failure while publishing ({type(error).__name__}: {error}); "
+                           f"{COMMITTED}") from error
+
+
+def _publish(config, store, euid):
+    path, group = config.publication.path, config.publication.group
+    gid = group_id(group) if group else None
+    with store.errors():
+        rows, settings = store.serving_rows(), store.privacy_settings()
     wanted = digest(rows, settings)
-    path = config.publication.path
-    if published_digest(path) == wanted:
+    if published_digest(path) == wanted and _has_permissions(path, _mode(gid), gid):
         return False
-    write_publication(path, config.publication.group, rows, settings=settings, wanted=wanted, euid=euid)
+    write_publication(path, gid, rows, settings=settings, wanted=wanted, euid=euid)
     logger.info("Published %d rows to %s", len(rows), path, extra={"PUBLICATION": path, "PUBLISHED_ROWS": len(rows)})
     return True
 
@@ -101,17 +119,30 @@ def group_id(name):
     try:
         return grp.getgrnam(name).gr_gid
     except KeyError:
-        raise ConfigError(f"The group {name!r} named by publication.group does not exist; create it or fix the key.")
+        raise ConfigError(f"The group {name!r} named by publication.group does not exist; create it or fix the "
+                          f"key — {COMMITTED}")
 
 
-def write_publication(path, group, rows, *, settings, wanted, euid):
-    """Write the publication under a temporary name, fsync it and rename it over `path`."""
+def _mode(gid):
+    return 0o640 if gid is not None else 0o644
+
+
+def _has_permissions(path, mode, gid):
+    try:
+        info = os.stat(path)
+    except OSError:
+        return False
+    return stat.S_IMODE(info.st_mode) == mode and (gid is None or info.st_gid == gid)
+
+
+def write_publication(path, gid, rows, *, settings, wanted, euid):
+    """Replace the publication at `path` (see lms_refresh/atomic.py), readable by group `gid` (a group
+    id, or None for every account)."""
     directory = os.path.dirname(os.path.abspath(path))
-    gid = group_id(group) if group else None
-    temporary = f"{path}.tmp-{os.getpid()}"
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise StateError(f"Cannot write the publication {path}: {directory} is not a directory; the store is "
                          "committed and the next run publishes it once publication.path names a file in a directory.")
+    what = f"the publication {path}"
     try:
         os.makedirs(directory, mode=0o755, exist_ok=True)
         if os.stat(directory).st_uid == euid:
@@ -119,33 +150,31 @@ def write_publication(path, group, rows, *, settings, wanted, euid):
             os.chmod(directory, 0o750 if gid is not None else 0o755)
             if gid is not None:
                 os.chown(directory, -1, gid)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-        _write_database(temporary, rows, settings, wanted=wanted)
-        os.chmod(temporary, 0o640 if gid is not None else 0o644)
-        if gid is not None:
-            os.chown(temporary, -1, gid)
-        fd = os.open(temporary, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temporary, path)
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)  # the rename itself survives a power loss
-        finally:
-            os.close(fd)
+        with atomic.replacing(path, mode=_mode(gid), group=gid, what=what, outcome=COMMITTED) as temporary:
+            try:
+                _write_database(temporary, rows, settings, wanted=wanted)
+            except sqlite3.Error as error:
+                raise _as_os_error(error, temporary) from error
     except OSError as error:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        if error.errno in (28, 122):  # ENOSPC, EDQUOT
-            raise UnavailableError(f"Cannot write the publication {path} ({error.strerror}); the store is "
-                                   "committed and the next run publishes it once there is room.")
+        domain = from_os_error(error, what, COMMITTED)
+        if domain is not None:
+            raise domain from error
         raise StateError(
             f"Cannot write the publication {path} ({error.strerror}); the store is committed and the next run "
             f"publishes it — make {directory} writable by the service user (a ReadWritePaths= drop-in), and "
-            "for publication.group make that user a member of the group (SupplementaryGroups=).")
+            "for publication.group make that user a member of the group (SupplementaryGroups=).") from error
+
+
+def _as_os_error(error, path):
+    """The OSError a SQLite error writing the publication stands for (SQLite names no errno)."""
+    code = getattr(error, "sqlite_errorcode", None)
+    if code == sqlite3.SQLITE_FULL or "full" in str(error):
+        return OSError(errno.ENOSPC, f"{error}", path)
+    read_only = bool(os.statvfs(os.path.dirname(path)).f_flag & os.ST_RDONLY)
+    if read_only:
+        return OSError(errno.EROFS, f"{error}", path)
+    return OSError(errno.EACCES if code in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM)
+                   else errno.EIO, f"{error}", path)
 
 
 def _write_database(path, rows, settings, *, wanted):

@@ -10,7 +10,7 @@ import os
 import sqlite3
 import urllib.parse
 
-from lms_refresh import faults
+from lms_refresh import atomic, faults
 from lms_refresh.errors import StateError, UnavailableError
 from lms_refresh.store.base import SqlStore
 from lms_refresh.store.sqlite_schema import MIGRATIONS, SCHEMA_VERSION, SQLITE
@@ -24,6 +24,13 @@ _TRANSIENT = ("locked", "busy", "disk", "unable to open", "full")
 def _read_only_file_system(path):
     try:
         return bool(os.statvfs(os.path.dirname(os.path.abspath(path)) or ".").f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _has_wal(path):
+    try:
+        return os.path.getsize(path + "-wal") > 0
     except OSError:
         return False
 
@@ -78,7 +85,10 @@ class SqliteStore(SqlStore):
         if not exists and not create:
             target = ":memory:"
         elif read_only:
-            target = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro"
+            # On a read-only file system nobody can change the file, and SQLite cannot create the WAL's
+            # index (-shm) that a reader otherwise needs: read it as immutable (unless a WAL is there to read).
+            immutable = "&immutable=1" if _read_only_file_system(path) and not _has_wal(path) else ""
+            target = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro{immutable}"
         else:
             target = path
         try:
@@ -108,37 +118,22 @@ class SqliteStore(SqlStore):
     @classmethod
     def _create(cls, path):
         """Build a fully migrated store beside `path` and rename it into place (so a crash
-        meanwhile leaves no half-built store under the store's name)."""
-        directory, name = os.path.split(os.path.abspath(path))
-        for leftover in os.listdir(directory):  # earlier creations that were killed (we hold the run lock)
-            if leftover.startswith(f"{name}.creating-"):
-                os.unlink(os.path.join(directory, leftover))
-        temporary = os.path.join(directory, f"{name}.creating-{os.getpid()}")
-        db = sqlite3.connect(temporary, isolation_level=None)
-        store = cls(db, temporary)
-        try:
-            store._configure(wal=True)
-            store.migrate()
-            faults.point("store-created")
-            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        except sqlite3.DatabaseError as error:
-            raise store.translate(error)
-        finally:
-            db.close()  # the last connection: SQLite folds the WAL into the file and removes it
-        fd = os.open(temporary, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        for stale in (path + "-wal", path + "-shm"):  # never replay an old file's log onto the new one
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(stale)
-        os.replace(temporary, path)
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        meanwhile leaves no half-built store under the store's name; see lms_refresh/atomic.py)."""
+        with atomic.replacing(path, mode=0o640, what=f"the store {path}") as temporary:
+            db = sqlite3.connect(temporary, isolation_level=None)
+            store = cls(db, temporary)
+            try:
+                store._configure(wal=True)
+                store.migrate()
+                faults.point("store-created")
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.DatabaseError as error:
+                raise store.translate(error)
+            finally:
+                db.close()  # the last connection: SQLite folds the WAL into the file and removes it
+            for stale in (path + "-wal", path + "-shm"):  # never replay an old file's log onto the new one
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(stale)
 
     def describe(self):
         return self.path

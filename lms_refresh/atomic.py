@@ -1,0 +1,194 @@
+"""Replace a file atomically: the one way lms-refresh writes a file that must be whole or absent.
+
+Every file the program writes for keeps (the pseudonymisation key, a new
+store, the store note, the publication, the metrics textfile) goes through
+here. A new version is written to a temporary file in the target's own
+directory, `.NAME.tmp-XXXXXXXX` (created with O_EXCL by `tempfile.mkstemp`),
+given its final mode (and group), fsynced, renamed over NAME, and then the
+directory is fsynced so that the rename itself survives a power cut. A reader
+sees the previous file or the new one, never a part of either.
+
+The temporary is removed on every failure, KeyboardInterrupt and SIGTERM's
+`Terminated` included. One left by a process that was killed outright
+(SIGKILL, a power cut) is removed by the next write of the same file: a living
+writer holds an flock on its temporary, so a temporary that can be locked has
+no writer any more. SQLite's own files beside a database written under the
+temporary name (`-journal`, `-wal`, `-shm`) go with it, and so do the
+temporaries earlier versions named otherwise (`NAME.tmp-PID`,
+`NAME.creating-PID`, `NAME.PID.tmp`), which every writer of those names
+wrote under the run's lock.
+
+A full disk, an exhausted quota or a read-only file system become the domain's
+error through `errors.from_os_error`, whose sentence ends with `outcome` (what
+the failure means for the command: by default "nothing was committed"); any
+other OSError is raised as it is, for the caller to name what to fix.
+"""
+
+import contextlib
+import fcntl
+import os
+import re
+import stat
+import tempfile
+
+from lms_refresh import faults
+from lms_refresh.errors import from_os_error
+
+SIDECARS = ("-journal", "-wal", "-shm")  # SQLite's files beside a database of that name
+# How versions before this helper named their temporaries (the publication, a new store, the key and the note).
+_LEGACY = (r"{name}\.tmp-\d+", r"{name}\.creating-\d+", r"{name}\.\d+\.tmp")
+
+# The fault seam's points inside a replacement, in order (the subject is the file's name).
+WRITTEN, SYNCED, RENAMED = "replace-written", "replace-synced", "replace-renamed"
+
+
+def temporary_prefix(path):
+    """Return the name every temporary of `path` starts with: `.NAME.tmp-`."""
+    return f".{os.path.basename(path)}.tmp-"
+
+
+@contextlib.contextmanager
+def replacing(path, *, mode, group=None, what=None, outcome=None):
+    """Yield the path of a new, empty temporary file beside `path` for the block to write (by any means:
+    a SQLite connection, open()); when the block returns, make it `path` with `mode` (and group id
+    `group`), durably. If the block or the replacement fails, the temporary is removed and `path` is
+    left as it was. `what` names the file in an error's sentence (default: its path)."""
+    try:
+        remove_stale(path)
+        temporary = _Temporary(path)
+    except OSError as error:
+        _raise_domain(error, what or path, outcome)
+    try:
+        yield temporary.path
+        temporary.commit(mode, group)
+    except OSError as error:
+        temporary.discard()
+        _raise_domain(error, what or path, outcome)
+    except BaseException:
+        temporary.discard()
+        raise
+    finally:
+        temporary.close()
+
+
+def replace_bytes(path, data, *, mode, group=None, what=None, outcome=None):
+    """Replace `path` by a file holding `data` (bytes), atomically and durably (see `replacing`)."""
+    with replacing(path, mode=mode, group=group, what=what, outcome=outcome) as temporary:
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+
+
+def remove_stale(path):
+    """Remove the temporaries of `path` that no living writer holds (a killed writer's), with SQLite's
+    files beside them; return how many temporaries were removed."""
+    directory, prefix = _directory(path), temporary_prefix(path)
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
+    ours = [name for name in names if name.startswith(prefix)]
+    removed = 0
+    for name in ours:
+        if not name.endswith(SIDECARS) and _remove_if_unheld(os.path.join(directory, name)):
+            removed += 1
+    for name in ours:  # a sidecar whose temporary is gone (killed between the two unlinks)
+        base = next((name[:-len(suffix)] for suffix in SIDECARS if name.endswith(suffix)), None)
+        if base is not None and not os.path.lexists(os.path.join(directory, base)):
+            _unlink(os.path.join(directory, name))
+    legacy = re.compile("(?:" + "|".join(pattern.format(name=re.escape(os.path.basename(path)))
+                                         for pattern in _LEGACY) + ")(?:-journal|-wal|-shm)?")
+    for name in names:
+        if legacy.fullmatch(name) and not os.path.isdir(os.path.join(directory, name)):
+            _unlink(os.path.join(directory, name))
+            removed += 1
+    return removed
+
+
+def fsync_directory(directory):
+    """Flush `directory`'s entries (a rename, a new file) to disk."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _Temporary:
+    """A temporary beside the target, flock-held by this process until it is renamed or removed."""
+
+    def __init__(self, target):
+        self.target = target
+        self.directory = _directory(target)
+        self.renamed = False
+        while True:
+            fd, name = tempfile.mkstemp(prefix=temporary_prefix(target), dir=self.directory)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.fstat(fd).st_nlink:  # else another writer's cleanup took it before the flock: make another
+                break
+            os.close(fd)
+        self.fd, self.path = fd, name
+
+    def commit(self, mode, group):
+        subject = os.path.basename(self.target)
+        os.fchmod(self.fd, mode)
+        if group is not None:
+            os.fchown(self.fd, -1, group)
+        faults.point(WRITTEN, subject)
+        os.fsync(self.fd)
+        faults.point(SYNCED, subject)
+        os.replace(self.path, self.target)
+        self.renamed = True
+        faults.point(RENAMED, subject)  # renamed, the directory not yet synced
+        fsync_directory(self.directory)
+
+    def discard(self):
+        if not self.renamed:
+            for leftover in (self.path, *(self.path + suffix for suffix in SIDECARS)):
+                _unlink(leftover)
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _directory(path):
+    return os.path.dirname(os.path.abspath(path))
+
+
+def _remove_if_unheld(candidate):
+    try:
+        info = os.lstat(candidate)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISLNK(info.st_mode):
+        _unlink(candidate)  # never ours; unlinking a link touches only the link
+        return True
+    if not stat.S_ISREG(info.st_mode):
+        return False
+    try:
+        fd = os.open(candidate, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # a living writer's
+        for leftover in (candidate, *(candidate + suffix for suffix in SIDECARS)):
+            _unlink(leftover)
+        return True
+    finally:
+        os.close(fd)
+
+
+def _unlink(path):
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def _raise_domain(error, what, outcome):
+    domain = from_os_error(error, what, outcome)
+    if domain is None:
+        raise error
+    raise domain from error
