@@ -9,6 +9,7 @@ secret-named query parameters and anything shaped like an e-mail address
 A quarantined record goes through `Redactor`.
 """
 
+import contextlib
 import functools
 import hashlib
 import hmac
@@ -31,8 +32,7 @@ _DEFAULT_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "postgres": 5432
 _HOST = re.compile(r"[a-z0-9.\-]{1,253}|\[[0-9a-f:.]{2,45}\]")
 _SECRET_NAME = re.compile(r"pass|secret|token|key|sig|auth", re.IGNORECASE)
 _MARKS = "\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"  # combining marks: not \w, but in names
-# A letter of an address: no @ and no %40 in one, so each address has one place to split at and a long
-# hostile text costs linear time. (No possessive quantifiers: Python 3.11.2 mismatches them here.)
+# An address letter holds no @ or %40: one place to split, linear time (no possessive quantifiers: 3.11.2)
 _ADDRESS_LETTER = rf"(?:[\w{_MARKS}-]|%(?!40|2540)[0-9a-fA-F]{{2}})"
 _ADDRESS = (rf"(?:(?<![\w.+%{_MARKS}-])|(?<=%40))(?:{_ADDRESS_LETTER}|[.+])+(?:@|%40|%2540)"
             rf"{_ADDRESS_LETTER}+(?:\.{_ADDRESS_LETTER}+)+")
@@ -85,14 +85,11 @@ def _secret_forms(secret):
     """The texts a credential can be shown as: itself, without a trailing /, and a URL's path (its token)."""
     if not isinstance(secret, str) or len(secret.strip()) < _SHORTEST_SECRET:
         return ()
-    forms = {secret.strip(), secret.strip().rstrip("/")}
-    try:
+    forms, parts = {secret.strip(), secret.strip().rstrip("/")}, None
+    with contextlib.suppress(ValueError):  # an unbalanced or surrounded [: no URL, so no token of one
         parts = urllib.parse.urlsplit(secret.strip())
-    except ValueError:  # an unbalanced [ or a bracketed host with text around it: no URL, no token of one
-        parts = None
-    token = parts.path + (f"?{parts.query}" if parts.query else "") if parts else ""
-    if parts and parts.netloc and len(token.strip("/")) >= 8:
-        forms.add(token.rstrip("/"))
+    token = parts.path + (f"?{parts.query}" if parts.query else "") if parts and parts.netloc else ""
+    forms.add(token.rstrip("/") if len(token.strip("/")) >= 8 else secret.strip())
     return tuple(sorted((form for form in forms if len(form) >= _SHORTEST_SECRET), key=len, reverse=True))
 
 
