@@ -20,7 +20,7 @@ import subprocess
 
 from click.testing import CliRunner
 
-from lms_refresh import cli, faults
+from lms_refresh import cli, credentials, faults
 
 # Faults that signal the process would signal pytest itself: they need a subprocess.
 SIGNALLING_ACTIONS = ("kill", "term", "termgroup")
@@ -63,6 +63,10 @@ def invoke(argv, environment):
             for handler in ours:
                 handler.close()
             faults.arm({})  # a fault armed for this run must not fire in the test's own calls afterwards
+            # The credentials a process read are redacted from all it shows until it exits; this "process"
+            # ends here, so the next invocation must not inherit them (a test's password "weak" would
+            # be redacted from every later test's messages).
+            credentials._READ.clear()
         stdout, stderr = (stream.getvalue().decode("utf-8", "replace") for stream in streams[:2])
     assert exited, "lms_refresh.cli.main returned instead of exiting"
     assert signal.getsignal(signal.SIGTERM) is sigterm, "the CLI left its SIGTERM handler installed"
