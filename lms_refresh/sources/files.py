@@ -132,17 +132,12 @@ class _Names:
             inside = os.path.relpath(target, self.real_top)
             walked = os.path.join(self.top, inside)
             if (not inside.startswith(os.pardir) and target.endswith(SUFFIXES)
-                    and _walk_order(walked) < _walk_order(path)):
+                    and walked < path):  # the walk yields paths in their string order
                 return False  # the walk yielded the file under its own name already
             self.seen.add(identity)
         elif info.st_nlink > 1:
             self.seen.add(identity)
         return True
-
-
-def _walk_order(path):
-    """The key the walk yields paths in: plain string order of the paths."""
-    return path
 
 
 def _walk(top):
