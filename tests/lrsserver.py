@@ -118,7 +118,11 @@ class RalphServer:
         data = os.path.join(self.base, "data")
         os.mkdir(data)
         auth = os.path.join(self.base, "auth.json")
+        # Its own history file: Ralph's default (~/.config/ralph/history.json) is shared by every
+        # Ralph of the user and rewritten whole on each write, so two servers at once (tests/faketime.sh
+        # runs two suites side by side) corrupted it and Ralph answered POSTs with 500.
         environment = dict(os.environ, RALPH_RUNSERVER_BACKEND="fs", RALPH_AUTH_FILE=auth,
+                           RALPH_HISTORY_FILE=os.path.join(self.base, "history.json"),
                            RALPH_BACKENDS__LRS__FS__DEFAULT_DIRECTORY_PATH=data,
                            RALPH_BACKENDS__DATA__FS__DEFAULT_DIRECTORY_PATH=data)
         subprocess.run([os.path.join(VENV, "bin", "ralph"), "auth", "-u", self.USER, "-p", self.PASSWORD,
