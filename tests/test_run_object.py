@@ -206,3 +206,41 @@ def test_a_stop_after_the_commit_is_no_failure(project):
     assert error is None and report.outcome == "success" and report.statements_read == 1
     assert run_rows(project) == [(report.run_id, "success", 0, "")]
     assert project.meta()["watermark"] == "2026-11-03T03:15:00.000000Z"
+
+
+def test_a_run_consults_the_stop_policy_in_force_instead_of_installing_its_own(project):
+    """The process's entry (cli.main) installs the one SIGTERM policy; a run inside it, and the job, use that
+    policy, so the entry's knows the run committed and a stop after it is no failure."""
+    from lms_refresh.run import stopping
+
+    project.write("a.ndjson", [statement()])
+    before = signal.getsignal(signal.SIGTERM)
+    with stopping.installed() as policy:
+        handler = signal.getsignal(signal.SIGTERM)
+        with armed("after-commit:term"):
+            report, error = run_job(refresh_of(project))
+        assert signal.getsignal(signal.SIGTERM) == handler  # inherited, not replaced and restored
+    assert error is None and report.outcome == "success"
+    assert policy.committed and policy.requested
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_keyboard_interrupt_is_the_runs_outcome_too(project):
+    """^C at a terminal mid-run: rolled back and recorded (130) like any failure, and handed back, not raised."""
+    project.write("a.ndjson", [statement()])
+
+    class Interrupting:  # the progress line is where the run is when ^C lands
+        def __call__(self, text, force=False):
+            if text.startswith("Reading"):
+                raise KeyboardInterrupt
+
+        def done(self):
+            pass
+
+    refresh = refresh_of(project)
+    refresh.progress = Interrupting()
+    report, error = refresh.run()
+    assert isinstance(error, KeyboardInterrupt) and report is refresh.report and report.outcome == "failed"
+    assert errors.exit_status(error) == (130, "KeyboardInterrupt: ")
+    assert [row[1:3] for row in run_rows(project)] == [("failed", 130)]
+    assert project.serving() == []

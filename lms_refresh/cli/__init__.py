@@ -46,7 +46,7 @@ def _parse_now(ctx, param, value):
 def cli(ctx, config_path, verbose, *, quiet, now):
     """Keep an LMS metrics store fresh: pull new activity, recompute daily metrics, suppress small cells."""
     configure_logging(-1 if quiet else verbose, os.environ, scrub=redaction.scrub_text)
-    ctx.obj = Invocation(config_path, now, stop=ctx.obj)
+    ctx.obj = Invocation(config_path, now)
 
 
 # Each command is named here once; a new command module adds its commands to this list.
@@ -67,16 +67,17 @@ def main(argv=None):
     except ValueError as error:  # the test-only seam, misspelt
         click.echo(f"Error: {error}.", err=True)
         sys.exit(errors.USAGE)
-    # One SIGTERM policy for the whole process: a stop after the commit must not kill it by the signal.
-    with stopping.installed() as stop:
-        code = _main(argv, stop)
+    # The process's one SIGTERM policy, installed here, where the process is owned; the run, the job and
+    # `forget` consult it (see run/stopping.py): a stop after the commit must not kill it by the signal.
+    with stopping.installed():
+        code = _main(argv)
         faults.point("before-exit")
     sys.exit(code)
 
 
-def _main(argv, stop):
+def _main(argv):
     try:
-        code = cli.main(args=argv, prog_name="lms-refresh", standalone_mode=False, obj=stop)
+        code = cli.main(args=argv, prog_name="lms-refresh", standalone_mode=False)
     except click.ClickException as error:
         error.show()
         code = error.exit_code

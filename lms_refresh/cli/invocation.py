@@ -1,5 +1,5 @@
-"""What every command of one invocation shares: its `Invocation` (the configuration's path, the clock,
-the stop policy), times typed on the command line, and the one path from an error to its exit code."""
+"""What every command of one invocation shares: its `Invocation` (the configuration's path, the clock),
+times typed on the command line, and the one path from an error to its exit code."""
 
 import logging
 import os
@@ -10,7 +10,6 @@ from lms_refresh import errors
 from lms_refresh.config import load_config
 from lms_refresh.disclosure import redaction
 from lms_refresh.logs import configure_logging
-from lms_refresh.run import stopping
 from lms_refresh.instants import NotAnInstant, parse_user_time
 from lms_refresh.state_directory import become_owner
 
@@ -18,12 +17,11 @@ logger = logging.getLogger("lms_refresh")
 
 
 class Invocation:
-    """What every command of one invocation shares: the configuration's path, the clock, the stop policy."""
+    """What every command of one invocation shares: the configuration's path and the clock."""
 
-    def __init__(self, config_path, now, stop=None):
+    def __init__(self, config_path, now):
         self.config_path = config_path
         self.now = now
-        self.stop = stop or stopping.StopPolicy()  # the process's SIGTERM policy (see lms_refresh.run.stopping)
 
     def config(self):
         """The validated configuration; as root, the process then becomes the state directory's owner."""

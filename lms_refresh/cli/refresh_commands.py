@@ -34,11 +34,11 @@ def _do_refresh(settings, kind, dry_run, *, since=None, until=None, weaker=False
         request = Request(kind, user_time(since, config, "--since"), user_time(until, config, "--until"), dry_run,
                           accept_weaker_privacy=weaker)
         report, error = run_job(Refresh(config, request, settings.now, os.environ, os.geteuid(),
-                                        Progress(os.environ, scrub=redaction.scrub_text), settings.stop))
+                                        Progress(os.environ, scrub=redaction.scrub_text)))
     except click.ClickException:
         raise
-    except (Exception, errors.Terminated) as raised:
-        error = raised
+    except (Exception, errors.Terminated) as raised:  # before the job has an outcome: the configuration, the
+        error = raised  # options, or a stop that lands in a ping (the job's own work around the runs)
     if error is not None:
         if not isinstance(error, (Exception, errors.Terminated)):
             raise error  # ^C: click's own "Aborted."

@@ -2,6 +2,12 @@
 
 Healthchecks pings bracket a scheduled run, and every run that got past the
 lock leaves a Prometheus textfile. Neither may change the run's exit status.
+
+The job only reads each attempt's `Outcome` (Refresh.run never raises, see
+run/refresh.py): whether to retry, what to ping, what the textfile says. A
+stop (or ^C) during the pause between attempts becomes the job's Outcome,
+without a report, since no run was under way; the pings themselves only
+raise what the stop policy raises into them.
 """
 
 import dataclasses
@@ -63,11 +69,8 @@ def run_job(refresh, sleep=time.sleep, clock=time.monotonic):
     marker = Marker(refresh.config.state_directory, refresh.report.run_id, refresh.now)
     if request.scheduled:
         marker.begin()
-    try:
-        with stopping.installed(refresh.stop):
-            outcome = _refresh_with_retries(refresh, sleep, clock)
-    except BaseException as error:  # a stop (or ^C) while it waited to retry: the job still says how it ended
-        outcome = Outcome(None, error)
+    with stopping.installed():  # the process's policy (see run/stopping.py); it also covers the pauses
+        outcome = _refresh_with_retries(refresh, sleep, clock)
     marker.end(stopped=isinstance(outcome.error, Terminated))
     report = outcome.report
     if not request.dry_run and report is not None and report.quarantined:
@@ -105,13 +108,21 @@ def _refresh_with_retries(refresh, sleep, clock):
     began = clock()
     attempt = refresh
     for number in range(1, attempts + 1):
-        if number > 1:  # a new run (its own id and report) that reads up to its own "now", so it misses nothing
-            attempt = dataclasses.replace(refresh, now=refresh.now + dt.timedelta(seconds=clock() - began))
         outcome = attempt.run()
         if number == attempts or not isinstance(outcome.error, UnavailableError):
             return outcome
-        delay, (code, message) = refresh.config.retry.delay, exit_status(outcome.error)
-        logger.warning("%s Retrying in %d s (attempt %d of %d).", message, delay, number + 1, attempts,
-                       extra=logs.fields(logs.RUN_RETRYING, RETRY_ATTEMPT=number + 1, EXIT_STATUS=code))
-        refresh.progress(f"Unreachable; attempt {number + 1} of {attempts} in {delay} s", force=True)
-        sleep(delay)  # a stop meanwhile ends the run with 143 (the stop policy raises)
+        try:
+            _pause(refresh, outcome.error, number, attempts=attempts, sleep=sleep)
+            # A new run (its own id and report) that reads up to its own "now", so it misses nothing.
+            attempt = dataclasses.replace(refresh, now=refresh.now + dt.timedelta(seconds=clock() - began))
+        except (Exception, Terminated, KeyboardInterrupt) as error:  # a stop (143) while it waited to retry
+            return Outcome(None, error)
+
+
+def _pause(refresh, error, number, *, attempts, sleep):
+    """Say that attempt `number` of `attempts` ended with `error` and wait [retry] delay seconds."""
+    delay, (code, message) = refresh.config.retry.delay, exit_status(error)
+    logger.warning("%s Retrying in %d s (attempt %d of %d).", message, delay, number + 1, attempts,
+                   extra=logs.fields(logs.RUN_RETRYING, RETRY_ATTEMPT=number + 1, EXIT_STATUS=code))
+    refresh.progress(f"Unreachable; attempt {number + 1} of {attempts} in {delay} s", force=True)
+    sleep(delay)  # a stop meanwhile: the stop policy raises Terminated

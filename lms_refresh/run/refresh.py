@@ -2,11 +2,16 @@
 
 A `Refresh` is one run. It holds everything the run depends on (config,
 the `Request`, now, environment, effective uid, progress, the SIGTERM
-policy) and the `Report` of what it did; each phase is one method. `run()`
-returns an `Outcome`, the report and the error that ended the run, rather
-than raising, so that the job (retries, pings, textfile) and the CLI read
-both. `run`, `backfill` and `rebuild` are this one code path; they differ
-only in the request (how the window is chosen, and a rebuild's reset).
+policy) and the `Report` of what it did; each phase is one method. `run`,
+`backfill` and `rebuild` are this one code path; they differ only in the
+request (how the window is chosen, and a rebuild's reset).
+
+One error path: phases raise (lms_refresh.errors' domain errors, or whatever
+broke), never return a failure. `_settle` rolls a failure back and records it
+(after the commit it is only tidying up: the run stands); `run()` alone turns
+the exception into the `Outcome` and never raises, not even for a stop or ^C.
+The job and the CLI only read the Outcome. SIGTERM: the process's one policy
+(run/stopping.py), which knows whether this attempt has committed.
 """
 
 import dataclasses
@@ -21,7 +26,7 @@ from lms_refresh.disclosure import redaction, weakening
 from lms_refresh.run import after_commit, identity, retention, stopping, upgrade
 from lms_refresh import window as windows
 from lms_refresh.config import Config
-from lms_refresh.errors import StateError, Terminated, exit_status, from_os_error
+from lms_refresh.errors import RefreshError, StateError, Terminated, exit_status, from_os_error
 from lms_refresh.run.lock import lock_held, locked_store, run_lock
 from lms_refresh.run.lock import LockHeld
 from lms_refresh.disclosure.cell_key import RecordKeys
@@ -72,8 +77,8 @@ class Refresh:
     environ: typing.Mapping
     euid: int
     progress: typing.Callable  # a logs.Progress: progress(text, force=False), progress.done()
-    stop: stopping.StopPolicy = dataclasses.field(default_factory=stopping.StopPolicy)
     report: Report = dataclasses.field(init=False)
+    stop: stopping.StopPolicy = dataclasses.field(init=False, default=None)  # the process's, while run() runs
 
     def __post_init__(self):
         self.report = Report(run_id=str(uuid.uuid4()), kind=self.request.kind, dry_run=self.request.dry_run)
@@ -85,20 +90,17 @@ class Refresh:
         self._upgrade = None  # (older mapping version, since): this run rebuilds the store for the new mapping
 
     def run(self):
-        """Run the refresh; return its Outcome. Rolls back on failure; the error is returned, not raised."""
-        with stopping.installed(self.stop):
+        """Run the refresh; return its Outcome. Rolls back on failure; the error is returned, never raised."""
+        with stopping.installed() as self.stop:
             self.stop.begin()
             try:
                 load_driver(self.config)
                 with self.lock():
                     self._locked()
-            except LockHeld as held:
-                if (error := self._lock_held(held.holder)) is not None:
-                    return Outcome(self.report, error)
-            except (Exception, Terminated) as error:
-                if isinstance(error, OSError):  # the lock file, the key, a new store's file: the state directory's disk
-                    error = from_os_error(error, error.filename or self.config.state_directory) or error
-                return Outcome(self.report if self._began else None, error)
+            except LockHeld as held:  # a held lock is an outcome; a backfill's or rebuild's is an error too
+                return Outcome(self.report, self._lock_held(held.holder))
+            except (Exception, Terminated, KeyboardInterrupt) as error:
+                return Outcome(self.report if self._began else None, self._domain_error(error))
         return Outcome(self.report)
 
     # -- the phases, in the order a run reaches them --
@@ -265,36 +267,41 @@ class Refresh:
         try:
             with self.open_store() as store:
                 self._began = True
-                self._committed_or_rolled_back(store)
+                self._settle(store)
                 if self.stop.committed and not self.request.dry_run:
                     self.publish(store)
         finally:
             self.progress.done()
 
-    def _committed_or_rolled_back(self, store):
-        try:
-            self._roll_back_on_failure(store)
-        except Exception as error:
-            if not self.stop.committed:
-                raise
-            # The run's work is committed; what failed is tidying up after it.
-            logger.warning("The run committed, but tidying up after it failed (%s); the committed run stands.", error)
-
-    def _roll_back_on_failure(self, store):
+    def _settle(self, store):
+        """Run the phases on `store`; before the commit, a failure is rolled back, recorded and raised (as
+        the domain error it means); after it, an error is only tidying up, and the committed run stands."""
         try:
             self._refresh(store)
         except BaseException as error:
             if self.stop.committed:
-                raise
+                if not isinstance(error, Exception):
+                    raise
+                logger.warning("The run committed, but tidying up after it failed (%s); the committed run stands.", error)
+                return
             store.rollback_quietly()  # a failing ROLLBACK must never replace the error that got us here
-            domain = store.translate(error) if isinstance(error, Exception) else None
-            if domain is None and isinstance(error, OSError):
-                domain = from_os_error(error, error.filename or store.describe())
+            domain = self._domain_error(error, store)
             if not self.request.dry_run:
-                self.record_failure(store, domain or error)
-            if domain is not None:
+                self.record_failure(store, domain)
+            if domain is not error:
                 raise domain from error
             raise
+
+    def _domain_error(self, error, store=None):
+        """Return the domain error `error` means (a driver's, a full disk's), or `error`; an OSError without a
+        file name is the store's disk, or before the store the state directory's (lock file, key, new store)."""
+        if isinstance(error, RefreshError) or not isinstance(error, Exception):
+            return error
+        domain = store.translate(error) if store is not None else None
+        if domain is None and isinstance(error, OSError):
+            where = error.filename or (store.describe() if store is not None else self.config.state_directory)
+            domain = from_os_error(error, where)
+        return domain or error
 
     def _refresh(self, store):
         meta = store.meta()

@@ -58,9 +58,21 @@ class StopPolicy:
 
 
 @contextlib.contextmanager
-def installed(policy=None):
-    """Install `policy` (a new one if None) as the SIGTERM handler for the block; yield it."""
-    policy = policy or StopPolicy()
+def installed():
+    """Yield the process's stop policy, installing it for the block only if none is in force yet.
+
+    The policy belongs to the process, so it is installed once, by the outermost
+    caller: `lms_refresh.cli.main` for every command, or a library caller (a test,
+    the demo) that calls `run_job` or `Refresh.run` directly. Everything inside
+    (the job, each attempt of a run, `forget`) comes here too and is handed the
+    policy in force, so a stop always meets the one policy that knows whether the
+    work is committed.
+    """
+    current = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
+    if isinstance(current, StopPolicy) and current.pid == os.getpid():
+        yield current  # inherited: whoever installed it removes it
+        return
+    policy = StopPolicy()
     previous = signal.signal(signal.SIGTERM, policy.handler)
     try:
         yield policy
