@@ -22,11 +22,11 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 sys.path.insert(0, os.path.dirname(__file__))
-from lms_refresh.demo.sample import COURSES, _VERB_CHOICES, statement  # noqa: E402
+from lms_refresh.demo.sample import _VERB_CHOICES, COURSES, statement  # noqa: E402
 from lrsserver import RalphServer  # noqa: E402
 from refresh_bench import timed_run  # noqa: E402
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def statements(count, seed=1):

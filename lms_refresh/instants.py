@@ -26,7 +26,7 @@ import zoneinfo
 
 from lms_refresh.errors import StateError
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 FIRST = dt.datetime(1970, 1, 1, tzinfo=UTC)
 END = dt.datetime(3000, 1, 1, tzinfo=UTC)  # exclusive
 FIRST_YEAR, LAST_YEAR = FIRST.year, END.year - 1

@@ -9,9 +9,9 @@ import click
 from lms_refresh import errors
 from lms_refresh.config import load_config
 from lms_refresh.disclosure import redaction
+from lms_refresh.instants import NotAnInstant, parse_user_time
 from lms_refresh.logs import configure_logging
 from lms_refresh.run import stopping
-from lms_refresh.instants import NotAnInstant, parse_user_time
 from lms_refresh.state_directory import become_owner
 
 logger = logging.getLogger("lms_refresh")

@@ -9,15 +9,23 @@ import os
 import tomllib
 
 from lms_refresh.config import validators as v
-from lms_refresh.config.schema import (
-    DEFAULT_STATE_DIRECTORY, REQUIRED, SCHEMA, SOURCE_KEYS,
-)
+from lms_refresh.config.paths import refuse_collisions
+from lms_refresh.config.schema import DEFAULT_STATE_DIRECTORY, REQUIRED, SCHEMA, SOURCE_KEYS
 from lms_refresh.config.sections import (
-    SOURCE_SETTINGS, Alerts, MoodleSource, Monitoring, Privacy, Publication, Retention, Retry, Store, Window,
-    XapiLrsSource, XapiNdjsonSource,
+    SOURCE_SETTINGS,
+    Alerts,
+    Monitoring,
+    MoodleSource,
+    Privacy,
+    Publication,
+    Retention,
+    Retry,
+    Store,
+    Window,
+    XapiLrsSource,
+    XapiNdjsonSource,
 )
 from lms_refresh.errors import ConfigError, NotConfiguredError
-from lms_refresh.config.paths import refuse_collisions
 
 
 @dataclasses.dataclass(frozen=True)

@@ -30,7 +30,7 @@ def _uuid(rng):
 
 
 def _time(moment):
-    return moment.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def statement(rng, learner, course, *, moment, stored, verb):
@@ -141,7 +141,7 @@ def write_daily_files(directory, records, prefix="statements"):
     count = 0
     try:
         for stored, line in records:
-            name = os.path.join(directory, f"{prefix}-{stored.astimezone(dt.timezone.utc):%Y-%m-%d}.ndjson")
+            name = os.path.join(directory, f"{prefix}-{stored.astimezone(dt.UTC):%Y-%m-%d}.ndjson")
             handle = handles.pop(name, None)
             if handle is None:
                 if len(handles) >= OPEN_FILES:  # ten years of days would pass Debian's 1024 open files

@@ -16,12 +16,12 @@ import time
 from lms_refresh import logs
 from lms_refresh.config import load_alerts, load_config
 from lms_refresh.config.schema import DEFAULT_STATE_DIRECTORY
-from lms_refresh.ops.interruption import take_unalerted
-from lms_refresh.errors import MEANINGS, ConfigError, RefreshError, StateError
 from lms_refresh.credentials import read_secret
 from lms_refresh.disclosure.redaction import scrub_text, url_origin
-from lms_refresh.ops.monitoring import post, read_url
+from lms_refresh.errors import MEANINGS, ConfigError, RefreshError, StateError
 from lms_refresh.instants import from_cursor
+from lms_refresh.ops.interruption import take_unalerted
+from lms_refresh.ops.monitoring import post, read_url
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ def unit_started(unit):
     value = _show(unit, "--timestamp=unix", "-P", "ExecMainStartTimestamp") or ""
     if not value.startswith("@") or not value[1:].isdigit() or value == "@0":
         return None
-    return dt.datetime.fromtimestamp(int(value[1:]), dt.timezone.utc)
+    return dt.datetime.fromtimestamp(int(value[1:]), dt.UTC)
 
 
 # How much earlier than the unit's start a run-log row of it may say it started (clock granularity).

@@ -15,9 +15,9 @@ from lms_refresh import logs
 from lms_refresh.errors import ConfigError, RefreshError, Terminated, UnavailableError, exit_status
 from lms_refresh.ops.interruption import Marker
 from lms_refresh.ops.monitoring import Healthchecks, metrics_text, read_previous, read_url, write_textfile
+from lms_refresh.ops.status import collect_status
 from lms_refresh.run import stopping
 from lms_refresh.run.report import Outcome
-from lms_refresh.ops.status import collect_status
 
 logger = logging.getLogger(__name__)
 

@@ -14,14 +14,14 @@ import zoneinfo
 from lms_refresh import atomic
 from lms_refresh.config.validators import url_problem
 from lms_refresh.credentials import read_secret
-from lms_refresh.errors import TERMINATED, ConfigError, RefreshError
 from lms_refresh.disclosure.redaction import scrub_text, url_origin
+from lms_refresh.errors import TERMINATED, ConfigError, RefreshError
 from lms_refresh.instants import from_cursor
 from lms_refresh.window import TIME
 
 logger = logging.getLogger(__name__)
 
-SCHEDULE_DAYS = range(0, 5)  # Monday..Friday, as lms-refresh.timer's OnCalendar=
+SCHEDULE_DAYS = range(5)  # Monday..Friday, as lms-refresh.timer's OnCalendar=
 SCHEDULE_TIME = dt.time(4, 15)
 
 
@@ -150,7 +150,7 @@ def staleness(status, now, timezone, *, grace):
     if started > now + dt.timedelta(minutes=5):
         return (f"the last success is dated {started.isoformat(timespec='minutes')}, in the future: the clock was "
                 "wrong then or is wrong now (see README, \"Recovery\")")
-    if started < expected.astimezone(dt.timezone.utc) - dt.timedelta(minutes=1):
+    if started < expected.astimezone(dt.UTC) - dt.timedelta(minutes=1):
         local = started.astimezone(expected.tzinfo)  # both times in the configured zone, comparable at a glance
         return (f"the last success started at {local.isoformat(timespec='minutes')}, before the run due at "
                 f"{expected.isoformat(timespec='minutes')} (grace {grace // 60} min)")

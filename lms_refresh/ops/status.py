@@ -6,8 +6,7 @@ import os
 from lms_refresh.ops import interruption
 from lms_refresh.run.lock import probe
 from lms_refresh.state_directory import LOCK_NAME, refuse_a_file
-from lms_refresh.store import publication
-from lms_refresh.store import open_store, store_exists
+from lms_refresh.store import open_store, publication, store_exists
 from lms_refresh.window import TIME
 
 

@@ -10,16 +10,15 @@ names the learner is logged or stored.
 import dataclasses
 import logging
 
-from lms_refresh.run import identity, stopping
-from lms_refresh.errors import ConfigError
-from lms_refresh.run.lock import lock_held, locked_store, run_lock
-from lms_refresh.run.lock import LockHeld
 from lms_refresh.disclosure.cell_key import RecordKeys
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser, fingerprint, moodle_identifier
-from lms_refresh.store.publication import publish_if_behind
 from lms_refresh.disclosure.redaction import REDACTED, scrub_text
+from lms_refresh.errors import ConfigError
+from lms_refresh.run import identity, stopping
+from lms_refresh.run.lock import LockHeld, lock_held, locked_store, run_lock
 from lms_refresh.state_directory import check_writable_file
 from lms_refresh.store import load_driver, store_exists
+from lms_refresh.store.publication import publish_if_behind
 
 logger = logging.getLogger(__name__)
 

@@ -16,17 +16,15 @@ import time
 import typing
 import uuid
 
-from lms_refresh import faults, instants, logs
-from lms_refresh.disclosure import redaction, weakening
-from lms_refresh.run import after_commit, identity, retention, stopping, upgrade
-from lms_refresh import window as windows
+from lms_refresh import faults, instants, logs, window as windows
 from lms_refresh.config import Config
-from lms_refresh.errors import StateError, Terminated, exit_status, from_os_error
-from lms_refresh.run.lock import lock_held, locked_store, run_lock
-from lms_refresh.run.lock import LockHeld
+from lms_refresh.disclosure import redaction, weakening
 from lms_refresh.disclosure.cell_key import RecordKeys
-from lms_refresh.run.report import Outcome, Report
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser, fingerprint
+from lms_refresh.errors import StateError, Terminated, exit_status, from_os_error
+from lms_refresh.run import after_commit, identity, retention, stopping, upgrade
+from lms_refresh.run.lock import LockHeld, lock_held, locked_store, run_lock
+from lms_refresh.run.report import Outcome, Report
 from lms_refresh.sources import build_source
 from lms_refresh.sources.redelivery import conflict_records
 from lms_refresh.sources.xapi_fields import actor_identifier

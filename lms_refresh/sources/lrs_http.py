@@ -28,8 +28,8 @@ import time
 import urllib.parse
 
 from lms_refresh.credentials import read_secret
-from lms_refresh.errors import ConfigError, UnavailableError
 from lms_refresh.disclosure.redaction import url_origin
+from lms_refresh.errors import ConfigError, UnavailableError
 from lms_refresh.instants import UTC
 
 logger = logging.getLogger(__name__)

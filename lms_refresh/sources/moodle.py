@@ -22,11 +22,10 @@ import re
 
 import psycopg  # this module is imported only when the Moodle source is configured
 
-from lms_refresh import instants
-from lms_refresh import window as windows
-from lms_refresh.errors import ConfigError, UnavailableError
+from lms_refresh import instants, window as windows
 from lms_refresh.disclosure.pseudonyms import moodle_identifier
 from lms_refresh.disclosure.redaction import url_without_password
+from lms_refresh.errors import ConfigError, UnavailableError
 from lms_refresh.postgresql import connect, connection_error, first_line
 from lms_refresh.sources import OK, WARNING, BaseSource, Finding
 from lms_refresh.sources.records import EVENT, NOTHING, Intake, InvalidRecord, LocalDays, make_event

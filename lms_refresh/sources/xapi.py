@@ -22,8 +22,14 @@ from lms_refresh import instants
 from lms_refresh.instants import UTC_MILLIS, UTC_TIME
 from lms_refresh.sources.records import CACHE_LIMIT, EVENT, VOID, LocalDays, Void, bounded, make_event
 from lms_refresh.sources.xapi_fields import (
-    InvalidStatement, actor_identifier, event_key, is_iri, parse_duration_ms, parse_time,
-    shown, stored_cursor,
+    InvalidStatement,
+    actor_identifier,
+    event_key,
+    is_iri,
+    parse_duration_ms,
+    parse_time,
+    shown,
+    stored_cursor,
 )
 
 # Bump when a change alters which statements count or how a learner is identified:

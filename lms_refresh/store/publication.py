@@ -203,7 +203,7 @@ def describe(config, environ, view_exists=True):
     if os.path.exists(path):
         import datetime as dt
 
-        info["published_at"] = dt.datetime.fromtimestamp(os.stat(path).st_mtime, dt.timezone.utc).isoformat(
+        info["published_at"] = dt.datetime.fromtimestamp(os.stat(path).st_mtime, dt.UTC).isoformat(
             timespec="seconds")
         if store_exists(config, environ):
             rows, settings = read_state(config, environ)
