@@ -180,7 +180,7 @@ def parse_user_time(text, timezone):
     try:
         moment = dt.datetime.fromisoformat(text)
     except (TypeError, ValueError):
-        raise NotAnInstant(f"{text!r} is not an ISO date or datetime (e.g. 2026-11-02 or 2026-11-02T04:15)")
+        raise NotAnInstant(f"{text!r} is not an ISO date or datetime (e.g. 2026-11-02 or 2026-11-02T04:15)") from None
     local = moment.tzinfo is None
     if local:
         moment = moment.replace(tzinfo=zoneinfo.ZoneInfo(timezone))

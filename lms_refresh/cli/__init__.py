@@ -27,7 +27,7 @@ def _parse_now(ctx, param, value):
     try:
         return parse_user_time(value, "UTC")
     except NotAnInstant as error:
-        raise click.BadParameter(str(error))
+        raise click.BadParameter(str(error)) from None
 
 
 @click.group(

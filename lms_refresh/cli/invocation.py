@@ -48,7 +48,7 @@ def user_time(text, config, option):
     try:
         return parse_user_time(text, config.timezone)
     except NotAnInstant as error:
-        raise click.BadParameter(str(error), param_hint=f"'{option}'")
+        raise click.BadParameter(str(error), param_hint=f"'{option}'") from None
 
 
 def failed(error, fields=None):

@@ -62,7 +62,7 @@ def learner_identifier(config, agent=None, moodle_user_id=None):
         for value in _strings(agent):  # the reason may quote the value; the message never does
             reason = reason.replace(value, REDACTED)
         raise ConfigError(f"That learner identifier cannot name an xAPI agent ({scrub_text(reason)}); "
-                          "check the option's value.")
+                          "check the option's value.") from None
 
 
 def _strings(value):

@@ -25,7 +25,7 @@ def parse_cursor(config, text):
     try:
         return windows.TIME, instants.parse_user_time(text, config.timezone)
     except instants.NotAnInstant as error:
-        raise ConfigError(f"{error}.")
+        raise ConfigError(f"{error}.") from None
 
 
 def set_watermark(config, now, environ, *, euid, text):

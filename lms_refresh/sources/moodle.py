@@ -235,17 +235,17 @@ class MoodleSource(BaseSource):
                 )
             return self._db.execute(statement.replace("{table}", table), parameters).fetchall()
         except psycopg.OperationalError as error:
-            raise connection_error(error, f"The Moodle database {where}", "source")
+            raise connection_error(error, f"The Moodle database {where}", "source") from error
         except psycopg.errors.UndefinedTable:
             log_store = " and that the standard log store is enabled" if table == self.table else ""
             raise ConfigError(f"The Moodle database {where} has no table {table}; check source.prefix "
-                              f"(Moodle's $CFG->prefix){log_store}.")
+                              f"(Moodle's $CFG->prefix){log_store}.") from None
         except psycopg.errors.InsufficientPrivilege as error:
             raise ConfigError(f"The Moodle database {where} refused to let us read {table} "
-                              f"({first_line(error)}); GRANT SELECT ON {table} to source.url's user.")
+                              f"({first_line(error)}); GRANT SELECT ON {table} to source.url's user.") from error
         except psycopg.Error as error:
             raise UnavailableError(f"Reading {table} from {where} failed ({first_line(error)}); "
-                                   "nothing was committed.")
+                                   "nothing was committed.") from error
 
     def close(self):
         if self._db is not None:

@@ -133,7 +133,7 @@ class StatementMapper:
         try:
             return self.pseudonymise(actor_identifier(actor))
         except UnicodeEncodeError:
-            raise InvalidStatement("the actor's identifier is not valid Unicode")
+            raise InvalidStatement("the actor's identifier is not valid Unicode") from None
 
     def duration_of(self, text):
         duration = self._durations.get(text) if type(text) is str else None
@@ -193,7 +193,7 @@ class StatementMapper:
         try:
             number = name_id(iri)
         except UnicodeEncodeError:  # JSON can escape a lone surrogate, which no text column can hold
-            raise InvalidStatement(f"the {kind} IRI is not valid Unicode")
+            raise InvalidStatement(f"the {kind} IRI is not valid Unicode") from None
         bounded(cache)[iri] = number
         self.new_names[(kind, number)] = iri
         return number

@@ -120,7 +120,7 @@ def group_id(name):
         return grp.getgrnam(name).gr_gid
     except KeyError:
         raise ConfigError(f"The group {name!r} named by publication.group does not exist; create it or fix the "
-                          f"key — {COMMITTED}")
+                          f"key — {COMMITTED}") from None
 
 
 def _mode(gid):
