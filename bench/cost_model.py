@@ -21,6 +21,7 @@ With both cores busy all the time, a refresh's rate is at most
 """
 
 import argparse
+import itertools
 import os
 import re
 import subprocess
@@ -104,7 +105,7 @@ def main():
         path = os.path.join(work, os.listdir(work)[0])
         naive = per_statement("naive", path, options.statements)
         steps = [per_statement(w, path, options.statements) for w in ("warm", "parse+map", "stage", "recompute")]
-        parse, stage, recompute = (later - earlier for earlier, later in zip(steps, steps[1:]))
+        parse, stage, recompute = (later - earlier for earlier, later in itertools.pairwise(steps))
     ours = parse + stage + recompute
     print(f"naive yardstick  {naive:>9,.0f} instructions/statement (one process)")
     print(f"parse+map        {parse:>9,.0f}   (parsing workers)")

@@ -111,7 +111,7 @@ def format_table(rows):
                "avg score", "hours", "suppr."]
     body = []
     for row in rows:
-        values = dict(zip(SERVING_COLUMNS, row))
+        values = dict(zip(SERVING_COLUMNS, row, strict=True))
         cells = [values["day"], values["course"].rsplit("/", 1)[-1]]
         for key in ("active_learners", "statements", "attempts", "completions", "passed", "failed"):
             cells.append("-" if values[key] is None else str(values[key]))
@@ -121,7 +121,7 @@ def format_table(rows):
         cells.append("yes" if values["suppressed"] else "")
         body.append(cells)
     widths = [max(len(str(line[i])) for line in [headers] + body) for i in range(len(headers))]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
     lines.append("  ".join("-" * w for w in widths))
-    lines.extend("  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in body)
+    lines.extend("  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in body)
     return "\n".join(lines)

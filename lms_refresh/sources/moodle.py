@@ -315,7 +315,7 @@ class MoodleSource(BaseSource):
 
     def _where(self, number, row):
         """A quarantined row: by its log id, with every column (whole: the redactor reads it as JSON)."""
-        return f"{self.table} id {row[0]}", json.dumps(dict(zip(COLUMNS, row)), default=str)
+        return f"{self.table} id {row[0]}", json.dumps(dict(zip(COLUMNS, row, strict=True)), default=str)
 
     def _map(self, rows):
         self._read_grade_ranges(rows)
