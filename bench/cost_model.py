@@ -61,7 +61,8 @@ else:
     # Each workload below does what the one before it does, and one step more.
     ndjson.parse_lines(mapper, enumerate(lines, 1), since, until=until, result=ndjson.ChunkResult())
     if workload != "warm":
-        events = ndjson.parse_lines(mapper, enumerate(lines, 1), since, until=until, result=ndjson.ChunkResult()).batch.events
+        result = ndjson.parse_lines(mapper, enumerate(lines, 1), since, until=until, result=ndjson.ChunkResult())
+        events = result.batch.events
     if workload in ("stage", "recompute"):
         store = SqliteStore.open(os.path.join(work, "metrics.sqlite"), create=True)
         store.begin()

@@ -64,7 +64,8 @@ def timezone(value):
     try:
         zoneinfo.ZoneInfo(value)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"{value!r} is not a known time zone (see timedatectl list-timezones; is tzdata installed?)") from None
+        raise ValueError(f"{value!r} is not a known time zone (see timedatectl list-timezones; "
+                         "is tzdata installed?)") from None
     return value
 
 

@@ -86,7 +86,8 @@ def run_demo(directory, learners, days, *, seed, now, environ, echo, command="lm
     echo(
         f"Refreshed {config.store.path}: {report.statements_read} statements read, "
         f"{report.quarantined} quarantined (the malformed ones), {report.voided} voided.\n"
-        f"A first run reads back bootstrap_days = {config.window.bootstrap_days} days (the sample's {days} plus a week), "
+        f"A first run reads back bootstrap_days = {config.window.bootstrap_days} days "
+        f"(the sample's {days} plus a week), "
         f"so it rebuilt the {len(partitions)} local days {partitions[0]} .. {partitions[-1]}, today included; "
         f"{report.rows_written} metric rows (day x course) came out, {report.suppressed} of them with "
         "suppressed values.\n"
@@ -123,5 +124,6 @@ def format_table(rows):
     widths = [max(len(str(line[i])) for line in [headers] + body) for i in range(len(headers))]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
     lines.append("  ".join("-" * w for w in widths))
-    lines.extend("  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in body)
+    lines.extend("  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+                 for r in body)
     return "\n".join(lines)

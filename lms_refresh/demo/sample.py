@@ -92,7 +92,8 @@ def generate(seed, start, days, *, learners, timezone="Europe/Paris", per_learne
                     stored = local + dt.timedelta(seconds=rng.randint(1, 90))
                     if rng.random() < late_share:
                         stored += dt.timedelta(days=rng.randint(1, 5), hours=rng.randint(0, 12))
-                    record = statement(rng, learner, course, moment=local, stored=stored, verb=rng.choice(_VERB_CHOICES))
+                    record = statement(rng, learner, course, moment=local, stored=stored,
+                                       verb=rng.choice(_VERB_CHOICES))
                     arrived = until is None or stored + dt.timedelta(seconds=1) < until
                     if rng.random() < void_share and recent and arrived:
                         target = rng.choice(recent)

@@ -162,7 +162,8 @@ def mail_text(alert, recipient):
         f"Window: {window.get('since')} .. {window.get('until')}",
         f"Message: {alert['message'] or '-'}",
         *([f"Earlier: the run started {alert['interrupted'].get('started_at')} did not finish (a shutdown, a crash "
-           f"or a stop) and could not alert; it was caught up by the run started {alert['interrupted'].get('noticed_at')}."]
+           "or a stop) and could not alert; it was caught up by the run started "
+           f"{alert['interrupted'].get('noticed_at')}."]
           if alert.get("interrupted") else []),
         "",
         f"Last journal lines (journalctl _SYSTEMD_INVOCATION_ID={alert['invocation_id']}):",
@@ -261,7 +262,8 @@ def send_alert(config_path, unit, exit_status, *, result, invocation, environ, l
     if broken is not None and not message["message"]:
         message["message"] = scrub_text(str(broken), secrets)
     # A run a shutdown interrupted could not alert then: the next alert says so, once.
-    directory = config.state_directory if config is not None else environ.get("STATE_DIRECTORY", DEFAULT_STATE_DIRECTORY)
+    directory = (config.state_directory if config is not None
+                 else environ.get("STATE_DIRECTORY", DEFAULT_STATE_DIRECTORY))
     message["interrupted"] = take_unalerted(directory)
     delivered, attempted = deliver(message, settings, environ)
     if attempted == 0:

@@ -47,7 +47,7 @@ def post(url, body, content_type, *, timeout):
         reason = getattr(error, "reason", error)
         logger.warning("Delivery to %s failed: %s", url_origin(url), reason)
         return False
-    except Exception:  # noqa: BLE001 — urllib's words for a URL it cannot use quote it, token and all
+    except Exception:  # any failure: urllib's words for a URL it cannot use quote it, token and all
         logger.warning("Delivery to %s failed: the URL is malformed.", url_origin(url))
         return False
 
@@ -94,8 +94,10 @@ def metrics_text(now, exit_code, duration, *, report, status, previous):
         ("lms_refresh_last_success_timestamp_seconds", "End of the last successful refresh.", success_time),
         ("lms_refresh_last_exit_code", "Exit status of the last refresh.", exit_code),
         ("lms_refresh_last_duration_seconds", "Duration of the last refresh.", duration),
-        ("lms_refresh_rows_written", "Metric rows written by the last refresh.", report.rows_written if committed else 0),
-        ("lms_refresh_quarantined_records", "Records quarantined by the last refresh.", report.quarantined if report else 0),
+        ("lms_refresh_rows_written", "Metric rows written by the last refresh.",
+         report.rows_written if committed else 0),
+        ("lms_refresh_quarantined_records", "Records quarantined by the last refresh.",
+         report.quarantined if report else 0),
         ("lms_refresh_suppressed_cells", "Rows with suppressed values written by the last refresh.",
          report.suppressed if committed else 0),
         ("lms_refresh_watermark_timestamp_seconds", "The watermark: source arrival time complete up to.", watermark),
@@ -239,6 +241,6 @@ def plugin_check(read_status, now):
     try:
         status, timezone, grace = read_status()
         return plugin_report(status, now, timezone, grace=grace)
-    except Exception as error:  # noqa: BLE001 — see the docstring
+    except Exception as error:  # any failure, see the docstring
         reason = str(error) if isinstance(error, RefreshError) else f"{type(error).__name__}: {error}"
         return PLUGIN_UNKNOWN, plugin_line(PLUGIN_UNKNOWN, f"cannot read the state: {reason}")

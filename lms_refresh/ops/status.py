@@ -75,7 +75,8 @@ def _privacy_lines(status):
     elif publication:
         when = publication["published_at"]
         lines.append(f"publication:  {publication['location']}"
-                     + (f", published {when}" if when else (" (not published yet)" if not publication["current"] else ""))
+                     + (f", published {when}" if when
+                        else (" (not published yet)" if not publication["current"] else ""))
                      + ("" if publication["current"] else "; behind the store, the next run publishes it"))
     return lines
 
@@ -88,7 +89,8 @@ def format_status(status):
         f"config:       {status['config']}",
         f"state:        {status['state_directory']}",
         f"store:        {store['type']} {store['location']}"
-        + (f" ({store['size_bytes']:,} bytes, schema v{store.get('schema_version')})" if store["exists"] else " (not created yet)"),
+        + (f" ({store['size_bytes']:,} bytes, schema v{store.get('schema_version')})" if store["exists"]
+           else " (not created yet)"),
         f"watermark:    {_watermark_text(status)}",
         f"lock:         {'held by ' + lock['holder'] if lock['held'] else 'free'}",
     ]

@@ -90,7 +90,8 @@ def forget(config, identifier, environ, *, euid, dry_run=False):
                 _forget(config, store, identifier, report=report, stop=stop)
                 _log(report)
                 if not dry_run:
-                    publish_if_behind(config, store, euid)  # the dashboards' copy, after the commit (see store/publication.py)
+                    # The dashboards' copy, after the commit (see store/publication.py).
+                    publish_if_behind(config, store, euid)
     except LockHeld as held:  # the learner is still there, so say so
         raise lock_held(held.holder, "nothing was forgotten", "forget") from None
     return report

@@ -170,8 +170,8 @@ class RowMapper:
         except instants.NotAnInstant as error:
             raise InvalidRow(str(error)) from None
         if self.latest is not None and timecreated > self.latest:
-            raise InvalidRow(f"timecreated {timecreated} ({instants.to_cursor(moment)}) lies in the future, more "
-                             f"than {instants.TOLERANCE_WORDS} after this run's time: the Moodle server's clock was wrong")
+            raise InvalidRow(f"timecreated {timecreated} ({instants.to_cursor(moment)}) lies in the future, more than "
+                             f"{instants.TOLERANCE_WORDS} after this run's time: the Moodle server's clock was wrong")
         day = self._days.get(timecreated // 60) or self._days.add(timecreated // 60, moment)
         course = f"{self.site}/course/view.php?id={courseid}"
         course_key, verb_key = name_id(course), name_id(verb)

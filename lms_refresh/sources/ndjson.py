@@ -265,7 +265,8 @@ class NdjsonSource(BaseSource):
         except PermissionError as error:
             raise ConfigError(denied(path)) from error
         except OSError as error:
-            raise BadInputError(f"Cannot read {path} ({error.strerror or error}); fix or move the file and run again.") from error
+            raise BadInputError(f"Cannot read {path} ({error.strerror or error}); fix or move the file and run "
+                                "again.") from error
         with handle:
             if info.st_ino != signature.inode:
                 changed = ChunkResult()
@@ -299,5 +300,6 @@ class NdjsonSource(BaseSource):
                     logger.warning("%s was still being written when the run read it; what was complete is read "
                                    "now, the rest by the next run.", path)
                     return
-                raise BadInputError(f"Cannot read {path} to the end ({error}); fix or move the file and run again.") from error
+                raise BadInputError(f"Cannot read {path} to the end ({error}); fix or move the file and run "
+                                    "again.") from error
 

@@ -82,7 +82,7 @@ def publish_if_behind(config, store, euid):
         return _publish(config, store, euid)
     except RefreshError:
         raise
-    except Exception as error:  # noqa: BLE001 — after the commit, whatever failed is named as such
+    except Exception as error:  # any failure: after the commit, whatever failed is named as such
         raise RefreshError(f"Unexpected failure while publishing ({type(error).__name__}: {error}); "
                            f"{COMMITTED}") from error
 
