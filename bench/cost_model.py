@@ -80,7 +80,7 @@ def run_parts(python, path, count, *, work, run, naive):
         if len(totals) != len(parts) + 1:  # the last: what follows the last mark (exit)
             raise SystemExit(f"callgrind counted {len(totals)} parts, not {len(parts) + 1}: "
                              "something else calls getppid()")
-        return dict(zip(parts, totals))
+        return dict(zip(parts, totals, strict=True))
     return wait
 
 
@@ -122,7 +122,7 @@ def load_budgets(path):
         with open(path, "rb") as handle:
             budgets = tomllib.load(handle)
     except (OSError, tomllib.TOMLDecodeError) as error:
-        raise BudgetError(f"Cannot read the budgets {path}: {error}")
+        raise BudgetError(f"Cannot read the budgets {path}: {error}") from error
     missing = [field for field in ("statements", "python", "sqlite", "steps") if field not in budgets]
     unknown = set(budgets.get("steps", {})) ^ set(STEPS)
     if missing or unknown:

@@ -9,7 +9,6 @@ in the order of PARTS. Run it in an empty directory: the store is created in the
 """
 
 import json
-import marshal
 import os
 import sqlite3
 import sys
