@@ -80,7 +80,7 @@ def run_parts(python, path, count, *, work, run, naive):
         if len(totals) != len(parts) + 1:  # the last: what follows the last mark (exit)
             raise SystemExit(f"callgrind counted {len(totals)} parts, not {len(parts) + 1}: "
                              "something else calls getppid()")
-        return dict(zip(parts, totals, strict=True))
+        return dict(zip(parts, totals[:-1], strict=True))
     return wait
 
 
