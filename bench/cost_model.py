@@ -1,7 +1,7 @@
 """Benchmark and CI guard: CPU instructions per statement of each step of a refresh.
 
-    python3 bench/cost_model.py [--statements 2000]   # print the counts, and the naive yardstick's
-    python3 bench/cost_model.py --check               # compare them with bench/cost_budget.toml
+    /usr/bin/python3 bench/cost_model.py [--statements 2000]   # print the counts, and the naive yardstick's
+    /usr/bin/python3 bench/cost_model.py --check               # compare them with bench/cost_budget.toml
 
 Needs valgrind (`apt install valgrind`). Wall-clock figures on a shared VM move by
 ±20% from one minute to the next; instruction counts do not: with PYTHONHASHSEED
