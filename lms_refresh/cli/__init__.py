@@ -95,5 +95,5 @@ def _main(argv, stop):
     except KeyboardInterrupt:
         code = errors.INTERRUPTED
     except (Exception, errors.Terminated) as error:
-        code = failed(error)
+        code = failed(error, committed=stop.committed)
     return code if isinstance(code, int) else errors.OK
