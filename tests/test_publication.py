@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Project, statement
+from conftest import Project, deliver, statement
 from lms_refresh.demo.sample import generate, write_daily_files
 
 KEY = "7a" * 32
@@ -69,9 +69,12 @@ def test_identical_rows_give_a_byte_identical_publication(tmp_path):
     start = dt.date(2026, 10, 19)
     daily = Project(tmp_path / "daily")
     noisy(daily)
-    write_daily_files(daily.source, generate(11, start, 10, learners=200, timezone="Europe/Paris"))
+    # The exporter writes one file a day: a run sees the files of its day and before, none stored after it.
+    exported = tmp_path / "exported"
+    write_daily_files(exported, generate(11, start, 10, learners=200, timezone="Europe/Paris"))
     days = [start + dt.timedelta(days=n) for n in range(1, 13) if (start + dt.timedelta(days=n)).weekday() < 5]
     for day in days:
+        deliver(exported, daily.source, day)
         daily.invoke("run", now=f"{day.isoformat()}T04:15:00+01:00", check=0)
     once = Project(tmp_path / "once")
     once.source.rmdir()

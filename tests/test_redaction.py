@@ -307,7 +307,8 @@ def test_a_usage_error_repeats_no_address_it_was_given(sqlite_project, address, 
     result = sqlite_project.invoke(*[part.format(value) for part in argv])
     assert result.returncode == 2, (result.returncode, result.stderr)
     assert "Error: " in result.stderr and ("Invalid value for" in result.stderr or "No such option" in result.stderr)
-    assert REDACTED in result.stderr, result.stderr
+    # click names an unknown option up to its first '=', so the address may not be repeated at all.
+    assert REDACTED in result.stderr or "No such option" in result.stderr, result.stderr
     assert not LEAK.search((result.stdout + result.stderr).casefold()), result.stderr
 
 
