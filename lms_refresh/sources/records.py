@@ -13,7 +13,6 @@ import collections
 import zoneinfo
 
 from lms_refresh import instants
-
 from lms_refresh.sources import Batch
 
 # The canonical event, in the staging table's column order: the one list of its fields.
