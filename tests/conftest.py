@@ -125,6 +125,15 @@ def statement(learner="u1", verb="experienced", course="BIO101", timestamp="2026
     return body
 
 
+def deliver(exported, source, day):
+    """Move the daily export files (`*-YYYY-MM-DD.ndjson`, write_daily_files) of `day` and before from `exported` to
+    `source`: a test that replays runs on past days shows each run only what was stored by then, as an exporter
+    would (a line stored beyond the run's time plus 2 days is quarantined as in the future)."""
+    for name in sorted(os.listdir(exported)):
+        if name.endswith(".ndjson") and name[-17:-7] <= day.isoformat():
+            os.replace(os.path.join(exported, name), os.path.join(source, name))
+
+
 def reachable_cli(directory):
     """The CLI as a command that another user can run: a clone under /root (0700) is out of its reach.
 

@@ -6,6 +6,7 @@ the group and the entry point, `refresh_commands.py` and `operator_commands.py` 
 """
 
 import datetime as dt
+import io
 import os
 import sys
 
@@ -46,7 +47,7 @@ def _parse_now(ctx, param, value):
 def cli(ctx, config_path, verbose, *, quiet, now):
     """Keep an LMS metrics store fresh: pull new activity, recompute daily metrics, suppress small cells."""
     configure_logging(-1 if quiet else verbose, os.environ, scrub=redaction.scrub_text)
-    ctx.obj = Invocation(config_path, now)
+    ctx.obj = Invocation(config_path, now, stop=ctx.obj)
 
 
 # Each command is named here once; a new command module adds its commands to this list.
@@ -69,17 +70,25 @@ def main(argv=None):
         sys.exit(errors.USAGE)
     # The process's one SIGTERM policy, installed here, where the process is owned; the run, the job and
     # `forget` consult it (see run/stopping.py): a stop after the commit must not kill it by the signal.
-    with stopping.installed():
-        code = _main(argv)
+    with stopping.installed() as stop:
+        code = _main(argv, stop)
         faults.point("before-exit")
     sys.exit(code)
 
 
-def _main(argv):
+def show_redacted(error):
+    """Print click's message for `error` (a usage error's usage line too) through the one redaction rule:
+    click repeats the value it refused, which may be an address (`--since someone@example.org`, a path)."""
+    shown = io.StringIO()
+    error.show(file=shown)
+    click.echo(redaction.scrub_text(shown.getvalue()), err=True, nl=False)
+
+
+def _main(argv, stop):
     try:
-        code = cli.main(args=argv, prog_name="lms-refresh", standalone_mode=False)
+        code = cli.main(args=argv, prog_name="lms-refresh", standalone_mode=False, obj=stop)
     except click.ClickException as error:
-        error.show()
+        show_redacted(error)
         code = error.exit_code
     except click.Abort:
         click.echo("Aborted.", err=True)
@@ -87,5 +96,5 @@ def _main(argv):
     except KeyboardInterrupt:
         code = errors.INTERRUPTED
     except (Exception, errors.Terminated) as error:
-        code = failed(error)
+        code = failed(error, committed=stop.committed)
     return code if isinstance(code, int) else errors.OK

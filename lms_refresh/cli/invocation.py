@@ -1,5 +1,5 @@
-"""What every command of one invocation shares: its `Invocation` (the configuration's path, the clock),
-times typed on the command line, and the one path from an error to its exit code."""
+"""What every command of one invocation shares: its `Invocation` (the configuration's path, the clock,
+the stop policy), times typed on the command line, and the one path from an error to its exit code."""
 
 import logging
 import os
@@ -11,17 +11,21 @@ from lms_refresh.config import load_config
 from lms_refresh.disclosure import redaction
 from lms_refresh.instants import NotAnInstant, parse_user_time
 from lms_refresh.logs import configure_logging
+from lms_refresh.run import stopping
 from lms_refresh.state_directory import become_owner
 
 logger = logging.getLogger("lms_refresh")
 
 
 class Invocation:
-    """What every command of one invocation shares: the configuration's path and the clock."""
+    """What every command of one invocation shares: the configuration's path, the clock, the stop policy."""
 
-    def __init__(self, config_path, now):
+    def __init__(self, config_path, now, stop=None):
         self.config_path = config_path
         self.now = now
+        # The process's SIGTERM policy, installed by lms_refresh.cli.main (see run/stopping.py), read here
+        # for whether the command's work was committed before its error.
+        self.stop = stop or stopping.StopPolicy()
 
     def config(self):
         """The validated configuration; as root, the process then becomes the state directory's owner."""
@@ -49,8 +53,11 @@ def user_time(text, config, option):
         raise click.BadParameter(str(error), param_hint=f"'{option}'") from None
 
 
-def failed(error, fields=None):
-    """Log the error that ended a command, with the journal `fields` of what failed; return its exit code."""
+def failed(error, fields=None, *, committed=False):
+    """Log the error that ended a command, with the journal `fields` of what failed; return its exit code.
+
+    `committed`: the command's work was committed before the error (the process's StopPolicy knows), so an
+    unexpected failure must not say that nothing was (a domain error's own sentence says what it means)."""
     ensure_logging()
     if isinstance(error, OSError):
         error = errors.from_os_error(error, error.filename or "a file") or error
@@ -59,8 +66,9 @@ def failed(error, fields=None):
     if isinstance(error, (errors.RefreshError, errors.Terminated)):
         logger.error("%s", message, extra={**fields, "ERROR_KIND": type(error).__name__})
     else:  # the last resort: one sentence first, then the details
-        logger.error("Unexpected failure (%s); nothing was committed.", message, exc_info=error,
-                     extra=fields)
+        outcome = ("its work was committed before it and stands; the next run goes on from there" if committed
+                   else "nothing was committed")
+        logger.error("Unexpected failure (%s); %s.", message, outcome, exc_info=error, extra=fields)
     return code
 
 
