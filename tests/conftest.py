@@ -44,7 +44,8 @@ def _missing_ralph():
 def _missing_systemd():
     absent = [tool for tool in ("systemd-nspawn", "mmdebstrap") if shutil.which(tool) is None]
     if absent or os.geteuid() != 0:
-        return (f"booting Debian under systemd needs root and systemd-nspawn and mmdebstrap ({', '.join(absent) or 'not root'}): "
+        return ("booting Debian under systemd needs root and systemd-nspawn and mmdebstrap "
+                f"({', '.join(absent) or 'not root'}): "
                 "install the Debian packages systemd-container and mmdebstrap and run as root (tests/run.sh does)")
     return None
 
@@ -259,7 +260,8 @@ class Project:
 
     def start(self, *args, now=None):
         command = cli_command() + ["--config", str(self.config)] + (["--now", now] if now else []) + list(args)
-        environment = {k: v for k, v in os.environ.items() if k not in ("STATE_DIRECTORY", "JOURNAL_STREAM", "INVOCATION_ID")}
+        environment = {k: v for k, v in os.environ.items()
+                       if k not in ("STATE_DIRECTORY", "JOURNAL_STREAM", "INVOCATION_ID")}
         environment["PYTHONFAULTHANDLER"] = "1"  # a test that finds it stuck can ask where (SIGABRT)
         return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
 

@@ -93,7 +93,8 @@ class MoodleDatabase:
         eventname, component, action, target, crud, edulevel = KINDS[kind]
         values = {
             "eventname": eventname, "component": component, "action": action, "target": target, "crud": crud,
-            "edulevel": edulevel, "contextid": 100 + (course or 0), "contextlevel": 50, "contextinstanceid": course or 0,
+            "edulevel": edulevel, "contextid": 100 + (course or 0), "contextlevel": 50,
+            "contextinstanceid": course or 0,
             "userid": user, "courseid": course, "relateduserid": related, "anonymous": anonymous,
             "other": json.dumps(other) if other is not None else "null", "timecreated": unix(at),
             "origin": "web", "ip": "192.0.2.1", "realuserid": realuser,

@@ -23,6 +23,22 @@ def _seconds(duration):
     return int(h or 0) * 3600 + int(m or 0) * 60 + float(s or 0)
 
 
+def _verb(statement):
+    return statement["verb"]["id"].rsplit("/", 1)[-1]
+
+
+def _result(statement):
+    return statement.get("result", {})
+
+
+GROUPS = {  # the counted columns, in the serving table's order: whose statements each counts
+    "attempts": lambda s: _verb(s) == "attempted",
+    "completions": lambda s: _verb(s) == "completed" or _result(s).get("completion") is True,
+    "passed": lambda s: _verb(s) == "passed" or _result(s).get("success") is True,
+    "failed": lambda s: _verb(s) == "failed" or _result(s).get("success") is False,
+}
+
+
 def expected_serving(lines, since, until, timezone, k):
     """Given NDJSON lines (all valid), return the serving rows for statements stored in [since, until)."""
     zone = zoneinfo.ZoneInfo(timezone)
@@ -44,32 +60,24 @@ def expected_serving(lines, since, until, timezone, k):
         cells[(day, course)].append(s)
     rows = []
     for (day, course), items in sorted(cells.items()):
-        def learners(predicate):
+        def learners(predicate, items=items):  # this cell's
             return {s["actor"]["account"]["name"] for s in items if predicate(s)}
 
-        verb = lambda s: s["verb"]["id"].rsplit("/", 1)[-1]  # noqa: E731
-        result = lambda s: s.get("result", {})  # noqa: E731
-        groups = {
-            "attempts": lambda s: verb(s) == "attempted",
-            "completions": lambda s: verb(s) == "completed" or result(s).get("completion") is True,
-            "passed": lambda s: verb(s) == "passed" or result(s).get("success") is True,
-            "failed": lambda s: verb(s) == "failed" or result(s).get("success") is False,
-        }
         everyone = learners(lambda s: True)
         visible = len(everyone) >= k
         row = [day, course, len(everyone) if visible else None, len(items) if visible else None]
         suppressed = not visible
-        for predicate in groups.values():
+        for predicate in GROUPS.values():
             who = learners(predicate)
             ok = visible and (len(who) == 0 or len(who) >= k)
             suppressed |= 0 < len(who) < k
             row.append(sum(1 for s in items if predicate(s)) if ok else None)
-        scored = [s for s in items if "score" in result(s)]
-        score_ok = visible and len(learners(lambda s: "score" in result(s))) >= k
-        suppressed |= 0 < len(learners(lambda s: "score" in result(s))) < k
+        scored = [s for s in items if "score" in _result(s)]
+        score_ok = visible and len(learners(lambda s: "score" in _result(s))) >= k
+        suppressed |= 0 < len(learners(lambda s: "score" in _result(s))) < k
         row.append(round(sum(s["result"]["score"]["scaled"] for s in scored) / len(scored), 6) if score_ok else None)
-        timed = [s for s in items if "duration" in result(s)]
-        timed_learners = len(learners(lambda s: "duration" in result(s)))
+        timed = [s for s in items if "duration" in _result(s)]
+        timed_learners = len(learners(lambda s: "duration" in _result(s)))
         suppressed |= 0 < timed_learners < k
         row.append(sum(round(_seconds(s["result"]["duration"]) * 1000) for s in timed) / 1000
                    if visible and timed_learners >= k else None)

@@ -94,7 +94,8 @@ def test_an_unreadable_webhook_file_does_not_stop_the_mail(tmp_path):
 def test_an_earlier_success_is_not_taken_for_the_failed_run():
     success = {"window_since": "a", "window_until": "b", "message": "", "exit_code": 0}
     lines = [(3, "The pseudonymisation key /var/lib/lms-refresh/pseudonymisation.key is missing ...")]
-    alert = compose("lms-refresh.service", "78", "exit-code", invocation="abc", last_run=success, lines=lines, secrets=[])
+    alert = compose("lms-refresh.service", "78", "exit-code", invocation="abc", last_run=success, lines=lines,
+                    secrets=[])
     assert alert["window"] is None and alert["message"].startswith("The pseudonymisation key")
 
 

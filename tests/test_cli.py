@@ -53,7 +53,8 @@ def test_status_before_and_after_a_run(project):
     assert report["lock"] == {"path": str(project.state / "refresh.lock"), "held": False, "holder": None}
     assert report["last_run"]["outcome"] == "success" and report["last_run"]["rows_written"] == 1
     assert report["last_run"]["window_until"] == "2026-11-03T03:15:00.000000Z"
-    assert report["store"]["exists"] and report["store"]["size_bytes"] > 0 and report["store"]["schema_version"] == SCHEMA_VERSION
+    store = report["store"]
+    assert store["exists"] and store["size_bytes"] > 0 and store["schema_version"] == SCHEMA_VERSION
     text = project.invoke("status", check=0).stdout
     assert "last success: success (exit 0) run" in text and "lock:         free" in text
 

@@ -18,7 +18,8 @@ def load(tmp_path, text, environ=None):
 
 def test_defaults(tmp_path):
     config = load(tmp_path, MINIMAL)
-    assert (config.timezone, config.min_cell_size, config.window.bootstrap_days, config.window.safety_lag) == ("UTC", 10, 7, 300)
+    window = config.window
+    assert (config.timezone, config.min_cell_size, window.bootstrap_days, window.safety_lag) == ("UTC", 10, 7, 300)
     assert config.store.path == "/var/lib/lms-refresh/metrics.sqlite"
     assert config.key_file == "/var/lib/lms-refresh/pseudonymisation.key"
 
@@ -88,7 +89,8 @@ def test_each_source_block_of_the_packaged_config_is_valid_when_uncommented(tmp_
         path.write_text(f"{head}[source]\n{settings}\n\n[store]\n{tail}")
         config = load_config(str(path), {})
         kinds.append(config.source.type)
-        assert {field.name for field in dataclasses.fields(config.source)} - {"type"} == SOURCE_KEYS[config.source.type][0]
+        names = {field.name for field in dataclasses.fields(config.source)}
+        assert names - {"type"} == SOURCE_KEYS[config.source.type][0]
     assert kinds == ["xapi-ndjson", "xapi-lrs", "moodle"]
 
 

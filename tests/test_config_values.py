@@ -14,8 +14,10 @@ from lms_refresh.config.schema import SCHEMA
 from lms_refresh.errors import ConfigError
 
 BAD = [  # (what to write in place of what, the message)
-    (("timezone = ", "max_quarantine_share = nan\ntimezone = "), "key 'max_quarantine_share' must be a finite number, not nan"),
-    (("timezone = ", "max_quarantine_share = inf\ntimezone = "), "key 'max_quarantine_share' must be a finite number, not inf"),
+    (("timezone = ", "max_quarantine_share = nan\ntimezone = "),
+     "key 'max_quarantine_share' must be a finite number, not nan"),
+    (("timezone = ", "max_quarantine_share = inf\ntimezone = "),
+     "key 'max_quarantine_share' must be a finite number, not inf"),
     (('safety_lag = "0s"', "safety_lag = 99999999999999999999"), "key 'window.safety_lag'"),
     (('safety_lag = "0s"', 'safety_lag = "999999999999d"'), "key 'window.safety_lag' must be at most 3660 days"),
     (('lookback = "0s"', "lookback = 1e400"), "key 'window.lookback'"),

@@ -26,7 +26,7 @@ def test_no_published_value_derives_from_fewer_than_min_cell_size_learners(tmp_p
     assert rows
     published = 0
     for row in rows:
-        for value, contributors in zip(row[0::2], row[1::2]):
+        for value, contributors in zip(row[0::2], row[1::2], strict=True):
             if value is not None and value != 0:
                 assert contributors >= 25, row
                 published += 1

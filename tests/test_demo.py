@@ -68,7 +68,7 @@ def test_the_demo_on_its_defaults_refreshes_a_store_and_prints_its_metrics(tmp_p
                           out[header + 3 + 24])
     assert footer and int(footer.group(1)) == len(expected)
     shown = sorted(expected)[-24:]
-    for line, key in zip(rows, shown):
+    for line, key in zip(rows, shown, strict=True):
         day, course, learners = line.split()[:3]
         assert (day, course) == (key[0], key[1].rsplit("/", 1)[-1]), (line, key)
         truth = expected[key][2]

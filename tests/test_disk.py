@@ -97,7 +97,7 @@ def test_a_full_disk_under_the_publication_exits_69_records_the_run_and_leaves_n
     project.write("b.ndjson", [statement(learner=f"v{i}", timestamp="2026-11-03T10:00:00Z") for i in range(11)])
     fill(small_disk)
     later = "2026-11-04T04:15:00+01:00"
-    for attempt in range(2):  # the second run has nothing to read and still tries to publish
+    for _ in range(2):  # the second run has nothing to read and still tries to publish
         result = project.invoke("run", now=later)
         assert result.returncode == 69, result.stderr
         assert f"Cannot write the publication {directory / 'serving.sqlite'}: the disk is full (" in result.stderr
@@ -121,11 +121,13 @@ def test_forget_on_a_full_publication_disk_says_the_learner_is_forgotten_and_sta
     result = project.invoke("forget", "--account-homepage", "https://lms.example.edu", "--account-name", "u0")
     assert result.returncode == 69, result.stderr
     assert "Forgot one learner: 1 staged events" in result.stderr
-    assert "the disk is full" in result.stderr and "the store is committed, and the next run publishes it." in result.stderr
+    assert "the disk is full" in result.stderr
+    assert "the store is committed, and the next run publishes it." in result.stderr
     assert sorted(p.name for p in directory.iterdir()) == ["serving.sqlite"]
     check = project.invoke("status", "--check", now=NOW)
     assert check.returncode == 1, check.stdout
-    assert f"the publication {directory / 'serving.sqlite'} is behind the store (the next run publishes it)" in check.stdout
+    behind = f"the publication {directory / 'serving.sqlite'} is behind the store (the next run publishes it)"
+    assert behind in check.stdout
     (small_disk / "filler").unlink()
     project.invoke("run", now=NOW, check=0)
     assert project.invoke("status", "--check", now=NOW).returncode == 0

@@ -50,7 +50,8 @@ def insert_quarantined(project, origin, reason, raw):
         return
     db = sqlite3.connect(project.store)
     with db:
-        db.execute("INSERT INTO quarantine (run_id, origin, reason, raw, digest, recorded_at) VALUES (?, ?, ?, ?, ?, ?)",
+        db.execute("INSERT INTO quarantine (run_id, origin, reason, raw, digest, recorded_at) "
+                   "VALUES (?, ?, ?, ?, ?, ?)",
                    row)
     db.close()
 

@@ -181,7 +181,7 @@ def test_a_flood_of_tiny_records_never_makes_a_result_larger_than_four_batches(t
     hundreds of thousands of quarantined records at once. No result holds more than 4 x batch_size lines,
     and every line is still counted once, with its own line number."""
     good = good_lines(50)
-    text = "\n".join(line for pair in zip(good, ["{}"] * 50) for line in pair) + "\n" + "{}\n" * 5000
+    text = "\n".join(line for pair in zip(good, ["{}"] * 50, strict=True) for line in pair) + "\n" + "{}\n" * 5000
     (tmp_path / "a.ndjson").write_text(text)
     source = NdjsonSource(str(tmp_path), MAPPER, batch_size=10, workers=workers, parallel_min_bytes=0)
     sizes, events, quarantined = [], 0, []

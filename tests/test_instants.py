@@ -197,7 +197,8 @@ def test_a_moodle_timecreated_counts_only_in_range_and_not_in_the_future(timecre
         assert str(error).startswith(f"timecreated {timecreated!r} ")
         return
     assert type(timecreated) is int and 0 < timecreated <= latest
-    assert event.day == dt.datetime.fromtimestamp(timecreated, zoneinfo.ZoneInfo("America/Los_Angeles")).date().isoformat()
+    los_angeles = zoneinfo.ZoneInfo("America/Los_Angeles")
+    assert event.day == dt.datetime.fromtimestamp(timecreated, los_angeles).date().isoformat()
 
 
 # -- the existence rule is bounded whatever a store holds -----------------------------------------------------

@@ -168,8 +168,9 @@ def test_the_next_alert_reports_an_interruption_once(sqlite_project):
     noticed = take_unalerted(str(project.state))
     assert noticed["started_at"] == "2026-11-03T03:15:00.000000Z" and noticed["noticed_at"].startswith("2026-11-03T04")
     assert take_unalerted(str(project.state)) is None  # reported once
-    alert = {"unit": "lms-refresh.service", "host": "h", "exit_status": 65, "meaning": "bad input", "result": "exit-code",
-             "window": None, "message": "m", "invocation_id": "i", "journal": [], "interrupted": noticed}
+    alert = {"unit": "lms-refresh.service", "host": "h", "exit_status": 65, "meaning": "bad input",
+             "result": "exit-code", "window": None, "message": "m", "invocation_id": "i", "journal": [],
+             "interrupted": noticed}
     text = mail_text(alert, "team@example.edu")
     assert ("Earlier: the run started 2026-11-03T03:15:00.000000Z did not finish (a shutdown, a crash or a stop) and "
             "could not alert; it was caught up by the run started 2026-11-03T04") in text

@@ -54,7 +54,8 @@ def imports(path, dotted, top_level_only=False):
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
             submodules = {f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in known}
             found.update(submodules)
             if len(submodules) < len(node.names):  # names from the module itself, not only its submodules

@@ -137,7 +137,8 @@ def test_the_page_has_exit_statuses_files_units_environment_and_message_ids(page
 
 
 def test_a_schema_entry_in_the_old_form_is_refused():
-    with pytest.raises(TypeError, match=r"SCHEMA\['window'\]\['x'\] must be Key\(check, default, description\) with a validator"):
+    with pytest.raises(TypeError,
+                       match=r"SCHEMA\['window'\]\['x'\] must be Key\(check, default, description\) with a validator"):
         _check_schema({"window": {"x": (typed(int), 1)}})
     with pytest.raises(TypeError):
         _check_schema({"window": {"x": Key(typed(int), 1, "  ")}})  # a description is required

@@ -109,7 +109,8 @@ def test_backfill_and_dry_run_do_not_ping(project, receiver, tmp_path):
 
 def test_unreachable_ping_never_changes_the_exit_status(project, tmp_path):
     (tmp_path / "hc-url").write_text("http://127.0.0.1:9/ping/secret-token\n")  # nothing listens on port 9
-    project.config.write_text(project.config.read_text() + f'\n[alerts]\nhealthchecks_url_file = "{tmp_path / "hc-url"}"\n')
+    project.config.write_text(project.config.read_text()
+                              + f'\n[alerts]\nhealthchecks_url_file = "{tmp_path / "hc-url"}"\n')
     project.write("a.ndjson", [statement()])
     result = project.invoke("run", now=NOW)
     assert result.returncode == 0
@@ -121,7 +122,8 @@ def test_alert_content_has_meaning_window_journal_and_no_secrets():
                 "message": "5 of 6 records were malformed", "exit_code": 65}
     lines = [(6, "Refreshing ..."), (3, "fetch https://user:hunter2@lrs.example.edu failed for alice@example.edu"),
              (6, "token s3cr3t-token leaked")]
-    alert = compose("lms-refresh.service", "65", "exit-code", invocation="abc", last_run=last_run, lines=lines, secrets=["s3cr3t-token"])
+    alert = compose("lms-refresh.service", "65", "exit-code", invocation="abc", last_run=last_run, lines=lines,
+                    secrets=["s3cr3t-token"])
     assert alert["exit_status"] == 65 and "bad input beyond the configured tolerance" in alert["meaning"]
     assert alert["window"] == {"since": "2026-11-02T03:15:00.000000Z", "until": "2026-11-03T03:15:00.000000Z"}
     text = json.dumps(alert)
@@ -163,7 +165,8 @@ def test_alert_command_posts_json_to_the_webhook(project, receiver, tmp_path):
 
 def test_alert_exits_1_when_every_channel_fails(project, tmp_path):
     (tmp_path / "hook-url").write_text("http://127.0.0.1:9/hook\n")
-    project.config.write_text(project.config.read_text() + f'\n[alerts]\nwebhook_url_file = "{tmp_path / "hook-url"}"\n')
+    project.config.write_text(project.config.read_text()
+                              + f'\n[alerts]\nwebhook_url_file = "{tmp_path / "hook-url"}"\n')
     assert project.invoke("alert", "--exit-status", "69").returncode == 1
 
 

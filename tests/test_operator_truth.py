@@ -31,7 +31,8 @@ def test_a_watermark_set_is_recorded_but_hides_no_failure_and_is_no_success(proj
     project.invoke("watermark", "set", "2026-11-03T03:00", now=LATER, check=0)
     check = project.invoke("status", "--check", now=LATER)
     assert check.returncode == 1, check.stdout  # WARNING: the last run failed
-    assert check.stdout.startswith("LMS-REFRESH WARNING - the last run (run, started ") and "exit status 65" in check.stdout
+    assert check.stdout.startswith("LMS-REFRESH WARNING - the last run (run, started ")
+    assert "exit status 65" in check.stdout
     status = json.loads(project.invoke("status", "--json", now=LATER, check=0).stdout)
     assert (status["last_run"]["kind"], status["last_run"]["exit_code"]) == ("run", 65)
     assert status["last_success"]["started_at"].startswith("2026-11-03T03:15")
@@ -81,7 +82,8 @@ def test_every_operator_command_against_a_held_lock_exits_69_saying_nothing_was_
     if dry is not None:
         assert dry.returncode == 69 and undone in dry.stderr
     # The timer's run alone exits 0: its next start does its work (the contract).
-    assert timer.returncode == 0 and "Another refresh holds the lock" in timer.stderr and "nothing to do" in timer.stderr
+    assert timer.returncode == 0
+    assert "Another refresh holds the lock" in timer.stderr and "nothing to do" in timer.stderr
     assert project.serving() == served and project.runs() == runs
 
 
@@ -122,7 +124,8 @@ def test_an_earlier_failure_is_not_taken_for_one_that_left_no_row():
     assert failed_row(EARLIER, 65, run_ids=None, started=None) is None  # another exit status
     assert failed_row(EARLIER, 78, run_ids=set(), started=None) is None  # its journal names no run: none began
     assert failed_row(EARLIER, 78, run_ids={"r2"}, started=None) is None  # ... or another run
-    assert failed_row(EARLIER, 78, run_ids={"r1", "r0"}, started=None) is EARLIER  # this invocation's run (or a retry's)
+    # This invocation's run (or a retry's).
+    assert failed_row(EARLIER, 78, run_ids={"r1", "r0"}, started=None) is EARLIER
     assert failed_row(EARLIER, 78, run_ids=None, started=unit_started) is None  # it started a day before the unit did
     later = dict(EARLIER, started_at="2026-11-03T03:15:00.500000Z")
     assert failed_row(later, 78, run_ids={"r1"}, started=unit_started) is later
@@ -139,7 +142,8 @@ def test_the_alert_for_a_failure_before_the_run_log_does_not_report_the_previous
     try:
         project = sqlite_project
         (tmp_path / "hook-url").write_text(f"{receiver.url}/hook\n")
-        project.config.write_text(project.config.read_text() + f'\n[alerts]\nwebhook_url_file = "{tmp_path / "hook-url"}"\n')
+        project.config.write_text(project.config.read_text()
+                                  + f'\n[alerts]\nwebhook_url_file = "{tmp_path / "hook-url"}"\n')
         project.write("a.ndjson", ["garbage"] * 3)
         assert project.invoke("run", now=NOW).returncode == 65  # a failure with its row
         os.chown(project.state, 12345, 12345)  # the state directory's owner: refused before the run log

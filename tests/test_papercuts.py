@@ -108,7 +108,8 @@ def test_the_sample_has_nothing_stored_in_the_future():
     arrived = list(generate(7, start, 7, learners=300, until=now))
     assert arrived and max(stored for stored, _ in arrived) < now
     assert set(arrived) <= set(everything)  # the same sample, minus what has not arrived yet
-    assert len(everything) - len(arrived) == len([1 for stored, _ in everything if stored >= now - dt.timedelta(seconds=1)])
+    late = [1 for stored, _ in everything if stored >= now - dt.timedelta(seconds=1)]
+    assert len(everything) - len(arrived) == len(late)
 
 
 def test_the_demo_says_what_its_numbers_of_days_mean(tmp_path):
@@ -119,7 +120,7 @@ def test_the_demo_says_what_its_numbers_of_days_mean(tmp_path):
     assert "50 learners active on the 21 days 2026-11-09 .. 2026-11-29 (--days)" in demo.stdout
     assert ("A first run reads back bootstrap_days = 28 days (the sample's 21 plus a week), so it rebuilt the "
             "29 local days 2026-11-02 .. 2026-11-30, today included") in demo.stdout
-    assert ("(all of 21 rows; '-' = withheld because fewer than 10 learners; every other count is perturbed by up to ±3 "
-            "(cell key method), so columns need not add up)") in demo.stdout
+    assert ("(all of 21 rows; '-' = withheld because fewer than 10 learners; every other count is perturbed by "
+            "up to ±3 (cell key method), so columns need not add up)") in demo.stdout
     names = sorted(os.listdir(tmp_path / "d" / "statements"))
     assert names[-1] <= "statements-2026-11-30.ndjson"  # no file of a day still to come

@@ -24,7 +24,8 @@ def pg_project(tmp_path, server):
 
 
 def backend_of(server, process):
-    rows = server.admin(f"SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'lms-refresh pid {process.pid} %'")
+    rows = server.admin("SELECT pid FROM pg_stat_activity "
+                        f"WHERE application_name LIKE 'lms-refresh pid {process.pid} %'")
     return rows[0][0] if rows else None
 
 
@@ -146,12 +147,14 @@ def test_a_dashboard_role_reads_the_serving_view_and_nothing_else(server, pg_pro
 
     pg_project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
     pg_project.invoke("run", now=NOW, check=0)
-    server.admin("DO $$ BEGIN CREATE ROLE dashboard LOGIN PASSWORD 'dash'; EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+    server.admin("DO $$ BEGIN CREATE ROLE dashboard LOGIN PASSWORD 'dash'; "
+                 "EXCEPTION WHEN duplicate_object THEN NULL; END $$")
     result = pg_project.invoke("grant-reader", "dashboard", check=0)
     assert "dashboard may now read lms_refresh_serving.daily_metrics" in result.stdout
     url = f"host=127.0.0.1 port={server.port} dbname={pg_project.database} user=dashboard password=dash"
     with psycopg.connect(url, autocommit=True) as db:
-        rows = db.execute("SELECT day, course, active_learners, suppressed FROM lms_refresh_serving.daily_metrics").fetchall()
+        rows = db.execute("SELECT day, course, active_learners, suppressed "
+                          "FROM lms_refresh_serving.daily_metrics").fetchall()
         assert [(str(r[0]), r[2], r[3]) for r in rows] == [("2026-11-02", 12, 0)]
         for private in ("lms_refresh.staged_events", "lms_refresh.daily_metrics", "lms_refresh.meta",
                         "lms_refresh.published_metrics", "lms_refresh.privacy_settings", "lms_refresh.quarantine"):
@@ -170,7 +173,8 @@ def test_credentials_and_reachability_errors_are_one_clear_sentence(server, pg_p
     wrong.write_text("not-it\n")
     pg_project.config.write_text(pg_project.config.read_text().replace(server.password_file, str(wrong)))
     refused = pg_project.invoke("run", now=NOW)
-    assert refused.returncode == 78 and "refused the credentials" in refused.stderr and "Traceback" not in refused.stderr
+    assert refused.returncode == 78
+    assert "refused the credentials" in refused.stderr and "Traceback" not in refused.stderr
     pg_project.configure()
     pg_project.config.write_text(pg_project.config.read_text().replace(f":{server.port}/", ":9/"))
     down = pg_project.invoke("run", now=NOW)

@@ -79,7 +79,8 @@ def test_the_default_table_is_bounded_zero_mean_with_its_variance_and_never_belo
     values = [perturbation.perturb(25, key, "passed") for key in keys]
     assert set(values) == set(range(22, 29)) and values == [perturbation.perturb(25, key, "passed") for key in keys]
     # Each column has its own lookup: the same cell key gives another column other noise.
-    assert sum(v == perturbation.perturb(25, key, "failed") for v, key in zip(values, keys)) < 0.4 * len(keys)
+    same = sum(v == perturbation.perturb(25, key, "failed") for v, key in zip(values, keys, strict=True))
+    assert same < 0.4 * len(keys)
 
 
 def test_a_variance_the_noise_cannot_carry_is_refused(project):
@@ -293,7 +294,8 @@ def test_a_store_from_schema_version_2_gets_its_record_keys_and_the_same_publica
     else:
         from lms_refresh.store.sqlite_schema import MIGRATIONS
 
-        downgrade += [next(s for s in MIGRATIONS[0] if "CREATE VIEW" in s), "UPDATE meta SET value = '2' WHERE key = 'schema_version'"]
+        downgrade += [next(s for s in MIGRATIONS[0] if "CREATE VIEW" in s),
+                      "UPDATE meta SET value = '2' WHERE key = 'schema_version'"]
         with contextlib.closing(sqlite3.connect(project.store)) as db:
             for sql in downgrade:
                 db.execute(sql)
@@ -305,8 +307,9 @@ def test_a_store_from_schema_version_2_gets_its_record_keys_and_the_same_publica
     upgraded = project.serving()
     assert project.query("SELECT COUNT(*) FROM staged_events WHERE record_key IS NULL") == [(0,)]
     # Every cell but the one the late statement joined is published exactly as before the upgrade.
-    changed = [(a, b) for a, b in zip(fresh, upgraded) if a != b]
-    assert len(upgraded) == len(fresh) and [a[:2] for a, _ in changed] == [(day(0), fresh[0][1])]
+    assert len(upgraded) == len(fresh)
+    changed = [(a, b) for a, b in zip(fresh, upgraded, strict=True) if a != b]
+    assert [a[:2] for a, _ in changed] == [(day(0), fresh[0][1])]
 
 
 def test_withhold_zeros_and_a_new_threshold_republish_every_day(project):

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from conftest import HOME, statement
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser
-from lms_refresh.sources.redelivery import canonical_iri, same_statement, same_time  # noqa
+from lms_refresh.sources.redelivery import canonical_iri, same_statement, same_time
 from lms_refresh.sources.xapi import ADL, StatementMapper
 from reference import expected_serving
 
@@ -45,7 +45,8 @@ def statements(draw, learner=None):
                      verb=draw(st.sampled_from(VERBS)), course=draw(st.sampled_from(["BIO101", "CHEM200"])),
                      timestamp=utc_text(draw(moments), draw(st.sampled_from([3, 6]))),
                      score=draw(st.none() | st.sampled_from([0.5, 0.25, 1, -0.75])),
-                     success=draw(st.none() | st.booleans()), duration=draw(st.none() | st.sampled_from(["PT1M", "PT4.5S"])))
+                     success=draw(st.none() | st.booleans()),
+                     duration=draw(st.none() | st.sampled_from(["PT1M", "PT4.5S"])))
     body["stored"] = body["timestamp"]
     body["verb"]["display"] = {"en-US": body["verb"]["id"].rsplit("/", 1)[1]}
     body["object"]["definition"] = {"name": {"en-US": "Quiz 1"}}
@@ -99,7 +100,8 @@ def redelivered(draw, original, stored):
             parent = again["context"]["contextActivities"]["parent"][0]
             parent["id"] = shout_scheme_and_host(parent["id"], how)
     if draw(st.booleans()):
-        again["authority"] = {"objectType": "Agent", "account": {"homePage": "https://lrs2.example.edu", "name": "import"}}
+        again["authority"] = {"objectType": "Agent",
+                              "account": {"homePage": "https://lrs2.example.edu", "name": "import"}}
     if draw(st.booleans()):
         again["version"] = draw(st.sampled_from(["1.0.0", "1.0.3"]))
     if draw(st.booleans()):

@@ -84,7 +84,7 @@ def test_sigterm_rolls_back_and_exits_143(project, tmp_path):
             out, err = first.communicate(timeout=30)
         except subprocess.TimeoutExpired:
             first.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER: show where it is stuck
-            raise AssertionError(f"still running 30 s after SIGTERM:\n{first.communicate()[1]}")
+            raise AssertionError(f"still running 30 s after SIGTERM:\n{first.communicate()[1]}") from None
     finally:
         first.kill()
         lrs.release()

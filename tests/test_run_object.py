@@ -28,9 +28,9 @@ def project(sqlite_project):
     return sqlite_project
 
 
-def refresh_of(project, request=Request(), now=NOW):
+def refresh_of(project, request=None, now=NOW):
     config = load_config(str(project.config), {})
-    return Refresh(config, request, parse_user_time(now, "UTC"), {}, os.geteuid(), Progress({}))
+    return Refresh(config, request or Request(), parse_user_time(now, "UTC"), {}, os.geteuid(), Progress({}))
 
 
 @contextlib.contextmanager

@@ -161,7 +161,8 @@ def test_backoff_is_exponential_and_ends_in_69():
 def moodle_mapper():
     from lms_refresh.sources.moodle import RowMapper
 
-    return RowMapper("Europe/Paris", lambda actor: actor, "https://moodle.example.edu/", site_course_id=1, guest_user_id=1)
+    return RowMapper("Europe/Paris", lambda actor: actor, "https://moodle.example.edu/", site_course_id=1,
+                     guest_user_id=1)
 
 
 def event_of(mapper, log_row):

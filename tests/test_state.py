@@ -135,7 +135,8 @@ def _another_user_gets_told_who_owns_the_state(project):
                             + ["--config", str(project.config), "run"],
                             capture_output=True, text=True, cwd=project.root.parent)
     assert result.returncode == 78, result.stderr
-    assert f"The state directory {project.state} belongs to user 'root' and is not writable by 'nobody'" in result.stderr
+    assert (f"The state directory {project.state} belongs to user 'root' and is not writable by 'nobody'"
+            in result.stderr)
 
 
 def test_malformed_records_are_quarantined_with_reason_and_origin(project):
@@ -148,7 +149,8 @@ def test_malformed_records_are_quarantined_with_reason_and_origin(project):
         rows = db.execute("SELECT origin, reason, raw FROM quarantine ORDER BY origin").fetchall()
         logged = db.execute("SELECT quarantined, statements_read FROM runs").fetchone()
     # A record that cannot be read is kept as its size only (it might name someone; see test_data_minimisation).
-    assert rows[0][0] == f"{path}:13" and rows[0][1].startswith("not valid JSON") and json.loads(rows[0][2])["bytes"] == 17
+    assert rows[0][0] == f"{path}:13" and rows[0][1].startswith("not valid JSON")
+    assert json.loads(rows[0][2])["bytes"] == 17
     assert rows[1][0] == f"{path}:14" and "score.scaled is not a number between -1 and 1" in rows[1][1]
     assert logged == (2, 14)
 
@@ -157,7 +159,8 @@ def test_past_tolerance_exits_65_and_commits_nothing_but_keeps_the_evidence(proj
     project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)] + ["not json"] * 3)
     result = project.invoke("run", now=NOW)
     assert result.returncode == 65
-    assert "3 of 15 records in the window were malformed (20.0%, more than max_quarantine_share = 1.0%)" in result.stderr
+    assert ("3 of 15 records in the window were malformed (20.0%, more than max_quarantine_share = 1.0%)"
+            in result.stderr)
     with sqlite3.connect(project.store) as db:
         assert db.execute("SELECT COUNT(*) FROM staged_events").fetchone()[0] == 0
         assert db.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0] == 3  # the evidence survives the rollback

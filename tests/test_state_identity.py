@@ -160,7 +160,8 @@ def test_a_changed_course_pattern_is_refused_and_rebuild_applies_it_without_doub
     project.invoke("run", now=at(T), check=0)
     before = project.serving()
     assert [row[1] for row in before] == ["https://lms.example.edu/course/BIO101"]
-    text = project.config.read_text().replace("batch_size = 500", "batch_size = 500\ncourse_pattern = '^(.+?/course/[^/?#]+/quiz)'")
+    text = project.config.read_text().replace(
+        "batch_size = 500", "batch_size = 500\ncourse_pattern = '^(.+?/course/[^/?#]+/quiz)'")
     project.config.write_text(text)
     later = T + dt.timedelta(days=1)
     refused = project.invoke("run", now=at(later))
@@ -188,7 +189,8 @@ def test_a_store_without_a_recorded_mapping_version_counts_as_version_1(project,
     monkeypatch.setattr(identity, "MAPPING_VERSION", 2)  # a later lms-refresh that maps statements otherwise
     with pytest.raises(StateError) as refused:
         identity.verify_identity(load_config(str(project.config), {}), meta, has_events=True)
-    assert "derived by statement mapping version 1 but this lms-refresh maps statements by version 2" in str(refused.value)
+    assert ("derived by statement mapping version 1 but this lms-refresh maps statements by version 2"
+            in str(refused.value))
     assert "lms-refresh rebuild --since DATE" in str(refused.value) and refused.value.exit_code == 78
 
 

@@ -94,7 +94,8 @@ def test_late_statement_recomputes_its_old_partition(project):
     project.invoke("run", now="2026-10-28T04:15:00Z", check=0)
     assert [r[:4] for r in project.serving()] == [("2026-10-27", "https://lms.example.edu/course/BIO101", 1, 1)]
     # Stored today, happened last week (offline mobile sync).
-    project.write("b.ndjson", [statement(learner="u2", timestamp="2026-10-27T11:00:00Z", stored="2026-11-02T20:00:00Z")])
+    project.write("b.ndjson",
+                  [statement(learner="u2", timestamp="2026-10-27T11:00:00Z", stored="2026-11-02T20:00:00Z")])
     project.invoke("run", now=NOW, check=0)
     assert [r[:4] for r in project.serving()] == [("2026-10-27", "https://lms.example.edu/course/BIO101", 2, 2)]
 
@@ -193,7 +194,7 @@ def test_serving_table_matches_an_independent_reference(tmp_path, make_project):
     expected = expected_serving([line for _, line in records], since, until, PARIS, 10)
     actual = project.serving()
     assert [row[:2] for row in actual] == [row[:2] for row in expected]
-    for got, want in zip(actual, expected):
+    for got, want in zip(actual, expected, strict=True):
         assert got[:8] == want[:8] and got[10] == want[10], (got, want)
         assert (got[8] is None) == (want[8] is None) and abs((got[8] or 0) - (want[8] or 0)) < 1e-6
         assert (got[9] is None) == (want[9] is None) and abs((got[9] or 0) - (want[9] or 0)) < 1e-3

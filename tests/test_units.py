@@ -82,7 +82,8 @@ def test_mapping_of_a_complete_statement():
     course, verb = "https://lms.example.edu/course/BIO101", "http://adlnet.gov/expapi/verbs/passed"
     assert row[:3] == ("2026-11-03", name_id(course), "h:account:https://lms.example.edu|ann")
     assert len(row[3]) == 16
-    assert row[4:] == ("2026-11-03T00:00:00.500000Z", "2026-11-02T23:30:00Z", name_id(verb), 0, 0, 1, 0, 875000, 3723500)
+    assert row[4:] == ("2026-11-03T00:00:00.500000Z", "2026-11-02T23:30:00Z", name_id(verb), 0, 0, 1, 0, 875000,
+                       3723500)
     names = MAPPER.take_new_names()
     assert names[("course", name_id(course))] == course and names[("verb", name_id(verb))] == verb
     assert MAPPER.take_new_names() == {}
@@ -132,7 +133,8 @@ def test_the_account_cache_does_not_let_a_second_identifier_or_a_bad_name_throug
     (lambda s: s.update(context=["BIO101"]), "context is not an object"),
     (lambda s: s.update(context={"contextActivities": []}), "contextActivities is not an object"),
     (lambda s: s["context"]["contextActivities"].update(parent=[7]), "parent is not an activity or a list"),
-    (lambda s: s["context"]["contextActivities"].update(parent=[], grouping="x"), "grouping is not an activity or a list"),
+    (lambda s: s["context"]["contextActivities"].update(parent=[], grouping="x"),
+     "grouping is not an activity or a list"),
 ])
 def test_invalid_statements_say_why(change, reason):
     body = statement()

@@ -31,7 +31,8 @@ class Container:
         self.leader = None
 
     def create(self):
-        host("mmdebstrap", "--variant=apt", "--include=systemd,systemd-sysv,dbus,python3,sudo,ca-certificates,man-db,tzdata",
+        host("mmdebstrap", "--variant=apt",
+             "--include=systemd,systemd-sysv,dbus,python3,sudo,ca-certificates,man-db,tzdata",
              self.suite, self.root, timeout=900)
 
     def boot(self):
