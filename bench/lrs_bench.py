@@ -2,7 +2,7 @@
 
     python bench/lrs_bench.py [--statements 2000,20000]
 
-For each count: a fresh Ralph LRS (tests/lrsserver.py; its virtualenv
+For each count: a fresh Ralph LRS (tests/helpers/lrsserver.py; its virtualenv
 .venv-ralph comes from tests/run.sh) is loaded with that many statements,
 then one `lms-refresh run` reads them all through pages of 100 (Ralph's cap).
 Peak RSS should not grow with the number of pages. Ralph's file-system backend
@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 sys.path.insert(0, os.path.dirname(__file__))
 from lms_refresh.demo.sample import COURSES, _VERB_CHOICES, statement  # noqa: E402
-from lrsserver import RalphServer  # noqa: E402
+from helpers.lrsserver import RalphServer  # noqa: E402
 from refresh_bench import timed_run  # noqa: E402
 
 UTC = dt.timezone.utc

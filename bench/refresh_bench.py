@@ -27,7 +27,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from lms_refresh.demo.sample import COURSES, _VERB_CHOICES, statement  # noqa: E402
-from pgserver import PostgresServer  # noqa: E402
+from helpers.pgserver import PostgresServer  # noqa: E402
 
 UTC = dt.timezone.utc
 START = dt.datetime(2026, 6, 1, tzinfo=UTC)

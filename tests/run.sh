@@ -26,7 +26,7 @@ PACKAGES=(
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" >/dev/null
 # A real LRS for the xAPI LRS source tests: Ralph, in a virtualenv of its own so
-# its dependencies never meet ours (tests/lrsserver.py starts it).
+# its dependencies never meet ours (tests/helpers/lrsserver.py starts it).
 if [ ! -x .venv-ralph/bin/ralph ]; then
   /usr/bin/python3 -m venv .venv-ralph
   .venv-ralph/bin/python -m pip install -q 'ralph-malph[cli,lrs]==5.1.0' requests  # its CLI imports requests

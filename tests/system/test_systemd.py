@@ -17,14 +17,11 @@ import shutil
 import subprocess
 import tempfile
 
-import sys
-
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from container import Container, build_in_fresh_root, host  # noqa: E402
-from lms_refresh.demo.sample import COURSES, _VERB_CHOICES, generate, statement, write_daily_files  # noqa: E402
-from moodledb import EXPECTED_TWO_DAYS, READER_PASSWORD, SITE, load_two_days  # noqa: E402
+from helpers.container import Container, build_in_fresh_root, host
+from lms_refresh.demo.sample import COURSES, _VERB_CHOICES, generate, statement, write_daily_files
+from helpers.moodledb import EXPECTED_TWO_DAYS, READER_PASSWORD, SITE, load_two_days
 
 pytestmark = pytest.mark.system
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -137,7 +134,7 @@ def blocked_run(box):
     the lock held — until released. The LRS listens on the host's loopback, which the container
     shares (export directories are no way to block a run: only regular files are opened). The
     NDJSON configuration is put back afterwards."""
-    from lrsserver import HeldLrs
+    from helpers.lrsserver import HeldLrs
 
     root = tempfile.mkdtemp(prefix="lmsr-held-")
     lrs = HeldLrs(root, [])
@@ -639,7 +636,7 @@ def test_freshness_comes_from_runs_not_from_a_backfill_of_an_old_window(system):
 
 
 def test_a_reboot_during_a_run_is_caught_up_once_at_the_next_boot(system):
-    from lrsserver import HeldLrs
+    from helpers.lrsserver import HeldLrs
 
     root = tempfile.mkdtemp(prefix="lmsr-held-")
     lrs = HeldLrs(root, [])
