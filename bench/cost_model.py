@@ -21,6 +21,7 @@ With both cores busy all the time, a refresh's rate is at most
 """
 
 import argparse
+import itertools
 import os
 import re
 import subprocess
@@ -60,7 +61,8 @@ else:
     # Each workload below does what the one before it does, and one step more.
     ndjson.parse_lines(mapper, enumerate(lines, 1), since, until=until, result=ndjson.ChunkResult())
     if workload != "warm":
-        events = ndjson.parse_lines(mapper, enumerate(lines, 1), since, until=until, result=ndjson.ChunkResult()).batch.events
+        result = ndjson.parse_lines(mapper, enumerate(lines, 1), since, until=until, result=ndjson.ChunkResult())
+        events = result.batch.events
     if workload in ("stage", "recompute"):
         store = SqliteStore.open(os.path.join(work, "metrics.sqlite"), create=True)
         store.begin()
@@ -104,7 +106,7 @@ def main():
         path = os.path.join(work, os.listdir(work)[0])
         naive = per_statement("naive", path, options.statements)
         steps = [per_statement(w, path, options.statements) for w in ("warm", "parse+map", "stage", "recompute")]
-        parse, stage, recompute = (later - earlier for earlier, later in zip(steps, steps[1:]))
+        parse, stage, recompute = (later - earlier for earlier, later in itertools.pairwise(steps))
     ours = parse + stage + recompute
     print(f"naive yardstick  {naive:>9,.0f} instructions/statement (one process)")
     print(f"parse+map        {parse:>9,.0f}   (parsing workers)")

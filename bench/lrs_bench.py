@@ -22,11 +22,11 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 sys.path.insert(0, os.path.dirname(__file__))
-from lms_refresh.demo.sample import COURSES, _VERB_CHOICES, statement  # noqa: E402
-from helpers.lrsserver import RalphServer  # noqa: E402
-from refresh_bench import timed_run  # noqa: E402
+from helpers.lrsserver import RalphServer
+from lms_refresh.demo.sample import _VERB_CHOICES, COURSES, statement
+from refresh_bench import timed_run
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def statements(count, seed=1):
@@ -35,7 +35,8 @@ def statements(count, seed=1):
     courses = [c for c, _, _ in COURSES]
     for _ in range(count):
         moment = now - dt.timedelta(seconds=rng.randint(60, 2 * 86400))
-        yield statement(rng, rng.randrange(5000), rng.choice(courses), moment=moment, stored=moment, verb=rng.choice(_VERB_CHOICES))
+        yield statement(rng, rng.randrange(5000), rng.choice(courses), moment=moment, stored=moment,
+                        verb=rng.choice(_VERB_CHOICES))
 
 
 def main():

@@ -26,10 +26,10 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-from lms_refresh.demo.sample import COURSES, _VERB_CHOICES, statement  # noqa: E402
-from helpers.pgserver import PostgresServer  # noqa: E402
+from helpers.pgserver import PostgresServer
+from lms_refresh.demo.sample import _VERB_CHOICES, COURSES, statement
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 START = dt.datetime(2026, 6, 1, tzinfo=UTC)
 CLI = [sys.executable, "-m", "lms_refresh"]
 

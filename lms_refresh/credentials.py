@@ -49,12 +49,12 @@ def read_secret(name, environ):
         with open(path, encoding="utf-8") as handle:
             secret = handle.read().strip()
     except PermissionError as error:
-        raise ConfigError(f"Cannot read the credential {path}: {error.strerror}; the service user reads it "
-                          "through its group: chown root:lms-refresh and chmod 0640 it (and 0750 its directory).")
+        raise ConfigError(f"Cannot read the credential {path}: {error.strerror}; the service user reads it through "
+                          "its group: chown root:lms-refresh and chmod 0640 it (and 0750 its directory).") from error
     except OSError as error:
-        raise ConfigError(f"Cannot read the credential {path}: {error.strerror}.")
+        raise ConfigError(f"Cannot read the credential {path}: {error.strerror}.") from error
     except UnicodeDecodeError:
-        raise ConfigError(f"The credential {path} is not UTF-8 text.")
+        raise ConfigError(f"The credential {path} is not UTF-8 text.") from None
     _READ.add(secret)
     return secret
 

@@ -26,7 +26,7 @@ import zoneinfo
 
 from lms_refresh.errors import StateError
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 FIRST = dt.datetime(1970, 1, 1, tzinfo=UTC)
 END = dt.datetime(3000, 1, 1, tzinfo=UTC)  # exclusive
 FIRST_YEAR, LAST_YEAR = FIRST.year, END.year - 1
@@ -180,7 +180,7 @@ def parse_user_time(text, timezone):
     try:
         moment = dt.datetime.fromisoformat(text)
     except (TypeError, ValueError):
-        raise NotAnInstant(f"{text!r} is not an ISO date or datetime (e.g. 2026-11-02 or 2026-11-02T04:15)")
+        raise NotAnInstant(f"{text!r} is not an ISO date or datetime (e.g. 2026-11-02 or 2026-11-02T04:15)") from None
     local = moment.tzinfo is None
     if local:
         moment = moment.replace(tzinfo=zoneinfo.ZoneInfo(timezone))

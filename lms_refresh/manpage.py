@@ -150,8 +150,9 @@ def read_units(directory):
         parser.optionxform = str
         with open(os.path.join(directory, name), encoding="utf-8") as handle:
             parser.read_file(handle)
-        shown = [(section, setting) for section, setting in (("Timer", "OnCalendar"), ("Service", "ExecStart"),
-                                                            ("Unit", "OnFailure")) if parser.has_option(section, setting)]
+        shown = [(section, setting)
+                 for section, setting in (("Timer", "OnCalendar"), ("Service", "ExecStart"), ("Unit", "OnFailure"))
+                 if parser.has_option(section, setting)]
         units.append((name, parser.get("Unit", "Description"),
                       [(setting, parser.get(section, setting)) for section, setting in shown]))
     return units

@@ -43,7 +43,7 @@ def become_owner(path, euid):
         entry = pwd.getpwuid(info.st_uid)
     except KeyError:
         raise StateError(f"The state directory {path} belongs to uid {info.st_uid}, which has no account; "
-                         "chown it to the service user.")
+                         "chown it to the service user.") from None
     os.initgroups(entry.pw_name, entry.pw_gid)
     os.setgid(entry.pw_gid)
     os.setuid(entry.pw_uid)
@@ -73,11 +73,11 @@ def prepare_state_directory(path, euid):
     try:
         os.makedirs(path, mode=0o750, exist_ok=True)
         info = os.stat(path)
-    except PermissionError:
+    except PermissionError as error:
         raise StateError(
             f"Cannot create or open the state directory {path}: permission denied; "
             "create it for the service user or run as that user."
-        )
+        ) from error
     except (NotADirectoryError, FileExistsError):  # it, or a directory above it, is a file
         refuse_a_file(path)
         raise

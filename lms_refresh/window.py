@@ -15,6 +15,7 @@ import zoneinfo
 from lms_refresh import instants
 from lms_refresh.errors import StateError
 
+
 class TimeAxis:
     """Arrival times (xAPI `stored`): the windows `run` and `backfill` both use for xAPI sources."""
 

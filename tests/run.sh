@@ -33,6 +33,9 @@ if [ ! -x .venv-ralph/bin/ralph ]; then
 fi
 /usr/bin/python3 -m venv --system-site-packages .venv
 .venv/bin/python -m pip install -q --no-build-isolation --no-deps -e .
+# The linter (tests/repository/test_lint.py runs it over the tree), from PyPI (Debian 12 has no ruff package).
+# One exact version, so that every machine finds the same findings.
+.venv/bin/python -m pip install -q ruff==0.17.6
 # Everything is installed above, so nothing may be skipped: a missing server (or any other skip) fails
 # the test that needed it instead of hiding it (tests/conftest.py).
 export LMS_REFRESH_REQUIRE_ALL=1

@@ -16,18 +16,18 @@ from lms_refresh.cli import operator_commands, refresh_commands
 from lms_refresh.cli.invocation import Invocation, failed
 from lms_refresh.config.schema import DEFAULT_CONFIG_PATH
 from lms_refresh.disclosure import redaction
+from lms_refresh.instants import NotAnInstant, parse_user_time
 from lms_refresh.logs import configure_logging
 from lms_refresh.run import stopping
-from lms_refresh.instants import NotAnInstant, parse_user_time
 
 
 def _parse_now(ctx, param, value):
     if value is None:
-        return dt.datetime.now(dt.timezone.utc)
+        return dt.datetime.now(dt.UTC)
     try:
         return parse_user_time(value, "UTC")
     except NotAnInstant as error:
-        raise click.BadParameter(str(error))
+        raise click.BadParameter(str(error)) from None
 
 
 @click.group(

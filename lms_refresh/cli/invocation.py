@@ -9,9 +9,9 @@ import click
 from lms_refresh import errors
 from lms_refresh.config import load_config
 from lms_refresh.disclosure import redaction
+from lms_refresh.instants import NotAnInstant, parse_user_time
 from lms_refresh.logs import configure_logging
 from lms_refresh.run import stopping
-from lms_refresh.instants import NotAnInstant, parse_user_time
 from lms_refresh.state_directory import become_owner
 
 logger = logging.getLogger("lms_refresh")
@@ -48,7 +48,7 @@ def user_time(text, config, option):
     try:
         return parse_user_time(text, config.timezone)
     except NotAnInstant as error:
-        raise click.BadParameter(str(error), param_hint=f"'{option}'")
+        raise click.BadParameter(str(error), param_hint=f"'{option}'") from None
 
 
 def failed(error, fields=None):

@@ -181,12 +181,13 @@ def is_configured(settings):
 
 
 @click.command()
-@click.option("--dir", "directory", type=click.Path(file_okay=False), help="Where to put the sample (default: a new temporary directory).")
+@click.option("--dir", "directory", type=click.Path(file_okay=False),
+              help="Where to put the sample (default: a new temporary directory).")
 @click.option("--learners", default=2000, show_default=True, type=click.IntRange(*LEARNERS),
               help=f"Number of learners ({LEARNERS[0]} to {LEARNERS[1]}).")
 @click.option("--days", default=21, show_default=True, type=click.IntRange(*DAYS),
               help=f"Days of activity, ending yesterday ({DAYS[0]} to {DAYS[1]}: the first run reads back a week "
-                   "more, and window.bootstrap_days is at most " f"{DAYS[1] + READ_BACK_MARGIN}).")
+                   f"more, and window.bootstrap_days is at most {DAYS[1] + READ_BACK_MARGIN}).")
 @click.option("--seed", default=7, show_default=True, help="Random seed (same seed, same sample).")
 @click.pass_obj
 def demo(settings, directory, learners, *, days, seed):
@@ -194,9 +195,7 @@ def demo(settings, directory, learners, *, days, seed):
 
     Example: lms-refresh demo --dir /tmp/lms-demo
     """
-    from lms_refresh.demo import run_demo
-
-    from lms_refresh.demo import command_hint
+    from lms_refresh.demo import command_hint, run_demo
 
     run_demo(directory, learners, days, seed=seed, now=settings.now, environ=os.environ, echo=click.echo,
              command=command_hint(sys.argv[0], os.environ, sys.executable))

@@ -9,15 +9,23 @@ import os
 import tomllib
 
 from lms_refresh.config import validators as v
-from lms_refresh.config.schema import (
-    DEFAULT_STATE_DIRECTORY, REQUIRED, SCHEMA, SOURCE_KEYS,
-)
+from lms_refresh.config.paths import refuse_collisions
+from lms_refresh.config.schema import DEFAULT_STATE_DIRECTORY, REQUIRED, SCHEMA, SOURCE_KEYS
 from lms_refresh.config.sections import (
-    SOURCE_SETTINGS, Alerts, MoodleSource, Monitoring, Privacy, Publication, Retention, Retry, Store, Window,
-    XapiLrsSource, XapiNdjsonSource,
+    SOURCE_SETTINGS,
+    Alerts,
+    Monitoring,
+    MoodleSource,
+    Privacy,
+    Publication,
+    Retention,
+    Retry,
+    Store,
+    Window,
+    XapiLrsSource,
+    XapiNdjsonSource,
 )
 from lms_refresh.errors import ConfigError, NotConfiguredError
-from lms_refresh.config.paths import refuse_collisions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,15 +77,15 @@ def read_toml(path):
         raise NotConfiguredError(
             f"No configuration file at {path}; create it (see README, 'Configuration') "
             "or pass --config / set LMS_REFRESH_CONFIG."
-        )
+        ) from None
     except PermissionError:
-        raise ConfigError(f"Cannot read the configuration file {path}: permission denied.")
+        raise ConfigError(f"Cannot read the configuration file {path}: permission denied.") from None
     except IsADirectoryError:
-        raise ConfigError(f"The configuration path {path} is a directory, not a TOML file.")
+        raise ConfigError(f"The configuration path {path} is a directory, not a TOML file.") from None
     except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{path} is not valid TOML: {error}.")
+        raise ConfigError(f"{path} is not valid TOML: {error}.") from None
     except UnicodeDecodeError:
-        raise ConfigError(f"{path} is not valid UTF-8 text.")
+        raise ConfigError(f"{path} is not valid UTF-8 text.") from None
 
 
 def _section_values(document, section, origin):
@@ -99,7 +107,7 @@ def _section_values(document, section, origin):
             try:
                 values[name] = spec.check(table[key])
             except ValueError as error:
-                raise ConfigError(f"{origin}: key '{name}' {_phrase(error)}.")
+                raise ConfigError(f"{origin}: key '{name}' {_phrase(error)}.") from None
         elif spec.default is REQUIRED and section == "source" and "source" not in document:
             raise NotConfiguredError(
                 f"No source is configured yet: {origin} has no [source] table; uncomment and fill in one of "
@@ -114,7 +122,7 @@ def _section_values(document, section, origin):
         try:  # the default zone needs the time zone database too
             v.timezone(values["timezone"])
         except ValueError as error:
-            raise ConfigError(f"{origin}: key 'timezone' {_phrase(error)}.")
+            raise ConfigError(f"{origin}: key 'timezone' {_phrase(error)}.") from None
     return values
 
 

@@ -64,7 +64,8 @@ def timezone(value):
     try:
         zoneinfo.ZoneInfo(value)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"{value!r} is not a known time zone (see timedatectl list-timezones; is tzdata installed?)")
+        raise ValueError(f"{value!r} is not a known time zone (see timedatectl list-timezones; "
+                         "is tzdata installed?)") from None
     return value
 
 
@@ -117,7 +118,7 @@ def regex(value):
     try:
         compiled = re.compile(value)
     except re.error as error:
-        raise ValueError(f"is not a valid regular expression ({error})")
+        raise ValueError(f"is not a valid regular expression ({error})") from None
     if compiled.groups > 1:
         raise ValueError("may have at most one capturing group")
     return value

@@ -10,10 +10,10 @@ import zoneinfo
 from lms_refresh import atomic
 from lms_refresh.config import load_config
 from lms_refresh.config.schema import SCHEMA
+from lms_refresh.demo.sample import generate, write_daily_files
 from lms_refresh.errors import ConfigError
 from lms_refresh.logs import Progress
 from lms_refresh.run.refresh import Refresh, Request
-from lms_refresh.demo.sample import generate, write_daily_files
 from lms_refresh.store import open_store
 from lms_refresh.store.tables import SERVING_COLUMNS
 
@@ -86,7 +86,8 @@ def run_demo(directory, learners, days, *, seed, now, environ, echo, command="lm
     echo(
         f"Refreshed {config.store.path}: {report.statements_read} statements read, "
         f"{report.quarantined} quarantined (the malformed ones), {report.voided} voided.\n"
-        f"A first run reads back bootstrap_days = {config.window.bootstrap_days} days (the sample's {days} plus a week), "
+        f"A first run reads back bootstrap_days = {config.window.bootstrap_days} days "
+        f"(the sample's {days} plus a week), "
         f"so it rebuilt the {len(partitions)} local days {partitions[0]} .. {partitions[-1]}, today included; "
         f"{report.rows_written} metric rows (day x course) came out, {report.suppressed} of them with "
         "suppressed values.\n"
@@ -111,7 +112,7 @@ def format_table(rows):
                "avg score", "hours", "suppr."]
     body = []
     for row in rows:
-        values = dict(zip(SERVING_COLUMNS, row))
+        values = dict(zip(SERVING_COLUMNS, row, strict=True))
         cells = [values["day"], values["course"].rsplit("/", 1)[-1]]
         for key in ("active_learners", "statements", "attempts", "completions", "passed", "failed"):
             cells.append("-" if values[key] is None else str(values[key]))
@@ -121,7 +122,8 @@ def format_table(rows):
         cells.append("yes" if values["suppressed"] else "")
         body.append(cells)
     widths = [max(len(str(line[i])) for line in [headers] + body) for i in range(len(headers))]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
     lines.append("  ".join("-" * w for w in widths))
-    lines.extend("  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in body)
+    lines.extend("  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+                 for r in body)
     return "\n".join(lines)

@@ -30,7 +30,7 @@ def _uuid(rng):
 
 
 def _time(moment):
-    return moment.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def statement(rng, learner, course, *, moment, stored, verb):
@@ -92,7 +92,8 @@ def generate(seed, start, days, *, learners, timezone="Europe/Paris", per_learne
                     stored = local + dt.timedelta(seconds=rng.randint(1, 90))
                     if rng.random() < late_share:
                         stored += dt.timedelta(days=rng.randint(1, 5), hours=rng.randint(0, 12))
-                    record = statement(rng, learner, course, moment=local, stored=stored, verb=rng.choice(_VERB_CHOICES))
+                    record = statement(rng, learner, course, moment=local, stored=stored,
+                                       verb=rng.choice(_VERB_CHOICES))
                     arrived = until is None or stored + dt.timedelta(seconds=1) < until
                     if rng.random() < void_share and recent and arrived:
                         target = rng.choice(recent)
@@ -141,7 +142,7 @@ def write_daily_files(directory, records, prefix="statements"):
     count = 0
     try:
         for stored, line in records:
-            name = os.path.join(directory, f"{prefix}-{stored.astimezone(dt.timezone.utc):%Y-%m-%d}.ndjson")
+            name = os.path.join(directory, f"{prefix}-{stored.astimezone(dt.UTC):%Y-%m-%d}.ndjson")
             handle = handles.pop(name, None)
             if handle is None:
                 if len(handles) >= OPEN_FILES:  # ten years of days would pass Debian's 1024 open files

@@ -29,8 +29,8 @@ class PrivacySettings:
     def __post_init__(self):
         # Fail closed: a threshold that is not a positive integer never reaches the publication.
         if isinstance(self.min_cell_size, bool) or not isinstance(self.min_cell_size, int) or self.min_cell_size < 1:
-            raise StateError(f"The stored threshold min_cell_size ({self.min_cell_size!r}) is not a positive "
-                             "integer; nothing was published. Run lms-refresh again to store it from the configuration.")
+            raise StateError(f"The stored threshold min_cell_size ({self.min_cell_size!r}) is not a positive integer; "
+                             "nothing was published. Run lms-refresh again to store it from the configuration.")
         if self.method not in METHODS:
             raise StateError(f"The stored perturbation method {self.method!r} is unknown; nothing was published.")
 

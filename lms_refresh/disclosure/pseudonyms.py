@@ -17,8 +17,8 @@ def read_key(path):
             text = handle.read().strip()
     except FileNotFoundError:
         return None
-    except PermissionError:
-        raise StateError(f"Cannot read the pseudonymisation key {path}: permission denied.")
+    except PermissionError as error:
+        raise StateError(f"Cannot read the pseudonymisation key {path}: permission denied.") from error
     try:
         key = bytes.fromhex(text.decode("ascii"))
     except (UnicodeDecodeError, ValueError):

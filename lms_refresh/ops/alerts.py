@@ -16,12 +16,12 @@ import time
 from lms_refresh import logs
 from lms_refresh.config import load_alerts, load_config
 from lms_refresh.config.schema import DEFAULT_STATE_DIRECTORY
-from lms_refresh.ops.interruption import take_unalerted
-from lms_refresh.errors import MEANINGS, ConfigError, RefreshError, StateError
 from lms_refresh.credentials import read_secret
 from lms_refresh.disclosure.redaction import scrub_text, url_origin
-from lms_refresh.ops.monitoring import post, read_url
+from lms_refresh.errors import MEANINGS, ConfigError, RefreshError, StateError
 from lms_refresh.instants import from_cursor
+from lms_refresh.ops.interruption import take_unalerted
+from lms_refresh.ops.monitoring import post, read_url
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ def unit_started(unit):
     value = _show(unit, "--timestamp=unix", "-P", "ExecMainStartTimestamp") or ""
     if not value.startswith("@") or not value[1:].isdigit() or value == "@0":
         return None
-    return dt.datetime.fromtimestamp(int(value[1:]), dt.timezone.utc)
+    return dt.datetime.fromtimestamp(int(value[1:]), dt.UTC)
 
 
 # How much earlier than the unit's start a run-log row of it may say it started (clock granularity).
@@ -162,7 +162,8 @@ def mail_text(alert, recipient):
         f"Window: {window.get('since')} .. {window.get('until')}",
         f"Message: {alert['message'] or '-'}",
         *([f"Earlier: the run started {alert['interrupted'].get('started_at')} did not finish (a shutdown, a crash "
-           f"or a stop) and could not alert; it was caught up by the run started {alert['interrupted'].get('noticed_at')}."]
+           "or a stop) and could not alert; it was caught up by the run started "
+           f"{alert['interrupted'].get('noticed_at')}."]
           if alert.get("interrupted") else []),
         "",
         f"Last journal lines (journalctl _SYSTEMD_INVOCATION_ID={alert['invocation_id']}):",
@@ -261,7 +262,8 @@ def send_alert(config_path, unit, exit_status, *, result, invocation, environ, l
     if broken is not None and not message["message"]:
         message["message"] = scrub_text(str(broken), secrets)
     # A run a shutdown interrupted could not alert then: the next alert says so, once.
-    directory = config.state_directory if config is not None else environ.get("STATE_DIRECTORY", DEFAULT_STATE_DIRECTORY)
+    directory = (config.state_directory if config is not None
+                 else environ.get("STATE_DIRECTORY", DEFAULT_STATE_DIRECTORY))
     message["interrupted"] = take_unalerted(directory)
     delivered, attempted = deliver(message, settings, environ)
     if attempted == 0:

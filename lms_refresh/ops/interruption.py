@@ -54,7 +54,7 @@ def _alive(marker):
     try:
         started = from_cursor(marker["started_at"], "run start").timestamp()
         pid = int(marker["pid"])
-    except Exception:  # noqa: BLE001 — a marker we cannot read is no live run's
+    except Exception:  # any failure: a marker we cannot read is no live run's
         return False
     if started < _booted_at() - 5 or marker.get("host") != socket.gethostname() or pid == os.getpid():
         return False  # an earlier boot, another host, or a pid number reused by this very process

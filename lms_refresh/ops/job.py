@@ -15,9 +15,9 @@ from lms_refresh import logs
 from lms_refresh.errors import ConfigError, RefreshError, Terminated, UnavailableError, exit_status
 from lms_refresh.ops.interruption import Marker
 from lms_refresh.ops.monitoring import Healthchecks, metrics_text, read_previous, read_url, write_textfile
+from lms_refresh.ops.status import collect_status
 from lms_refresh.run import stopping
 from lms_refresh.run.report import Outcome
-from lms_refresh.ops.status import collect_status
 
 logger = logging.getLogger(__name__)
 
@@ -42,11 +42,13 @@ def _write_metrics(config, environ, now, *, exit_code, duration, report):
             status = collect_status(config, environ)
         except RefreshError:
             status = None  # a damaged store: keep what the previous file said
-        write_textfile(path, metrics_text(now, exit_code, duration, report=report, status=status, previous=read_previous(path)))
+        text = metrics_text(now, exit_code, duration, report=report, status=status, previous=read_previous(path))
+        write_textfile(path, text)
     except (OSError, RefreshError) as error:  # the disk, a quota, the mode: never the run's exit status
         cause = error.__cause__ if isinstance(error, RefreshError) else error
         hint = ""
-        if getattr(cause, "errno", None) == errno.EROFS:  # the unit's ProtectSystem=strict: only listed paths are writable
+        # The unit's ProtectSystem=strict: only listed paths are writable.
+        if getattr(cause, "errno", None) == errno.EROFS:
             hint = (f"; the service may write only where it is told to: add 'ReadWritePaths={os.path.dirname(path)}' "
                     "to a drop-in (systemctl edit lms-refresh.service)")
             error = cause  # not "remount it": under ProtectSystem=strict the hint is the way out
@@ -76,7 +78,8 @@ def run_job(refresh, sleep=time.sleep, clock=time.monotonic):
     if not request.dry_run and not (report is not None and report.outcome == "lock-held"):
         code, message = exit_status(outcome.error)
         pings.finish(code, message)
-        _write_metrics(refresh.config, refresh.environ, refresh.now, exit_code=code, duration=clock() - began, report=report)
+        _write_metrics(refresh.config, refresh.environ, refresh.now, exit_code=code, duration=clock() - began,
+                       report=report)
     return outcome
 
 

@@ -14,14 +14,14 @@ import zoneinfo
 from lms_refresh import atomic
 from lms_refresh.config.validators import url_problem
 from lms_refresh.credentials import read_secret
-from lms_refresh.errors import TERMINATED, ConfigError, RefreshError
 from lms_refresh.disclosure.redaction import scrub_text, url_origin
+from lms_refresh.errors import TERMINATED, ConfigError, RefreshError
 from lms_refresh.instants import from_cursor
 from lms_refresh.window import TIME
 
 logger = logging.getLogger(__name__)
 
-SCHEDULE_DAYS = range(0, 5)  # Monday..Friday, as lms-refresh.timer's OnCalendar=
+SCHEDULE_DAYS = range(5)  # Monday..Friday, as lms-refresh.timer's OnCalendar=
 SCHEDULE_TIME = dt.time(4, 15)
 
 
@@ -47,7 +47,7 @@ def post(url, body, content_type, *, timeout):
         reason = getattr(error, "reason", error)
         logger.warning("Delivery to %s failed: %s", url_origin(url), reason)
         return False
-    except Exception:  # noqa: BLE001 — urllib's words for a URL it cannot use quote it, token and all
+    except Exception:  # any failure: urllib's words for a URL it cannot use quote it, token and all
         logger.warning("Delivery to %s failed: the URL is malformed.", url_origin(url))
         return False
 
@@ -94,8 +94,10 @@ def metrics_text(now, exit_code, duration, *, report, status, previous):
         ("lms_refresh_last_success_timestamp_seconds", "End of the last successful refresh.", success_time),
         ("lms_refresh_last_exit_code", "Exit status of the last refresh.", exit_code),
         ("lms_refresh_last_duration_seconds", "Duration of the last refresh.", duration),
-        ("lms_refresh_rows_written", "Metric rows written by the last refresh.", report.rows_written if committed else 0),
-        ("lms_refresh_quarantined_records", "Records quarantined by the last refresh.", report.quarantined if report else 0),
+        ("lms_refresh_rows_written", "Metric rows written by the last refresh.",
+         report.rows_written if committed else 0),
+        ("lms_refresh_quarantined_records", "Records quarantined by the last refresh.",
+         report.quarantined if report else 0),
         ("lms_refresh_suppressed_cells", "Rows with suppressed values written by the last refresh.",
          report.suppressed if committed else 0),
         ("lms_refresh_watermark_timestamp_seconds", "The watermark: source arrival time complete up to.", watermark),
@@ -150,7 +152,7 @@ def staleness(status, now, timezone, *, grace):
     if started > now + dt.timedelta(minutes=5):
         return (f"the last success is dated {started.isoformat(timespec='minutes')}, in the future: the clock was "
                 "wrong then or is wrong now (see README, \"Recovery\")")
-    if started < expected.astimezone(dt.timezone.utc) - dt.timedelta(minutes=1):
+    if started < expected.astimezone(dt.UTC) - dt.timedelta(minutes=1):
         local = started.astimezone(expected.tzinfo)  # both times in the configured zone, comparable at a glance
         return (f"the last success started at {local.isoformat(timespec='minutes')}, before the run due at "
                 f"{expected.isoformat(timespec='minutes')} (grace {grace // 60} min)")
@@ -239,6 +241,6 @@ def plugin_check(read_status, now):
     try:
         status, timezone, grace = read_status()
         return plugin_report(status, now, timezone, grace=grace)
-    except Exception as error:  # noqa: BLE001 — see the docstring
+    except Exception as error:  # any failure, see the docstring
         reason = str(error) if isinstance(error, RefreshError) else f"{type(error).__name__}: {error}"
         return PLUGIN_UNKNOWN, plugin_line(PLUGIN_UNKNOWN, f"cannot read the state: {reason}")

@@ -4,11 +4,11 @@ writing nothing — what a run would meet, before it meets it."""
 import dataclasses
 import os
 
+from lms_refresh.config.paths import named_paths, refuse_collisions
 from lms_refresh.disclosure import weakening
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser
-from lms_refresh.config.paths import named_paths, refuse_collisions
-from lms_refresh.errors import ConfigError, StateError
 from lms_refresh.disclosure.redaction import url_origin
+from lms_refresh.errors import ConfigError, StateError
 from lms_refresh.ops.monitoring import read_url
 from lms_refresh.sources import OK, WARNING, Finding, build_source
 from lms_refresh.state_directory import user_name

@@ -6,8 +6,7 @@ import os
 from lms_refresh.ops import interruption
 from lms_refresh.run.lock import probe
 from lms_refresh.state_directory import LOCK_NAME, refuse_a_file
-from lms_refresh.store import publication
-from lms_refresh.store import open_store, store_exists
+from lms_refresh.store import open_store, publication, store_exists
 from lms_refresh.window import TIME
 
 
@@ -76,7 +75,8 @@ def _privacy_lines(status):
     elif publication:
         when = publication["published_at"]
         lines.append(f"publication:  {publication['location']}"
-                     + (f", published {when}" if when else (" (not published yet)" if not publication["current"] else ""))
+                     + (f", published {when}" if when
+                        else (" (not published yet)" if not publication["current"] else ""))
                      + ("" if publication["current"] else "; behind the store, the next run publishes it"))
     return lines
 
@@ -89,7 +89,8 @@ def format_status(status):
         f"config:       {status['config']}",
         f"state:        {status['state_directory']}",
         f"store:        {store['type']} {store['location']}"
-        + (f" ({store['size_bytes']:,} bytes, schema v{store.get('schema_version')})" if store["exists"] else " (not created yet)"),
+        + (f" ({store['size_bytes']:,} bytes, schema v{store.get('schema_version')})" if store["exists"]
+           else " (not created yet)"),
         f"watermark:    {_watermark_text(status)}",
         f"lock:         {'held by ' + lock['holder'] if lock['held'] else 'free'}",
     ]

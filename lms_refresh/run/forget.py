@@ -10,16 +10,15 @@ names the learner is logged or stored.
 import dataclasses
 import logging
 
-from lms_refresh.run import identity, stopping
-from lms_refresh.errors import ConfigError
-from lms_refresh.run.lock import lock_held, locked_store, run_lock
-from lms_refresh.run.lock import LockHeld
 from lms_refresh.disclosure.cell_key import RecordKeys
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser, fingerprint, moodle_identifier
-from lms_refresh.store.publication import publish_if_behind
 from lms_refresh.disclosure.redaction import REDACTED, scrub_text
+from lms_refresh.errors import ConfigError
+from lms_refresh.run import identity, stopping
+from lms_refresh.run.lock import LockHeld, lock_held, locked_store, run_lock
 from lms_refresh.state_directory import check_writable_file
 from lms_refresh.store import load_driver, store_exists
+from lms_refresh.store.publication import publish_if_behind
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +62,7 @@ def learner_identifier(config, agent=None, moodle_user_id=None):
         for value in _strings(agent):  # the reason may quote the value; the message never does
             reason = reason.replace(value, REDACTED)
         raise ConfigError(f"That learner identifier cannot name an xAPI agent ({scrub_text(reason)}); "
-                          "check the option's value.")
+                          "check the option's value.") from None
 
 
 def _strings(value):
@@ -91,7 +90,8 @@ def forget(config, identifier, environ, *, euid, dry_run=False):
                 _forget(config, store, identifier, report=report, stop=stop)
                 _log(report)
                 if not dry_run:
-                    publish_if_behind(config, store, euid)  # the dashboards' copy, after the commit (see store/publication.py)
+                    # The dashboards' copy, after the commit (see store/publication.py).
+                    publish_if_behind(config, store, euid)
     except LockHeld as held:  # the learner is still there, so say so
         raise lock_held(held.holder, "nothing was forgotten", "forget") from None
     return report

@@ -12,10 +12,9 @@ import json
 import logging
 import os
 
-from lms_refresh import atomic, instants
-from lms_refresh import window as windows
-from lms_refresh.errors import StateError
+from lms_refresh import atomic, instants, window as windows
 from lms_refresh.disclosure.pseudonyms import create_key, fingerprint, read_key
+from lms_refresh.errors import StateError
 from lms_refresh.sources.xapi import MAPPING_VERSION
 from lms_refresh.state_directory import MARKER  # in the state directory: which store the key built
 

@@ -58,7 +58,7 @@ class RunLock:
         except BlockingIOError:
             holder = read_holder(fd)
             os.close(fd)
-            raise LockHeld(holder or "unknown")
+            raise LockHeld(holder or "unknown") from None
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)

@@ -16,17 +16,15 @@ import time
 import typing
 import uuid
 
-from lms_refresh import faults, instants, logs
-from lms_refresh.disclosure import redaction, weakening
-from lms_refresh.run import after_commit, identity, retention, stopping, upgrade
-from lms_refresh import window as windows
+from lms_refresh import faults, instants, logs, window as windows
 from lms_refresh.config import Config
-from lms_refresh.errors import StateError, Terminated, exit_status, from_os_error
-from lms_refresh.run.lock import lock_held, locked_store, run_lock
-from lms_refresh.run.lock import LockHeld
+from lms_refresh.disclosure import redaction, weakening
 from lms_refresh.disclosure.cell_key import RecordKeys
-from lms_refresh.run.report import Outcome, Report
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser, fingerprint
+from lms_refresh.errors import StateError, Terminated, exit_status, from_os_error
+from lms_refresh.run import after_commit, identity, retention, stopping, upgrade
+from lms_refresh.run.lock import LockHeld, lock_held, locked_store, run_lock
+from lms_refresh.run.report import Outcome, Report
 from lms_refresh.sources import build_source
 from lms_refresh.sources.redelivery import conflict_records
 from lms_refresh.sources.xapi_fields import actor_identifier
@@ -129,7 +127,8 @@ class Refresh:
         key = identity.open_key(config, meta, has_events, dry_run=self.request.dry_run, rebuild=rebuild)
         self._record_keys = RecordKeys(key)  # the cell keys of what this run stages and recomputes
         self._key_fingerprint = fingerprint(key)  # the quarantine's pseudonyms follow the key (store/erasure.py)
-        self._redactor = redaction.Redactor(key, actor_identifier, getattr(config.source, "site_url", None))  # quarantined records keep no identifiers
+        # Quarantined records keep no identifiers.
+        self._redactor = redaction.Redactor(key, actor_identifier, getattr(config.source, "site_url", None))
         self.check_privacy(store)
         return key
 
@@ -178,7 +177,8 @@ class Refresh:
         store.begin()
         store.follow_key(self._key_fingerprint)
         # Retention does not wait for new records: a quiet source's old data goes on time too.
-        retention.apply(store, self.config, self.now, horizon=retention.staging_horizon(self.config, self.now, meta), days=set())
+        horizon = retention.staging_horizon(self.config, self.now, meta)
+        retention.apply(store, self.config, self.now, horizon=horizon, days=set())
         store.record_run(self.report.row(self.now))
         with self.stop.commit():
             store.commit()
@@ -335,7 +335,8 @@ class Refresh:
                          staged_at - report.started, recomputed_at - staged_at, time.monotonic() - recomputed_at)
 
     def _lock_held(self, holder):
-        """Log the held lock for the timer's run (its next start does the work); return a backfill's or rebuild's error."""
+        """Log the held lock for the timer's run (its next start does the work); return a backfill's or a rebuild's
+        error."""
         self.report.outcome, self.report.lock_holder = "lock-held", holder
         if self.request.kind != RUN:
             return lock_held(holder, f"nothing was {UNDONE[self.request.kind]}", self.request.kind)

@@ -10,8 +10,7 @@ import datetime as dt
 import time
 import typing
 
-from lms_refresh import __version__, instants
-from lms_refresh import window as windows
+from lms_refresh import __version__, instants, window as windows
 from lms_refresh.errors import BadInputError
 
 

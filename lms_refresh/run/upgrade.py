@@ -10,8 +10,8 @@ debian/NEWS does.
 
 import logging
 
-from lms_refresh.instants import from_cursor
 from lms_refresh.errors import StateError
+from lms_refresh.instants import from_cursor
 from lms_refresh.run import identity, retention
 
 logger = logging.getLogger(__name__)

@@ -8,12 +8,10 @@ staging is keyed by statement id, so what is read twice counts once.
 
 import uuid
 
-from lms_refresh import __version__, instants
-from lms_refresh.run import identity
-from lms_refresh import window as windows
+from lms_refresh import __version__, instants, window as windows
 from lms_refresh.errors import ConfigError, StateError, from_os_error
-from lms_refresh.run.lock import lock_held, locked_store, run_lock
-from lms_refresh.run.lock import LockHeld
+from lms_refresh.run import identity
+from lms_refresh.run.lock import LockHeld, lock_held, locked_store, run_lock
 from lms_refresh.store import load_driver, store_exists
 
 
@@ -27,7 +25,7 @@ def parse_cursor(config, text):
     try:
         return windows.TIME, instants.parse_user_time(text, config.timezone)
     except instants.NotAnInstant as error:
-        raise ConfigError(f"{error}.")
+        raise ConfigError(f"{error}.") from None
 
 
 def set_watermark(config, now, environ, *, euid, text):

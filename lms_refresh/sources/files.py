@@ -78,13 +78,13 @@ def export_files(top):
     """
     try:
         info = os.stat(top)
-    except FileNotFoundError:
-        raise UnavailableError(f"The xAPI source path {top} does not exist (is the export share mounted?).")
-    except PermissionError:
-        raise ConfigError(denied(top, "reach"))
+    except FileNotFoundError as error:
+        raise UnavailableError(f"The xAPI source path {top} does not exist (is the export share mounted?).") from error
+    except PermissionError as error:
+        raise ConfigError(denied(top, "reach")) from error
     except OSError as error:
         raise ConfigError(f"The xAPI source path {top} cannot be opened ({error.strerror}); "
-                          "point source.path at a directory of export files.")
+                          "point source.path at a directory of export files.") from error
     if stat.S_ISREG(info.st_mode):
         yield "file", top, info
         return
@@ -102,8 +102,8 @@ def export_files(top):
             if os.path.islink(path):
                 yield "skipped", path, f"a dangling symbolic link (to {os.readlink(path)})"
             continue  # else removed between listing and now
-        except PermissionError:
-            raise ConfigError(denied(path, "reach"))
+        except PermissionError as error:
+            raise ConfigError(denied(path, "reach")) from error
         except OSError as error:
             yield "skipped", path, ("a symbolic link loop" if error.errno == errno.ELOOP
                                     else f"unreadable ({error.strerror})")
@@ -184,8 +184,8 @@ def _listing(folder):
                     entries.append((entry.name + "/", kind))
                 elif kind == "directory link" or entry.name.endswith(SUFFIXES):
                     entries.append((entry.name, kind))
-    except PermissionError:
-        raise ConfigError(denied(folder, "list the directory"))
+    except PermissionError as error:
+        raise ConfigError(denied(folder, "list the directory")) from error
     except (FileNotFoundError, NotADirectoryError):
         return []  # removed or replaced since its parent was listed
     entries.sort()

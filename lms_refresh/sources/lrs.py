@@ -33,10 +33,10 @@ import time
 import urllib.parse
 
 from lms_refresh.errors import UnavailableError
+from lms_refresh.instants import UTC, to_cursor
 from lms_refresh.sources import DEVIATION, OK, RAW_KEPT, WARNING, BaseSource, Finding
 from lms_refresh.sources.lrs_http import LrsClient
 from lms_refresh.sources.records import Intake
-from lms_refresh.instants import UTC, to_cursor
 from lms_refresh.sources.xapi_fields import InvalidStatement, parse_time, stored_cursor
 
 logger = logging.getLogger(__name__)

@@ -28,8 +28,8 @@ import time
 import urllib.parse
 
 from lms_refresh.credentials import read_secret
-from lms_refresh.errors import ConfigError, UnavailableError
 from lms_refresh.disclosure.redaction import url_origin
+from lms_refresh.errors import ConfigError, UnavailableError
 from lms_refresh.instants import UTC
 
 logger = logging.getLogger(__name__)
@@ -155,7 +155,7 @@ class LrsClient:
             target = urllib.parse.urljoin(self.statements_url, more)
         except ValueError:  # e.g. a broken IPv6 address
             raise UnavailableError(f"The LRS at {self.statements_url} sent a 'more' link that is not a URL; "
-                                   "nothing was committed.")
+                                   "nothing was committed.") from None
         if origin(target) != origin(self.endpoint):
             raise ConfigError(
                 f"The LRS at {self.statements_url} sent a 'more' link to {url_origin(target)}, another "
@@ -200,7 +200,7 @@ class LrsClient:
                 backoff = self.delay * 2 ** (attempt - 1) * (0.5 + self.jitter() / 2)
                 wait = min(failure.wait if failure.wait is not None else backoff, MAX_DELAY)
                 if wait >= self.remaining():
-                    raise self._out_of_time()
+                    raise self._out_of_time() from None
                 logger.warning("The LRS at %s: %s; attempt %d of %d, retrying in %.1f s.",
                                where, reason, attempt, self.attempts, wait)
                 self.sleep(wait)
@@ -224,24 +224,24 @@ class LrsClient:
                 finally:
                     response.close()
         except _DeadlinePassed:
-            raise _Retryable(f"no complete answer within {deadline:g} s (source.response_deadline)")
+            raise _Retryable(f"no complete answer within {deadline:g} s (source.response_deadline)") from None
         except requests.exceptions.SSLError as error:
             raise ConfigError(
                 f"TLS verification of the LRS at {where} failed ({error.__class__.__name__}); "
                 "set source.ca_bundle to the CA that signed its certificate."
-            )
+            ) from None
         except requests.exceptions.Timeout:
-            raise _Retryable(f"no answer within {self.timeout} s")
+            raise _Retryable(f"no answer within {self.timeout} s") from None
         except requests.exceptions.ConnectionError as error:
-            raise _Retryable(f"cannot connect ({_root_cause(error)})")
+            raise _Retryable(f"cannot connect ({_root_cause(error)})") from None
         except requests.exceptions.RequestException as error:  # a body that broke off or cannot be decoded
-            raise _Retryable(f"the answer broke off ({type(error).__name__})")
+            raise _Retryable(f"the answer broke off ({type(error).__name__})") from None
         try:
             payload = json.loads(body)
         except ValueError:
-            raise _Retryable("the answer was not JSON")
+            raise _Retryable("the answer was not JSON") from None
         except RecursionError:
-            raise _Retryable("the answer was JSON nested too deeply to read")
+            raise _Retryable("the answer was JSON nested too deeply to read") from None
         del body
         if not isinstance(payload, dict) or not isinstance(payload.get("statements"), list):
             raise _Retryable("the answer was not an xAPI StatementResult")

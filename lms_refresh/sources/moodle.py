@@ -22,11 +22,10 @@ import re
 
 import psycopg  # this module is imported only when the Moodle source is configured
 
-from lms_refresh import instants
-from lms_refresh import window as windows
-from lms_refresh.errors import ConfigError, UnavailableError
+from lms_refresh import instants, window as windows
 from lms_refresh.disclosure.pseudonyms import moodle_identifier
 from lms_refresh.disclosure.redaction import url_without_password
+from lms_refresh.errors import ConfigError, UnavailableError
 from lms_refresh.postgresql import connect, connection_error, first_line
 from lms_refresh.sources import OK, WARNING, BaseSource, Finding
 from lms_refresh.sources.records import EVENT, NOTHING, Intake, InvalidRecord, LocalDays, make_event
@@ -171,8 +170,8 @@ class RowMapper:
         except instants.NotAnInstant as error:
             raise InvalidRow(str(error)) from None
         if self.latest is not None and timecreated > self.latest:
-            raise InvalidRow(f"timecreated {timecreated} ({instants.to_cursor(moment)}) lies in the future, more "
-                             f"than {instants.TOLERANCE_WORDS} after this run's time: the Moodle server's clock was wrong")
+            raise InvalidRow(f"timecreated {timecreated} ({instants.to_cursor(moment)}) lies in the future, more than "
+                             f"{instants.TOLERANCE_WORDS} after this run's time: the Moodle server's clock was wrong")
         day = self._days.get(timecreated // 60) or self._days.add(timecreated // 60, moment)
         course = f"{self.site}/course/view.php?id={courseid}"
         course_key, verb_key = name_id(course), name_id(verb)
@@ -236,17 +235,17 @@ class MoodleSource(BaseSource):
                 )
             return self._db.execute(statement.replace("{table}", table), parameters).fetchall()
         except psycopg.OperationalError as error:
-            raise connection_error(error, f"The Moodle database {where}", "source")
+            raise connection_error(error, f"The Moodle database {where}", "source") from error
         except psycopg.errors.UndefinedTable:
             log_store = " and that the standard log store is enabled" if table == self.table else ""
             raise ConfigError(f"The Moodle database {where} has no table {table}; check source.prefix "
-                              f"(Moodle's $CFG->prefix){log_store}.")
+                              f"(Moodle's $CFG->prefix){log_store}.") from None
         except psycopg.errors.InsufficientPrivilege as error:
             raise ConfigError(f"The Moodle database {where} refused to let us read {table} "
-                              f"({first_line(error)}); GRANT SELECT ON {table} to source.url's user.")
+                              f"({first_line(error)}); GRANT SELECT ON {table} to source.url's user.") from error
         except psycopg.Error as error:
             raise UnavailableError(f"Reading {table} from {where} failed ({first_line(error)}); "
-                                   "nothing was committed.")
+                                   "nothing was committed.") from error
 
     def close(self):
         if self._db is not None:
@@ -316,7 +315,7 @@ class MoodleSource(BaseSource):
 
     def _where(self, number, row):
         """A quarantined row: by its log id, with every column (whole: the redactor reads it as JSON)."""
-        return f"{self.table} id {row[0]}", json.dumps(dict(zip(COLUMNS, row)), default=str)
+        return f"{self.table} id {row[0]}", json.dumps(dict(zip(COLUMNS, row, strict=True)), default=str)
 
     def _map(self, rows):
         self._read_grade_ranges(rows)

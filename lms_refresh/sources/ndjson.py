@@ -29,13 +29,25 @@ import os
 import zlib
 
 from lms_refresh.errors import BadInputError, ConfigError
-from lms_refresh.sources import Batch, BaseSource, Finding, OK, WARNING
+from lms_refresh.sources import OK, WARNING, BaseSource, Batch, Finding
 from lms_refresh.sources.files import NotRegularFile, UpTo, denied, export_files, numbered_lines, open_regular
-from lms_refresh.sources.pool import result_of, stop_pool, workers_of
 from lms_refresh.sources.ndjson_worker import (
-    BYTES_PER_STATEMENT, LINES_PER_STATEMENT_BUDGET, MAX_RECORD_BYTES, Chunk, ChunkResult, Reading, Signature,
-    _unmarshal, _worker_init, _worker_read, default_workers, oversized, parse_lines, read_chunk,
+    BYTES_PER_STATEMENT,
+    LINES_PER_STATEMENT_BUDGET,
+    MAX_RECORD_BYTES,
+    Chunk,
+    ChunkResult,
+    Reading,
+    Signature,
+    _unmarshal,
+    _worker_init,
+    _worker_read,
+    default_workers,
+    oversized,
+    parse_lines,
+    read_chunk,
 )
+from lms_refresh.sources.pool import result_of, stop_pool, workers_of
 
 logger = logging.getLogger(__name__)
 
@@ -250,10 +262,11 @@ class NdjsonSource(BaseSource):
             changed.changed = True
             yield changed
             return
-        except PermissionError:
-            raise ConfigError(denied(path))
+        except PermissionError as error:
+            raise ConfigError(denied(path)) from error
         except OSError as error:
-            raise BadInputError(f"Cannot read {path} ({error.strerror or error}); fix or move the file and run again.")
+            raise BadInputError(f"Cannot read {path} ({error.strerror or error}); fix or move the file and run "
+                                "again.") from error
         with handle:
             if info.st_ino != signature.inode:
                 changed = ChunkResult()
@@ -287,5 +300,6 @@ class NdjsonSource(BaseSource):
                     logger.warning("%s was still being written when the run read it; what was complete is read "
                                    "now, the rest by the next run.", path)
                     return
-                raise BadInputError(f"Cannot read {path} to the end ({error}); fix or move the file and run again.")
+                raise BadInputError(f"Cannot read {path} to the end ({error}); fix or move the file and run "
+                                    "again.") from error
 

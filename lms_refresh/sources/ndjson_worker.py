@@ -169,10 +169,11 @@ def read_chunk(mapper, chunk, reading):
     except (FileNotFoundError, NotRegularFile):
         result.changed = True
         return result
-    except PermissionError:
-        raise ConfigError(denied(path))
+    except PermissionError as error:
+        raise ConfigError(denied(path)) from error
     except OSError as error:
-        raise BadInputError(f"Cannot read {path} ({error.strerror or error}); fix or move the file and run again.")
+        raise BadInputError(f"Cannot read {path} ({error.strerror or error}); fix or move the file and run "
+                            "again.") from error
     try:
         with handle:
             if signature is not None and info.st_ino != signature.inode:
@@ -180,10 +181,13 @@ def read_chunk(mapper, chunk, reading):
                 return result
             size = info.st_size if signature is None else signature.size
             end = size if chunk.end is None else min(chunk.end, size)
-            lines, result.resume = chunk_lines(handle, chunk.start, end, size=size, limit=limit, max_lines=reading.max_lines)
+            lines, result.resume = chunk_lines(handle, chunk.start, end, size=size, limit=limit,
+                                               max_lines=reading.max_lines)
     except OSError as error:
-        raise BadInputError(f"Cannot read {path} ({error.strerror or error}); fix or move the file and run again.")
-    parse_lines(mapper, oversized(enumerate(lines, 1), result.batch, limit), reading.since, until=reading.until, result=result)
+        raise BadInputError(f"Cannot read {path} ({error.strerror or error}); fix or move the file and run "
+                            "again.") from error
+    parse_lines(mapper, oversized(enumerate(lines, 1), result.batch, limit), reading.since, until=reading.until,
+                result=result)
     result.lines = len(lines)
     return result
 

@@ -33,7 +33,7 @@ from lms_refresh.sources.xapi_fields import InvalidStatement, parse_time
 
 CONFLICT = "conflicting statement id: already staged with other content"
 _AT = {name: position for position, name in enumerate(EVENT_FIELDS)}
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MICROSECOND = dt.timedelta(microseconds=1)
 _ADL = "http://adlnet.gov/expapi/verbs/"
 # The flags a verb implies by itself (lms_refresh.sources.xapi), besides what the result says.

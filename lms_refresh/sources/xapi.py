@@ -22,8 +22,14 @@ from lms_refresh import instants
 from lms_refresh.instants import UTC_MILLIS, UTC_TIME
 from lms_refresh.sources.records import CACHE_LIMIT, EVENT, VOID, LocalDays, Void, bounded, make_event
 from lms_refresh.sources.xapi_fields import (
-    InvalidStatement, actor_identifier, event_key, is_iri, parse_duration_ms, parse_time,
-    shown, stored_cursor,
+    InvalidStatement,
+    actor_identifier,
+    event_key,
+    is_iri,
+    parse_duration_ms,
+    parse_time,
+    shown,
+    stored_cursor,
 )
 
 # Bump when a change alters which statements count or how a learner is identified:
@@ -127,7 +133,7 @@ class StatementMapper:
         try:
             return self.pseudonymise(actor_identifier(actor))
         except UnicodeEncodeError:
-            raise InvalidStatement("the actor's identifier is not valid Unicode")
+            raise InvalidStatement("the actor's identifier is not valid Unicode") from None
 
     def duration_of(self, text):
         duration = self._durations.get(text) if type(text) is str else None
@@ -187,7 +193,7 @@ class StatementMapper:
         try:
             number = name_id(iri)
         except UnicodeEncodeError:  # JSON can escape a lone surrogate, which no text column can hold
-            raise InvalidStatement(f"the {kind} IRI is not valid Unicode")
+            raise InvalidStatement(f"the {kind} IRI is not valid Unicode") from None
         bounded(cache)[iri] = number
         self.new_names[(kind, number)] = iri
         return number

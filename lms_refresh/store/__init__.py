@@ -11,7 +11,7 @@ def load_driver(config):
     """Import the store's driver now: a SIGTERM during a slow import inside the run would be
     reported by the driver as an import failure instead of a clean stop."""
     if config.store.type == "postgresql":
-        import lms_refresh.store.postgres  # noqa: F401
+        import lms_refresh.store.postgres  # noqa: F401 (unused: imported now for the reason above)
 
 
 def open_store(config, environ, create, *, read_only=False, migrate=True):

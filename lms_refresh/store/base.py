@@ -216,7 +216,7 @@ class SqlStore(Erasure, RebuildCheck, RunLog):
                 return None
             raise StateError(f"The store {self.describe()} has no privacy settings; nothing was published. "
                              "Run lms-refresh again to store them from the configuration.")
-        values = dict(zip(PRIVACY_FIELDS, row))
+        values = dict(zip(PRIVACY_FIELDS, row, strict=True))
         values["withhold_zeros"] = bool(values["withhold_zeros"])
         return policy.PrivacySettings(**values)
 
@@ -268,7 +268,7 @@ class SqlStore(Erasure, RebuildCheck, RunLog):
             self._republish_all = False
         placeholders = ", ".join("?" for _ in PUBLISHED_FIELDS)
         for course in sorted(courses):
-            cells = {row[0]: dict(zip(CELL_FIELDS, row)) for row in self.execute(
+            cells = {row[0]: dict(zip(CELL_FIELDS, row, strict=True)) for row in self.execute(
                 f"SELECT {', '.join(CELL_FIELDS)} FROM daily_metrics WHERE course_id = ?", (course,)).fetchall()}
             self.execute("DELETE FROM published_metrics WHERE course_id = ?", (course,))
             rows = [(course,) + row for row in policy.course_rows(cells, settings)]

@@ -36,7 +36,8 @@ class Erasure:
         count = self.execute("DELETE FROM quarantine WHERE raw LIKE ?", (pattern,)).rowcount
         legacy = [f'%"actor": {pseudonym},%', f'%"actor": {pseudonym}}}%']
         for form in legacy:
-            count += self.execute("DELETE FROM quarantine WHERE reason LIKE ? AND raw LIKE ?", (_CONFLICT, form)).rowcount
+            count += self.execute("DELETE FROM quarantine WHERE reason LIKE ? AND raw LIKE ?",
+                                  (_CONFLICT, form)).rowcount
         return count
 
     def follow_key(self, fingerprint):

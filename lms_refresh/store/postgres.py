@@ -15,9 +15,9 @@ import psycopg
 from psycopg import sql
 
 from lms_refresh import faults
+from lms_refresh.disclosure.redaction import url_without_password
 from lms_refresh.errors import ConfigError, StateError, UnavailableError
 from lms_refresh.postgresql import connect, connection_error, first_line, unreachable
-from lms_refresh.disclosure.redaction import url_without_password
 from lms_refresh.store.base import SqlStore
 from lms_refresh.store.postgres_schema import MIGRATIONS, POSTGRESQL, SCHEMA_VERSION
 from lms_refresh.store.tables import TABLES, serving_view

@@ -82,7 +82,7 @@ def publish_if_behind(config, store, euid):
         return _publish(config, store, euid)
     except RefreshError:
         raise
-    except Exception as error:  # noqa: BLE001 — after the commit, whatever failed is named as such
+    except Exception as error:  # any failure: after the commit, whatever failed is named as such
         raise RefreshError(f"Unexpected failure while publishing ({type(error).__name__}: {error}); "
                            f"{COMMITTED}") from error
 
@@ -120,7 +120,7 @@ def group_id(name):
         return grp.getgrnam(name).gr_gid
     except KeyError:
         raise ConfigError(f"The group {name!r} named by publication.group does not exist; create it or fix the "
-                          f"key — {COMMITTED}")
+                          f"key — {COMMITTED}") from None
 
 
 def _mode(gid):
@@ -203,7 +203,7 @@ def describe(config, environ, view_exists=True):
     if os.path.exists(path):
         import datetime as dt
 
-        info["published_at"] = dt.datetime.fromtimestamp(os.stat(path).st_mtime, dt.timezone.utc).isoformat(
+        info["published_at"] = dt.datetime.fromtimestamp(os.stat(path).st_mtime, dt.UTC).isoformat(
             timespec="seconds")
         if store_exists(config, environ):
             rows, settings = read_state(config, environ)

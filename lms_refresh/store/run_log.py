@@ -37,5 +37,5 @@ class RunLog:
         if row is None:
             return None
         # Rows written by an earlier version went through an earlier rule: today's applies to what is read.
-        run = dict(zip(RUN_FIELDS, row))
+        run = dict(zip(RUN_FIELDS, row, strict=True))
         return dict(run, message=redaction.scrub_text(run["message"]))

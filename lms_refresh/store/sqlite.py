@@ -94,7 +94,7 @@ class SqliteStore(SqlStore):
         try:
             db = sqlite3.connect(target, isolation_level=None, uri=read_only and exists, timeout=30)
         except sqlite3.OperationalError as error:
-            raise UnavailableError(f"Cannot open the store {path}: {error}.")
+            raise UnavailableError(f"Cannot open the store {path}: {error}.") from error
         store = cls(db, path if target != ":memory:" else ":memory:")
         try:
             store._configure(wal=target != ":memory:" and not read_only)
@@ -103,7 +103,7 @@ class SqliteStore(SqlStore):
                 store.migrate()
         except sqlite3.DatabaseError as error:
             db.close()
-            raise store.translate(error)
+            raise store.translate(error) from error
         return store
 
     def _configure(self, wal):
@@ -128,7 +128,7 @@ class SqliteStore(SqlStore):
                 faults.point("store-created")
                 db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             except sqlite3.DatabaseError as error:
-                raise store.translate(error)
+                raise store.translate(error) from error
             finally:
                 db.close()  # the last connection: SQLite folds the WAL into the file and removes it
             for stale in (path + "-wal", path + "-shm"):  # never replay an old file's log onto the new one
