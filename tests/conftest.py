@@ -36,7 +36,8 @@ def _missing_ralph():
 def _missing_systemd():
     absent = [tool for tool in ("systemd-nspawn", "mmdebstrap") if shutil.which(tool) is None]
     if absent or os.geteuid() != 0:
-        return (f"booting Debian under systemd needs root and systemd-nspawn and mmdebstrap ({', '.join(absent) or 'not root'}): "
+        return ("booting Debian under systemd needs root and systemd-nspawn and mmdebstrap "
+                f"({', '.join(absent) or 'not root'}): "
                 "install the Debian packages systemd-container and mmdebstrap and run as root (tests/run.sh does)")
     return None
 

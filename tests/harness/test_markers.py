@@ -22,7 +22,8 @@ def inner_pytest(node, **environment):
 
 
 @pytest.mark.parametrize("node, take_away, reason", [
-    ("tests/sources/test_lrs_against_ralph.py::test_a_wrong_password_exits_78", {"LMS_REFRESH_RALPH_VENV": "/nonexistent/venv-ralph"},
+    ("tests/sources/test_lrs_against_ralph.py::test_a_wrong_password_exits_78",
+     {"LMS_REFRESH_RALPH_VENV": "/nonexistent/venv-ralph"},
      "Ralph is not installed: create /nonexistent/venv-ralph with 'ralph-malph[cli,lrs]==5.1.0' (tests/run.sh does"),
     ("tests/system/test_systemd.py::test_exposure_is_at_most_2", {"PATH": "/nonexistent"},
      "booting Debian under systemd needs root and systemd-nspawn and mmdebstrap (systemd-nspawn, mmdebstrap): "
@@ -58,12 +59,15 @@ def test_a_module_skipped_at_import_fails_under_run_sh_too(tmp_path):
 
 def test_tests_using_a_server_carry_its_marker_without_saying_so():
     listed = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--collect-only",
-                             "-m", "postgresql", "tests/store/test_every_store_alike.py", "tests/store/test_postgresql_store.py",
-                             "tests/sources/test_moodle_against_postgresql.py"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+                             "-m", "postgresql", "tests/store/test_every_store_alike.py",
+                             "tests/store/test_postgresql_store.py", "tests/sources/test_moodle_against_postgresql.py"],
+                            capture_output=True, text=True, cwd=ROOT, timeout=300)
     nodes = [line for line in listed.stdout.splitlines() if "::" in line]
     assert "tests/store/test_every_store_alike.py::test_bootstrap_with_no_prior_state[postgresql]" in nodes
     assert "tests/store/test_every_store_alike.py::test_bootstrap_with_no_prior_state[sqlite]" not in nodes
-    assert "tests/store/test_every_store_alike.py::test_both_stores_give_identical_serving_tables" in nodes  # its fixture
+    # By its fixture.
+    assert "tests/store/test_every_store_alike.py::test_both_stores_give_identical_serving_tables" in nodes
     assert any(node.startswith("tests/store/test_postgresql_store.py::test_two_hosts") for node in nodes)
     assert any(node.startswith("tests/sources/test_moodle_against_postgresql.py::") for node in nodes)
-    assert not any(node.startswith("tests/store/test_postgresql_store.py::test_grant_reader_on_sqlite") for node in nodes)
+    assert not any(node.startswith("tests/store/test_postgresql_store.py::test_grant_reader_on_sqlite")
+                   for node in nodes)

@@ -42,8 +42,8 @@ def sample_start(days, now):
 def sample_statements(seed, learners=600, days=8):
     """Valid sample statements (with voids and late arrivals), timestamps in the last two weeks."""
     start = sample_start(days, utc_now())
-    return [json.loads(line) for _, line in generate(seed, start, days, learners=learners, timezone=PARIS, malformed_share=0.0,
-                                                     void_share=0.01)]
+    return [json.loads(line) for _, line in generate(seed, start, days, learners=learners, timezone=PARIS,
+                                                     malformed_share=0.0, void_share=0.01)]
 
 
 def post_then_mark(ralph, statements):

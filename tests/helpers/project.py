@@ -84,7 +84,8 @@ class Project:
 
     def start(self, *args, now=None):
         command = cli_command() + ["--config", str(self.config)] + (["--now", now] if now else []) + list(args)
-        environment = {k: v for k, v in os.environ.items() if k not in ("STATE_DIRECTORY", "JOURNAL_STREAM", "INVOCATION_ID")}
+        environment = {k: v for k, v in os.environ.items()
+                       if k not in ("STATE_DIRECTORY", "JOURNAL_STREAM", "INVOCATION_ID")}
         environment["PYTHONFAULTHANDLER"] = "1"  # a test that finds it stuck can ask where (SIGABRT)
         return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
 

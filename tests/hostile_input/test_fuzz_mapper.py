@@ -11,16 +11,16 @@ import string
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis", reason="python3-hypothesis is not installed (tests/run.sh installs it)")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from helpers.statements import HOME, statement  # noqa: E402
-from lms_refresh.disclosure.pseudonyms import Pseudonymiser  # noqa: E402
-from lms_refresh.sources.ndjson_worker import ChunkResult, parse_lines  # noqa: E402
-from lms_refresh.sources.records import EVENT_FIELDS, Event, Void  # noqa: E402
-from lms_refresh.sources.xapi import StatementMapper  # noqa: E402
+from helpers.statements import HOME, statement
+from lms_refresh.disclosure.pseudonyms import Pseudonymiser
+from lms_refresh.sources.ndjson_worker import ChunkResult, parse_lines
+from lms_refresh.sources.records import EVENT_FIELDS, Event, Void
+from lms_refresh.sources.xapi import StatementMapper
 from lms_refresh.sources.xapi_fields import InvalidStatement
-from lms_refresh.sources.xapi_fields import MAX_DURATION_DAYS  # noqa: E402
+from lms_refresh.sources.xapi_fields import MAX_DURATION_DAYS
 
 FUZZ = settings(max_examples=400, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -1,9 +1,9 @@
 """What every store must do identically: each test runs on SQLite and on PostgreSQL (the `project`
 and `make_project` fixtures), through the CLI in this process (tests/helpers/inprocess.py).
 
-What only one store has lives beside it: tests/store/test_postgresql_store.py (hosts, roles, dropped connections),
-tests/store/test_state_problems.py and tests/store/test_sqlite_publication.py (a local file). Stops and kills at every phase,
-on both stores: tests/refresh/test_faults_at_every_phase.py.
+What only one store has lives beside it: tests/store/test_postgresql_store.py (hosts, roles, dropped
+connections), tests/store/test_state_problems.py and tests/store/test_sqlite_publication.py (a local file).
+Stops and kills at every phase, on both stores: tests/refresh/test_faults_at_every_phase.py.
 """
 
 import datetime as dt

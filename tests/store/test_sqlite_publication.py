@@ -107,7 +107,8 @@ def test_a_publication_that_cannot_be_written_fails_after_the_commit_and_says_wh
     sqlite_project.write("b.ndjson", learners(12, day="2026-11-19"))
     result = sqlite_project.invoke("run", now="2026-11-21T04:15:00Z")
     assert result.returncode == 78
-    assert f"Cannot write the publication {target}: {blocker} is not a directory; the store is committed" in result.stderr
+    assert (f"Cannot write the publication {target}: {blocker} is not a directory; the store is committed"
+            in result.stderr)
     assert sqlite_project.meta()["watermark"] == "2026-11-21T04:15:00.000000Z"  # the run itself committed
     noisy(sqlite_project)
     sqlite_project.invoke("run", now="2026-11-21T04:20:00Z", check=0)
@@ -123,7 +124,8 @@ def os_account(*groups):
     for group in groups:
         subprocess.run(["groupadd", "-f", group], check=True)
     extra = ["-G", ",".join(groups)] if groups else []
-    subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", *extra, name], check=True)
+    subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", *extra, name],
+                   check=True)
     try:
         yield name
     finally:
@@ -237,10 +239,12 @@ def test_an_unexpected_failure_while_publishing_says_the_store_is_committed(sqli
 
     noisy(sqlite_project)
     sqlite_project.write("a.ndjson", learners(12))
-    result = sqlite_project.invoke("run", now=NOW, env={faults.ENVIRONMENT_VARIABLE: "replace-synced/serving.sqlite:raise"})
+    result = sqlite_project.invoke("run", now=NOW,
+                                   env={faults.ENVIRONMENT_VARIABLE: "replace-synced/serving.sqlite:raise"})
     assert result.returncode == 1
     assert ("Unexpected failure while publishing (InjectedFault: fault injected at replace-synced); the store is "
-            "committed, and the next run publishes it.") in result.stderr and "nothing was committed" not in result.stderr
+            "committed, and the next run publishes it.") in result.stderr
+    assert "nothing was committed" not in result.stderr
     assert sqlite_project.runs()[-1][:3] == ("run", "publish-failed", 1) and len(sqlite_project.serving()) == 1
     assert not publication(sqlite_project).exists() and publication_leftovers(sqlite_project) == []
     sqlite_project.invoke("run", now=NOW, check=0)
@@ -273,7 +277,8 @@ def test_sigterm_while_forget_republishes_keeps_the_erasure_and_says_so(sqlite_p
     sqlite_project.invoke("run", now=NOW, check=0)
     before = read_publication(publication(sqlite_project))[1]
     result = sqlite_project.cli("forget", "--account-homepage", "https://lms.example.edu", "--account-name",
-                                "learner-0@example.edu", env={faults.ENVIRONMENT_VARIABLE: "replace-synced/serving.sqlite:term"})
+                                "learner-0@example.edu",
+                                env={faults.ENVIRONMENT_VARIABLE: "replace-synced/serving.sqlite:term"})
     assert result.returncode == 0, result.stderr
     assert "Forgot one learner: 1 staged events" in result.stderr
     assert "SIGTERM after the run committed" in result.stderr and "nothing was committed" not in result.stderr

@@ -97,7 +97,8 @@ def system(request, debs, workdir):
     data = os.path.join(workdir, f"xapi-{request.param}")
     os.makedirs(data)
     today = dt.date.today()
-    write_daily_files(data, generate(3, today - dt.timedelta(days=10), 10, learners=300, timezone="Europe/Paris", malformed_share=0))
+    write_daily_files(data, generate(3, today - dt.timedelta(days=10), 10, learners=300, timezone="Europe/Paris",
+                                     malformed_share=0))
     os.chmod(data, 0o755)
     for name in os.listdir(data):
         os.chmod(os.path.join(data, name), 0o644)
@@ -173,8 +174,8 @@ def failing_run(system):
 
 
 def test_units_verify_and_the_timer_fires_on_weekdays_at_0415(system):
-    verify = system.run("systemd-analyze", "verify", f"/lib/systemd/system/{UNIT}", "/lib/systemd/system/lms-refresh.timer",
-                        check=False)
+    verify = system.run("systemd-analyze", "verify", f"/lib/systemd/system/{UNIT}",
+                        "/lib/systemd/system/lms-refresh.timer", check=False)
     assert verify.returncode == 0 and verify.stderr.strip() == "" and verify.stdout.strip() == "", verify
     assert system.run("systemctl", "is-enabled", "lms-refresh.timer").stdout.strip() == "enabled"
     assert system.run("systemctl", "is-active", "lms-refresh.timer").stdout.strip() == "active"
@@ -302,8 +303,8 @@ def free_port():
 def test_a_failed_run_alerts_through_on_failure_and_a_success_does_not(system):
     port = free_port()
     system.run("systemd-run", "--unit=hook-receiver", "python3", "-c", RECEIVER, str(port), "/run/hook.jsonl")
-    system.wait_for(lambda: system.run("python3", "-c", f"import socket; socket.create_connection(('127.0.0.1', {port}))",
-                                       check=False).returncode == 0, "the webhook receiver")
+    connect = f"import socket; socket.create_connection(('127.0.0.1', {port}))"
+    system.wait_for(lambda: system.run("python3", "-c", connect, check=False).returncode == 0, "the webhook receiver")
     system.run("install", "-m", "0640", "-g", "lms-refresh", "/dev/stdin", "/etc/lms-refresh/alert-webhook",
                input=f"http://127.0.0.1:{port}/hook/secret-token\n")
     configure(system, extra='[alerts]\nwebhook_url_file = "/etc/lms-refresh/alert-webhook"\n')
@@ -328,16 +329,18 @@ def test_a_failed_run_alerts_through_on_failure_and_a_success_does_not(system):
 
 def test_a_configuration_error_still_alerts_and_an_unreadable_one_is_logged_at_err(system):
     port = free_port()
-    system.run("systemd-run", "--unit=hook-receiver-config", "python3", "-c", RECEIVER, str(port), "/run/hook-config.jsonl")
-    system.wait_for(lambda: system.run("python3", "-c", f"import socket; socket.create_connection(('127.0.0.1', {port}))",
-                                       check=False).returncode == 0, "the webhook receiver")
+    system.run("systemd-run", "--unit=hook-receiver-config", "python3", "-c", RECEIVER, str(port),
+               "/run/hook-config.jsonl")
+    connect = f"import socket; socket.create_connection(('127.0.0.1', {port}))"
+    system.wait_for(lambda: system.run("python3", "-c", connect, check=False).returncode == 0, "the webhook receiver")
     system.run("install", "-m", "0640", "-g", "lms-refresh", "/dev/stdin", "/etc/lms-refresh/alert-webhook",
                input=f"http://127.0.0.1:{port}/hook/secret-token\n")
     alerts = '[alerts]\nwebhook_url_file = "/etc/lms-refresh/alert-webhook"\n'
     alert_unit = "lms-refresh-alert@lms-refresh.service.service"
     try:
         # The operator's most likely mistake: a misspelt key. The run exits 78; the alert still goes out.
-        system.run("tee", "/etc/lms-refresh/config.toml", input="min_cel_size = 5\n" + CONFIG.format(path="/srv/xapi") + alerts)
+        system.run("tee", "/etc/lms-refresh/config.toml",
+                   input="min_cel_size = 5\n" + CONFIG.format(path="/srv/xapi") + alerts)
         assert system.run("systemctl", "start", UNIT, check=False).returncode != 0
         assert system.show(UNIT, "ExecMainStatus")["ExecMainStatus"] == "78"
         system.wait_for(lambda: system.run("test", "-s", "/run/hook-config.jsonl", check=False).returncode == 0,
@@ -693,8 +696,8 @@ def test_postgresql_store_credentials_work_for_every_command_as_root_the_service
     assert system.run("test", "-e", publication, check=False).returncode == 0  # the SQLite runs' publication
     port = free_port()
     system.run("systemd-run", "--unit=hook-receiver-pg", "python3", "-c", RECEIVER, str(port), "/run/hook-pg.jsonl")
-    system.wait_for(lambda: system.run("python3", "-c", f"import socket; socket.create_connection(('127.0.0.1', {port}))",
-                                       check=False).returncode == 0, "the webhook receiver")
+    connect = f"import socket; socket.create_connection(('127.0.0.1', {port}))"
+    system.wait_for(lambda: system.run("python3", "-c", connect, check=False).returncode == 0, "the webhook receiver")
     system.run("tee", "/etc/lms-refresh/config.toml", input=CONFIG.format(path="/srv/xapi") + (
         f'[store]\ntype = "postgresql"\nurl = "{postgres_server.url(database)}"\npassword_file = "store-password"\n'
         '[alerts]\nwebhook_url_file = "alert-webhook"\n'))
