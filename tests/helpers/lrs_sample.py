@@ -19,7 +19,7 @@ def lrs_project(root, ralph, postgres=None, endpoint=None, password_file=None, *
 
 
 def utc_now():
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 def text(moment):

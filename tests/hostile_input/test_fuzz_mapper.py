@@ -11,16 +11,14 @@ import string
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis", reason="python3-hypothesis is not installed (tests/run.sh installs it)")
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from helpers.statements import HOME, statement
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser
 from lms_refresh.sources.ndjson_worker import ChunkResult, parse_lines
 from lms_refresh.sources.records import EVENT_FIELDS, Event, Void
 from lms_refresh.sources.xapi import StatementMapper
-from lms_refresh.sources.xapi_fields import InvalidStatement
-from lms_refresh.sources.xapi_fields import MAX_DURATION_DAYS
+from lms_refresh.sources.xapi_fields import MAX_DURATION_DAYS, InvalidStatement
 
 FUZZ = settings(max_examples=400, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

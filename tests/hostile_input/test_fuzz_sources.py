@@ -11,8 +11,7 @@ import io
 import json
 import tempfile
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from helpers.statements import statement, voiding
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser
@@ -21,6 +20,7 @@ from lms_refresh.sources.moodle import COLUMNS, EVENTS, InvalidRow, RowMapper
 from lms_refresh.sources.ndjson_worker import ChunkResult, oversized, parse_lines
 from lms_refresh.sources.records import Event
 from lms_refresh.sources.xapi import StatementMapper
+
 
 def fuzz(examples):
     return settings(max_examples=examples, derandomize=True, deadline=None, database=None,
@@ -36,7 +36,7 @@ json_values = st.recursive(
     max_leaves=6,
 )
 moments = st.datetimes(
-                       timezones=st.sampled_from([None, dt.timezone.utc]) | st.builds(
+                       timezones=st.sampled_from([None, dt.UTC]) | st.builds(
                            dt.timezone, st.timedeltas(min_value=-dt.timedelta(hours=23, minutes=59),
                                                      max_value=dt.timedelta(hours=23, minutes=59))))
 # Times at the edges of what a date can hold, once shifted by their offset or by the local time zone.

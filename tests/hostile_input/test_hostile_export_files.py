@@ -19,15 +19,15 @@ import pytest
 from helpers.batches import collect_batches
 from helpers.commands import cli_command, reachable_cli, run_for_peak_rss
 from helpers.project import Project
+from helpers.reference import expected_serving
 from helpers.statements import statement
-from lms_refresh.errors import BadInputError
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser
+from lms_refresh.errors import BadInputError
 from lms_refresh.sources.ndjson import NdjsonSource
 from lms_refresh.sources.xapi import StatementMapper
 from lms_refresh.window import Window
-from helpers.reference import expected_serving
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 MEMORY_BOUND_MIB = 200  # README, "Bad input": the peak resident memory of any run
 NOW = "2026-11-04T04:15:00Z"
 SINCE, UNTIL = dt.datetime(2026, 10, 5, 4, 15, tzinfo=UTC), dt.datetime(2026, 11, 4, 4, 15, tzinfo=UTC)

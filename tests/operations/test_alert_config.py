@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from lms_refresh.ops.alerts import compose, deliver
+from helpers.receiver import Receiver
 from lms_refresh.config import Alerts, load_alerts
 from lms_refresh.errors import ConfigError
-from helpers.receiver import Receiver
+from lms_refresh.ops.alerts import compose, deliver
 
 ENV = {"MONITOR_UNIT": "lms-refresh.service", "MONITOR_EXIT_STATUS": "78", "MONITOR_SERVICE_RESULT": "exit-code"}
 

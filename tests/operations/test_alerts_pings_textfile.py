@@ -160,10 +160,10 @@ def test_scheduled_runs_retry_an_unreachable_source_then_exit_69(project, receiv
 
 def test_a_retry_that_finds_the_source_back_succeeds(project):
     from lms_refresh.config import load_config
-    from lms_refresh.ops.job import run_job
-    from lms_refresh.logs import Progress
-    from lms_refresh.run.refresh import Refresh, Request
     from lms_refresh.instants import parse_user_time
+    from lms_refresh.logs import Progress
+    from lms_refresh.ops.job import run_job
+    from lms_refresh.run.refresh import Refresh, Request
 
     project.configure(retry_attempts=3)
     project.source.rename(project.root / "away")

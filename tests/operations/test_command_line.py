@@ -1,18 +1,18 @@
 """status, check, help texts, logging to the journal, progress."""
 
 import json
-import subprocess
 import os
+import subprocess
 import sys
 
 import click
 import click.testing
 import pytest
 
+from helpers.paths import REPO
 from helpers.statements import statement
 from lms_refresh.cli import cli
 from lms_refresh.store.sqlite_schema import SCHEMA_VERSION
-from helpers.paths import REPO
 
 
 @pytest.fixture
@@ -115,7 +115,7 @@ def test_sd_notify_status_reaches_the_notify_socket(project, tmp_path):
         try:
             while True:
                 received.append(server.recv(4096).decode())
-        except socket.timeout:
+        except TimeoutError:
             pass
     assert "STATUS=Recomputing 31 daily partitions" in received  # bootstrap_days = 30, so 31 local days
     assert received[-1] == "STATUS="

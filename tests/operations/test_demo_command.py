@@ -12,7 +12,7 @@ from helpers import inprocess
 from helpers.reference import expected_serving
 
 NOW = "2026-11-30T09:00:00+01:00"  # a Monday morning in Paris
-UNTIL = dt.datetime(2026, 11, 30, 8, 0, tzinfo=dt.timezone.utc)
+UNTIL = dt.datetime(2026, 11, 30, 8, 0, tzinfo=dt.UTC)
 
 
 def clean_environment():
@@ -92,9 +92,9 @@ def test_a_demo_directory_that_has_statements_already_is_refused_with_a_sentence
 def test_demo_arguments_out_of_range_are_refused_before_anything_is_generated(tmp_path):
     """One sentence and exit 2 for every value the demo's own configuration would refuse (or that would not
     be a demo): the bounds are the configuration's (window.bootstrap_days), less the week the demo adds."""
-    from helpers.commands import cli_command
     import subprocess
 
+    from helpers.commands import cli_command
     from lms_refresh.config.schema import SCHEMA
     from lms_refresh.demo import DAYS, READ_BACK_MARGIN
 

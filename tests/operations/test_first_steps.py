@@ -9,12 +9,12 @@ import sys
 
 import pytest
 
+from helpers.paths import REPO
 from helpers.statements import statement
 from lms_refresh.config import is_configured
 from lms_refresh.demo import command_hint
-from lms_refresh.run.lock import RunLock
 from lms_refresh.demo.sample import generate
-from helpers.paths import REPO
+from lms_refresh.run.lock import RunLock
 
 ROOT = REPO  # the repository, or the copy debian/tests/suite runs in
 README = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
@@ -102,7 +102,7 @@ def test_the_demo_hint_names_the_bare_command_only_when_path_finds_this_one(tmp_
 
 
 def test_the_sample_has_nothing_stored_in_the_future():
-    now = dt.datetime(2026, 11, 30, 8, 0, tzinfo=dt.timezone.utc)
+    now = dt.datetime(2026, 11, 30, 8, 0, tzinfo=dt.UTC)
     start = dt.date(2026, 11, 23)
     everything = list(generate(7, start, 7, learners=300))
     assert max(stored for stored, _ in everything) > now  # late syncs of the last days would lie ahead

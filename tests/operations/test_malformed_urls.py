@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from helpers.statements import statement
 from lms_refresh.config import validate
-from lms_refresh.errors import ConfigError
 from lms_refresh.config.validators import LONGEST_URL, url_problem
+from lms_refresh.errors import ConfigError
 
 NOW = "2026-11-03T04:15:00+01:00"
 

@@ -5,9 +5,9 @@ import re
 
 import pytest
 
+from helpers.paths import REPO
 from helpers.statements import statement
 from lms_refresh.ops.monitoring import PLUGIN_CRITICAL, plugin_line
-from helpers.paths import REPO
 
 NOW = "2026-11-03T04:15:00+01:00"  # a Tuesday
 ROOT = REPO  # the repository, or the copy debian/tests/suite runs in

@@ -120,7 +120,7 @@ EARLIER = {"run_id": "r1", "exit_code": 78, "window_since": "a", "window_until":
 def test_an_earlier_failure_is_not_taken_for_one_that_left_no_row():
     import datetime as dt
 
-    unit_started = dt.datetime(2026, 11, 3, 3, 15, tzinfo=dt.timezone.utc)
+    unit_started = dt.datetime(2026, 11, 3, 3, 15, tzinfo=dt.UTC)
     assert failed_row(EARLIER, 78, run_ids=None, started=None) is EARLIER  # nothing says otherwise
     assert failed_row(EARLIER, 65, run_ids=None, started=None) is None  # another exit status
     assert failed_row(EARLIER, 78, run_ids=set(), started=None) is None  # its journal names no run: none began

@@ -199,7 +199,7 @@ def test_records_that_cannot_be_read_are_kept_as_their_size_only():
 def test_quarantined_records_older_than_quarantine_days_are_deleted(project):
     project.configure(extra_top="max_quarantine_share = 0.5")
     project.config.write_text(project.config.read_text() + "[retention]\nquarantine_days = 30\n")
-    first = dt.datetime(2026, 11, 2, 10, tzinfo=dt.timezone.utc)
+    first = dt.datetime(2026, 11, 2, 10, tzinfo=dt.UTC)
 
     def day(n, learner):
         moment = (first + dt.timedelta(days=n)).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -12,11 +12,11 @@ import json
 import os
 import sqlite3
 
+from helpers.publication import publication, read_publication
 from helpers.statements import HOME, statement
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser, read_key
 from lms_refresh.disclosure.redaction import marker
 from lms_refresh.sources.xapi_fields import actor_identifier
-from helpers.publication import publication, read_publication
 
 NOW = "2026-11-03T04:15:00+01:00"
 LEARNER = {"account": {"homePage": HOME, "name": "Zq81"}}

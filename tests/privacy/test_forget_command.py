@@ -4,19 +4,18 @@ import datetime as dt
 import json
 import re
 
-from helpers.statements import HOME, statement
-from lms_refresh.run.lock import RunLock
-from lms_refresh.disclosure.pseudonyms import Pseudonymiser, read_key
-from lms_refresh.sources.xapi_fields import actor_identifier
-from helpers.moodledb import EXPECTED_TWO_DAYS, SITE, course_iri, load_two_days
-from helpers.reference import expected_serving
-from helpers.moodledb import moodle_project
+from helpers.moodledb import EXPECTED_TWO_DAYS, SITE, course_iri, load_two_days, moodle_project
 from helpers.publication import publication, read_publication
+from helpers.reference import expected_serving
+from helpers.statements import HOME, statement
+from lms_refresh.disclosure.pseudonyms import Pseudonymiser, read_key
+from lms_refresh.run.lock import RunLock
+from lms_refresh.sources.xapi_fields import actor_identifier
 
 NOW = "2026-11-06T04:15:00+01:00"
 NAME, ADDRESS = "Learner-Zq81", "zq81@example.edu"
 LEAK = re.compile(r"zq81", re.IGNORECASE)
-SINCE, UNTIL = dt.datetime(2026, 10, 1, tzinfo=dt.timezone.utc), dt.datetime(2026, 11, 6, tzinfo=dt.timezone.utc)
+SINCE, UNTIL = dt.datetime(2026, 10, 1, tzinfo=dt.UTC), dt.datetime(2026, 11, 6, tzinfo=dt.UTC)
 
 
 def activity():

@@ -9,8 +9,7 @@ longer withheld — is refused with 78 and one sentence, unless the run is asked
 import shutil
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from helpers.project import Project
 from helpers.statements import statement

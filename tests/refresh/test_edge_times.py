@@ -8,8 +8,7 @@ command line outside 1970..2999 is one sentence (README, "Times").
 import datetime as dt
 import uuid
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from helpers.statements import statement
 from lms_refresh import instants
@@ -17,7 +16,7 @@ from lms_refresh import instants
 NOW = "2026-11-03T04:15:00+01:00"  # run time: 2026-11-03T03:15Z; later than 2026-11-05T03:15Z is the future
 COURSE = "https://lms.example.edu/course/BIO101"
 RANGE = "(1970-01-01T00:00:00Z .. 2999-12-31T23:59:59Z)"
-LATEST = dt.datetime(2026, 11, 5, 3, 15, tzinfo=dt.timezone.utc)
+LATEST = dt.datetime(2026, 11, 5, 3, 15, tzinfo=dt.UTC)
 FEW = settings(max_examples=4, derandomize=True, deadline=None, database=None,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
@@ -48,9 +47,9 @@ def test_statements_dated_far_ahead_are_quarantined_and_stretch_no_course(tmp_pa
     expected = set()
     for text in texts:
         moment = dt.datetime.fromisoformat(text)
-        moment = moment if moment.tzinfo else moment.replace(tzinfo=dt.timezone.utc)
+        moment = moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
         try:
-            beyond_range = not moment.astimezone(dt.timezone.utc) < instants.END
+            beyond_range = not moment.astimezone(dt.UTC) < instants.END
         except OverflowError:
             beyond_range = True
         expected.add(f"timestamp {text!r} is out of range" if beyond_range else
@@ -143,8 +142,8 @@ def test_any_backfill_date_is_a_window_or_one_sentence(sqlite_project, moment, o
     if result.returncode == 2:
         assert f"Invalid value for '{option}': {text!r}" in result.stderr
         assert "is outside the times lms-refresh handles" in result.stderr
-        assert not (local.tzinfo and dt.datetime(1971, 1, 1, tzinfo=dt.timezone.utc) <= local
-                    <= dt.datetime(2999, 1, 1, tzinfo=dt.timezone.utc))
+        assert not (local.tzinfo and dt.datetime(1971, 1, 1, tzinfo=dt.UTC) <= local
+                    <= dt.datetime(2999, 1, 1, tzinfo=dt.UTC))
     else:
         assert result.returncode == 0, result.stderr
         assert dt.datetime(1969, 12, 30) <= local.replace(tzinfo=None) <= dt.datetime(3000, 1, 2)

@@ -7,12 +7,12 @@ import json
 
 import pytest
 
+from helpers.reference import expected_serving
 from helpers.statements import statement
 from lms_refresh import faults
-from helpers.reference import expected_serving
 
 PARIS = "Europe/Paris"
-UTC = dt.timezone.utc
+UTC = dt.UTC
 FIRST = dt.datetime(2026, 11, 2, 3, 15, tzinfo=UTC)
 SECOND = dt.datetime(2026, 11, 4, 3, 15, tzinfo=UTC)
 

@@ -59,7 +59,7 @@ def test_a_failed_run_removes_its_marker_and_a_dry_run_or_backfill_writes_none(s
 def test_a_marker_of_a_live_run_this_boot_is_left_alone_and_one_of_an_earlier_boot_is_an_interruption(tmp_path):
     state = tmp_path / "state"
     state.mkdir()
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     live = {"run_id": "r1", "started_at": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "pid": os.getppid(),
             "host": socket.gethostname()}
     (state / MARKER).write_text(json.dumps(live))
@@ -70,7 +70,7 @@ def test_a_marker_of_a_live_run_this_boot_is_left_alone_and_one_of_an_earlier_bo
     ours.end(stopped=False)
     assert json.loads((state / MARKER).read_text())["run_id"] == "r1"  # not ours to remove
     booted = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
-    before_boot = dt.datetime.fromtimestamp(booted - 3600, dt.timezone.utc)
+    before_boot = dt.datetime.fromtimestamp(booted - 3600, dt.UTC)
     (state / MARKER).write_text(json.dumps(dict(live, started_at=before_boot.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))))
     assert pending(str(state))["run_id"] == "r1"  # the same pid number in a later boot is another process
     (state / MARKER).write_text("{damaged")
@@ -85,7 +85,7 @@ def test_only_a_timers_start_or_a_terminal_retries_and_a_manual_systemctl_start_
     assert not retried(scheduled, {"INVOCATION_ID": "x"})  # systemctl start by hand
     assert not retried(scheduled, {"INVOCATION_ID": "x", "TRIGGER_UNIT": "something.path"})
     assert not retried(Request(dry_run=True), {})
-    assert not retried(Request(BACKFILL, since=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)), {})
+    assert not retried(Request(BACKFILL, since=dt.datetime(2026, 1, 1, tzinfo=dt.UTC)), {})
 
 
 def test_a_manual_systemctl_start_says_it_is_not_retried_and_exits_69_at_once(sqlite_project):
@@ -111,7 +111,7 @@ def test_a_stop_sends_no_failure_ping_and_is_no_warning(monkeypatch):
     status = {"store": {"exists": True, "size_bytes": 1, "location": "x"}, "state_directory": "s", "watermark": "w",
               "quarantined_records": 0, "last_success": run, "interrupted": None,
               "last_run": dict(run, exit_code=143, outcome="failed", message="Stopped by SIGTERM")}
-    now = dt.datetime(2026, 11, 3, 5, 0, tzinfo=dt.timezone.utc)
+    now = dt.datetime(2026, 11, 3, 5, 0, tzinfo=dt.UTC)
     code, line = plugin_report(status, now, "Europe/Paris", grace=7200)
     assert code == 0 and "was stopped (143) and rolled back" in line, line
     status["last_run"] = dict(run, exit_code=69, outcome="failed", message="unreachable")
@@ -151,7 +151,7 @@ def test_switching_to_postgresql_removes_the_stale_world_readable_sqlite_publica
 
 def test_a_marker_whose_pid_is_the_checking_process_itself_is_no_live_run(tmp_path):
     """After a reboot the same pid number can come back, even as the run that checks."""
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     (tmp_path / MARKER).write_text(json.dumps({"run_id": "r1", "started_at": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
                                                "pid": os.getpid(), "host": socket.gethostname()}))
     assert pending(str(tmp_path))["run_id"] == "r1"

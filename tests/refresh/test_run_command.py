@@ -6,9 +6,9 @@ import signal
 import subprocess
 import time
 
+from helpers.lrsserver import HeldLrs
 from helpers.statements import statement
 from lms_refresh import faults
-from helpers.lrsserver import HeldLrs
 from lms_refresh.run.lock import probe
 
 NOW = "2026-11-03T04:15:00+01:00"  # a Tuesday, 04:15 in Paris

@@ -3,8 +3,8 @@
 import pathlib
 import re
 
-from lms_refresh import errors
 from helpers.paths import REPO
+from lms_refresh import errors
 
 ROOT = pathlib.Path(REPO)
 CONTRACT = ROOT / "docs" / "contract.md"

@@ -9,10 +9,11 @@ import uuid
 
 import pytest
 
-from helpers.project import Project
-from helpers.lrsserver import RalphServer, free_port
 from helpers.lrs_sample import PARIS, lrs_project, post_then_mark, sample_statements, text
+from helpers.lrsserver import RalphServer, free_port
+from helpers.project import Project
 from helpers.reference import expected_serving
+
 
 def ndjson_twin(root, statements):
     """A project reading the same statements (as the LRS stored them) from an NDJSON file."""

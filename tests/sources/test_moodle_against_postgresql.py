@@ -1,8 +1,9 @@
 """The Moodle source against a real PostgreSQL holding Moodle's own log table."""
 
-from helpers.project import Project
 from helpers.lrsserver import free_port
 from helpers.moodledb import EXPECTED_TWO_DAYS, SITE, course_iri, load_two_days, moodle_project
+from helpers.project import Project
+
 
 def test_moodle_metrics_match_hand_computed_ones(tmp_path, moodle, moodle_reader, store_kind, request):
     postgres = request.getfixturevalue("postgres_server") if store_kind == "postgresql" else None

@@ -10,12 +10,11 @@ import datetime as dt
 import json
 
 import lms_refresh
-
 from helpers.project import Project
+from helpers.reference import expected_serving
 from helpers.statements import statement, voiding
 from lms_refresh.demo.sample import generate, write_daily_files
 from lms_refresh.store.sqlite_schema import SCHEMA_VERSION
-from helpers.reference import expected_serving
 
 NOW = "2026-11-03T04:15:00+01:00"  # a Tuesday, 04:15 in Paris
 START = dt.date(2026, 10, 19)  # a Monday; the sample spans a DST change (25 Oct)
@@ -190,8 +189,8 @@ def test_serving_table_matches_an_independent_reference(tmp_path, make_project):
     records = sample(project, days=10, learners=400, malformed_share=0.0)
     now = "2026-10-30T04:15:00+01:00"
     project.invoke("run", now=now, check=0)
-    since = dt.datetime(2026, 10, 30, 3, 15, tzinfo=dt.timezone.utc) - dt.timedelta(days=30)
-    until = dt.datetime(2026, 10, 30, 3, 15, tzinfo=dt.timezone.utc)
+    since = dt.datetime(2026, 10, 30, 3, 15, tzinfo=dt.UTC) - dt.timedelta(days=30)
+    until = dt.datetime(2026, 10, 30, 3, 15, tzinfo=dt.UTC)
     expected = expected_serving([line for _, line in records], since, until, PARIS, 10)
     actual = project.serving()
     assert [row[:2] for row in actual] == [row[:2] for row in expected]

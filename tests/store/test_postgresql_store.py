@@ -5,9 +5,9 @@ import time
 
 import pytest
 
+from helpers.lrsserver import HeldLrs
 from helpers.project import Project
 from helpers.statements import statement
-from helpers.lrsserver import HeldLrs
 from lms_refresh.store.postgres import LOCK_CLASS
 from lms_refresh.store.sqlite_schema import SCHEMA_VERSION
 

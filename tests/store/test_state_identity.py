@@ -8,15 +8,15 @@ import shutil
 
 import pytest
 
+from helpers.reference import expected_serving
 from helpers.statements import statement
 from lms_refresh.store.sqlite_schema import MIGRATIONS
-from helpers.reference import expected_serving
 
 PARIS = "Europe/Paris"
 # The migration that made statement ids unique (the last one when these tests were written).
 UNIQUE_IDS = next(number for number, statements in enumerate(MIGRATIONS, 1)
                   if any("staged_events_event_id" in statement for statement in statements))
-UTC = dt.timezone.utc
+UTC = dt.UTC
 T = dt.datetime(2026, 11, 3, 3, 15, tzinfo=UTC)  # Tuesday 04:15 in Paris
 
 
@@ -177,9 +177,9 @@ def test_a_changed_course_pattern_is_refused_and_rebuild_applies_it_without_doub
 
 
 def test_a_store_without_a_recorded_mapping_version_counts_as_version_1(project, monkeypatch):
-    from lms_refresh.run import identity
     from lms_refresh.config import load_config
     from lms_refresh.errors import StateError
+    from lms_refresh.run import identity
 
     project.write("a.ndjson", day_batch(12, "2026-11-02"))
     project.invoke("run", now=at(T), check=0)
@@ -236,9 +236,9 @@ def test_two_versions_of_one_id_in_the_same_batch_count_once(project):
 
 
 def test_moodle_identity_settings_are_recorded_and_guarded(tmp_path):
-    from lms_refresh.run import identity
     from lms_refresh.config import load_config
     from lms_refresh.errors import StateError
+    from lms_refresh.run import identity
 
     path = tmp_path / "moodle.toml"
     path.write_text('[source]\ntype = "moodle"\nurl = "postgresql://reader@db/moodle"\n'

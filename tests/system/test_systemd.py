@@ -20,8 +20,8 @@ import tempfile
 import pytest
 
 from helpers.container import Container, build_in_fresh_root, host
-from lms_refresh.demo.sample import COURSES, _VERB_CHOICES, generate, statement, write_daily_files
 from helpers.moodledb import EXPECTED_TWO_DAYS, READER_PASSWORD, SITE, load_two_days
+from lms_refresh.demo.sample import _VERB_CHOICES, COURSES, generate, statement, write_daily_files
 
 pytestmark = pytest.mark.system
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -445,7 +445,7 @@ def test_parallel_parsing_works_under_the_hardened_unit(system):
     os.mkdir(folder)
     os.chmod(folder, 0o755)
     count, size = 0, 0
-    start = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=3)
+    start = dt.datetime.now(dt.UTC) - dt.timedelta(days=3)
     with open(os.path.join(folder, "export.ndjson"), "w") as handle:
         while size < 20 << 20:
             moment = start + dt.timedelta(seconds=rng.randrange(2 * 86400))

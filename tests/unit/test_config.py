@@ -1,12 +1,13 @@
 """Configuration: every mistake is refused with one sentence naming the file and the key."""
 
 import dataclasses
+
 import pytest
 
+from helpers.paths import REPO
 from lms_refresh.config import load_config
 from lms_refresh.config.validators import parse_duration
 from lms_refresh.errors import ConfigError
-from helpers.paths import REPO
 
 MINIMAL = '[source]\ntype = "xapi-ndjson"\npath = "/srv/xapi"\n'
 

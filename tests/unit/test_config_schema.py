@@ -6,8 +6,7 @@ import datetime as dt
 import string
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from lms_refresh.config import Config, load_config, validate
 from lms_refresh.config.schema import SCHEMA
@@ -56,7 +55,7 @@ SCALARS = st.one_of(
                      "../etc/passwd", "Not/AZone", "^(.+?/course/[^/?#]+)", "(a)(b)", "[", "a{99999999999}",
                      "sqlite", "postgresql", "xapi-ndjson", "xapi-lrs", "moodle", "postgresql://u@h/db",
                      "postgresql://u:pw@h/db", "https://lrs.example.edu/xAPI/", "mysql://h/db", "/tmp"]),
-    st.datetimes().map(lambda moment: moment.replace(tzinfo=dt.timezone.utc)), st.dates(),
+    st.datetimes().map(lambda moment: moment.replace(tzinfo=dt.UTC)), st.dates(),
 )
 VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3)
                       | st.dictionaries(st.text(string.ascii_lowercase + "_", max_size=8), inner, max_size=3),

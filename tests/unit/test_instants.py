@@ -8,20 +8,19 @@ import datetime as dt
 import zoneinfo
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from lms_refresh import instants
 from lms_refresh.disclosure import policy
-from lms_refresh.errors import StateError
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser
+from lms_refresh.errors import StateError
 from lms_refresh.sources.moodle import InvalidRow, RowMapper
 from lms_refresh.sources.xapi import StatementMapper
 from lms_refresh.sources.xapi_fields import InvalidStatement
 
 FUZZ = settings(max_examples=600, derandomize=True, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow])
-UTC = dt.timezone.utc
+UTC = dt.UTC
 ZONES = ["UTC", "Europe/Paris", "America/Los_Angeles", "Pacific/Kiritimati", "Pacific/Pago_Pago", "Asia/Kolkata"]
 # Seconds since 0001-01-01T00:00:00 of the range's ends: the oracle's own arithmetic.
 FIRST_S = (dt.date(1970, 1, 1).toordinal() - 1) * 86400

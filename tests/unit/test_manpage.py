@@ -9,13 +9,13 @@ import click
 import pytest
 
 import lms_refresh
+from helpers.paths import REPO
 from lms_refresh import logs
 from lms_refresh.cli import cli
 from lms_refresh.config.schema import SCHEMA, Key, _check_schema
 from lms_refresh.config.validators import typed
 from lms_refresh.errors import MEANINGS
 from lms_refresh.manpage import format_default, format_duration, read_units, render
-from helpers.paths import REPO
 
 ROOT = REPO  # the repository, or the copy debian/tests/suite runs in
 README = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()

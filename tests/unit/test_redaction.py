@@ -9,14 +9,13 @@ import os
 import re
 import urllib.parse
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from helpers.project import Project
 from helpers.statements import HOME, statement
 from lms_refresh import logs
-from lms_refresh.ops.alerts import compose, mail_text
 from lms_refresh.disclosure.redaction import REDACTED, Redactor, scrub_text, url_origin, url_without_password
+from lms_refresh.ops.alerts import compose, mail_text
 from lms_refresh.sources.xapi_fields import actor_identifier
 
 NOW = "2026-11-03T04:15:00+01:00"

@@ -12,16 +12,15 @@ import datetime as dt
 import itertools
 import json
 
-from hypothesis import HealthCheck, assume, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
+from helpers.reference import expected_serving
 from helpers.statements import HOME, statement
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser
 from lms_refresh.sources.redelivery import canonical_iri, same_statement, same_time
 from lms_refresh.sources.xapi import ADL, StatementMapper
-from helpers.reference import expected_serving
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 PARIS = "Europe/Paris"
 T = dt.datetime(2026, 11, 3, 3, 15, tzinfo=UTC)  # Tuesday 04:15 in Paris
 CONFLICT = "conflicting statement id: already staged with other content"

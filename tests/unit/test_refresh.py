@@ -14,11 +14,11 @@ import pytest
 from helpers.statements import statement
 from lms_refresh import errors, faults
 from lms_refresh.config import load_config
+from lms_refresh.instants import parse_user_time
+from lms_refresh.logs import Progress
 from lms_refresh.ops.job import run_job
 from lms_refresh.run.lock import RunLock
-from lms_refresh.logs import Progress
 from lms_refresh.run.refresh import Refresh, Request
-from lms_refresh.instants import parse_user_time
 
 NOW = "2026-11-03T04:15:00+01:00"
 

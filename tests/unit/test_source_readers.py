@@ -14,7 +14,7 @@ from lms_refresh.sources.ndjson import NdjsonSource
 from lms_refresh.sources.xapi import StatementMapper, name_id
 from lms_refresh.window import Window
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 WINDOW = Window(dt.datetime(2026, 11, 1, tzinfo=UTC), dt.datetime(2026, 11, 3, tzinfo=UTC))
 MAPPER = StatementMapper("Europe/Paris", Pseudonymiser(b"k" * 32), r"^(.+?/course/[^/?#]+)")
 

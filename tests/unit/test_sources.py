@@ -6,21 +6,19 @@ import json
 
 import pytest
 
+from helpers.moodledb import load_two_days, moodle_project
 from helpers.statements import HOME, statement
-from lms_refresh.sources.xapi import ADL
 from lms_refresh.config import validate
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser
+from lms_refresh.instants import to_cursor
 from lms_refresh.sources import DEVIATION, OK, WARNING, BaseSource, Finding, Source, build_source
 from lms_refresh.sources.moodle import RowMapper
 from lms_refresh.sources.ndjson import NdjsonSource
 from lms_refresh.sources.records import EVENT_FIELDS, PREFILTER_STREAK, Event, Void, make_event
-from lms_refresh.sources.xapi import StatementMapper
-from lms_refresh.instants import to_cursor
+from lms_refresh.sources.xapi import ADL, StatementMapper
 from lms_refresh.window import LOG_ID, TIME, Window
-from helpers.moodledb import moodle_project
-from helpers.moodledb import load_two_days
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 WINDOW = Window(dt.datetime(2026, 11, 1, tzinfo=UTC), dt.datetime(2026, 11, 3, tzinfo=UTC))
 PSEUDONYMISE = Pseudonymiser(b"k" * 32)
 SOURCES = {

@@ -9,13 +9,13 @@ import pytest
 
 from helpers.statements import statement
 from lms_refresh.config import validate
-from lms_refresh.sources import BaseSource
 from lms_refresh.instants import parse_user_time
+from lms_refresh.sources import BaseSource
 from lms_refresh.sources.xapi import COURSE_TYPE, StatementMapper, name_id
 from lms_refresh.sources.xapi_fields import InvalidStatement, parse_duration_ms
 from lms_refresh.window import Window, next_watermark
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 CONFIG = validate({"source": {"type": "xapi-ndjson", "path": "/x"}, "window": {"safety_lag": "10m",
                   "lookback": "1h"}}, "test.toml", {})
 

@@ -6,7 +6,6 @@ identifier text (an identity pseudonymiser) so that tests can name it.
 
 import hashlib
 import json
-
 import re
 
 import pytest
