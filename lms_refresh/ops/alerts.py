@@ -253,7 +253,8 @@ def send_alert(config_path, unit, exit_status, *, result, invocation, environ, l
         except ConfigError:
             pass
     if not exit_status or exit_status == "0":
-        exit_status = unit_exit_status(unit) or (last_run or {}).get("exit_code")
+        # A failure is never reported as exit status 0: a last run that succeeded says nothing of this one.
+        exit_status = unit_exit_status(unit) or ((last_run or {}).get("exit_code") or None)
     logger.info("Alerting that %s failed (exit status %s, result %s)", unit, exit_status, result)
     lines = journal_lines(invocation)
     run_ids = {line[2] for line in lines if line[2]} if lines else None

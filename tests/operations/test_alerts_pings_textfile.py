@@ -138,6 +138,21 @@ def test_alert_command_posts_json_to_the_webhook(project, receiver, tmp_path):
     assert "secret-token" not in body.decode() and "secret-token" not in result.stderr
 
 
+def test_an_alert_without_an_exit_status_never_reports_0_after_a_successful_last_run(project, receiver, tmp_path):
+    # A unit that failed before its main process ran (a condition, a start limit) leaves systemd's exit
+    # status at 0 and the store's last run a success: neither is this failure's status.
+    monitored(project, receiver, tmp_path)
+    assert project.invoke("run", now=NOW).returncode == 0
+    receiver.received.clear()
+    result = project.invoke("alert", env={"MONITOR_UNIT": "lms-refresh.service", "MONITOR_EXIT_STATUS": "0",
+                                       "MONITOR_SERVICE_RESULT": "start-limit-hit"})
+    assert result.returncode == 0, result.stderr
+    [(_, body)] = receiver.received
+    alert = json.loads(body)
+    assert alert["exit_status"] is None and alert["result"] == "start-limit-hit" and alert["window"] is None, alert
+    assert alert["meaning"].startswith("not an lms-refresh exit status"), alert
+
+
 def test_alert_exits_1_when_every_channel_fails(project, tmp_path):
     (tmp_path / "hook-url").write_text("http://127.0.0.1:9/hook\n")
     project.config.write_text(project.config.read_text()
