@@ -46,6 +46,11 @@ def test_state_directory_from_systemd_wins(tmp_path):
     ("", "No source is configured yet"),
     ('source = "x"\n', "'source' must be a table"),
     (MINIMAL + 'course_pattern = "(a)(b)"\n', "may have at most one capturing group"),
+    (MINIMAL + 'course_pattern = "a{99999999999}"\n',
+     "key 'source.course_pattern' is not a valid regular expression (the repetition number is too large)"),
+    pytest.param(MINIMAL + f'course_pattern = "{"(" * 5000}{")" * 5000}"\n',
+                 "key 'source.course_pattern' is not a valid regular expression (nested too deeply)",
+                 id="a-pattern-nested-5000-deep"),
     ("this is = not toml", "is not valid TOML"),
 ])
 def test_mistakes_name_the_file_and_key(tmp_path, text, message):
