@@ -1,122 +1,190 @@
-"""Benchmark: CPU instructions per statement of each step of a refresh, against the naive yardstick.
+"""Benchmark and CI guard: CPU instructions per statement of each step of a refresh.
 
-    python bench/cost_model.py [--statements 2000]
+    /usr/bin/python3 bench/cost_model.py [--statements 2000]   # print the counts, and the naive yardstick's
+    /usr/bin/python3 bench/cost_model.py --check               # compare them with bench/cost_budget.toml
 
 Needs valgrind (`apt install valgrind`). Wall-clock figures on a shared VM move by
-±20% from one minute to the next; instruction counts do not. Each workload runs
-under callgrind twice, over N and over 2N statements of the benchmark's own
-generator, and the difference divided by N is its cost per statement in steady
-state (start-up, imports and warm caches cancel out). PYTHONHASHSEED is fixed so
-that dict layouts, and so the counts, repeat exactly.
+±20% from one minute to the next; instruction counts do not: with PYTHONHASHSEED
+fixed, a minimal environment, the bytecode compiled beforehand and the same paths
+(a copy of lms_refresh/ in a new /tmp/lms-cost-XXXXXXXX: some of CPython's tables
+are keyed by address, so even the length of a path moves a count a little), they
+repeat exactly, run after run. bench/cost_workload.py takes N statements, then 2N,
+of the benchmark's own generator (one export file of one day) through the steps
+below, in one process each, under callgrind, which counts every part apart; a
+step's difference between the two runs divided by N is its cost per statement in
+steady state (start-up, imports, schema and warm caches cancel out).
 
-Workloads (each also does what the one before it does; the differences are printed):
-  naive      per-line json.loads + executemany into a keyed table (bench/refresh_bench.py)
-  parse+map  what a parsing worker does: lms_refresh.sources.ndjson_worker.parse_lines with the real mapper
-  stage      what the staging process does with those rows: SqliteStore.insert_events
-  recompute  rebuilding the day partitions those rows touch, from the staged events
+Steps (what a refresh does per statement; see bench/cost_workload.py):
+  parse+map  a parsing worker: read a chunk's lines, decode, map, marshal the rows
+  stage      the staging process: the rows back as Events, record keys, Store.stage
+  recompute  rebuilding the touched days' partitions and their courses' published rows
+  commit     the run's transaction, written to SQLite's WAL
+  naive      the yardstick (not a step; not budgeted): per-line json.loads + executemany
+The publication file (store/publication.py) is not a step: its cost follows the published cells
+(days x courses), not the statements; N and 2N statements of one day publish the same 12 cells.
 
 With both cores busy all the time, a refresh's rate is at most
 2 x (machine speed) / (its instructions per statement); the naive yardstick's is
 1 x (machine speed) / (its own), at the same instructions per cycle.
+
+--check runs the steps (not the yardstick) with the budget file's statement count on
+the interpreter it names, and exits 1 naming each step over its budget.
 """
 
 import argparse
-import itertools
 import os
+import platform
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from cost_workload import PARTS  # noqa: E402
 
-# One script, run as `python - WORKLOAD FILE COUNT`; COUNT statements of FILE go through WORKLOAD.
-WORKLOAD = r"""
-import json, os, sqlite3, sys, tempfile
-sys.path.insert(0, os.path.join(sys.argv[4], ".."))
-workload, path, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
-with open(path, "rb") as handle:
-    lines = handle.read().splitlines()[:count]
-work = tempfile.mkdtemp()
-if workload == "naive":
-    db = sqlite3.connect(os.path.join(work, "naive.sqlite"), isolation_level=None)
-    db.execute("PRAGMA journal_mode = WAL")
-    db.execute("CREATE TABLE staged (id TEXT PRIMARY KEY, stored TEXT, actor TEXT, verb TEXT, object TEXT)")
-    db.execute("BEGIN")
-    rows = []
-    for line in lines:
-        s = json.loads(line)
-        rows.append((s["id"], s["stored"], json.dumps(s["actor"]), s["verb"]["id"], s["object"]["id"]))
-    db.executemany("INSERT OR IGNORE INTO staged VALUES (?, ?, ?, ?, ?)", rows)
-    db.execute("COMMIT")
-else:
-    from lms_refresh.disclosure.cell_key import RecordKeys
-    from lms_refresh.disclosure.pseudonyms import Pseudonymiser
-    from lms_refresh.sources import ndjson_worker as ndjson
-    from lms_refresh.sources.xapi import StatementMapper
-    from lms_refresh.store.sqlite import SqliteStore
-    mapper = StatementMapper("Europe/Paris", Pseudonymiser(b"k" * 32), r"^(.+?/course/[^/?#]+)")
-    since, until = "2000-01-01T00:00:00.000000Z", "2100-01-01T00:00:00.000000Z"
-    # The mapper's caches (days, pseudonyms, names) are warm in a real run; warm them here too.
-    # Each workload below does what the one before it does, and one step more.
-    ndjson.parse_lines(mapper, enumerate(lines, 1), since, until=until, result=ndjson.ChunkResult())
-    if workload != "warm":
-        result = ndjson.parse_lines(mapper, enumerate(lines, 1), since, until=until, result=ndjson.ChunkResult())
-        events = result.batch.events
-    if workload in ("stage", "recompute"):
-        store = SqliteStore.open(os.path.join(work, "metrics.sqlite"), create=True)
-        store.begin()
-        keys = RecordKeys(b"k" * 32)
-        store.insert_events(keys.add(events))
-        if workload == "recompute":
-            from lms_refresh.disclosure.policy import PrivacySettings
-            store.set_privacy(10, PrivacySettings(10))  # what each run stores before it recomputes
-            store.recompute({row[0] for row in events}, record_keys=keys)
-        store.commit()
-"""
+STEPS = ("parse+map", "stage", "recompute", "commit")
+BUDGETS = os.path.join(HERE, "cost_budget.toml")
+PYTHON = "/usr/bin/python3"  # Debian's own, which the .deb runs on and the budgets were measured with
 
 
-def instructions(workload, path, count):
-    """Return the instructions callgrind counts for one run of `workload` over `count` statements."""
-    env = dict(os.environ, PYTHONHASHSEED="0")
-    result = subprocess.run(
-        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-",
-         workload, path, str(count), HERE],
-        input=WORKLOAD, capture_output=True, text=True, env=env, check=True)
-    match = re.search(r"Collected : (\d+)", result.stderr)
-    if not match:
-        raise SystemExit(f"callgrind printed no count:\n{result.stderr[-2000:]}")
-    return int(match.group(1))
+class BudgetError(Exception):
+    """The budget file cannot be used for these counts (missing, malformed, or another interpreter)."""
 
 
-def per_statement(workload, path, count):
-    return (instructions(workload, path, 2 * count) - instructions(workload, path, count)) / count
+def environment(pycache):
+    """The workload's whole environment: counts must not depend on the caller's."""
+    return {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONPYCACHEPREFIX": pycache}
+
+
+def run_parts(python, path, count, *, work, run, naive):
+    """Start the workload over `count` statements under callgrind in directory `run` of `work` (the code
+    is in work/code); return a function that waits for it and returns {part: instructions}."""
+    directory = os.path.join(work, run)
+    os.mkdir(directory)
+    out = os.path.join(directory, "callgrind.out")
+    command = ["valgrind", "--tool=callgrind", "--dump-before=getppid", "--combine-dumps=yes",
+               f"--callgrind-out-file={out}", python, "-s", os.path.join(work, "code", "cost_workload.py"),
+               path, str(count), f"naive={int(naive)}"]
+    env = dict(environment(os.path.join(work, "pycache")), PYTHONDONTWRITEBYTECODE="1")
+    process = subprocess.Popen(command, cwd=directory, env=env, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def wait():
+        output, errors = process.communicate()
+        if process.returncode != 0:
+            raise SystemExit(f"The workload failed under callgrind ({count} statements):\n{output}{errors[-3000:]}")
+        with open(out, encoding="utf-8") as handle:
+            totals = [int(n) for n in re.findall(r"^totals: (\d+)", handle.read(), re.MULTILINE)]
+        parts = PARTS if naive else PARTS[:-1]
+        if len(totals) != len(parts) + 1:  # the last: what follows the last mark (exit)
+            raise SystemExit(f"callgrind counted {len(totals)} parts, not {len(parts) + 1}: "
+                             "something else calls getppid()")
+        return dict(zip(parts, totals[:-1], strict=True))
+    return wait
+
+
+def measure(statements, *, python=PYTHON, naive=True):
+    """Return {step: instructions per statement} (and "naive" if asked) over `statements` statements."""
+    from refresh_bench import write_days
+
+    with tempfile.TemporaryDirectory(prefix="lms-cost-", dir="/tmp") as work:
+        code = os.path.join(work, "code")
+        shutil.copytree(os.path.join(HERE, "..", "lms_refresh"), os.path.join(code, "lms_refresh"),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy(os.path.join(HERE, "cost_workload.py"), code)
+        # 2N statements on one day: the shape of one export file of the full benchmark.
+        write_days(os.path.join(work, "export"), 0, 1, 2 * statements, seed=1)
+        path = os.path.join(work, "export", "export-2026-06-01.ndjson")
+        # One run without callgrind compiles every module the workload imports into a cache of
+        # its own, so both measured runs read the same bytecode and neither compiles any.
+        warm = os.path.join(work, "warm")
+        os.mkdir(warm)
+        subprocess.run([python, "-s", os.path.join(code, "cost_workload.py"), path, "10", "naive=1"], cwd=warm,
+                       env=environment(os.path.join(work, "pycache")), check=True, stdin=subprocess.DEVNULL)
+        # The two runs at once, one per core: an instruction count does not depend on the other.
+        waits = [run_parts(python, path, n, work=work, run=f"run-{i}", naive=naive)
+                 for i, n in ((1, statements), (2, 2 * statements))]
+        one, two = (wait() for wait in waits)
+    return {part: (two[part] - one[part]) / statements for part in STEPS + (("naive",) if naive else ())}
+
+
+def interpreter(python):
+    """Return the Python and SQLite versions of `python`, which the counts depend on."""
+    return subprocess.run([python, "-s", "-c", "import platform, sqlite3; "
+                           "print(platform.python_version(), sqlite3.sqlite_version)"],
+                          capture_output=True, text=True, check=True).stdout.split()
+
+
+def load_budgets(path):
+    """Return the budget file at `path` as a dict: its "steps" {step: budget}, "statements", "python", "sqlite"."""
+    try:
+        with open(path, "rb") as handle:
+            budgets = tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise BudgetError(f"Cannot read the budgets {path}: {error}") from error
+    missing = [field for field in ("statements", "python", "sqlite", "steps") if field not in budgets]
+    unknown = set(budgets.get("steps", {})) ^ set(STEPS)
+    if missing or unknown:
+        raise BudgetError(f"The budgets {path} must give statements, python, sqlite and a budget for each of "
+                          f"{', '.join(STEPS)} (missing: {', '.join(missing) or 'none'}; steps missing or "
+                          f"unknown: {', '.join(sorted(unknown)) or 'none'}).")
+    return budgets
+
+
+def check(counts, budgets):
+    """Given {step: instructions per statement} and {step: budget}, return (over, lines): the lines
+    name every step with its count, budget and margin, and `over` says whether any exceeds its budget."""
+    lines, over = [f"{'step':<10} {'count':>9} {'budget':>9} {'margin':>9}"], []
+    for step in STEPS:
+        count, budget = counts[step], budgets[step]
+        margin = budget - count
+        lines.append(f"{step:<10} {count:>9,.0f} {budget:>9,} {margin:>+9,.0f} ({margin / budget:+.1%})")
+        if count > budget:
+            over.append(f"Over budget: step {step} costs {count:,.0f} instructions per statement, "
+                        f"its budget is {budget:,} (bench/cost_budget.toml).")
+    return bool(over), lines + over
+
+
+def print_counts(counts):
+    naive, ours = counts["naive"], sum(counts[step] for step in STEPS)
+    for step in STEPS + ("naive",):
+        print(f"{step:<14} {counts[step]:>9,.0f} instructions/statement")
+    print(f"{'refresh total':<14} {ours:>9,.0f} = {ours / naive:.2f} x the naive yardstick (one process)")
+    print(f"best case on 2 cores, both busy throughout: {2 * naive / ours:.2f} x the yardstick's rate")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--statements", type=int, default=2000)
+    parser.add_argument("--statements", type=int, help="statements per run (default 2000; --check: the budgets')")
+    parser.add_argument("--python", default=PYTHON, help=f"the interpreter to measure (default {PYTHON})")
+    parser.add_argument("--check", action="store_true", help=f"compare the steps with {BUDGETS}")
     options = parser.parse_args()
-    sys.path.insert(0, HERE)
-    from refresh_bench import write_days
-
-    with tempfile.TemporaryDirectory() as work:
-        # 2N statements on one day: the shape of one export file of the full benchmark.
-        write_days(work, 0, 1, 2 * options.statements, seed=1)
-        path = os.path.join(work, os.listdir(work)[0])
-        naive = per_statement("naive", path, options.statements)
-        steps = [per_statement(w, path, options.statements) for w in ("warm", "parse+map", "stage", "recompute")]
-        parse, stage, recompute = (later - earlier for earlier, later in itertools.pairwise(steps))
-    ours = parse + stage + recompute
-    print(f"naive yardstick  {naive:>9,.0f} instructions/statement (one process)")
-    print(f"parse+map        {parse:>9,.0f}   (parsing workers)")
-    print(f"stage            {stage:>9,.0f}   (the staging process)")
-    print(f"recompute        {recompute:>9,.0f}   (the staging process, after staging)")
-    print(f"refresh total    {ours:>9,.0f}   = {ours / naive:.2f} x the yardstick")
-    print(f"best case on 2 cores, both busy throughout: {2 * naive / ours:.2f} x the yardstick's rate "
-          f"(80,000/s with the yardstick at 36,000/s needs {80 / 36:.2f} x, "
-          f"i.e. at most {naive * 2 * 36 / 80:,.0f} instructions/statement)")
+    if options.check and options.statements is not None:
+        parser.error("--check measures as many statements as its budgets were measured with")
+    if not options.check:
+        options.statements = options.statements or 2000
+        counts = measure(options.statements, python=options.python)
+        python, sqlite = interpreter(options.python)
+        print(f"{options.statements} statements, Python {python}, SQLite {sqlite}, {platform.machine()}")
+        print_counts(counts)
+        return 0
+    try:
+        budgets = load_budgets(BUDGETS)
+        here = interpreter(options.python)
+        if here != [budgets["python"], budgets["sqlite"]]:
+            raise BudgetError(f"The budgets were measured with Python {budgets['python']} and SQLite "
+                              f"{budgets['sqlite']}; {options.python} has {' and '.join(here)}.")
+    except BudgetError as error:
+        print(error, file=sys.stderr)
+        return 2
+    over, lines = check(measure(budgets["statements"], python=options.python, naive=False), budgets["steps"])
+    print(f"Cost model, {budgets['statements']} statements, instructions per statement:")
+    print("\n".join(lines))
+    return 1 if over else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""What bench/cost_model.py runs under callgrind: the first COUNT statements of FILE through each
+step of a refresh, in the order a run takes them, in one process.
+
+    python3 cost_workload.py FILE COUNT naive=1|0   # beside a copy of lms_refresh/ (see cost_model.py)
+
+Each part ends with a call of os.getppid(), which nothing else here calls: the model runs this
+under `valgrind --tool=callgrind --dump-before=getppid`, so callgrind writes one count per part,
+in the order of PARTS. Run it in an empty directory: the store is created in the current one.
+"""
+
+import json
+import os
+import sqlite3
+import sys
+
+# The parts, in order. "setup" (start-up, imports, opening the store) and "warm" (a first pass
+# that fills the mapper's caches, as earlier chunks of a real run do) are not steps of the model:
+# they are counted apart so that the steps after them hold only their own work.
+PARTS = ("setup", "warm", "parse+map", "stage", "recompute", "commit", "naive")
+MARK = os.getppid  # the one call callgrind dumps its counts at (--dump-before=getppid)
+KEY = b"k" * 32
+WINDOW = ("2000-01-01T00:00:00.000000Z", "2100-01-01T00:00:00.000000Z")
+
+
+def first_lines(path, count):
+    """Return (the first `count` lines of `path`, the offset just past them)."""
+    with open(path, "rb") as handle:
+        data = handle.read()
+    end = 0
+    for _ in range(count):
+        end = data.index(b"\n", end) + 1
+    return data[:end].splitlines(), end
+
+
+def naive(lines):
+    """The yardstick: per-line json.loads and executemany into a keyed table (bench/refresh_bench.py)."""
+    db = sqlite3.connect("naive.sqlite", isolation_level=None)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("CREATE TABLE staged (id TEXT PRIMARY KEY, stored TEXT, actor TEXT, verb TEXT, object TEXT)")
+    db.execute("BEGIN")
+    rows = []
+    for line in lines:
+        s = json.loads(line)
+        rows.append((s["id"], s["stored"], json.dumps(s["actor"]), s["verb"]["id"], s["object"]["id"]))
+    db.executemany("INSERT OR IGNORE INTO staged VALUES (?, ?, ?, ?, ?)", rows)
+    db.execute("COMMIT")
+    db.close()
+
+
+def main(path, count, with_naive):
+    from lms_refresh.disclosure.cell_key import RecordKeys
+    from lms_refresh.disclosure.policy import PrivacySettings
+    from lms_refresh.disclosure.pseudonyms import Pseudonymiser
+    from lms_refresh.sources import ndjson_worker as worker
+    from lms_refresh.sources.xapi import StatementMapper
+    from lms_refresh.store.sqlite import SqliteStore
+
+    lines, end = first_lines(path, count)
+    chunk, reading = worker.Chunk(path, 0, end), worker.Reading(*WINDOW)
+    worker._worker_mapper = StatementMapper("Europe/Paris", Pseudonymiser(KEY), r"^(.+?/course/[^/?#]+)")
+    keys = RecordKeys(KEY)
+    store = SqliteStore.open("metrics.sqlite", create=True)
+    store.begin()
+    store.set_privacy(10, PrivacySettings(10))  # what each run stores before it recomputes
+    MARK()  # setup
+    worker._worker_read(chunk, reading)
+    MARK()  # warm
+    # A parsing worker: read the chunk's lines, map them, marshal the rows for the parent.
+    result = worker._worker_read(chunk, reading)
+    MARK()  # parse+map
+    # The staging process: the rows back as Events, their record keys, staged with the names.
+    batch = worker._unmarshal(result).batch
+    days = store.stage(batch.events, batch.voids, batch.names, record_keys=keys) | store.finish_staging()
+    MARK()  # stage
+    # Rebuild the partitions of the days staged, and the published rows of their courses.
+    store.recompute(days, record_keys=keys)
+    MARK()  # recompute
+    store.commit()
+    MARK()  # commit
+    if with_naive:
+        naive(lines)
+        MARK()  # naive
+    store.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3] == "naive=1")
