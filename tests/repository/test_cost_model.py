@@ -8,7 +8,9 @@ import re
 
 import pytest
 
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+from helpers.paths import REPO
+
+BENCH = os.path.join(REPO, "bench")
 _spec = importlib.util.spec_from_file_location("cost_model", os.path.join(BENCH, "cost_model.py"))
 cost_model = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cost_model)
