@@ -27,6 +27,18 @@ logger = logging.getLogger(__name__)
 
 JOURNAL_LINES = 30
 
+# What systemd's result says when the unit gave no exit status of its own (its main process never ran,
+# or was killed): systemd.exec(5), $MONITOR_SERVICE_RESULT.
+RESULTS = {
+    "start-limit-hit": "systemd refused to start it: it was started too often in a short time (StartLimitBurst=)",
+    "timeout": "killed for running longer than TimeoutStartSec=",
+    "signal": "killed by a signal",
+    "core-dump": "crashed (core dump)",
+    "watchdog": "killed by the watchdog",
+    "oom-kill": "killed by the kernel's out-of-memory killer",
+}
+UNKNOWN = "not an lms-refresh exit status (killed, timed out or crashed?)"
+
 
 # The failed unit's last records may still be on their way into the journal when OnFailure=
 # starts the alert (seen on a loaded machine): wait this long for its error record to show.
@@ -141,7 +153,7 @@ def compose(unit, exit_status, result, *, invocation, last_run, lines, secrets, 
         "unit": unit,
         "result": result or "unknown",
         "exit_status": code,
-        "meaning": MEANINGS.get(code, "not an lms-refresh exit status (killed, timed out or crashed?)"),
+        "meaning": MEANINGS.get(code) or RESULTS.get(result, UNKNOWN),
         "invocation_id": invocation or None,
         "window": None,
         "journal": [scrub_text(line[1], secrets) for line in lines],

@@ -148,7 +148,7 @@ def test_an_alert_without_an_exit_status_never_reports_0_after_a_successful_last
     [(_, body)] = receiver.received
     alert = json.loads(body)
     assert alert["exit_status"] is None and alert["result"] == "start-limit-hit" and alert["window"] is None, alert
-    assert alert["meaning"].startswith("not an lms-refresh exit status"), alert
+    assert alert["meaning"].startswith("systemd refused to start it: it was started too often"), alert
 
 
 def test_alert_exits_1_when_every_channel_fails(project, tmp_path):
