@@ -9,7 +9,7 @@ README documents the table.
 import errno
 
 OK = 0  # success, nothing to do, or another run holds the lock
-FAILURE = 1  # unexpected failure; nothing committed
+FAILURE = 1  # unexpected failure; nothing committed, unless its sentence says the work was (after the commit)
 USAGE = 2  # usage error (click's own code)
 BAD_INPUT = 65  # EX_DATAERR: bad input beyond the configured tolerance
 UNAVAILABLE = 69  # EX_UNAVAILABLE: source or store unreachable (transient)
@@ -19,7 +19,7 @@ INTERRUPTED = 130  # 128 + SIGINT: ^C at a terminal (a person saw it; no service
 
 MEANINGS = {
     OK: "success, nothing to do, or lock held by another run",
-    FAILURE: "unexpected failure; nothing committed",
+    FAILURE: "unexpected failure; nothing committed unless the message says the store is committed",
     USAGE: "usage error",
     BAD_INPUT: "bad input beyond the configured tolerance; nothing committed",
     UNAVAILABLE: "source or store unreachable, or a full disk (transient)",  # after a commit, the sentence says so

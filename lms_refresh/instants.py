@@ -16,8 +16,10 @@ order of cursors is their time order (strftime writes year 999 as "999", which
 sorts after "2026"). A source's record must also not lie in the future: a
 statement's `timestamp` or a Moodle `timecreated` more than FUTURE_TOLERANCE
 after the run's time is quarantined, which bounds every course's published
-span by [1970, now + 2 days]. (A `stored` after now is in no window yet: it is
-read by the run whose window reaches it, and stages nothing before.)
+span by [1970, now + 2 days]. A `stored` after now is in no window yet: within
+the tolerance it is read by the run whose window reaches it; beyond it, it is
+quarantined as it is read (`lms_refresh.sources.records.Intake`), not left to
+wait until the year its clock names.
 """
 
 import datetime as dt

@@ -6,6 +6,7 @@ the group and the entry point, `refresh_commands.py` and `operator_commands.py` 
 """
 
 import datetime as dt
+import io
 import os
 import sys
 
@@ -74,11 +75,19 @@ def main(argv=None):
     sys.exit(code)
 
 
+def show_redacted(error):
+    """Print click's message for `error` (a usage error's usage line too) through the one redaction rule:
+    click repeats the value it refused, which may be an address (`--since someone@example.org`, a path)."""
+    shown = io.StringIO()
+    error.show(file=shown)
+    click.echo(redaction.scrub_text(shown.getvalue()), err=True, nl=False)
+
+
 def _main(argv, stop):
     try:
         code = cli.main(args=argv, prog_name="lms-refresh", standalone_mode=False, obj=stop)
     except click.ClickException as error:
-        error.show()
+        show_redacted(error)
         code = error.exit_code
     except click.Abort:
         click.echo("Aborted.", err=True)
@@ -86,5 +95,5 @@ def _main(argv, stop):
     except KeyboardInterrupt:
         code = errors.INTERRUPTED
     except (Exception, errors.Terminated) as error:
-        code = failed(error)
+        code = failed(error, committed=stop.committed)
     return code if isinstance(code, int) else errors.OK

@@ -51,8 +51,11 @@ def user_time(text, config, option):
         raise click.BadParameter(str(error), param_hint=f"'{option}'") from None
 
 
-def failed(error, fields=None):
-    """Log the error that ended a command, with the journal `fields` of what failed; return its exit code."""
+def failed(error, fields=None, *, committed=False):
+    """Log the error that ended a command, with the journal `fields` of what failed; return its exit code.
+
+    `committed`: the command's work was committed before the error (the process's StopPolicy knows), so an
+    unexpected failure must not say that nothing was (a domain error's own sentence says what it means)."""
     ensure_logging()
     if isinstance(error, OSError):
         error = errors.from_os_error(error, error.filename or "a file") or error
@@ -61,8 +64,9 @@ def failed(error, fields=None):
     if isinstance(error, (errors.RefreshError, errors.Terminated)):
         logger.error("%s", message, extra={**fields, "ERROR_KIND": type(error).__name__})
     else:  # the last resort: one sentence first, then the details
-        logger.error("Unexpected failure (%s); nothing was committed.", message, exc_info=error,
-                     extra=fields)
+        outcome = ("its work was committed before it and stands; the next run goes on from there" if committed
+                   else "nothing was committed")
+        logger.error("Unexpected failure (%s); %s.", message, outcome, exc_info=error, extra=fields)
     return code
 
 

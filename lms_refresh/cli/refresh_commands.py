@@ -43,7 +43,8 @@ def _do_refresh(settings, kind, dry_run, *, since=None, until=None, weaker=False
         if not isinstance(error, (Exception, errors.Terminated)):
             raise error  # ^C: click's own "Aborted."
         held = report is not None and report.outcome == "lock-held"  # a backfill or rebuild: 69
-        return failed(error, logs.run_fields(logs.LOCK_HELD if held else logs.RUN_FAILED, report))
+        return failed(error, logs.run_fields(logs.LOCK_HELD if held else logs.RUN_FAILED, report),
+                      committed=settings.stop.committed)
     if report.outcome == "success":
         logger.info(
             "%s: read %d statements, staged %d, voided %d, quarantined %d; rebuilt %d partitions "

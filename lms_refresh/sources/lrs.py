@@ -34,7 +34,7 @@ import urllib.parse
 
 from lms_refresh.errors import UnavailableError
 from lms_refresh.instants import UTC, to_cursor
-from lms_refresh.sources import DEVIATION, OK, RAW_KEPT, WARNING, BaseSource, Finding
+from lms_refresh.sources import DEVIATION, OK, RAW_KEPT, WARNING, BaseSource, Batch, Finding
 from lms_refresh.sources.lrs_http import LrsClient
 from lms_refresh.sources.records import Intake
 from lms_refresh.sources.xapi_fields import InvalidStatement, parse_time, stored_cursor
@@ -42,6 +42,8 @@ from lms_refresh.sources.xapi_fields import InvalidStatement, parse_time, stored
 logger = logging.getLogger(__name__)
 
 CONSISTENT_THROUGH = "X-Experience-API-Consistent-Through"
+# The newest `stored` a committed run quarantined as lying in the future (see `_future_page`).
+FUTURE_STATE = "lrs.future_quarantined"
 PAGE_SLACK = 4  # an LRS may round `limit` up a little; a page beyond 4 times it is refused
 
 
@@ -63,6 +65,7 @@ class LrsSource(LrsClient, BaseSource):
         self.max_pages = settings.max_pages
         self.mapper = mapper
         self._probed, self._consistent = False, None
+        self._settled = None  # FUTURE_STATE as the last committed run left it
 
     def describe(self):
         return f"the LRS at {self.statements_url}"
@@ -93,9 +96,49 @@ class LrsSource(LrsClient, BaseSource):
             "ascending": "true",
         }
 
+    def restore(self, lookup):
+        """Take up how far statements stored in the future were quarantined (FUTURE_STATE)."""
+        self._settled = lookup([FUTURE_STATE]).get(FUTURE_STATE)
+
+    def _settled_range(self):
+        """What earlier runs quarantined as stored in the future: (the run's limit, FUTURE_STATE], or None."""
+        latest = self.mapper.latest
+        return (latest, self._settled) if latest is not None and self._settled and self._settled > latest else None
+
     def batches(self, window):
-        """Yield one Batch per page of the statements whose `stored` lies in the window."""
+        """Yield one Batch per page of the statements whose `stored` lies in the window, then one of those
+        stored in the future (`_future_page`)."""
+        yield from self._window_pages(window)
+        yield self._future_page()
+
+    def _future_page(self):
+        """Return a Batch quarantining the statements stored after this run's future limit (the LRS's
+        clock was wrong) that no committed run quarantined yet: one page a run, asked after the newest
+        already quarantined, so a page never counts twice; the rest come with the next runs. Without
+        this, an LRS that filters on `stored` never sends them, and they would wait unread until the
+        year their clock names. Their newest cursor is committed with the run (FUTURE_STATE)."""
+        latest = self.mapper.latest
+        if latest is None:
+            return Batch()
+        after = max(latest, self._settled or latest)
+        payload, _ = self.get(self.statements_url, {"since": after, "limit": self.page_size, "ascending": "true"})
+        statements = payload["statements"][:PAGE_SLACK * self.page_size]
+        intake = self._intake(latest, latest, page="future")  # an empty window: the window's pages read it
+        batch = intake.map_all(enumerate(statements, 1))
+        self._seen_future(intake.newest_future)
+        if payload.get("more") and intake.newest_future:
+            logger.warning("The LRS at %s holds more statements stored in the future than one page; the next "
+                           "runs quarantine them, a page each.", self.statements_url)
+        batch.state = {FUTURE_STATE: self._newest_future} if self._newest_future else {}
+        return batch
+
+    def _seen_future(self, cursor):
+        if cursor is not None and (self._newest_future is None or cursor > self._newest_future):
+            self._newest_future = cursor
+
+    def _window_pages(self, window):
         since, until = window.since_cursor, window.until_cursor
+        self._newest_future = self._settled
         url, params = self.statements_url, self.query(window)
         seen, page, outside = set(), 0, 0
         while True:
@@ -137,6 +180,12 @@ class LrsSource(LrsClient, BaseSource):
                      page, self.statements_url, outside)
 
     def _map_page(self, statements, since, until, *, page):
+        intake = self._intake(since, until, page=page)
+        batch = intake.map_all(enumerate(statements, 1))
+        self._seen_future(intake.newest_future)  # an LRS filtering on timestamp sends them with the window
+        return batch, intake.skipped
+
+    def _intake(self, since, until, *, page):
         def where(number, statement):
             statement_id = statement.get("id") if isinstance(statement, dict) else None
             # By id where there is one: the same statement may come on another page next
@@ -144,9 +193,10 @@ class LrsSource(LrsClient, BaseSource):
             where = f"id {statement_id}" if isinstance(statement_id, str) else f"page {page} #{number}"
             return f"{self.statements_url} {where}", json.dumps(statement)[:RAW_KEPT]
 
-        # Outside the window: the query was widened, or the LRS filters on another field.
-        intake = Intake(self.mapper, where, since, until=until, peek=_stored)
-        return intake.map_all(enumerate(statements, 1)), intake.skipped
+        # Outside the window: the query was widened, or the LRS filters on another field. Stored in the
+        # future: quarantined, unless an earlier run did (see `_future_page`).
+        return Intake(self.mapper, where, since, until=until, peek=_stored, future=self.mapper.latest,
+                      settled=self._settled_range())
 
     # -- check ---------------------------------------------------------------
 

@@ -95,14 +95,16 @@ class _FileTracker:
             self.high = result.high
         return batch
 
-    def state(self, signature):
-        """The Batch that records the file's index entry, once its last chunk was added."""
+    def state(self, signature, future):
+        """The Batch that records the file's index entry, once its last chunk was added, with `future`: the
+        earliest future limit this content was read with (the lines after it were quarantined, see Intake's
+        `settled`; an unchanged file keeps the one it was first read with)."""
         if self.changed:
             # No entry: the next run reads whatever is at this path then, from its start.
             logger.warning("%s was removed or replaced while the run read it; what was read is kept, and the "
                            "file now at that path is read by the next run.", self.path)
             return Batch()
-        return Batch(state={self.path: list(signature) + [self.low, self.high]})
+        return Batch(state={self.path: list(signature) + [self.low, self.high, future]})
 
 
 class NdjsonSource(BaseSource):
@@ -155,8 +157,10 @@ class NdjsonSource(BaseSource):
             known = self.lookup([path for path, _ in group])
             for path, info in group:
                 signature = Signature(info.st_size, info.st_mtime_ns, info.st_ino)
-                if _unchanged_outside(known.get(path), signature, since=since, until=until):
+                entry = known.get(path)
+                if _unchanged_outside(entry, signature, since=since, until=until):
                     continue
+                settled = entry[5] if entry and len(entry) > 5 and tuple(entry[:3]) == signature else None
                 if not os.access(path, os.R_OK):
                     raise ConfigError(denied(path))  # an operator must fix it (78); the run rolls back
                 if compressed:
@@ -164,7 +168,7 @@ class NdjsonSource(BaseSource):
                 else:
                     starts = range(0, max(info.st_size, 1), self.chunk_bytes)
                     chunks = [(s, min(s + self.chunk_bytes, info.st_size)) for s in starts]
-                yield path, signature, chunks
+                yield path, signature, chunks, settled
 
     def _files(self, compressed):
         for kind, path, detail in export_files(self.path):
@@ -202,24 +206,26 @@ class NdjsonSource(BaseSource):
         # The plan is walked once, by two readers: the chunks it gives the workers (a bounded
         # pipeline ahead) and the files whose results are collected here; tee holds the gap.
         for_tasks, for_files = itertools.tee(itertools.chain(ahead, plain))
-        tasks = (Chunk(path, start, end, signature) for path, signature, chunks in for_tasks for start, end in chunks)
+        tasks = (Chunk(path, start, end, signature, settled) for path, signature, chunks, settled in for_tasks
+                 for start, end in chunks)
         pool = None
         if parallel:
             pool = multiprocessing.get_context("fork").Pool(self.workers, _worker_init, (self.mapper,))
         try:
             results = self._results(pool, tasks, reading)
-            for path, signature, chunks in for_files:
+            future = self.mapper.latest
+            for path, signature, chunks, settled in for_files:
                 tracker = _FileTracker(path)
                 for _ in chunks:
                     for result in next(results):
                         yield tracker.add(result)
-                yield tracker.state(signature)
-            for path, signature, _ in self._plan(window, compressed=True):
+                yield tracker.state(signature, settled or future)
+            for path, signature, _, settled in self._plan(window, compressed=True):
                 tracker = _FileTracker(path)
-                for result in self._stream_gzip(path, signature, since, until=until,
+                for result in self._stream_gzip(path, signature, since, until=until, settled=settled,
                                                 changed_after=window.until.timestamp()):
                     yield tracker.add(result)
-                yield tracker.state(signature)
+                yield tracker.state(signature, settled or future)
         finally:
             if pool is not None:
                 stop_pool(pool)  # bounded even if a stop killed a worker holding a queue lock
@@ -250,7 +256,7 @@ class NdjsonSource(BaseSource):
             result = read_chunk(self.mapper, dataclasses.replace(task, start=result.resume), reading)
             yield result
 
-    def _stream_gzip(self, path, signature, since, *, until, changed_after):
+    def _stream_gzip(self, path, signature, since, *, until, changed_after, settled=None):
         """Yield ChunkResults of a compressed file, streamed in batches of at most batch_size lines
         and about chunk_bytes of text, up to the compressed size the run planned. A file that ends
         early and was modified after `changed_after` (the window's end, as a timestamp) is still
@@ -287,7 +293,7 @@ class NdjsonSource(BaseSource):
                     result = ChunkResult()
                     offset = lines[0][0] - 1
                     parse_lines(self.mapper, oversized(((n - offset, line) for n, line in lines), result.batch,
-                                                       self.limit), since, until=until, result=result)
+                                                       self.limit), since, until=until, result=result, settled=settled)
                     result.lines = len(lines)
                     del lines
                     yield result

@@ -47,6 +47,9 @@ class Chunk:
     start: int
     end: int | None
     signature: Signature | None = None
+    # Unchanged since a committed run read it whole at this future limit: what it held after that limit
+    # was quarantined then (see Intake's `settled`).
+    settled: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,10 +133,12 @@ def _as_quarantined(number, line):
     return number, line.rstrip(b"\r\n").decode("utf-8", "replace")[:RAW_KEPT]
 
 
-def parse_lines(mapper, lines, since, *, until, result):
+def parse_lines(mapper, lines, since, *, until, result, settled=None):
     """Parse (number, raw line) pairs into `result`; blank lines are passed over, lines outside
-    [since, until) are skipped (see `Intake`: `_stored_of` is its cheap look at a line's cursor)."""
-    intake = Intake(_LineMapper(mapper), _as_quarantined, since, until=until, peek=_stored_of, batch=result.batch)
+    [since, until) are skipped (see `Intake`: `_stored_of` is its cheap look at a line's cursor), lines
+    stored after the run's future limit are quarantined unless `settled` (a cursor) says they were."""
+    intake = Intake(_LineMapper(mapper), _as_quarantined, since, until=until, peek=_stored_of, batch=result.batch,
+                    future=mapper.latest, settled=None if settled is None else (settled, None))
     intake.map_all(lines)
     result.low, result.high = intake.low, intake.high
     return result
@@ -187,7 +192,7 @@ def read_chunk(mapper, chunk, reading):
         raise BadInputError(f"Cannot read {path} ({error.strerror or error}); fix or move the file and run "
                             "again.") from error
     parse_lines(mapper, oversized(enumerate(lines, 1), result.batch, limit), reading.since, until=reading.until,
-                result=result)
+                result=result, settled=chunk.settled)
     result.lines = len(lines)
     return result
 

@@ -12,6 +12,7 @@ mapper makes of a record.
 import collections
 import zoneinfo
 
+from lms_refresh import instants
 from lms_refresh.sources import Batch
 
 # The canonical event, in the staging table's column order: the one list of its fields.
@@ -83,6 +84,12 @@ class LocalDays(dict):
         return day
 
 
+def future_reason(cursor, future):
+    """The quarantine reason of a record that arrived (its `stored` says) after `future`, the run's limit."""
+    return (f"stored {cursor} lies in the future (after {future}, {instants.TOLERANCE_WORDS} past this run's "
+            "time): the clock of the LRS or exporter that stored it was wrong")
+
+
 class Intake:
     """The one loop that maps a source's records into a Batch.
 
@@ -99,13 +106,25 @@ class Intake:
     inside it pauses; the first record found outside turns it on again. An
     invalid record is quarantined only if it is in the window or its cursor
     cannot be told, paused or not.
+
+    `future` (a cursor, or None) is the latest arrival time a record may carry
+    (`instants.future_limit` of the run's time): one after it is in no window
+    before the year its clock names, so it is quarantined, with the reason,
+    instead of waiting unread (and it is no part of the range of cursors seen,
+    so a file index need not read its file again for it). `settled`, an
+    interval (after, through] of cursors (through None: no end), holds records
+    an earlier committed run already quarantined so: a source that reads them
+    again (an unchanged export file, an LRS) leaves them out, uncounted — in
+    the window or not: a quarantine is final, and counted once.
     """
 
-    def __init__(self, mapper, where, since=None, *, until=None, peek=None, batch=None):
+    def __init__(self, mapper, where, since=None, *, until=None, peek=None, batch=None, future=None, settled=None):
         self.batch = Batch() if batch is None else batch
         self._map, self._names, self._where, self._peek = mapper.map, mapper.take_new_names, where, peek
         self.since, self.until = since, until
-        self.low = self.high = None  # the range of the cursors seen, in the window or not
+        self.future, self.settled = future, settled
+        self.low = self.high = None  # the range of the cursors seen, in the window or not (future ones apart)
+        self.newest_future = None  # the latest cursor quarantined as in the future
         self.skipped = 0  # records left out because they lie outside the window
 
     def map_all(self, records):
@@ -114,6 +133,7 @@ class Intake:
         events, voids, quarantined = batch.events, batch.voids, batch.quarantined
         map_record, where, peek = self._map, self._where, self._peek
         since, until, low, high = self.since, self.until, self.low, self.high
+        future, settled = self.future, self.settled
         windowed = since is not None
         prefilter, streak, read, skipped = peek is not None, 0, 0, 0
         # This runs once per record (in the NDJSON workers, per line): its state is kept in locals.
@@ -137,11 +157,22 @@ class Intake:
                     if cursor is None and windowed:
                         cursor = row.stored
             if windowed:
+                if settled is not None and settled[0] < cursor and (settled[1] is None or cursor <= settled[1]):
+                    skipped += 1
+                    continue
+                inside = kind is not None and since <= cursor < until
+                if not inside and future is not None and cursor > future:
+                    origin, raw = where(number, record)
+                    quarantined.append((origin, future_reason(cursor, future), raw))
+                    read += 1
+                    if self.newest_future is None or cursor > self.newest_future:
+                        self.newest_future = cursor
+                    continue
                 if low is None or cursor < low:
                     low = cursor
                 if high is None or cursor > high:
                     high = cursor
-                if kind is None or not since <= cursor < until:
+                if not inside:
                     skipped += 1
                     prefilter, streak = peek is not None, 0
                     continue

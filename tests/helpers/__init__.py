@@ -2,6 +2,7 @@
 
 - project: the Project, a temporary installation and the CLI run against it
 - statements: builders of xAPI statements (HOME, statement, voiding)
+- exports: daily export files delivered day by day, as an exporter would (deliver)
 - batches: a source's whole window read in this process
 - commands: the installed CLI's command line, a copy another user can run, a run's peak memory
 - inprocess: the CLI run inside this process, as the installed command would run it

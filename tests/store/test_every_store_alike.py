@@ -10,6 +10,7 @@ import datetime as dt
 import json
 
 import lms_refresh
+from helpers.exports import deliver
 from helpers.project import Project
 from helpers.reference import expected_serving
 from helpers.statements import statement, voiding
@@ -21,9 +22,9 @@ START = dt.date(2026, 10, 19)  # a Monday; the sample spans a DST change (25 Oct
 PARIS = "Europe/Paris"
 
 
-def sample(project, days=14, learners=300, **options):
+def sample(project, days=14, learners=300, directory=None, **options):
     records = list(generate(11, START, days, learners=learners, timezone=PARIS, **options))
-    write_daily_files(project.source, records)
+    write_daily_files(directory or project.source, records)
     return records
 
 
@@ -169,10 +170,11 @@ def test_backfill_never_moves_the_watermark_backwards(project):
 def test_daily_runs_equal_one_backfill(tmp_path, make_project):
     daily = make_project(tmp_path / "daily")
     daily.configure(extra_top="max_quarantine_share = 0.05")  # early windows are small
-    sample(daily)
+    sample(daily, directory=tmp_path / "exported")
     run_days = [START + dt.timedelta(days=n) for n in range(1, 18)]
     for day in run_days:
         if day.weekday() < 5:  # the timer's Mon..Fri schedule
+            deliver(tmp_path / "exported", daily.source, day)
             daily.invoke("run", now=at_0415(day), check=0)
     once = make_project(tmp_path / "once")
     once.source.rmdir()
@@ -209,8 +211,9 @@ def test_both_stores_give_identical_serving_tables(tmp_path, postgres_server):
     pg.source = lite.source
     pg.configure(extra_top="max_quarantine_share = 0.05")
     lite.configure(extra_top="max_quarantine_share = 0.05")
-    write_daily_files(lite.source, generate(5, dt.date(2026, 10, 19), 12, learners=300, timezone="Europe/Paris"))
+    write_daily_files(tmp_path / "exported", generate(5, dt.date(2026, 10, 19), 12, learners=300, timezone="Europe/Paris"))
     for now in ("2026-10-26T04:15:00+01:00", "2026-10-29T04:15:00+01:00", "2026-11-02T04:15:00+01:00"):
+        deliver(tmp_path / "exported", lite.source, dt.date.fromisoformat(now[:10]))
         lite.invoke("run", now=now, check=0)
         pg.invoke("run", now=now, check=0)
     assert len(lite.serving()) > 40

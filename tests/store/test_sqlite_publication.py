@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.exports import deliver
 from helpers.project import Project
 from helpers.publication import publication, read_publication
 from helpers.statements import statement
@@ -59,9 +60,12 @@ def test_identical_rows_give_a_byte_identical_publication(tmp_path):
     start = dt.date(2026, 10, 19)
     daily = Project(tmp_path / "daily")
     noisy(daily)
-    write_daily_files(daily.source, generate(11, start, 10, learners=200, timezone="Europe/Paris"))
+    # The exporter writes one file a day: a run sees the files of its day and before, none stored after it.
+    exported = tmp_path / "exported"
+    write_daily_files(exported, generate(11, start, 10, learners=200, timezone="Europe/Paris"))
     days = [start + dt.timedelta(days=n) for n in range(1, 13) if (start + dt.timedelta(days=n)).weekday() < 5]
     for day in days:
+        deliver(exported, daily.source, day)
         daily.invoke("run", now=f"{day.isoformat()}T04:15:00+01:00", check=0)
     once = Project(tmp_path / "once")
     once.source.rmdir()
@@ -249,6 +253,33 @@ def test_an_unexpected_failure_while_publishing_says_the_store_is_committed(sqli
     assert not publication(sqlite_project).exists() and publication_leftovers(sqlite_project) == []
     sqlite_project.invoke("run", now=NOW, check=0)
     assert read_publication(publication(sqlite_project))[1] == sqlite_project.serving()
+
+
+def test_an_unexpected_failure_after_the_commit_and_the_publication_does_not_say_nothing_was_committed(
+        sqlite_project, tmp_path, monkeypatch):
+    """Past the publication, the job still reports (the metrics textfile): an unexpected failure there exits 1
+    with the one sentence the CLI writes for any unexpected failure — which must then say the work stands."""
+    from lms_refresh.ops import job
+
+    def broken(*args, **kwargs):
+        raise KeyError("a bug in the textfile's body")
+
+    noisy(sqlite_project)
+    sqlite_project.config.write_text(sqlite_project.config.read_text() +
+                                     f'[monitoring]\ntextfile = "{tmp_path / "lms_refresh.prom"}"\n')
+    sqlite_project.write("a.ndjson", learners(12))
+    monkeypatch.setattr(job, "metrics_text", broken)
+    result = sqlite_project.invoke("run", now=NOW)
+    assert result.returncode == 1, result.stderr
+    assert ("Unexpected failure (KeyError: \"a bug in the textfile's body\"); its work was committed before it and "
+            "stands; the next run goes on from there.") in result.stderr
+    assert "nothing was committed" not in result.stderr
+    assert sqlite_project.runs()[-1][:3] == ("run", "success", 0) and len(sqlite_project.serving()) == 1
+    assert read_publication(publication(sqlite_project))[1] == sqlite_project.serving()
+    monkeypatch.undo()
+    failed = sqlite_project.invoke("backfill", "--since", "2026-11-01", "--until", "2026-11-10", now=NOW,
+                                   env={"LMS_REFRESH_FAULT": "before-commit:raise"})
+    assert failed.returncode == 1 and "); nothing was committed." in failed.stderr, failed.stderr  # before it: true
 
 
 def test_sigterm_while_the_run_publishes_lets_it_finish_and_exit_0(sqlite_project):

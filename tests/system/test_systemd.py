@@ -392,6 +392,59 @@ def test_a_configuration_error_still_alerts_and_an_unreadable_one_is_logged_at_e
         configure(system)
 
 
+def test_the_alert_for_a_failure_before_the_run_log_does_not_carry_the_previous_failures_window(system):
+    """A run fails with a row in the run log (65, malformed data); the next fails before the run log (the key
+    is not writable: 78, no row). The second alert reads the same store, whose last row is the first failure's:
+    it must carry neither that row's window nor its message, but the second failure's own sentence."""
+    port = free_port()
+    hooks = "/run/hook-before-log.jsonl"
+    system.run("systemd-run", "--unit=hook-receiver-before-log", "python3", "-c", RECEIVER, str(port), hooks)
+    system.wait_for(lambda: system.run("python3", "-c", f"import socket; socket.create_connection(('127.0.0.1', {port}))",
+                                       check=False).returncode == 0, "the webhook receiver")
+    system.run("install", "-m", "0640", "-g", "lms-refresh", "/dev/stdin", "/etc/lms-refresh/alert-webhook",
+               input=f"http://127.0.0.1:{port}/hook/secret-token\n")
+    configure(system, extra='[alerts]\nwebhook_url_file = "/etc/lms-refresh/alert-webhook"\n')
+    alert_unit = "lms-refresh-alert@lms-refresh.service.service"
+    key, mode = "/var/lib/lms-refresh/pseudonymisation.key", None
+
+    def alerts(count):
+        system.wait_for(lambda: len(system.run("cat", hooks, check=False).stdout.splitlines()) >= count,
+                        f"alert {count} to arrive")
+        system.wait_for(lambda: system.show(alert_unit, "ActiveState")["ActiveState"] in ("inactive", "failed"),
+                        "the alert unit")
+        return [json.loads(line) for line in system.run("cat", hooks).stdout.splitlines()]
+
+    try:
+        system.run("systemctl", "start", UNIT)  # a store and a key to fail against (the test may run alone)
+        with failing_run(system):
+            [first] = alerts(1)
+        assert first["exit_status"] == 65 and "malformed" in first["message"], first
+        assert first["window"] and first["window"]["until"], first
+        row = status(system)["last_run"]
+        assert row["exit_code"] == 65 and row["window_until"] == first["window"]["until"], row
+
+        mode = system.run("stat", "-c", "%a", key).stdout.strip()
+        system.run("chmod", "0400", key)  # readable (the alert reads the store), not writable: the run refuses it
+        assert system.run("systemctl", "start", UNIT, check=False).returncode != 0
+        assert system.show(UNIT, "ExecMainStatus")["ExecMainStatus"] == "78"
+        assert status(system)["last_run"] == row  # the failure left no row: the last one is still the first's
+        first_again, second = alerts(2)
+        assert first_again == first
+        journal = system.run("journalctl", "-u", alert_unit, "--no-pager", "-o", "cat").stdout
+        assert second["exit_status"] == 78 and "configuration" in second["meaning"], (second, journal)
+        assert second["window"] is None, second
+        assert "malformed" not in second["message"] and row["message"] not in second["message"], second
+        assert f"{key} belongs to user 'lms-refresh' and is not writable by 'lms-refresh'" in second["message"], second
+        assert "secret-token" not in json.dumps(second)
+        assert system.show(alert_unit, "Result")["Result"] == "success"
+    finally:
+        if mode:
+            system.run("chmod", mode, key, check=False)
+        system.run("systemctl", "stop", "hook-receiver-before-log", check=False)
+        system.run("systemctl", "reset-failed", UNIT, alert_unit, check=False)
+        configure(system)
+
+
 def test_bad_data_fails_with_65_and_changes_nothing(system):
     before = status(system)
     with failing_run(system):
