@@ -6,13 +6,12 @@ an LRS that filters on `stored` (which never sends it with a window) and from on
 import datetime as dt
 import uuid
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from helpers.statements import statement
 from lms_refresh import instants
 
-NOW = dt.datetime(2026, 11, 3, 3, 15, tzinfo=dt.timezone.utc)  # every run here, but the last, is at this time
+NOW = dt.datetime(2026, 11, 3, 3, 15, tzinfo=dt.UTC)  # every run here, but the last, is at this time
 LIMIT = instants.to_cursor(NOW + dt.timedelta(days=2))
 COURSE = "https://lms.example.edu/course/BIO101"
 FEW = settings(max_examples=6, derandomize=True, deadline=None, database=None,
@@ -44,7 +43,7 @@ def test_a_stored_beyond_the_tolerance_is_quarantined_once_and_never_counted(tmp
             for i in range(12)]
     moments = [(NOW + delta).replace(microsecond=0) for delta, _ in aheads]
     late = [statement(learner=f"late{i}", timestamp="2026-11-02T10:00:00Z", stored=form(moment))
-            for i, (moment, (_, form)) in enumerate(zip(moments, aheads))]
+            for i, (moment, (_, form)) in enumerate(zip(moments, aheads, strict=True))]
     path = project.write("a.ndjson", good + late)
     beyond = [(f"{path}:{13 + i}", reason(text(m))) for i, m in enumerate(moments) if m > NOW + dt.timedelta(days=2)]
 
@@ -107,7 +106,7 @@ def _lrs(tmp_path, ralph, name):
 def test_an_lrs_filtering_on_stored_has_its_future_statements_asked_for_and_quarantined_once(tmp_path, ralph):
     """A spec-conforming LRS sends no statement stored after a window's end: the run asks for those stored after its
     future limit (the request after the window's pages), and the next run asks only after the newest quarantined."""
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     good = [statement(learner=f"u{i}", timestamp=text(now - dt.timedelta(hours=2))) for i in range(12)]
     now = post_then_mark(ralph, good)  # after Ralph stored them
     project = _lrs(tmp_path, ralph, "spec")
@@ -131,7 +130,7 @@ def test_an_lrs_filtering_on_timestamp_sends_them_with_the_window_and_they_are_q
     """Ralph stores at its own clock's time and filters on `timestamp`: to a run whose clock is 3 days behind
     Ralph's (the LRS's clock is ahead), everything new is stored in the future and comes with the window. All
     of the window malformed: 65, the reason in the quarantine; accepted (max_quarantine_share = 1), once."""
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     statements = [statement(learner=f"u{i}", timestamp=text(now - dt.timedelta(days=3, hours=2))) for i in range(12)]
     ralph.post(statements)
     project = _lrs(tmp_path, ralph, "ralph")
@@ -153,8 +152,7 @@ def test_an_lrs_filtering_on_timestamp_sends_them_with_the_window_and_they_are_q
 # -- Moodle: `timecreated` is its `stored` ------------------------------------------------------------------------
 
 def test_a_moodle_row_created_in_the_future_is_quarantined_with_its_sentence(tmp_path, moodle, moodle_reader):
-    from helpers.moodledb import load_two_days
-    from helpers.moodledb import moodle_project
+    from helpers.moodledb import load_two_days, moodle_project
 
     load_two_days(moodle)  # ids 1..17, on 2026-11-23 and 24
     moodle.log("viewed", 106, 7, "2026-11-27T04:16:00+00:00")  # id 18: 2 days and a minute after the run
@@ -166,8 +164,8 @@ def test_a_moodle_row_created_in_the_future_is_quarantined_with_its_sentence(tmp
     assert sorted(project.query("SELECT reason FROM quarantine")) == [
         (f"timecreated {unix} ({cursor}) lies in the future, more than 2 days after this run's time: the Moodle "
          "server's clock was wrong",) for unix, cursor in sorted([
-             (int(dt.datetime(2026, 11, 27, 4, 16, tzinfo=dt.timezone.utc).timestamp()), "2026-11-27T04:16:00.000000Z"),
-             (int(dt.datetime(2999, 12, 31, 23, 59, 59, tzinfo=dt.timezone.utc).timestamp()),
+             (int(dt.datetime(2026, 11, 27, 4, 16, tzinfo=dt.UTC).timestamp()), "2026-11-27T04:16:00.000000Z"),
+             (int(dt.datetime(2999, 12, 31, 23, 59, 59, tzinfo=dt.UTC).timestamp()),
               "2999-12-31T23:59:59.000000Z")])]
     assert project.query("SELECT quarantined FROM runs") == [(2,)]
     assert project.query("SELECT COUNT(*) FROM staged_events WHERE day = '2026-11-26'") == [(1,)]  # on its day

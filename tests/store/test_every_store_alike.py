@@ -211,7 +211,8 @@ def test_both_stores_give_identical_serving_tables(tmp_path, postgres_server):
     pg.source = lite.source
     pg.configure(extra_top="max_quarantine_share = 0.05")
     lite.configure(extra_top="max_quarantine_share = 0.05")
-    write_daily_files(tmp_path / "exported", generate(5, dt.date(2026, 10, 19), 12, learners=300, timezone="Europe/Paris"))
+    write_daily_files(tmp_path / "exported",
+                      generate(5, dt.date(2026, 10, 19), 12, learners=300, timezone="Europe/Paris"))
     for now in ("2026-10-26T04:15:00+01:00", "2026-10-29T04:15:00+01:00", "2026-11-02T04:15:00+01:00"):
         deliver(tmp_path / "exported", lite.source, dt.date.fromisoformat(now[:10]))
         lite.invoke("run", now=now, check=0)

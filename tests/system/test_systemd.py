@@ -399,8 +399,8 @@ def test_the_alert_for_a_failure_before_the_run_log_does_not_carry_the_previous_
     port = free_port()
     hooks = "/run/hook-before-log.jsonl"
     system.run("systemd-run", "--unit=hook-receiver-before-log", "python3", "-c", RECEIVER, str(port), hooks)
-    system.wait_for(lambda: system.run("python3", "-c", f"import socket; socket.create_connection(('127.0.0.1', {port}))",
-                                       check=False).returncode == 0, "the webhook receiver")
+    connect = f"import socket; socket.create_connection(('127.0.0.1', {port}))"
+    system.wait_for(lambda: system.run("python3", "-c", connect, check=False).returncode == 0, "the webhook receiver")
     system.run("install", "-m", "0640", "-g", "lms-refresh", "/dev/stdin", "/etc/lms-refresh/alert-webhook",
                input=f"http://127.0.0.1:{port}/hook/secret-token\n")
     configure(system, extra='[alerts]\nwebhook_url_file = "/etc/lms-refresh/alert-webhook"\n')
