@@ -3,6 +3,7 @@
 import os
 import shutil
 
+import hypothesis
 import pytest
 
 from helpers.lrsserver import VENV as RALPH_VENV, RalphServer
@@ -14,6 +15,14 @@ from helpers.project import Project
 # sentence saying what to install, except under tests/run.sh, which installs everything and sets
 # LMS_REFRESH_REQUIRE_ALL=1: there a missing server, and any other skip, fails the test instead.
 REQUIRE_ALL = "LMS_REFRESH_REQUIRE_ALL"
+
+# Under tests/run.sh (and so CI, faketime.sh and the autopkgtest) every property test draws the same
+# examples on every run: a failure there is one that reproduces, never a lucky draw that turns CI red
+# once. Run pytest without that variable to explore fresh examples. Loaded here, before any test
+# module is imported, so that each @settings inherits it.
+if os.environ.get(REQUIRE_ALL) == "1":
+    hypothesis.settings.register_profile("reproducible", derandomize=True, database=None)
+    hypothesis.settings.load_profile("reproducible")
 
 
 def _missing_postgresql():
