@@ -2,7 +2,7 @@
 
     python bench/lrs_bench.py [--statements 2000,20000]
 
-For each count: a fresh Ralph LRS (tests/lrsserver.py; its virtualenv
+For each count: a fresh Ralph LRS (tests/helpers/lrsserver.py; its virtualenv
 .venv-ralph comes from tests/run.sh) is loaded with that many statements,
 then one `lms-refresh run` reads them all through pages of 100 (Ralph's cap).
 Peak RSS should not grow with the number of pages. Ralph's file-system backend
@@ -22,8 +22,8 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 sys.path.insert(0, os.path.dirname(__file__))
+from helpers.lrsserver import RalphServer
 from lms_refresh.demo.sample import _VERB_CHOICES, COURSES, statement
-from lrsserver import RalphServer
 from refresh_bench import timed_run
 
 UTC = dt.UTC

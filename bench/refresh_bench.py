@@ -26,8 +26,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+from helpers.pgserver import PostgresServer
 from lms_refresh.demo.sample import _VERB_CHOICES, COURSES, statement
-from pgserver import PostgresServer
 
 UTC = dt.UTC
 START = dt.datetime(2026, 6, 1, tzinfo=UTC)

@@ -38,21 +38,21 @@ if ! command -v faketime >/dev/null; then
 fi
 [ -x .venv/bin/python ] || { echo "$0: run 'bash tests/run.sh' first (it installs what the tests need into .venv)." >&2; exit 2; }
 
-# The wall clock's readers; kept short: each runs 12 times. Not tests/test_signals.py: its pool test
+# The wall clock's readers; kept short: each runs 12 times. Not tests/refresh/test_stop_signals.py: its pool test
 # (multiprocessing internals, not the calendar) hung under the single-threaded libfaketime (no -m).
 TESTS=(
-  tests/test_lrs.py tests/test_monitoring.py tests/test_threshold.py
-  tests/test_papercuts.py::test_the_demo_hint_is_a_command_that_works
-  tests/test_papercuts.py::test_the_readme_quotes_the_lock_message_as_the_program_prints_it
-  tests/test_cli.py::test_status_before_and_after_a_run tests/test_cli.py::test_errors_go_to_the_journal_with_error_priority
-  tests/test_publication.py::test_a_run_that_committed_but_did_not_publish_is_published_by_the_next_run
-  tests/test_alert_config.py::test_a_misspelt_key_fails_the_run_but_still_alerts
-  tests/test_demo.py::test_a_demo_directory_that_has_statements_already_is_refused_with_a_sentence
-  tests/test_moodle.py::test_backfill_reads_by_time_and_leaves_the_id_watermark
+  tests/sources/test_lrs_against_ralph.py tests/operations/test_alerts_pings_textfile.py tests/privacy/test_threshold_row.py
+  tests/operations/test_first_steps.py::test_the_demo_hint_is_a_command_that_works
+  tests/operations/test_first_steps.py::test_the_readme_quotes_the_lock_message_as_the_program_prints_it
+  tests/operations/test_command_line.py::test_status_before_and_after_a_run tests/operations/test_command_line.py::test_errors_go_to_the_journal_with_error_priority
+  tests/store/test_sqlite_publication.py::test_a_run_that_committed_but_did_not_publish_is_published_by_the_next_run
+  tests/operations/test_alert_config.py::test_a_misspelt_key_fails_the_run_but_still_alerts
+  tests/operations/test_demo_command.py::test_a_demo_directory_that_has_statements_already_is_refused_with_a_sentence
+  tests/sources/test_moodle_against_postgresql.py::test_backfill_reads_by_time_and_leaves_the_id_watermark
   # Its own Ralph with TLS is no calendar matter, and slow to start (80 s on a loaded machine); once,
   # on 2028-02-29 in New York under a load of 20, it answered a POST with 500: the history file two
-  # Ralphs shared then (tests/lrsserver.py gives each its own now).
-  --deselect tests/test_lrs.py::test_tls_is_verified_and_a_ca_bundle_makes_a_private_certificate_trusted
+  # Ralphs shared then (tests/helpers/lrsserver.py gives each its own now).
+  --deselect tests/sources/test_lrs_against_ralph.py::test_tls_is_verified_and_a_ca_bundle_makes_a_private_certificate_trusted
 )
 
 YEAR=2027

@@ -26,14 +26,14 @@ PACKAGES=(
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" >/dev/null
 # A real LRS for the xAPI LRS source tests: Ralph, in a virtualenv of its own so
-# its dependencies never meet ours (tests/lrsserver.py starts it).
+# its dependencies never meet ours (tests/helpers/lrsserver.py starts it).
 if [ ! -x .venv-ralph/bin/ralph ]; then
   /usr/bin/python3 -m venv .venv-ralph
   .venv-ralph/bin/python -m pip install -q 'ralph-malph[cli,lrs]==5.1.0' requests  # its CLI imports requests
 fi
 /usr/bin/python3 -m venv --system-site-packages .venv
 .venv/bin/python -m pip install -q --no-build-isolation --no-deps -e .
-# The linter (tests/test_lint.py runs it over the tree), from PyPI (Debian 12 has no ruff package).
+# The linter (tests/repository/test_lint.py runs it over the tree), from PyPI (Debian 12 has no ruff package).
 # One exact version, so that every machine finds the same findings.
 .venv/bin/python -m pip install -q ruff==0.17.6
 # Everything is installed above, so nothing may be skipped: a missing server (or any other skip) fails

@@ -1,7 +1,7 @@
 """The typed, frozen sections of a validated configuration: one class per table of the file.
 
 Each field is a key declared in `schema.SCHEMA` (its validator, default and description live
-there, once); tests/test_config.py checks these classes against it field by field, so the two
+there, once); tests/unit/test_config.py checks these classes against it field by field, so the two
 cannot drift apart. A field typed `X | None` is a key without a default: it may be unset.
 """
 

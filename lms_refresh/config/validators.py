@@ -119,6 +119,10 @@ def regex(value):
         compiled = re.compile(value)
     except re.error as error:
         raise ValueError(f"is not a valid regular expression ({error})") from None
+    except OverflowError as error:  # a repetition count past what re can hold: a{99999999999}
+        raise ValueError(f"is not a valid regular expression ({error})") from None
+    except RecursionError:
+        raise ValueError("is not a valid regular expression (nested too deeply)") from None
     if compiled.groups > 1:
         raise ValueError("may have at most one capturing group")
     return value

@@ -1,7 +1,7 @@
 """What each store driver (`sqlite.SqliteStore`, `postgres.PostgresStore`) adds to `base.SqlStore`:
 the declared contract between the SQL written once and the database it runs on.
 
-`base.SqlStore` calls these and nothing else of a driver; tests/test_store_contract.py checks that
+`base.SqlStore` calls these and nothing else of a driver; tests/store/test_every_store_alike.py checks that
 both drivers define every method with the signature declared here.
 """
 

@@ -17,14 +17,11 @@ import shutil
 import subprocess
 import tempfile
 
-import sys
-
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from container import Container, build_in_fresh_root, host  # noqa: E402
-from lms_refresh.demo.sample import COURSES, _VERB_CHOICES, generate, statement, write_daily_files  # noqa: E402
-from moodledb import EXPECTED_TWO_DAYS, READER_PASSWORD, SITE, load_two_days  # noqa: E402
+from helpers.container import Container, build_in_fresh_root, host
+from helpers.moodledb import EXPECTED_TWO_DAYS, READER_PASSWORD, SITE, load_two_days
+from lms_refresh.demo.sample import _VERB_CHOICES, COURSES, generate, statement, write_daily_files
 
 pytestmark = pytest.mark.system
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -100,7 +97,8 @@ def system(request, debs, workdir):
     data = os.path.join(workdir, f"xapi-{request.param}")
     os.makedirs(data)
     today = dt.date.today()
-    write_daily_files(data, generate(3, today - dt.timedelta(days=10), 10, learners=300, timezone="Europe/Paris", malformed_share=0))
+    write_daily_files(data, generate(3, today - dt.timedelta(days=10), 10, learners=300, timezone="Europe/Paris",
+                                     malformed_share=0))
     os.chmod(data, 0o755)
     for name in os.listdir(data):
         os.chmod(os.path.join(data, name), 0o644)
@@ -147,7 +145,7 @@ def blocked_run(box):
     the lock held — until released. The LRS listens on the host's loopback, which the container
     shares (export directories are no way to block a run: only regular files are opened). The
     NDJSON configuration is put back afterwards."""
-    from lrsserver import HeldLrs
+    from helpers.lrsserver import HeldLrs
 
     root = tempfile.mkdtemp(prefix="lmsr-held-")
     lrs = HeldLrs(root, [])
@@ -191,8 +189,8 @@ def failing_run(system):
 
 
 def test_units_verify_and_the_timer_fires_on_weekdays_at_0415(system):
-    verify = system.run("systemd-analyze", "verify", f"/lib/systemd/system/{UNIT}", "/lib/systemd/system/lms-refresh.timer",
-                        check=False)
+    verify = system.run("systemd-analyze", "verify", f"/lib/systemd/system/{UNIT}",
+                        "/lib/systemd/system/lms-refresh.timer", check=False)
     assert verify.returncode == 0 and verify.stderr.strip() == "" and verify.stdout.strip() == "", verify
     assert system.run("systemctl", "is-enabled", "lms-refresh.timer").stdout.strip() == "enabled"
     assert system.run("systemctl", "is-active", "lms-refresh.timer").stdout.strip() == "active"
@@ -314,8 +312,8 @@ def free_port():
 def test_a_failed_run_alerts_through_on_failure_and_a_success_does_not(system):
     port = free_port()
     system.run("systemd-run", "--unit=hook-receiver", "python3", "-c", RECEIVER, str(port), "/run/hook.jsonl")
-    system.wait_for(lambda: system.run("python3", "-c", f"import socket; socket.create_connection(('127.0.0.1', {port}))",
-                                       check=False).returncode == 0, "the webhook receiver")
+    connect = f"import socket; socket.create_connection(('127.0.0.1', {port}))"
+    system.wait_for(lambda: system.run("python3", "-c", connect, check=False).returncode == 0, "the webhook receiver")
     system.run("install", "-m", "0640", "-g", "lms-refresh", "/dev/stdin", "/etc/lms-refresh/alert-webhook",
                input=f"http://127.0.0.1:{port}/hook/secret-token\n")
     configure(system, extra='[alerts]\nwebhook_url_file = "/etc/lms-refresh/alert-webhook"\n')
@@ -342,16 +340,18 @@ def test_a_failed_run_alerts_through_on_failure_and_a_success_does_not(system):
 
 def test_a_configuration_error_still_alerts_and_an_unreadable_one_is_logged_at_err(system):
     port = free_port()
-    system.run("systemd-run", "--unit=hook-receiver-config", "python3", "-c", RECEIVER, str(port), "/run/hook-config.jsonl")
-    system.wait_for(lambda: system.run("python3", "-c", f"import socket; socket.create_connection(('127.0.0.1', {port}))",
-                                       check=False).returncode == 0, "the webhook receiver")
+    system.run("systemd-run", "--unit=hook-receiver-config", "python3", "-c", RECEIVER, str(port),
+               "/run/hook-config.jsonl")
+    connect = f"import socket; socket.create_connection(('127.0.0.1', {port}))"
+    system.wait_for(lambda: system.run("python3", "-c", connect, check=False).returncode == 0, "the webhook receiver")
     system.run("install", "-m", "0640", "-g", "lms-refresh", "/dev/stdin", "/etc/lms-refresh/alert-webhook",
                input=f"http://127.0.0.1:{port}/hook/secret-token\n")
     alerts = '[alerts]\nwebhook_url_file = "/etc/lms-refresh/alert-webhook"\n'
     alert_unit = "lms-refresh-alert@lms-refresh.service.service"
     try:
         # The operator's most likely mistake: a misspelt key. The run exits 78; the alert still goes out.
-        system.run("tee", "/etc/lms-refresh/config.toml", input="min_cel_size = 5\n" + CONFIG.format(path="/srv/xapi") + alerts)
+        system.run("tee", "/etc/lms-refresh/config.toml",
+                   input="min_cel_size = 5\n" + CONFIG.format(path="/srv/xapi") + alerts)
         assert system.run("systemctl", "start", UNIT, check=False).returncode != 0
         assert system.show(UNIT, "ExecMainStatus")["ExecMainStatus"] == "78"
         system.wait_for(lambda: system.run("test", "-s", "/run/hook-config.jsonl", check=False).returncode == 0,
@@ -399,8 +399,8 @@ def test_the_alert_for_a_failure_before_the_run_log_does_not_carry_the_previous_
     port = free_port()
     hooks = "/run/hook-before-log.jsonl"
     system.run("systemd-run", "--unit=hook-receiver-before-log", "python3", "-c", RECEIVER, str(port), hooks)
-    system.wait_for(lambda: system.run("python3", "-c", f"import socket; socket.create_connection(('127.0.0.1', {port}))",
-                                       check=False).returncode == 0, "the webhook receiver")
+    connect = f"import socket; socket.create_connection(('127.0.0.1', {port}))"
+    system.wait_for(lambda: system.run("python3", "-c", connect, check=False).returncode == 0, "the webhook receiver")
     system.run("install", "-m", "0640", "-g", "lms-refresh", "/dev/stdin", "/etc/lms-refresh/alert-webhook",
                input=f"http://127.0.0.1:{port}/hook/secret-token\n")
     configure(system, extra='[alerts]\nwebhook_url_file = "/etc/lms-refresh/alert-webhook"\n')
@@ -509,7 +509,7 @@ def test_parallel_parsing_works_under_the_hardened_unit(system):
     os.mkdir(folder)
     os.chmod(folder, 0o755)
     count, size = 0, 0
-    start = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=3)
+    start = dt.datetime.now(dt.UTC) - dt.timedelta(days=3)
     with open(os.path.join(folder, "export.ndjson"), "w") as handle:
         while size < 20 << 20:
             moment = start + dt.timedelta(seconds=rng.randrange(2 * 86400))
@@ -703,7 +703,7 @@ def test_freshness_comes_from_runs_not_from_a_backfill_of_an_old_window(system):
 
 
 def test_a_reboot_during_a_run_is_caught_up_once_at_the_next_boot(system):
-    from lrsserver import HeldLrs
+    from helpers.lrsserver import HeldLrs
 
     root = tempfile.mkdtemp(prefix="lmsr-held-")
     lrs = HeldLrs(root, [])
@@ -760,8 +760,8 @@ def test_postgresql_store_credentials_work_for_every_command_as_root_the_service
     assert system.run("test", "-e", publication, check=False).returncode == 0  # the SQLite runs' publication
     port = free_port()
     system.run("systemd-run", "--unit=hook-receiver-pg", "python3", "-c", RECEIVER, str(port), "/run/hook-pg.jsonl")
-    system.wait_for(lambda: system.run("python3", "-c", f"import socket; socket.create_connection(('127.0.0.1', {port}))",
-                                       check=False).returncode == 0, "the webhook receiver")
+    connect = f"import socket; socket.create_connection(('127.0.0.1', {port}))"
+    system.wait_for(lambda: system.run("python3", "-c", connect, check=False).returncode == 0, "the webhook receiver")
     system.run("tee", "/etc/lms-refresh/config.toml", input=CONFIG.format(path="/srv/xapi") + (
         f'[store]\ntype = "postgresql"\nurl = "{postgres_server.url(database)}"\npassword_file = "store-password"\n'
         '[alerts]\nwebhook_url_file = "alert-webhook"\n'))

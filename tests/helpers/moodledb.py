@@ -1,0 +1,167 @@
+"""Moodle's log table in a real PostgreSQL, for the Moodle source tests (here and under systemd)."""
+
+import datetime as dt
+import json
+
+from helpers.project import Project
+
+SITE = "https://moodle.example.edu"
+READER, READER_PASSWORD = "moodle_reader", "moodle-secret"
+
+# logstore_standard_log as Moodle's installer creates it on PostgreSQL, from
+# admin/tool/log/store/standard/db/install.xml: int(10) is BIGINT, int(1) SMALLINT,
+# char NOT NULL gets DEFAULT '', and the index names are Moodle's generated ones.
+MOODLE_DDL = """
+CREATE TABLE mdl_logstore_standard_log (
+    id BIGSERIAL,
+    eventname VARCHAR(255) NOT NULL DEFAULT '',
+    component VARCHAR(100) NOT NULL DEFAULT '',
+    action VARCHAR(100) NOT NULL DEFAULT '',
+    target VARCHAR(100) NOT NULL DEFAULT '',
+    objecttable VARCHAR(50),
+    objectid BIGINT,
+    crud VARCHAR(1) NOT NULL DEFAULT '',
+    edulevel SMALLINT NOT NULL,
+    contextid BIGINT NOT NULL,
+    contextlevel BIGINT NOT NULL,
+    contextinstanceid BIGINT NOT NULL,
+    userid BIGINT NOT NULL,
+    courseid BIGINT,
+    relateduserid BIGINT,
+    anonymous SMALLINT NOT NULL DEFAULT 0,
+    other TEXT,
+    timecreated BIGINT NOT NULL,
+    origin VARCHAR(10),
+    ip VARCHAR(45),
+    realuserid BIGINT,
+    CONSTRAINT mdl_logsstanlog_id_pk PRIMARY KEY (id)
+);
+CREATE INDEX mdl_logsstanlog_tim_ix ON mdl_logstore_standard_log (timecreated);
+CREATE INDEX mdl_logsstanlog_couanotim_ix ON mdl_logstore_standard_log (courseid, anonymous, timecreated);
+CREATE INDEX mdl_logsstanlog_useconconcr_ix
+    ON mdl_logstore_standard_log (userid, contextlevel, contextinstanceid, crud, edulevel, timecreated);
+"""
+
+# grade_items: the columns the source reads and a few that identify an item, typed as
+# Moodle's installer types them on PostgreSQL (number(10,5) is NUMERIC(10,5)).
+GRADE_ITEMS_DDL = """
+CREATE TABLE mdl_grade_items (
+    id BIGSERIAL,
+    courseid BIGINT,
+    itemname VARCHAR(255),
+    itemtype VARCHAR(30) NOT NULL DEFAULT '',
+    itemmodule VARCHAR(30),
+    iteminstance BIGINT,
+    gradetype SMALLINT NOT NULL DEFAULT 1,
+    grademax NUMERIC(10,5) NOT NULL DEFAULT 100,
+    grademin NUMERIC(10,5) NOT NULL DEFAULT 0,
+    CONSTRAINT mdl_gradite_id_pk PRIMARY KEY (id)
+);
+"""
+
+# eventname -> (component, action, target, crud, edulevel), as Moodle logs them
+KINDS = {
+    "viewed": ("\\core\\event\\course_viewed", "core", "viewed", "course", "r", 2),
+    "page": ("\\mod_page\\event\\course_module_viewed", "mod_page", "viewed", "course_module", "r", 2),
+    "quiz": ("\\mod_quiz\\event\\attempt_submitted", "mod_quiz", "submitted", "attempt", "u", 2),
+    "assign": ("\\mod_assign\\event\\assessable_submitted", "mod_assign", "submitted", "assessable", "u", 2),
+    "cm_completion": ("\\core\\event\\course_module_completion_updated", "core", "updated",
+                      "course_module_completion", "u", 2),
+    "course_completed": ("\\core\\event\\course_completed", "core", "completed", "course", "u", 2),
+    "graded": ("\\core\\event\\user_graded", "core", "graded", "user", "u", 1),
+    "module_created": ("\\core\\event\\course_module_created", "core", "created", "course_module", "c", 1),
+    "loggedin": ("\\core\\event\\user_loggedin", "core", "loggedin", "user", "r", 0),
+    "feedback": ("\\mod_feedback\\event\\response_submitted", "mod_feedback", "submitted", "response", "c", 2),
+}
+
+
+def unix(text):
+    return int(dt.datetime.fromisoformat(text).timestamp())
+
+
+class MoodleDatabase:
+    def __init__(self, server):
+        self.server = server
+        self.name = server.new_database()
+        server.admin(MOODLE_DDL + GRADE_ITEMS_DDL, self.name)
+        server.admin(f"GRANT SELECT ON mdl_logstore_standard_log, mdl_grade_items TO {READER}", self.name)
+
+    @property
+    def url(self):
+        return f"postgresql://{READER}@127.0.0.1:{self.server.port}/{self.name}"
+
+    def log(self, kind, user, course, at, related=None, other=None, anonymous=0, realuser=None, id=None):
+        """Insert one log row the way Moodle writes it; `id` set by hand simulates a late commit."""
+        eventname, component, action, target, crud, edulevel = KINDS[kind]
+        values = {
+            "eventname": eventname, "component": component, "action": action, "target": target, "crud": crud,
+            "edulevel": edulevel, "contextid": 100 + (course or 0), "contextlevel": 50,
+            "contextinstanceid": course or 0,
+            "userid": user, "courseid": course, "relateduserid": related, "anonymous": anonymous,
+            "other": json.dumps(other) if other is not None else "null", "timecreated": unix(at),
+            "origin": "web", "ip": "192.0.2.1", "realuserid": realuser,
+        }
+        if id is not None:
+            values["id"] = id
+        columns = ", ".join(values)
+        literals = ", ".join("NULL" if v is None else str(v) if isinstance(v, int) else "'" + v.replace("'", "''") + "'"
+                             for v in values.values())
+        return self.server.admin(f"INSERT INTO mdl_logstore_standard_log ({columns}) VALUES ({literals}) RETURNING id",
+                                 self.name)[0][0]
+
+
+    def grade_item(self, item, course, grademin, grademax):
+        self.server.admin(f"INSERT INTO mdl_grade_items (id, courseid, itemname, itemtype, itemmodule, grademin, "
+                          f"grademax) VALUES ({item}, {course}, 'Quiz', 'mod', 'quiz', {grademin}, {grademax})",
+                          self.name)
+
+
+def completion(state, user):
+    return {"relateduserid": user, "overrideby": None, "completionstate": state}
+
+
+def course_iri(course):
+    return f"{SITE}/course/view.php?id={course}"
+
+
+def load_two_days(m):
+    """Rows for two local days in two courses, with every kind of row the mapping excludes."""
+    a = "2026-11-23T10:00:00+01:00"
+    m.log("viewed", 101, 7, a)
+    m.log("quiz", 101, 7, a, related=101)
+    m.log("quiz", 102, 7, a, related=102)
+    m.log("assign", 102, 7, a)
+    m.log("cm_completion", 103, 7, a, related=103, other=completion(1, 103))
+    m.log("cm_completion", 101, 7, a, related=101, other=completion(2, 101))
+    m.grade_item(5, 7, grademin=0, grademax=10)
+    m.log("graded", 900, 7, a, related=102, other={"itemid": 5, "overridden": False, "finalgrade": 8.0})
+    # Not learner activity: a teacher's edit, anonymous feedback, not logged in, the guest,
+    # "logged in as", the site course, a site-level login.
+    m.log("module_created", 900, 7, a)
+    m.log("feedback", 104, 7, a, anonymous=1)
+    m.log("viewed", 0, 7, a)
+    m.log("viewed", 1, 7, a)
+    m.log("viewed", 105, 7, a, realuser=2)
+    m.log("viewed", 101, 1, a)
+    m.log("loggedin", 101, 0, a)
+    b = "2026-11-24T09:00:00+01:00"
+    m.log("cm_completion", 201, 9, b, related=201, other=completion(3, 201))
+    m.log("course_completed", 202, 9, b, related=202)
+    m.log("page", 203, 9, "2026-11-23T23:30:00+00:00")  # 00:30 on the 24th in Paris
+
+
+EXPECTED_TWO_DAYS = [
+    # day, course, learners, statements, attempts, completions, passed, failed, score, duration, suppressed
+    # On the 23rd, one graded learner (0.8): fewer than 2, so the average score is suppressed too.
+    ("2026-11-23", course_iri(7), 3, 7, 3, 2, None, 0, None, None, 1),  # one passed learner < 2
+    ("2026-11-24", course_iri(9), 3, 3, 0, 2, 0, None, None, None, 1),  # one failed learner < 2
+]
+
+
+def moodle_project(root, moodle, reader_password, postgres=None, **settings):
+    source = {"type": "moodle", "url": moodle.url, "password_file": reader_password, "site_url": SITE,
+              "id_lookback": 50, "batch_size": 3}  # tiny pages, so paging is exercised
+    source.update(settings)
+    project = Project(root, postgres, source=source)
+    project.configure(extra_top="min_cell_size = 2")
+    return project

@@ -1,0 +1,57 @@
+"""Statement forms and hostile records through the installed CLI, on both stores."""
+
+import hashlib
+
+from helpers.statements import statement
+from lms_refresh.sources.xapi import ADL
+
+NOW = "2026-11-03T04:15:00+01:00"  # a Tuesday, 04:15 in Paris
+COURSE = "https://lms.example.edu/course/BIO101"
+
+
+def test_records_that_ended_the_run_with_a_traceback_are_quarantined_with_a_reason(project):
+    good = [statement(learner=f"u{i % 12}", timestamp="2026-11-02T10:00:00Z") for i in range(100)]
+    nines = statement(learner="u1", duration="P" + "9" * 400 + "D")
+    far = statement(learner="u1", timestamp="9999-12-31T23:59:59-23:59", stored="2026-11-02T10:00:00Z")
+    path = project.write("a.ndjson", good + ["[" * 100_000 + "]" * 100_000, nines, far])
+    failed = project.invoke("run", now=NOW)  # 3 of 103 is more than the default max_quarantine_share (1%)
+    assert failed.returncode == 65, failed.stderr
+    assert "3 of 103 records in the window were malformed (2.9%, more than max_quarantine_share = 1.0%); " \
+           "nothing was committed." in failed.stderr
+    assert "Traceback" not in failed.stderr and project.serving() == []
+    project.configure(extra_top="max_quarantine_share = 0.05")
+    result = project.invoke("run", now=NOW)
+    assert result.returncode == 0, result.stderr
+    assert sorted(set(project.query("SELECT origin, reason FROM quarantine"))) == [
+        (f"{path}:101", "JSON nested too deeply to parse"),
+        (f"{path}:102", "result.duration 'P999999999999999999999999999999999999999' is longer than 10000 days"),
+        (f"{path}:103", "timestamp '9999-12-31T23:59:59-23:59' is out of range"),
+    ]
+    assert [row[:4] for row in project.serving()] == [("2026-11-02", COURSE, 12, 100)]
+
+
+def test_new_statement_forms_count_as_the_readme_says(project):
+    """12 learners by account, one more sent once as mbox and once as its SHA-1, an anonymous pair,
+    and statements about a SubStatement, an Agent and with a duration in weeks or years."""
+    statements = [statement(learner=f"u{i}", verb="attempted", success=True, duration="PT1M") for i in range(12)]
+    by_mbox, by_sha1 = statement(verb="attempted"), statement(verb="experienced", completion=True)
+    by_mbox["actor"] = {"mbox": "mailto:ann@example.edu"}
+    by_sha1["actor"] = {"mbox_sha1sum": hashlib.sha1(b"mailto:ann@example.edu").hexdigest()}
+    pair = statement(verb="passed", duration="P1W")
+    pair["actor"] = {"objectType": "Group", "member": [{"mbox": "mailto:bo@example.edu"},
+                                                       {"account": {"homePage": "https://lms.example.edu",
+                                                                    "name": "u3"}}]}
+    planned = statement(learner="u4", verb="planned")
+    planned["object"] = {"objectType": "SubStatement", "actor": {"mbox": "mailto:u4@example.edu"},
+                         "verb": {"id": ADL + "completed"}, "object": {"id": f"{COURSE}/lab/1"},
+                         "result": {"completion": True, "success": False}}
+    mentored = statement(learner="u5", verb="mentored", duration="P1Y2M")
+    mentored["object"] = {"objectType": "Agent", "mbox": "mailto:u6@example.edu"}
+    project.write("a.ndjson", statements + [by_mbox, by_sha1, pair, planned, mentored])
+    project.invoke("run", now=NOW, check=0)
+    # learners: 12 accounts + ann (both forms) + the pair = 14; statements 17; attempts 12 + 1;
+    # completions: ann's; passed: 12 + the pair (too few learners: withheld); failed 0;
+    # duration: 12 minutes + 1 week (years and months: no duration), from 13 learners.
+    assert project.serving() == [("2026-11-02", COURSE, 14, 17, 13, None, 13, 0, None,
+                                  12 * 60 + 7 * 86400, 1)]
+    assert project.query("SELECT count(*) FROM quarantine") == [(0,)]

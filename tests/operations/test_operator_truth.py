@@ -1,0 +1,229 @@
+"""Operator commands and monitoring tell the truth (issue 20, class 5).
+
+A watermark set by hand is not a run; every command that takes the lock says the
+same thing about a held one; the failure alert reports this failure, not the
+previous one; `check` fails where the run would; `status` sees a dropped view.
+"""
+
+import json
+import os
+import socket
+
+import pytest
+
+from helpers.project import Project
+from helpers.statements import statement
+from lms_refresh.ops.alerts import compose, failed_row
+from lms_refresh.run.lock import RunLock
+
+NOW = "2026-11-03T04:15:00+01:00"  # a Tuesday
+LATER = "2026-11-03T06:15:00+01:00"
+
+
+def learners(count, prefix="u", timestamp="2026-11-02T10:00:00Z"):
+    return [statement(learner=f"{prefix}{i}", timestamp=timestamp) for i in range(count)]
+
+
+def test_a_watermark_set_is_recorded_but_hides_no_failure_and_is_no_success(project):
+    project.write("a.ndjson", learners(12))
+    project.invoke("run", now=NOW, check=0)
+    project.write("b.ndjson", ["garbage"] * 5 + learners(1, "v", "2026-11-03T04:20:00Z"))
+    assert project.invoke("run", now=LATER).returncode == 65
+    project.invoke("watermark", "set", "2026-11-03T03:00", now=LATER, check=0)
+    check = project.invoke("status", "--check", now=LATER)
+    assert check.returncode == 1, check.stdout  # WARNING: the last run failed
+    assert check.stdout.startswith("LMS-REFRESH WARNING - the last run (run, started ")
+    assert "exit status 65" in check.stdout
+    status = json.loads(project.invoke("status", "--json", now=LATER, check=0).stdout)
+    assert (status["last_run"]["kind"], status["last_run"]["exit_code"]) == ("run", 65)
+    assert status["last_success"]["started_at"].startswith("2026-11-03T03:15")
+    assert status["watermark_set"]["kind"] == "watermark-set"
+    assert status["watermark_set"]["window_until"] == "2026-11-03T02:00:00.000000Z"
+    text = project.invoke("status", now=LATER, check=0).stdout
+    assert "set by hand:  watermark from 2026-11-03T03:15:00.000000Z to 2026-11-03T02:00:00.000000Z at " \
+           "2026-11-03T05:15:00.000000Z (watermark set; not a run)" in text
+    assert project.runs()[-1][:3] == ("watermark-set", "watermark-set", 0)  # the run log keeps it
+
+
+def test_a_watermark_set_after_a_success_stays_ok_and_does_not_refresh_staleness(project):
+    project.write("a.ndjson", learners(12))
+    project.invoke("run", now=NOW, check=0)
+    project.invoke("watermark", "set", "2026-11-03T03:00", now=LATER, check=0)
+    assert project.invoke("status", "--check", now=LATER).returncode == 0
+    # Two weekdays later with no run since: stale, whatever was set by hand meanwhile.
+    project.invoke("watermark", "set", "2026-11-03T03:00", now="2026-11-05T06:00:00+01:00", check=0)
+    stale = project.invoke("status", "--check", now="2026-11-05T07:00:00+01:00")
+    assert stale.returncode == 2 and "stale" in stale.stdout
+
+
+OPERATOR_COMMANDS = {
+    "backfill": (["backfill", "--since", "2026-11-01", "--until", "2026-11-03"], "nothing was backfilled"),
+    "rebuild": (["rebuild", "--since", "2026-11-01"], "nothing was rebuilt"),
+    "forget": (["forget", "--account-homepage", "https://lms.example.edu", "--account-name", "u1"],
+               "nothing was forgotten"),
+    "watermark set": (["watermark", "set", "2026-11-02T04:00"], "the watermark was not moved"),
+}
+
+
+@pytest.mark.parametrize("command", sorted(OPERATOR_COMMANDS))
+def test_every_operator_command_against_a_held_lock_exits_69_saying_nothing_was_done(project, command):
+    args, undone = OPERATOR_COMMANDS[command]
+    project.write("a.ndjson", learners(12))
+    project.invoke("run", now=NOW, check=0)
+    served, runs = project.serving(), project.runs()
+    holder = f"pid {os.getpid()} on {socket.gethostname()}"
+    with RunLock(str(project.state / "refresh.lock")):
+        result = project.invoke(*args, now=NOW)
+        dry = project.invoke(*args, "--dry-run", now=NOW) if command in ("backfill", "rebuild", "forget") else None
+        timer = project.invoke("run", now=NOW)
+    assert result.returncode == 69, (result.stdout, result.stderr)
+    assert f"Another refresh holds the lock (held by {holder}); {undone} — run lms-refresh {command} again " \
+           "when it has finished." in result.stderr
+    assert "nothing to do" not in result.stderr and "Traceback" not in result.stderr
+    if dry is not None:
+        assert dry.returncode == 69 and undone in dry.stderr
+    # The timer's run alone exits 0: its next start does its work (the contract).
+    assert timer.returncode == 0
+    assert "Another refresh holds the lock" in timer.stderr and "nothing to do" in timer.stderr
+    assert project.serving() == served and project.runs() == runs
+
+
+def test_a_held_lock_for_a_rebuild_is_a_lock_held_record_with_exit_status_69(sqlite_project):
+    import logging
+
+    records = []
+
+    class Capture(logging.Handler):
+        def emit(self, record):
+            records.append(vars(record))
+
+    project = sqlite_project
+    project.write("a.ndjson", learners(12))
+    project.invoke("run", now=NOW, check=0)
+    handler = Capture(logging.DEBUG)
+    logging.getLogger("lms_refresh").addHandler(handler)
+    try:
+        with RunLock(str(project.state / "refresh.lock")):
+            assert project.invoke("rebuild", "--since", "2026-11-01", now=NOW).returncode == 69
+    finally:
+        logging.getLogger("lms_refresh").removeHandler(handler)
+    [record] = [r for r in records if r.get("MESSAGE_ID")]
+    assert (record["OUTCOME"], record["EXIT_STATUS"], record["RUN_KIND"]) == ("lock-held", 69, "rebuild")
+    assert record["levelname"] == "ERROR" and record["LOCK_HOLDER"].startswith(f"pid {os.getpid()}")
+
+
+# The alert picks the run-log row only when it is this failure's.
+EARLIER = {"run_id": "r1", "exit_code": 78, "window_since": "a", "window_until": "b", "message": "earlier failure",
+           "started_at": "2026-11-02T03:15:00.000000Z"}
+
+
+def test_an_earlier_failure_is_not_taken_for_one_that_left_no_row():
+    import datetime as dt
+
+    unit_started = dt.datetime(2026, 11, 3, 3, 15, tzinfo=dt.UTC)
+    assert failed_row(EARLIER, 78, run_ids=None, started=None) is EARLIER  # nothing says otherwise
+    assert failed_row(EARLIER, 65, run_ids=None, started=None) is None  # another exit status
+    assert failed_row(EARLIER, 78, run_ids=set(), started=None) is None  # its journal names no run: none began
+    assert failed_row(EARLIER, 78, run_ids={"r2"}, started=None) is None  # ... or another run
+    # This invocation's run (or a retry's).
+    assert failed_row(EARLIER, 78, run_ids={"r1", "r0"}, started=None) is EARLIER
+    assert failed_row(EARLIER, 78, run_ids=None, started=unit_started) is None  # it started a day before the unit did
+    later = dict(EARLIER, started_at="2026-11-03T03:15:00.500000Z")
+    assert failed_row(later, 78, run_ids={"r1"}, started=unit_started) is later
+    lines = [(6, "Starting ..."), (3, "The state directory /var/lib/lms-refresh belongs to user 'nobody' ...", None)]
+    alert = compose("lms-refresh.service", "78", "exit-code", invocation="abc", last_run=EARLIER, lines=lines,
+                    secrets=[], run_ids=set(), started=unit_started)
+    assert alert["window"] is None and alert["message"].startswith("The state directory")
+
+
+def test_the_alert_for_a_failure_before_the_run_log_does_not_report_the_previous_one(sqlite_project, tmp_path):
+    from helpers.receiver import Receiver
+
+    receiver = Receiver()
+    try:
+        project = sqlite_project
+        (tmp_path / "hook-url").write_text(f"{receiver.url}/hook\n")
+        project.config.write_text(project.config.read_text()
+                                  + f'\n[alerts]\nwebhook_url_file = "{tmp_path / "hook-url"}"\n')
+        project.write("a.ndjson", ["garbage"] * 3)
+        assert project.invoke("run", now=NOW).returncode == 65  # a failure with its row
+        os.chown(project.state, 12345, 12345)  # the state directory's owner: refused before the run log
+        refused = project.invoke("run", now=LATER)
+        assert refused.returncode == 78 and "belongs to uid 12345, which has no account" in refused.stderr
+        assert project.invoke("alert", "--exit-status", "78").returncode == 0
+        alert = json.loads(receiver.received[-1][1])
+        assert alert["exit_status"] == 78 and alert["window"] is None and "malformed" not in alert["message"]
+    finally:
+        receiver.server.shutdown()
+
+
+def test_check_fails_for_a_publication_group_that_does_not_exist(sqlite_project):
+    project = sqlite_project
+    project.config.write_text(project.config.read_text() + '\n[publication]\ngroup = "no-such-group-here"\n')
+    result = project.invoke("check", now=NOW)
+    assert result.returncode == 78
+    assert "The group 'no-such-group-here' named by publication.group does not exist" in result.stderr
+    assert project.invoke("run", now=NOW).returncode == 78  # as the run itself
+
+
+def test_check_passes_a_publication_group_that_exists(sqlite_project):
+    import grp
+
+    name = grp.getgrgid(os.getegid()).gr_name
+    project = sqlite_project
+    project.config.write_text(project.config.read_text() + f'\n[publication]\ngroup = "{name}"\n')
+    result = project.invoke("check", now=NOW, check=0)
+    assert f"ok  publication.group {name}: exists (gid {os.getegid()})" in result.stdout
+
+
+@pytest.fixture
+def pg_project(tmp_path, postgres_server):
+    return Project(tmp_path / "a", postgres_server)
+
+
+@pytest.mark.parametrize("grants, missing", [
+    ("SELECT", "INSERT on lms_refresh.courses"),
+    ("SELECT, INSERT", "DELETE on lms_refresh.daily_metrics"),  # INSERT alone made the old check say "can write"
+    ("SELECT, INSERT, DELETE", "UPDATE on lms_refresh.meta"),
+])
+def test_check_fails_for_a_postgresql_role_that_cannot_write(pg_project, postgres_server, tmp_path, grants, missing):
+    project, server = pg_project, postgres_server
+    project.write("a.ndjson", learners(12))
+    project.invoke("run", now=NOW, check=0)
+    role = f"weak_{len(grants)}"
+    server.admin(f"DO $$ BEGIN CREATE ROLE {role} LOGIN PASSWORD 'weak'; EXCEPTION WHEN duplicate_object THEN "
+                 "NULL; END $$")
+    server.admin(f"GRANT USAGE ON SCHEMA lms_refresh TO {role}", project.database)
+    server.admin(f"GRANT {grants} ON ALL TABLES IN SCHEMA lms_refresh TO {role}", project.database)
+    (tmp_path / "weak-password").write_text("weak\n")
+    project.config.write_text(project.config.read_text().replace("lms_refresh@", f"{role}@")
+                              .replace(server.password_file, str(tmp_path / "weak-password")))
+    result = project.invoke("check", now=NOW)
+    assert result.returncode == 78, result.stdout
+    assert "is reachable, but its role may not " in result.stderr and missing in result.stderr
+    assert "so a run would fail" in result.stderr and " ok " not in result.stdout.replace("\n", " ")[-60:]
+
+
+def test_check_says_what_the_owner_may_do(pg_project):
+    pg_project.invoke("run", now=NOW, check=0)
+    assert "; its role may write every table" in pg_project.invoke("check", now=NOW, check=0).stdout
+
+
+def test_a_dropped_serving_view_is_reported_and_the_next_run_re_creates_it(pg_project, postgres_server):
+    project = pg_project
+    project.write("a.ndjson", learners(12))
+    project.invoke("run", now=NOW, check=0)
+    served = project.serving()
+    postgres_server.admin("DROP VIEW lms_refresh_serving.daily_metrics", project.database)
+    status = json.loads(project.invoke("status", "--json", now=NOW, check=0).stdout)
+    assert status["publication"]["current"] is False and status["publication"]["missing"] is True
+    text = project.invoke("status", now=NOW, check=0).stdout
+    assert "view lms_refresh_serving.daily_metrics in the store is MISSING" in text
+    plugin = project.invoke("status", "--check", now=NOW)
+    assert plugin.returncode == 1 and plugin.stdout.startswith("LMS-REFRESH WARNING - view lms_refresh_serving")
+    check = project.invoke("check", now=NOW, check=0)
+    assert "note  store: warning: the serving view lms_refresh_serving.daily_metrics is missing" in check.stdout
+    rerun = project.invoke("run", now=LATER, check=0)
+    assert "re-created" in rerun.stderr and "grant-reader" in rerun.stderr
+    assert project.serving() == served
+    assert json.loads(project.invoke("status", "--json", now=LATER, check=0).stdout)["publication"]["current"] is True

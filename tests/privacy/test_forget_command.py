@@ -1,0 +1,154 @@
+"""`lms-refresh forget`: erasure of one learner, under the run's lock, in one transaction (issue 15, item 5)."""
+
+import datetime as dt
+import json
+import re
+
+from helpers.moodledb import EXPECTED_TWO_DAYS, SITE, course_iri, load_two_days, moodle_project
+from helpers.publication import publication, read_publication
+from helpers.reference import expected_serving
+from helpers.statements import HOME, statement
+from lms_refresh.disclosure.pseudonyms import Pseudonymiser, read_key
+from lms_refresh.run.lock import RunLock
+from lms_refresh.sources.xapi_fields import actor_identifier
+
+NOW = "2026-11-06T04:15:00+01:00"
+NAME, ADDRESS = "Learner-Zq81", "zq81@example.edu"
+LEAK = re.compile(r"zq81", re.IGNORECASE)
+SINCE, UNTIL = dt.datetime(2026, 10, 1, tzinfo=dt.UTC), dt.datetime(2026, 11, 6, tzinfo=dt.UTC)
+
+
+def activity():
+    """Three days in two courses; the learner to forget is active on the 2nd (BIO101) and 3rd (CHEM2)."""
+    items = []
+    for i in range(4):
+        items.append(statement(learner=f"u{i}", course="BIO101", timestamp="2026-11-02T09:00:00Z",
+                               verb="passed" if i % 2 else "failed", score=0.5))
+        items.append(statement(learner=f"u{i}", course="CHEM2", timestamp="2026-11-03T09:00:00Z", verb="attempted"))
+        items.append(statement(learner=f"u{i}", course="BIO101", timestamp="2026-11-04T09:00:00Z", verb="completed"))
+    items.append(statement(learner=NAME, course="BIO101", timestamp="2026-11-02T10:00:00Z", verb="passed", score=1.0))
+    items.append(statement(learner=NAME, course="BIO101", timestamp="2026-11-02T11:00:00Z", verb="attempted"))
+    items.append(statement(learner=NAME, course="CHEM2", timestamp="2026-11-03T10:00:00Z", verb="completed",
+                           duration="PT5M"))
+    return [json.dumps(item) for item in items]
+
+
+def staged_of(project, actor):
+    pseudonym = Pseudonymiser(read_key(str(project.state / "pseudonymisation.key")))(actor_identifier(actor))
+    return project.query("SELECT COUNT(*) FROM staged_events WHERE actor = ?", (pseudonym,))[0][0]
+
+
+def test_forget_deletes_the_learner_and_rebuilds_their_days_to_a_recount_without_them(project):
+    project.configure(extra_top="min_cell_size = 2")
+    lines = activity()
+    project.write("a.ndjson", lines)
+    project.invoke("run", now=NOW, check=0)
+    before = project.serving()
+    assert before == expected_serving(lines, SINCE, UNTIL, "Europe/Paris", 2)
+    account = ("--account-homepage", HOME, "--account-name", NAME)
+
+    dry = project.invoke("forget", "--dry-run", *account, check=0)
+    assert "would delete: 3 staged events, 0 quarantined records" in dry.stdout
+    assert project.serving() == before and staged_of(project, {"account": {"homePage": HOME, "name": NAME}}) == 3
+    if not project.postgres:
+        assert read_publication(publication(project))[1] == before
+
+    result = project.invoke("forget", *account, check=0)
+    assert "deleted: 3 staged events, 0 quarantined records" in result.stdout
+    assert "rebuilt:     2 daily partitions" in result.stdout
+    assert "Forgot one learner: 3 staged events and 0 quarantined records deleted; rebuilt 2 daily partitions" \
+        in result.stderr
+    assert not LEAK.search(result.stdout + result.stderr + dry.stdout + dry.stderr)
+    assert staged_of(project, {"account": {"homePage": HOME, "name": NAME}}) == 0
+    after = project.serving()
+    if not project.postgres:  # the dashboards' file is republished after the commit
+        assert read_publication(publication(project))[1] == after
+    assert after == expected_serving([line for line in lines if NAME not in line], SINCE, UNTIL, "Europe/Paris", 2)
+    assert after != before
+    untouched = [row for row in before if row[0] == "2026-11-04"]
+    assert untouched and [row for row in after if row[0] == "2026-11-04"] == untouched
+    # Forgetting again finds nothing and changes nothing.
+    again = project.invoke("forget", *account, check=0)
+    assert "deleted: 0 staged events" in again.stdout and project.serving() == after
+
+
+def test_forget_by_mbox_also_deletes_the_learners_quarantined_records(project):
+    project.configure(extra_top="min_cell_size = 2\nmax_quarantine_share = 0.5")
+    mine = [statement(learner="-", timestamp=f"2026-11-0{day}T09:00:00Z") for day in (2, 3)]
+    mine.append(statement(learner="-", score=4))  # quarantined
+    for item in mine:
+        item["actor"] = {"objectType": "Agent", "name": NAME, "mbox": f"mailto:{ADDRESS}"}
+    others = [statement(learner=f"u{i}") for i in range(4)] + [statement(learner="u9", score=-2)]
+    project.write("a.ndjson", mine + others)
+    project.invoke("run", now=NOW, check=0)
+    assert project.query("SELECT COUNT(*) FROM quarantine") == [(2,)]
+    result = project.invoke("forget", "--mbox", ADDRESS, check=0)
+    assert "deleted: 2 staged events, 1 quarantined records" in result.stdout
+    assert staged_of(project, {"mbox": f"mailto:{ADDRESS}"}) == 0
+    (raw,), = project.query("SELECT raw FROM quarantine")
+    assert json.loads(raw)["actor"]["account"]["homePage"] == HOME  # the other learner's record stays
+    assert project.query("SELECT COUNT(*) FROM staged_events") == [(4,)]
+
+
+def test_forget_waits_for_no_one_and_says_nothing_was_forgotten_while_a_run_holds_the_lock(project):
+    project.write("a.ndjson", activity())
+    project.invoke("run", now=NOW, check=0)
+    with RunLock(str(project.state / "refresh.lock")):
+        result = project.cli("forget", "--mbox", ADDRESS)
+    assert result.returncode == 69
+    assert "Another refresh holds the lock (held by" in result.stderr
+    assert "nothing was forgotten — run lms-refresh forget again when it has finished" in result.stderr
+    assert not LEAK.search(result.stderr)
+
+
+def test_forget_refuses_what_cannot_name_exactly_one_learner_of_this_source(sqlite_project):
+    project = sqlite_project
+    nothing = project.invoke("forget")
+    assert nothing.returncode == 2 and "Name the learner by exactly one identifier" in nothing.stderr
+    two = project.invoke("forget", "--mbox", ADDRESS, "--openid", "https://id.example.edu/x")
+    assert two.returncode == 2 and "got 2" in two.stderr
+    half = project.invoke("forget", "--account-name", NAME)
+    assert half.returncode == 2 and "--account-homepage and --account-name name one account together" in half.stderr
+    moodle = project.invoke("forget", "--moodle-user-id", "5")
+    assert moodle.returncode == 78 and "which names learners by an agent identifier" in moodle.stderr
+    empty = project.invoke("forget", "--mbox", ADDRESS, check=0)
+    assert "There is no store yet" in empty.stderr and not project.store.exists()
+
+
+def test_forget_a_moodle_user_by_id(tmp_path, moodle, moodle_reader):
+    load_two_days(moodle)
+    moodle.log("cm_completion", 101, 7, "2026-11-23T11:00:00+01:00", related=101, other={"relateduserid": 101})
+    project = moodle_project(tmp_path / "p", moodle, moodle_reader)
+    project.configure(extra_top="min_cell_size = 2\nmax_quarantine_share = 0.5")
+    project.invoke("run", now="2026-11-25T04:15:00+01:00", check=0)
+    assert project.serving() == EXPECTED_TWO_DAYS
+    assert project.invoke("forget", "--mbox", ADDRESS).returncode == 78  # Moodle names learners by id
+    # The quarantined row names the user only by the pseudonym their events are staged under.
+    pseudonym = Pseudonymiser(read_key(str(project.state / "pseudonymisation.key")))(f"moodle:{SITE}|101")
+    (raw,), = project.query("SELECT raw FROM quarantine")
+    assert json.loads(raw)["relateduserid"] == json.loads(raw)["userid"] == f"pseudonym:{pseudonym}"
+    assert project.query("SELECT COUNT(*) FROM staged_events WHERE actor = ?", (pseudonym,)) == [(3,)]
+    result = project.invoke("forget", "--moodle-user-id", "101", check=0)
+    assert "deleted: 3 staged events, 1 quarantined records" in result.stdout
+    # The 23rd without learner 101 (a view, a quiz attempt, a passed completion): 102 and 103 remain.
+    assert project.serving() == [("2026-11-23", course_iri(7), 2, 4, None, None, 0, 0, None, None, 1),
+                                 EXPECTED_TWO_DAYS[1]]
+    assert project.query("SELECT COUNT(*) FROM quarantine") == [(0,)]
+
+
+def test_forget_follows_the_mappers_identity_rule_an_mbox_and_its_sha1_are_one_learner(sqlite_project):
+    """The pseudonym is the mapper's own: a learner sent as an mbox in one statement and as its
+    mbox_sha1sum in another is one learner to forget, whichever form names them."""
+    import hashlib
+
+    project = sqlite_project
+    project.configure(extra_top="min_cell_size = 2")
+    as_mbox, as_sha1 = statement(learner="-"), statement(learner="-", timestamp="2026-11-03T09:00:00Z")
+    as_mbox["actor"] = {"mbox": f"mailto:{ADDRESS}"}
+    as_sha1["actor"] = {"mbox_sha1sum": hashlib.sha1(f"mailto:{ADDRESS}".encode()).hexdigest()}
+    project.write("a.ndjson", [as_mbox, as_sha1] + [statement(learner=f"u{i}") for i in range(3)])
+    project.invoke("run", now=NOW, check=0)
+    assert staged_of(project, {"mbox": f"mailto:{ADDRESS}"}) == 2
+    result = project.invoke("forget", "--mbox-sha1sum", as_sha1["actor"]["mbox_sha1sum"], check=0)
+    assert "deleted: 2 staged events" in result.stdout
+    assert project.query("SELECT COUNT(*) FROM staged_events") == [(3,)]

@@ -1,0 +1,134 @@
+"""A full or read-only file system under the state directory (issue 12, items 11-12): a full disk is
+69 wherever it strikes, a read-only one is named as such — never a traceback, never "damaged"."""
+
+import contextlib
+import os
+import sqlite3
+import subprocess
+
+import pytest
+
+from helpers.project import Project
+from helpers.statements import statement
+
+NOW = "2026-11-03T04:15:00+01:00"
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 256 KiB tmpfs of our own (as root), unmounted afterwards."""
+    mountpoint = tmp_path / "disk"
+    mountpoint.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0755", "tmpfs", str(mountpoint)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN): {mounted.stderr.strip()}")
+    yield mountpoint
+    subprocess.run(["umount", "-l", str(mountpoint)], check=True)
+
+
+def project_on(disk, tmp_path):
+    project = Project(tmp_path / "p")
+    project.state = disk / "state"
+    project.configure()
+    project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
+    return project
+
+
+def fill(disk):
+    fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, b"\0" * 512)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def test_a_full_disk_at_the_lock_exits_69_with_a_sentence(small_disk, tmp_path):
+    project = project_on(small_disk, tmp_path)
+    project.state.mkdir()
+    fill(small_disk)
+    result = project.invoke("run", now=NOW)
+    assert result.returncode == 69, result.stderr
+    assert f"Cannot write {project.state / 'refresh.lock'}: the disk is full" in result.stderr
+    assert "Traceback" not in result.stderr
+    (small_disk / "filler").unlink()
+    project.invoke("run", now=NOW, check=0)
+    assert project.serving()[0][2] == 12
+
+
+def test_a_disk_that_fills_up_during_the_run_exits_69(small_disk, tmp_path):
+    project = project_on(small_disk, tmp_path)
+    project.write("b.ndjson", [statement(learner=f"v{i % 300}", timestamp="2026-11-01T10:00:00Z")
+                               for i in range(6000)])
+    result = project.invoke("run", now=NOW)
+    assert result.returncode == 69, result.stderr
+    assert "the disk is full" in result.stderr and "Traceback" not in result.stderr
+    assert project.serving() == [] or "watermark" not in project.meta()
+
+
+def test_a_read_only_file_system_is_named_by_run_and_status(small_disk, tmp_path):
+    project = project_on(small_disk, tmp_path)
+    project.invoke("run", now=NOW, check=0)
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    run = project.invoke("run", now="2026-11-04T04:15:00+01:00")
+    assert run.returncode == 78
+    assert f"The state directory {project.state} is on a read-only file system; remount it read-write" in run.stderr
+    status = project.invoke("status", now="2026-11-04T04:15:00+01:00")
+    assert status.returncode == 0, status.stderr  # it only reads: the state is shown as it is
+    assert "watermark:    2026-11-03T03:15:00.000000Z" in status.stdout
+    assert "damaged" not in status.stdout + status.stderr
+
+
+# -- a full disk under the publication (issue 20, class 4): the run committed; say so, keep no temporary --
+
+def published_on(disk, tmp_path):
+    project = Project(tmp_path / "p")
+    project.config.write_text(project.config.read_text()
+                              + f'[publication]\npath = "{disk / "publication" / "serving.sqlite"}"\n')
+    project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
+    project.invoke("run", now=NOW, check=0)
+    return project, disk / "publication"
+
+
+def test_a_full_disk_under_the_publication_exits_69_records_the_run_and_leaves_no_temporary(small_disk, tmp_path):
+    project, directory = published_on(small_disk, tmp_path)
+    project.write("b.ndjson", [statement(learner=f"v{i}", timestamp="2026-11-03T10:00:00Z") for i in range(11)])
+    fill(small_disk)
+    later = "2026-11-04T04:15:00+01:00"
+    for _ in range(2):  # the second run has nothing to read and still tries to publish
+        result = project.invoke("run", now=later)
+        assert result.returncode == 69, result.stderr
+        assert f"Cannot write the publication {directory / 'serving.sqlite'}: the disk is full (" in result.stderr
+        assert "free some space — the store is committed, and the next run publishes it." in result.stderr
+        assert "Traceback" not in result.stderr and "nothing was committed" not in result.stderr
+        assert sorted(p.name for p in directory.iterdir()) == ["serving.sqlite"]  # one per run no more
+        assert project.runs()[-1][:3] == ("run", "publish-failed", 69)
+    assert [row[2] for row in project.serving()] == [12, 11]  # the first of the two committed its rows
+    check = project.invoke("status", "--check", now=later)
+    assert check.returncode == 1 and "failed with exit status 69: Cannot write the publication" in check.stdout
+    (small_disk / "filler").unlink()
+    project.invoke("run", now=later, check=0)
+    assert project.invoke("status", "--check", now=later).returncode == 0
+    with contextlib.closing(sqlite3.connect(f"file:{directory / 'serving.sqlite'}?mode=ro", uri=True)) as db:
+        assert db.execute("SELECT * FROM daily_metrics ORDER BY day, course").fetchall() == project.serving()
+
+
+def test_forget_on_a_full_publication_disk_says_the_learner_is_forgotten_and_status_check_warns(small_disk, tmp_path):
+    project, directory = published_on(small_disk, tmp_path)
+    fill(small_disk)
+    result = project.invoke("forget", "--account-homepage", "https://lms.example.edu", "--account-name", "u0")
+    assert result.returncode == 69, result.stderr
+    assert "Forgot one learner: 1 staged events" in result.stderr
+    assert "the disk is full" in result.stderr
+    assert "the store is committed, and the next run publishes it." in result.stderr
+    assert sorted(p.name for p in directory.iterdir()) == ["serving.sqlite"]
+    check = project.invoke("status", "--check", now=NOW)
+    assert check.returncode == 1, check.stdout
+    behind = f"the publication {directory / 'serving.sqlite'} is behind the store (the next run publishes it)"
+    assert behind in check.stdout
+    (small_disk / "filler").unlink()
+    project.invoke("run", now=NOW, check=0)
+    assert project.invoke("status", "--check", now=NOW).returncode == 0

@@ -1,0 +1,178 @@
+"""Runs that never finished, deliberate stops, manual starts and freshness (issue 21, items 4 and 5)."""
+
+import datetime as dt
+import json
+import os
+import socket
+import time
+
+from helpers.project import Project
+from helpers.statements import statement
+from lms_refresh.ops.interruption import MARKER, Marker, last, pending
+from lms_refresh.ops.job import retried
+from lms_refresh.ops.monitoring import Healthchecks, plugin_report
+from lms_refresh.run.refresh import BACKFILL, Request
+
+NOW = "2026-11-03T04:15:00+01:00"
+
+
+def _populate(project, learners=12):
+    project.write("a.ndjson", [statement(learner=f"u{i}", timestamp="2026-11-02T10:00:00Z") for i in range(learners)])
+
+
+def test_a_run_stopped_before_its_commit_keeps_its_marker_and_the_next_run_catches_it_up(sqlite_project):
+    project = sqlite_project
+    _populate(project)
+    project.invoke("run", now="2026-11-02T12:00:00Z", check=0)  # the state directory exists from here on
+    assert not (project.state / MARKER).exists()  # a run that ended by itself leaves none
+    stopped = project.cli("run", now=NOW, env={"LMS_REFRESH_FAULT": "before-commit:term"})
+    assert stopped.returncode == 143, stopped.stderr
+    marker = json.loads((project.state / MARKER).read_text())
+    assert marker["started_at"].startswith("2026-11-03T03:15") and marker["host"] == socket.gethostname()
+    assert pending(str(project.state))["run_id"] == marker["run_id"]  # its process is gone
+    report = json.loads(project.invoke("status", "--json", check=0).stdout)
+    assert report["interrupted"]["run_id"] == marker["run_id"]
+    assert "INTERRUPTED:  the run started 2026-11-03T03:15" in project.invoke("status", check=0).stdout
+    caught_up = project.invoke("run", now="2026-11-03T05:00:00+01:00", check=0)
+    assert ("The run started at 2026-11-03T03:15:00.000000Z (pid "
+            f"{marker['pid']}) did not finish: the machine was shut down or crashed") in caught_up.stderr
+    assert not (project.state / MARKER).exists()
+    noticed = last(str(project.state))
+    assert noticed["run_id"] == marker["run_id"] and noticed["noticed_at"].startswith("2026-11-03T04:00")
+    status = project.invoke("status", check=0).stdout
+    assert "interrupted:  the run started 2026-11-03T03:15:00.000000Z did not finish; caught up by" in status
+    again = project.invoke("run", now="2026-11-03T06:00:00+01:00", check=0)
+    assert "did not finish" not in again.stderr  # once
+
+
+def test_a_failed_run_removes_its_marker_and_a_dry_run_or_backfill_writes_none(sqlite_project):
+    project = sqlite_project
+    _populate(project)
+    project.invoke("run", now="2026-11-02T12:00:00Z", check=0)
+    failed = project.cli("run", now=NOW, env={"LMS_REFRESH_FAULT": "before-commit:raise"})
+    assert failed.returncode == 1 and not (project.state / MARKER).exists()
+    project.invoke("run", "--dry-run", now=NOW, check=0)
+    project.invoke("backfill", "--since", "2026-11-01", "--until", "2026-11-02", now=NOW, check=0)
+    assert not (project.state / MARKER).exists()
+
+
+def test_a_marker_of_a_live_run_this_boot_is_left_alone_and_one_of_an_earlier_boot_is_an_interruption(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    now = dt.datetime.now(dt.UTC)
+    live = {"run_id": "r1", "started_at": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "pid": os.getppid(),
+            "host": socket.gethostname()}
+    (state / MARKER).write_text(json.dumps(live))
+    assert pending(str(state)) is None  # running now
+    ours = Marker(str(state), "r2", now)
+    ours.begin()
+    assert not ours.owned and json.loads((state / MARKER).read_text())["run_id"] == "r1"
+    ours.end(stopped=False)
+    assert json.loads((state / MARKER).read_text())["run_id"] == "r1"  # not ours to remove
+    booted = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+    before_boot = dt.datetime.fromtimestamp(booted - 3600, dt.UTC)
+    (state / MARKER).write_text(json.dumps(dict(live, started_at=before_boot.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))))
+    assert pending(str(state))["run_id"] == "r1"  # the same pid number in a later boot is another process
+    (state / MARKER).write_text("{damaged")
+    assert pending(str(state)) == {}  # a damaged marker is an interruption all the same
+
+
+def test_only_a_timers_start_or_a_terminal_retries_and_a_manual_systemctl_start_fails_fast():
+    scheduled = Request()
+    assert retried(scheduled, {})  # a terminal: each retry is a line on stderr
+    assert retried(scheduled, {"INVOCATION_ID": "x", "TRIGGER_UNIT": "lms-refresh.timer"})
+    assert retried(scheduled, {"JOURNAL_STREAM": "8:9", "TRIGGER_UNIT": "lms-refresh-catch-up.timer"})
+    assert not retried(scheduled, {"INVOCATION_ID": "x"})  # systemctl start by hand
+    assert not retried(scheduled, {"INVOCATION_ID": "x", "TRIGGER_UNIT": "something.path"})
+    assert not retried(Request(dry_run=True), {})
+    assert not retried(Request(BACKFILL, since=dt.datetime(2026, 1, 1, tzinfo=dt.UTC)), {})
+
+
+def test_a_manual_systemctl_start_says_it_is_not_retried_and_exits_69_at_once(sqlite_project):
+    project = sqlite_project
+    project.configure(retry_attempts=3)
+    project.source.rmdir()
+    result = project.cli("run", now=NOW, env={"INVOCATION_ID": "0123", "JOURNAL_STREAM": ""})
+    assert result.returncode == 69
+
+
+def test_a_stop_sends_no_failure_ping_and_is_no_warning(monkeypatch):
+    import lms_refresh.ops.monitoring as monitoring
+
+    sent = []
+    monkeypatch.setattr(monitoring, "post", lambda url, body, kind, timeout: sent.append(url) or True)
+    pings = Healthchecks("https://hc.example/ping/abc", 5)
+    pings.finish(143, "Stopped by SIGTERM")
+    assert sent == []
+    pings.finish(69, "unreachable")
+    assert sent == ["https://hc.example/ping/abc/69"]
+    run = {"kind": "run", "started_at": "2026-11-03T03:15:00.000000Z", "finished_at": "2026-11-03T03:16:00.000000Z",
+           "exit_code": 0, "rows_written": 5, "quarantined": 0, "message": None, "outcome": "success"}
+    status = {"store": {"exists": True, "size_bytes": 1, "location": "x"}, "state_directory": "s", "watermark": "w",
+              "quarantined_records": 0, "last_success": run, "interrupted": None,
+              "last_run": dict(run, exit_code=143, outcome="failed", message="Stopped by SIGTERM")}
+    now = dt.datetime(2026, 11, 3, 5, 0, tzinfo=dt.UTC)
+    code, line = plugin_report(status, now, "Europe/Paris", grace=7200)
+    assert code == 0 and "was stopped (143) and rolled back" in line, line
+    status["last_run"] = dict(run, exit_code=69, outcome="failed", message="unreachable")
+    assert plugin_report(status, now, "Europe/Paris", grace=7200)[0] == 1
+
+
+def test_a_backfill_of_an_old_window_does_not_make_a_stale_store_fresh(project):
+    _populate(project)
+    project.invoke("run", now="2026-11-02T12:00:00Z", check=0)
+    stale = project.invoke("status", "--check", now="2026-11-04T12:00:00Z")
+    assert stale.returncode == 2, stale.stdout
+    project.invoke("backfill", "--since", "2026-11-01", "--until", "2026-11-02", now="2026-11-04T12:00:00Z", check=0)
+    still = project.invoke("status", "--check", now="2026-11-04T12:05:00Z")
+    assert still.returncode == 2 and "stale" in still.stdout, still.stdout
+    report = json.loads(project.invoke("status", "--json", now="2026-11-04T12:05:00Z", check=0).stdout)
+    assert report["last_run"]["kind"] == "backfill" and report["last_success"]["kind"] == "run"
+    project.invoke("run", now="2026-11-04T12:10:00Z", check=0)
+    assert project.invoke("status", "--check", now="2026-11-04T12:15:00Z").returncode == 0
+
+
+def test_switching_to_postgresql_removes_the_stale_world_readable_sqlite_publication(tmp_path, postgres_server):
+    project = Project(tmp_path / "p")
+    _populate(project)
+    project.invoke("run", now="2026-11-02T12:00:00Z", check=0)
+    publication = tmp_path / "p" / "state-publication" / "serving.sqlite"
+    assert publication.exists() and publication.stat().st_mode & 0o004
+    database = postgres_server.new_database()
+    project.config.write_text(project.config.read_text() + (
+        f'[store]\ntype = "postgresql"\nurl = "{postgres_server.url(database)}"\n'
+        f'password_file = "{postgres_server.password_file}"\n'))
+    result = project.invoke("run", now="2026-11-02T13:00:00Z", check=0)
+    assert not publication.exists()
+    assert (f"Removed the SQLite publication {publication}: the store is PostgreSQL now and dashboards read its "
+            "serving view") in result.stderr
+    assert "Removed" not in project.invoke("run", now="2026-11-02T14:00:00Z", check=0).stderr
+
+
+def test_a_marker_whose_pid_is_the_checking_process_itself_is_no_live_run(tmp_path):
+    """After a reboot the same pid number can come back, even as the run that checks."""
+    now = dt.datetime.now(dt.UTC)
+    (tmp_path / MARKER).write_text(json.dumps({"run_id": "r1", "started_at": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                                               "pid": os.getpid(), "host": socket.gethostname()}))
+    assert pending(str(tmp_path))["run_id"] == "r1"
+
+
+def test_the_next_alert_reports_an_interruption_once(sqlite_project):
+    from lms_refresh.ops.alerts import mail_text
+    from lms_refresh.ops.interruption import take_unalerted
+
+    project = sqlite_project
+    _populate(project)
+    project.invoke("run", now="2026-11-02T12:00:00Z", check=0)
+    assert project.cli("run", now=NOW, env={"LMS_REFRESH_FAULT": "before-commit:term"}).returncode == 143
+    project.invoke("run", now="2026-11-03T05:00:00+01:00", check=0)  # notices it
+    noticed = take_unalerted(str(project.state))
+    assert noticed["started_at"] == "2026-11-03T03:15:00.000000Z" and noticed["noticed_at"].startswith("2026-11-03T04")
+    assert take_unalerted(str(project.state)) is None  # reported once
+    alert = {"unit": "lms-refresh.service", "host": "h", "exit_status": 65, "meaning": "bad input",
+             "result": "exit-code", "window": None, "message": "m", "invocation_id": "i", "journal": [],
+             "interrupted": noticed}
+    text = mail_text(alert, "team@example.edu")
+    assert ("Earlier: the run started 2026-11-03T03:15:00.000000Z did not finish (a shutdown, a crash or a stop) and "
+            "could not alert; it was caught up by the run started 2026-11-03T04") in text
+    assert "Earlier" not in mail_text(dict(alert, interrupted=None), "team@example.edu")

@@ -1,0 +1,102 @@
+"""Stops (issue 12, items 14-15): SIGTERM to the whole process group ends a run within seconds, with
+143 before the commit; the pool of parsing workers never hangs on a lock a killed worker held."""
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import time
+
+from helpers.statements import statement
+from lms_refresh import faults
+from lms_refresh.sources.pool import stop_pool
+
+
+def _square(number):
+    return number * number
+
+
+def test_a_pool_whose_idle_workers_were_killed_still_stops_within_seconds():
+    pool = multiprocessing.get_context("fork").Pool(3)
+    assert pool.apply_async(_square, (7,)).get(timeout=30) == 49
+    deadline = time.monotonic() + 30
+    while pool._inqueue._rlock.acquire(False):  # wait until an idle worker sits on the task queue's lock
+        pool._inqueue._rlock.release()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    workers = list(pool._pool)
+    for worker in workers:
+        os.kill(worker.pid, signal.SIGKILL)  # one of them dies holding that lock: terminate() alone would hang
+    began = time.monotonic()
+    stop_pool(pool)
+    assert time.monotonic() - began < 6
+    assert all(worker.exitcode is not None for worker in workers)
+
+
+def test_sigterm_to_the_process_group_while_workers_parse_exits_143_promptly(project):
+    # Over 16 MiB, so the NDJSON source parses with its pool of worker processes.
+    filler = "x" * 900
+    project.write("a.ndjson", [dict(statement(learner=f"u{i % 50}"), extensions={"pad": filler}) for i in range(20000)])
+    assert (project.source / "a.ndjson").stat().st_size > 16 << 20
+    command = project.cli_args("run", now="2026-11-03T04:15:00+01:00")
+    environment = dict(project.environment(), **{faults.ENVIRONMENT_VARIABLE: "batch-staged@2:termgroup"})
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=environment, start_new_session=True)  # its own group, as under systemd
+    try:
+        # The bound is on the whole run (parsing 18 MiB first) on a loaded 2-core machine: it
+        # catches a hang, not slowness; how fast a pool stops is the test above's.
+        out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 143, err
+    assert "Stopped by SIGTERM; the run was rolled back and nothing was committed." in err
+    assert project.serving() == []
+    assert project.cli("run", now="2026-11-03T04:15:00+01:00").returncode == 0
+    assert project.serving()[0][3] == 20000
+
+
+def test_a_parsing_worker_killed_mid_run_ends_the_run_with_a_sentence_instead_of_a_hang(project):
+    """The kernel's out-of-memory killer takes a worker and the task it held: the run must not wait
+    for that result for ever (systemd would wait out TimeoutStartSec); it fails with 1, commits
+    nothing, and the next run converges."""
+    filler = "x" * 900
+    project.write("a.ndjson", [dict(statement(learner=f"u{i % 50}"), extensions={"pad": filler}) for i in range(20000)])
+    assert (project.source / "a.ndjson").stat().st_size > 16 << 20  # parsed by the pool of workers
+    began = time.monotonic()
+    result = project.cli("run", now="2026-11-03T04:15:00+01:00", env={faults.ENVIRONMENT_VARIABLE: "chunk-parsed:kill"})
+    assert time.monotonic() - began < 60
+    assert result.returncode == 1, result.stderr
+    assert "A parsing worker (pid " in result.stderr and "ended with signal SIGKILL while reading the export " \
+        "files — for example killed by the kernel for lack of memory" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert project.serving() == []
+    project.cli("run", now="2026-11-03T04:15:00+01:00", check=0)
+    assert project.serving()[0][3] == 20000
+
+
+def test_a_process_forked_from_a_run_dies_by_a_stop_instead_of_raising_the_runs_terminated():
+    """A parsing worker the pool starts inherits the run's SIGTERM handler until its initializer
+    sets its own; a stop in that gap must end it as the default action would (no Terminated, no
+    traceback on the unit's stderr: seen under load when the pool replaced a killed worker)."""
+    import os
+    import signal
+
+    from lms_refresh.run import stopping
+
+    read, write = os.pipe()
+    with stopping.installed():
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into pytest
+            try:
+                os.dup2(write, 2)
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+            finally:
+                os._exit(1)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    with os.fdopen(read) as errors:
+        printed = errors.read()
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status
+    assert printed == ""

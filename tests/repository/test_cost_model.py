@@ -1,0 +1,80 @@
+"""bench/cost_model.py --check: a step over its budget fails naming the step, its count and its
+budget; within budget every step is printed with its margin. The counts are given here (callgrind
+itself runs in CI's .ci/cost-model, not in the suite: it takes a minute)."""
+
+import importlib.util
+import os
+import re
+
+import pytest
+
+from helpers.paths import REPO
+
+BENCH = os.path.join(REPO, "bench")
+_spec = importlib.util.spec_from_file_location("cost_model", os.path.join(BENCH, "cost_model.py"))
+cost_model = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cost_model)
+
+BUDGETS = {"parse+map": 100_000, "stage": 50_000, "recompute": 20_000, "commit": 1_000}
+
+
+def test_a_step_over_its_budget_fails_naming_step_count_and_budget():
+    counts = {"parse+map": 99_999.5, "stage": 51_234.5, "recompute": 20_000, "commit": 10}
+    over, lines = cost_model.check(counts, BUDGETS)
+    assert over
+    failures = [line for line in lines if line.startswith("Over budget")]
+    # 51,234.5 shows as 51,234 or 51,235 depending on rounding: either names the count.
+    assert len(failures) == 1 and re.fullmatch(
+        r"Over budget: step stage costs 51,23[45] instructions per statement, its budget is 50,000 .*",
+        failures[0]), failures
+
+
+def test_within_budget_every_step_is_printed_with_count_budget_and_margin():
+    counts = {"parse+map": 97_000, "stage": 50_000, "recompute": 1_234, "commit": 999.9}
+    over, lines = cost_model.check(counts, BUDGETS)
+    assert not over  # a count equal to its budget is within it
+    rows = {line.split()[0]: line.split()[1:] for line in lines[1:]}
+    assert rows == {"parse+map": ["97,000", "100,000", "+3,000", "(+3.0%)"],
+                    "stage": ["50,000", "50,000", "+0", "(+0.0%)"],
+                    "recompute": ["1,234", "20,000", "+18,766", "(+93.8%)"],
+                    "commit": ["1,000", "1,000", "+0", "(+0.0%)"]}
+
+
+def test_the_command_exits_1_over_budget_and_0_within(monkeypatch, capsys):
+    budgets = cost_model.load_budgets(cost_model.BUDGETS)
+    monkeypatch.setattr(cost_model, "interpreter", lambda python: [budgets["python"], budgets["sqlite"]])
+    monkeypatch.setattr("sys.argv", ["cost_model.py", "--check"])
+    within = {step: budget - 1 for step, budget in budgets["steps"].items()}
+    monkeypatch.setattr(cost_model, "measure", lambda statements, python, naive: dict(within))
+    assert cost_model.main() == 0
+    assert "Over budget" not in capsys.readouterr().out
+    over = dict(within, recompute=budgets["steps"]["recompute"] + 1)
+    monkeypatch.setattr(cost_model, "measure", lambda statements, python, naive: dict(over))
+    assert cost_model.main() == 1
+    assert (f"Over budget: step recompute costs {over['recompute']:,} instructions per statement, "
+            f"its budget is {budgets['steps']['recompute']:,}") in capsys.readouterr().out
+
+
+def test_another_interpreter_is_refused_not_measured(monkeypatch, capsys):
+    monkeypatch.setattr(cost_model, "interpreter", lambda python: ["3.13.5", "3.46.1"])
+    monkeypatch.setattr(cost_model, "measure", lambda *args, **kwargs: pytest.fail("measured"))
+    monkeypatch.setattr("sys.argv", ["cost_model.py", "--check"])
+    assert cost_model.main() == 2
+    assert "has 3.13.5 and 3.46.1" in capsys.readouterr().err
+
+
+def test_the_committed_budgets_cover_every_step_each_with_its_measurement(tmp_path):
+    budgets = cost_model.load_budgets(cost_model.BUDGETS)
+    assert set(budgets["steps"]) == set(cost_model.STEPS)
+    with open(cost_model.BUDGETS, encoding="utf-8") as handle:
+        text = handle.read()
+    assert "raised only in a commit that says why" in text
+    for step in cost_model.STEPS:
+        # e.g. "parse+map" = 114_493  # 111,158 measured at d2cf416 on 2026-12-01, + 3%
+        line = re.search(rf'^"{re.escape(step)}" = [\d_]+ +# ([\d,]+) measured at [0-9a-f]{{7,}} on '
+                         r'\d{4}-\d\d-\d\d', text, re.MULTILINE)
+        assert line, f"no budget line with its measurement for {step}"
+    broken = tmp_path / "budgets.toml"
+    broken.write_text(text.replace('"commit" =', '"publish" ='))
+    with pytest.raises(cost_model.BudgetError, match="unknown: commit, publish"):
+        cost_model.load_budgets(str(broken))

@@ -1,0 +1,347 @@
+"""The SQLite publication: what dashboards read, as a dashboard's own OS account reads it."""
+
+import contextlib
+import datetime as dt
+import os
+import sqlite3
+import stat
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+from helpers.exports import deliver
+from helpers.project import Project
+from helpers.publication import publication, read_publication
+from helpers.statements import statement
+from lms_refresh.demo.sample import generate, write_daily_files
+
+KEY = "7a" * 32
+NOW = "2026-11-20T04:15:00Z"
+
+
+def noisy(project, publication=""):
+    project.configure(extra_top="max_quarantine_share = 0.05", privacy='method = "cell-key"' + publication)
+    project.state.mkdir(exist_ok=True)
+    project.state.chmod(0o750)  # as systemd's StateDirectory= and the engine create it
+    key = project.state / "pseudonymisation.key"
+    key.write_text(KEY + "\n")
+    key.chmod(0o600)
+
+
+def learners(count, day="2026-11-02", course="BIO101", verb="experienced"):
+    return [statement(learner=f"learner-{i}@example.edu", course=course, verb=verb,
+                      timestamp=f"{day}T10:00:00Z") for i in range(count)]
+
+
+def test_the_publication_holds_the_published_rows_and_nothing_else(sqlite_project):
+    noisy(sqlite_project)
+    sqlite_project.write("a.ndjson", learners(14) + learners(3, verb="failed")
+                         + learners(2, day="2026-11-04", course="TINY"))
+    sqlite_project.invoke("run", now=NOW, check=0)
+    path = publication(sqlite_project)
+    tables, rows, about = read_publication(path)
+    assert tables == {"daily_metrics", "publication"}
+    assert rows == sqlite_project.serving() and len(rows) == 1 and rows[0][7] is None  # 3 failed: withheld
+    assert about == (10, "cell-key", 3, 2.0, 0)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644 and stat.S_IMODE(path.parent.stat().st_mode) == 0o755
+    assert sorted(p.name for p in path.parent.iterdir()) == ["serving.sqlite"]  # no journal, no WAL, no temporary
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    actors = [row[0] for row in sqlite_project.query("SELECT DISTINCT actor FROM staged_events")]
+    data = path.read_bytes()
+    assert b"learner-" not in data and b"TINY" not in data
+    assert not any(str(actor).encode() in data or actor.to_bytes(8, "big", signed=True) in data for actor in actors)
+
+
+def test_identical_rows_give_a_byte_identical_publication(tmp_path):
+    start = dt.date(2026, 10, 19)
+    daily = Project(tmp_path / "daily")
+    noisy(daily)
+    # The exporter writes one file a day: a run sees the files of its day and before, none stored after it.
+    exported = tmp_path / "exported"
+    write_daily_files(exported, generate(11, start, 10, learners=200, timezone="Europe/Paris"))
+    days = [start + dt.timedelta(days=n) for n in range(1, 13) if (start + dt.timedelta(days=n)).weekday() < 5]
+    for day in days:
+        deliver(exported, daily.source, day)
+        daily.invoke("run", now=f"{day.isoformat()}T04:15:00+01:00", check=0)
+    once = Project(tmp_path / "once")
+    once.source.rmdir()
+    once.source = daily.source
+    noisy(once)
+    last = f"{days[-1].isoformat()}T04:15:00+01:00"
+    once.invoke("backfill", "--since", "2026-10-01", "--until", last, now=last, check=0)
+    first = publication(once).read_bytes()
+    assert publication(daily).read_bytes() == first and len(read_publication(publication(once))[1]) > 30
+    # The same window again: the same rows, so the file is left as it is.
+    before = publication(once).stat()
+    once.invoke("backfill", "--since", "2026-10-01", "--until", last, now=last, check=0)
+    assert publication(once).read_bytes() == first and publication(once).stat().st_ino == before.st_ino
+
+
+def test_a_run_that_committed_but_did_not_publish_is_published_by_the_next_run(sqlite_project):
+    noisy(sqlite_project)
+    sqlite_project.write("a.ndjson", learners(12))
+    sqlite_project.invoke("run", now=NOW, check=0)
+    path = publication(sqlite_project)
+    old = path.read_bytes()
+    sqlite_project.write("b.ndjson", learners(15, day="2026-11-20"))
+    sqlite_project.invoke("run", now="2026-11-21T04:15:00Z", check=0)
+    new = path.read_bytes()
+    assert new != old
+    path.write_bytes(old)  # the state after a crash between the state's commit and the rename
+    status = sqlite_project.invoke("status", check=0).stdout
+    assert f"publication:  {path}, published " in status and "behind the store, the next run publishes it" in status
+    result = sqlite_project.invoke("run", now="2026-11-21T04:15:00Z", check=0)  # nothing to read, still publishes
+    assert "Nothing to do" in result.stderr and f"Published 19 rows to {path}" in result.stderr
+    assert path.read_bytes() == new
+    assert "behind" not in sqlite_project.invoke("status", check=0).stdout
+
+
+def test_a_publication_that_cannot_be_written_fails_after_the_commit_and_says_what_to_fix(sqlite_project, tmp_path):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    target = blocker / "serving.sqlite"
+    noisy(sqlite_project)
+    sqlite_project.write("a.ndjson", learners(12))
+    sqlite_project.invoke("run", now=NOW, check=0)
+    noisy(sqlite_project, f'\n[publication]\npath = "{target}"')
+    sqlite_project.write("b.ndjson", learners(12, day="2026-11-19"))
+    result = sqlite_project.invoke("run", now="2026-11-21T04:15:00Z")
+    assert result.returncode == 78
+    assert (f"Cannot write the publication {target}: {blocker} is not a directory; the store is committed"
+            in result.stderr)
+    assert sqlite_project.meta()["watermark"] == "2026-11-21T04:15:00.000000Z"  # the run itself committed
+    noisy(sqlite_project)
+    sqlite_project.invoke("run", now="2026-11-21T04:20:00Z", check=0)
+    assert read_publication(publication(sqlite_project))[1] == sqlite_project.serving()
+
+
+# -- a dashboard's own account ------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def os_account(*groups):
+    """A throwaway system account (and its groups), removed afterwards."""
+    name = f"dash{uuid.uuid4().hex[:8]}"
+    for group in groups:
+        subprocess.run(["groupadd", "-f", group], check=True)
+    extra = ["-G", ",".join(groups)] if groups else []
+    subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", *extra, name],
+                   check=True)
+    try:
+        yield name
+    finally:
+        subprocess.run(["userdel", name], check=False)
+
+
+def as_user(user, *command):
+    return subprocess.run(["runuser", "-u", user, "--", *command], capture_output=True, text=True, timeout=60)
+
+
+READ_WITH_PYTHON = ("import sqlite3, sys; db = sqlite3.connect('file:' + sys.argv[1] + '?mode=ro', uri=True); "
+                    "print(db.execute('SELECT COUNT(*), SUM(active_learners) FROM daily_metrics').fetchone())")
+
+
+@pytest.fixture
+def world_readable_root():
+    """A directory other accounts can reach (pytest's own tmp_path is 0700)."""
+    if os.geteuid() != 0:
+        pytest.skip("creating a separate OS account for the dashboard needs root")
+    root = Path(tempfile.mkdtemp(prefix="lms-publication-", dir="/tmp"))
+    root.chmod(0o755)
+    yield root
+    subprocess.run(["rm", "-rf", str(root)], check=False)
+
+
+def test_a_dashboard_account_reads_the_publication_and_nothing_of_the_state(world_readable_root):
+    project = Project(world_readable_root / "p")
+    noisy(project)
+    project.write("a.ndjson", learners(12))
+    project.invoke("run", now=NOW, check=0)
+    path = publication(project)
+    assert stat.S_IMODE(project.state.stat().st_mode) == 0o750
+    with os_account() as dashboard:
+        cli = as_user(dashboard, "sqlite3", "-readonly", str(path), "SELECT day, suppressed FROM daily_metrics")
+        assert (cli.returncode, cli.stdout, cli.stderr) == (0, "2026-11-02|0\n", "")
+        python = as_user(dashboard, "/usr/bin/python3", "-c", READ_WITH_PYTHON, str(path))
+        assert python.returncode == 0 and python.stdout.startswith("(1, "), python.stderr
+        for private in (project.store, project.state / "pseudonymisation.key"):
+            denied = as_user(dashboard, "/usr/bin/python3", "-c", READ_WITH_PYTHON, str(private))
+            assert denied.returncode == 1 and "unable to open database file" in denied.stderr
+            assert "Permission denied" in as_user(dashboard, "cat", str(private)).stderr
+        # A reader keeps reading while the next run replaces the file.
+        project.write("b.ndjson", learners(13, day="2026-11-20"))
+        project.invoke("run", now="2026-11-21T04:15:00Z", check=0)
+        again = as_user(dashboard, "sqlite3", "-readonly", str(path), "SELECT COUNT(*) FROM daily_metrics")
+        assert again.stdout == "19\n"
+
+
+def test_publication_group_limits_the_readers_to_its_members(world_readable_root):
+    group = f"dashg{uuid.uuid4().hex[:6]}"
+    project = Project(world_readable_root / "p")
+    noisy(project, f'\n[publication]\ngroup = "{group}"')
+    project.write("a.ndjson", learners(12))
+    with os_account(group) as member, os_account() as outsider:
+        project.invoke("run", now=NOW, check=0)
+        path = publication(project)
+        assert stat.S_IMODE(path.stat().st_mode) == 0o640 and stat.S_IMODE(path.parent.stat().st_mode) == 0o750
+        read = as_user(member, "/usr/bin/python3", "-c", READ_WITH_PYTHON, str(path))
+        assert read.returncode == 0 and read.stdout.startswith("(1, "), read.stderr
+        refused = as_user(outsider, "sqlite3", "-readonly", str(path), "SELECT 1")
+        assert refused.returncode != 0 and "unable to open database" in refused.stderr
+    subprocess.run(["groupdel", group], check=False)
+
+
+def test_an_unknown_publication_group_is_a_configuration_error(sqlite_project):
+    noisy(sqlite_project, '\n[publication]\ngroup = "no-such-group-here"')
+    sqlite_project.write("a.ndjson", learners(12))
+    result = sqlite_project.invoke("run", now=NOW)
+    assert result.returncode == 78
+    assert "The group 'no-such-group-here' named by publication.group does not exist" in result.stderr
+
+
+# -- failures after the commit (issue 20, class 4) ------------------------------------------------------
+
+def publication_leftovers(project):
+    return sorted(p.name for p in publication(project).parent.iterdir() if p.name != "serving.sqlite")
+
+
+def check_line(project, now):
+    result = project.invoke("status", "--check", now=now)
+    return result.returncode, result.stdout.strip()
+
+
+def test_a_publication_that_cannot_be_written_is_in_the_run_log_and_status_check_warns(sqlite_project, tmp_path):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    noisy(sqlite_project)
+    sqlite_project.write("a.ndjson", learners(12))
+    sqlite_project.invoke("run", now="2026-11-19T04:15:00Z", check=0)
+    noisy(sqlite_project, f'\n[publication]\npath = "{blocker / "serving.sqlite"}"')
+    sqlite_project.write("b.ndjson", learners(12, day="2026-11-19"))
+    now = "2026-11-20T04:20:00Z"
+    result = sqlite_project.invoke("run", now=now)
+    assert result.returncode == 78 and "Traceback" not in result.stderr
+    kind, outcome, code = sqlite_project.runs()[-1][:3]
+    assert (kind, outcome, code) == ("run", "publish-failed", 78)
+    row = sqlite_project.query("SELECT rows_written, message FROM runs")[-1]
+    assert row[0] > 0 and row[1].startswith(f"Cannot write the publication {blocker / 'serving.sqlite'}: "
+                                             f"{blocker} is not a directory; the store is committed")
+    code, line = check_line(sqlite_project, now)
+    assert code == 1 and line.startswith("LMS-REFRESH WARNING - the last run (run, started ") and \
+        "failed with exit status 78: Cannot write the publication" in line
+    noisy(sqlite_project)
+    sqlite_project.invoke("run", now="2026-11-20T04:25:00Z", check=0)  # nothing to read: publishes
+    assert read_publication(publication(sqlite_project))[1] == sqlite_project.serving()
+    assert check_line(sqlite_project, "2026-11-20T04:25:00Z")[0] == 0
+
+
+def test_an_unexpected_failure_while_publishing_says_the_store_is_committed(sqlite_project):
+    from lms_refresh import faults
+
+    noisy(sqlite_project)
+    sqlite_project.write("a.ndjson", learners(12))
+    result = sqlite_project.invoke("run", now=NOW,
+                                   env={faults.ENVIRONMENT_VARIABLE: "replace-synced/serving.sqlite:raise"})
+    assert result.returncode == 1
+    assert ("Unexpected failure while publishing (InjectedFault: fault injected at replace-synced); the store is "
+            "committed, and the next run publishes it.") in result.stderr
+    assert "nothing was committed" not in result.stderr
+    assert sqlite_project.runs()[-1][:3] == ("run", "publish-failed", 1) and len(sqlite_project.serving()) == 1
+    assert not publication(sqlite_project).exists() and publication_leftovers(sqlite_project) == []
+    sqlite_project.invoke("run", now=NOW, check=0)
+    assert read_publication(publication(sqlite_project))[1] == sqlite_project.serving()
+
+
+def test_an_unexpected_failure_after_the_commit_and_the_publication_does_not_say_nothing_was_committed(
+        sqlite_project, tmp_path, monkeypatch):
+    """Past the publication, the job still reports (the metrics textfile): an unexpected failure there exits 1
+    with the one sentence the CLI writes for any unexpected failure — which must then say the work stands."""
+    from lms_refresh.ops import job
+
+    def broken(*args, **kwargs):
+        raise KeyError("a bug in the textfile's body")
+
+    noisy(sqlite_project)
+    sqlite_project.config.write_text(sqlite_project.config.read_text() +
+                                     f'[monitoring]\ntextfile = "{tmp_path / "lms_refresh.prom"}"\n')
+    sqlite_project.write("a.ndjson", learners(12))
+    monkeypatch.setattr(job, "metrics_text", broken)
+    result = sqlite_project.invoke("run", now=NOW)
+    assert result.returncode == 1, result.stderr
+    assert ("Unexpected failure (KeyError: \"a bug in the textfile's body\"); its work was committed before it and "
+            "stands; the next run goes on from there.") in result.stderr
+    assert "nothing was committed" not in result.stderr
+    assert sqlite_project.runs()[-1][:3] == ("run", "success", 0) and len(sqlite_project.serving()) == 1
+    assert read_publication(publication(sqlite_project))[1] == sqlite_project.serving()
+    monkeypatch.undo()
+    failed = sqlite_project.invoke("backfill", "--since", "2026-11-01", "--until", "2026-11-10", now=NOW,
+                                   env={"LMS_REFRESH_FAULT": "before-commit:raise"})
+    assert failed.returncode == 1 and "); nothing was committed." in failed.stderr, failed.stderr  # before it: true
+
+
+def test_sigterm_while_the_run_publishes_lets_it_finish_and_exit_0(sqlite_project):
+    from lms_refresh import faults
+
+    noisy(sqlite_project)
+    sqlite_project.write("a.ndjson", learners(12))
+    sqlite_project.invoke("run", now=NOW, check=0)
+    sqlite_project.write("b.ndjson", learners(13, day="2026-11-20"))
+    for step in ("replace-written", "replace-renamed"):
+        result = sqlite_project.cli("run", now="2026-11-21T04:15:00Z",
+                                    env={faults.ENVIRONMENT_VARIABLE: f"{step}/serving.sqlite:term"})
+        assert result.returncode == 0, result.stderr
+        assert "SIGTERM after the run committed" in result.stderr and "rolled back" not in result.stderr
+        assert read_publication(publication(sqlite_project))[1] == sqlite_project.serving()
+        assert publication_leftovers(sqlite_project) == []
+        assert sqlite_project.runs()[-1][:3] in (("run", "success", 0), ("run", "nothing-to-do", 0))
+        publication(sqlite_project).unlink()  # the second step's run has something to publish
+
+
+def test_sigterm_while_forget_republishes_keeps_the_erasure_and_says_so(sqlite_project):
+    from lms_refresh import faults
+
+    sqlite_project.configure()  # exact counts: one learner fewer changes the published row
+    sqlite_project.write("a.ndjson", learners(12))
+    sqlite_project.invoke("run", now=NOW, check=0)
+    before = read_publication(publication(sqlite_project))[1]
+    result = sqlite_project.cli("forget", "--account-homepage", "https://lms.example.edu", "--account-name",
+                                "learner-0@example.edu",
+                                env={faults.ENVIRONMENT_VARIABLE: "replace-synced/serving.sqlite:term"})
+    assert result.returncode == 0, result.stderr
+    assert "Forgot one learner: 1 staged events" in result.stderr
+    assert "SIGTERM after the run committed" in result.stderr and "nothing was committed" not in result.stderr
+    after = read_publication(publication(sqlite_project))[1]
+    assert after == sqlite_project.serving() and after != before and publication_leftovers(sqlite_project) == []
+    assert sqlite_project.query("SELECT COUNT(DISTINCT actor) FROM staged_events") == [(11,)]
+
+
+def test_a_changed_publication_group_applies_at_the_next_run_without_new_rows(sqlite_project):
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to a group of which the service user is no member needs root")
+    import grp
+
+    group = f"dashg{uuid.uuid4().hex[:6]}"
+    subprocess.run(["groupadd", group], check=True)
+    try:
+        noisy(sqlite_project)
+        sqlite_project.write("a.ndjson", learners(12))
+        sqlite_project.invoke("run", now=NOW, check=0)
+        path = publication(sqlite_project)
+        rows = read_publication(path)[1]
+        gid = grp.getgrnam(group).gr_gid
+        noisy(sqlite_project, f'\n[publication]\ngroup = "{group}"')  # narrowed
+        result = sqlite_project.invoke("run", now=NOW, check=0)
+        assert "Nothing to do" in result.stderr and f"Published 1 rows to {path}" in result.stderr
+        info, directory = path.stat(), path.parent.stat()
+        assert (stat.S_IMODE(info.st_mode), info.st_gid) == (0o640, gid)
+        assert (stat.S_IMODE(directory.st_mode), directory.st_gid) == (0o750, gid)
+        assert read_publication(path)[1] == rows and publication_leftovers(sqlite_project) == []
+        assert "Published" not in sqlite_project.invoke("run", now=NOW, check=0).stderr  # now current
+        noisy(sqlite_project)  # widened again
+        sqlite_project.invoke("run", now=NOW, check=0)
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644 and stat.S_IMODE(path.parent.stat().st_mode) == 0o755
+    finally:
+        subprocess.run(["groupdel", group], check=False)

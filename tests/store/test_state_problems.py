@@ -1,0 +1,187 @@
+"""State, store and ownership problems: a clear sentence, never a silent bootstrap."""
+
+import json
+import os
+import pathlib
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+
+import pytest
+
+from helpers.commands import reachable_cli
+from helpers.project import Project
+from helpers.statements import statement
+
+
+@pytest.fixture
+def project(sqlite_project):
+    """These behaviours are about the local SQLite file, its directory or the CLI itself."""
+    return sqlite_project
+
+
+NOW = "2026-11-03T04:15:00+01:00"
+
+
+def populated(project):
+    project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
+    project.invoke("run", now=NOW, check=0)
+
+
+def test_corrupt_store_is_refused_not_rebuilt(project):
+    populated(project)
+    for leftover in ("metrics.sqlite-wal", "metrics.sqlite-shm"):
+        (project.state / leftover).unlink(missing_ok=True)
+    project.store.write_bytes(b"this is not a database" * 100)
+    result = project.invoke("run", now="2026-11-04T04:15:00Z")
+    assert result.returncode == 78
+    assert f"The store {project.store} cannot be used" in result.stderr and "restore it from a backup" in result.stderr
+    assert project.store.read_bytes().startswith(b"this is not a database")
+
+
+def test_empty_store_file_from_an_interrupted_creation_is_created_over(project):
+    project.state.mkdir()
+    project.store.touch()  # what a kill during creation left before stores were created under a temporary name
+    project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
+    status = project.invoke("status", now=NOW, check=0)
+    assert "(not created yet)" in status.stdout and "damaged" not in status.stderr
+    project.invoke("run", now=NOW, check=0)
+    assert project.serving()[0][2] == 12
+
+
+def test_empty_store_file_beside_a_key_is_refused(project):
+    populated(project)
+    for leftover in ("metrics.sqlite-wal", "metrics.sqlite-shm"):
+        (project.state / leftover).unlink(missing_ok=True)
+    project.store.write_bytes(b"")  # truncated: the key says there was a store with history
+    result = project.invoke("run", now="2026-11-04T04:15:00Z")
+    assert result.returncode == 78
+    assert f"The store {project.store} is missing (or empty) but the pseudonymisation key" in result.stderr
+    assert "lms-refresh rebuild --since DATE" in result.stderr
+
+
+def test_missing_key_with_existing_data_is_refused(project):
+    populated(project)
+    (project.state / "pseudonymisation.key").unlink()
+    result = project.invoke("run", now="2026-11-04T04:15:00Z")
+    assert result.returncode == 78
+    assert "is missing but the store already holds pseudonymised learners" in result.stderr
+    assert not (project.state / "pseudonymisation.key").exists()
+
+
+def test_swapped_key_is_refused(project):
+    populated(project)
+    (project.state / "pseudonymisation.key").write_text("ab" * 32 + "\n")
+    result = project.invoke("run", now="2026-11-04T04:15:00Z")
+    assert result.returncode == 78 and "is not the key this store was built with" in result.stderr
+
+
+def test_changed_timezone_is_refused(project):
+    populated(project)
+    project.config.write_text(project.config.read_text().replace("Europe/Paris", "America/New_York"))
+    result = project.invoke("run", now="2026-11-04T04:15:00Z")
+    assert result.returncode == 78 and "computed in time zone Europe/Paris" in result.stderr
+
+
+def test_store_from_a_newer_version_is_refused(project):
+    populated(project)
+    with sqlite3.connect(project.store) as db:
+        db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    result = project.invoke("run", now="2026-11-04T04:15:00Z")
+    assert result.returncode == 78 and "schema version 99, newer than this lms-refresh understands" in result.stderr
+
+
+def test_damaged_watermark_is_refused(project):
+    populated(project)
+    with sqlite3.connect(project.store) as db:
+        db.execute("UPDATE meta SET value = 'yesterday' WHERE key = 'watermark'")
+    result = project.invoke("run", now="2026-11-04T04:15:00Z")
+    assert result.returncode == 78 and "The stored watermark 'yesterday' is not a valid time" in result.stderr
+
+
+def test_root_runs_as_the_owner_of_the_state_directory_and_leaves_nothing_root_owned():
+    """The installed command in a subprocess: it changes its own user."""
+    root = tempfile.mkdtemp(prefix="lmsr-root-")
+    os.chmod(root, 0o755)  # reachable by 'nobody', unlike pytest's private tmp_path
+    try:
+        project = Project(pathlib.Path(root) / "p")
+        populated(project)
+        for path in [project.root, project.state] + list(project.state.rglob("*")) + list(project.root.rglob("*")):
+            os.chown(path, 65534, 65534)
+        before = project.runs()
+        result = project.cli("run", now="2026-11-04T04:15:00Z")
+        assert result.returncode == 0, result.stderr
+        assert len(project.runs()) == len(before) + 1
+        owners = {p.stat().st_uid for p in [project.state] + list(project.state.rglob("*"))}
+        assert owners == {65534}, owners
+        check = project.cli("check", check=0)
+        assert f"state directory {project.state}: writable" in check.stdout
+    finally:
+        shutil.rmtree(root)
+
+
+def test_another_user_gets_told_who_owns_the_state():
+    root = tempfile.mkdtemp(prefix="lmsr-owner-")
+    os.chmod(root, 0o755)  # reachable by 'nobody', unlike pytest's private tmp_path
+    try:
+        _another_user_gets_told_who_owns_the_state(Project(pathlib.Path(root) / "p"))
+    finally:
+        shutil.rmtree(root)
+
+
+def _another_user_gets_told_who_owns_the_state(project):
+    populated(project)  # as root: state owned by root
+    os.chmod(project.state, 0o755)
+    result = subprocess.run(["runuser", "-u", "nobody", "--"] + reachable_cli(project.root.parent)
+                            + ["--config", str(project.config), "run"],
+                            capture_output=True, text=True, cwd=project.root.parent)
+    assert result.returncode == 78, result.stderr
+    assert (f"The state directory {project.state} belongs to user 'root' and is not writable by 'nobody'"
+            in result.stderr)
+
+
+def test_malformed_records_are_quarantined_with_reason_and_origin(project):
+    project.configure(extra_top="max_quarantine_share = 0.5")
+    good = [statement(learner=f"u{i}") for i in range(12)]
+    bad_score = statement(learner="x", score=3)
+    path = project.write("a.ndjson", good + ['{"id": "truncated', bad_score])
+    project.invoke("run", now=NOW, check=0)
+    with sqlite3.connect(project.store) as db:
+        rows = db.execute("SELECT origin, reason, raw FROM quarantine ORDER BY origin").fetchall()
+        logged = db.execute("SELECT quarantined, statements_read FROM runs").fetchone()
+    # A record that cannot be read is kept as its size only (it might name someone; see test_data_minimisation).
+    assert rows[0][0] == f"{path}:13" and rows[0][1].startswith("not valid JSON")
+    assert json.loads(rows[0][2])["bytes"] == 17
+    assert rows[1][0] == f"{path}:14" and "score.scaled is not a number between -1 and 1" in rows[1][1]
+    assert logged == (2, 14)
+
+
+def test_past_tolerance_exits_65_and_commits_nothing_but_keeps_the_evidence(project):
+    project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)] + ["not json"] * 3)
+    result = project.invoke("run", now=NOW)
+    assert result.returncode == 65
+    assert ("3 of 15 records in the window were malformed (20.0%, more than max_quarantine_share = 1.0%)"
+            in result.stderr)
+    with sqlite3.connect(project.store) as db:
+        assert db.execute("SELECT COUNT(*) FROM staged_events").fetchone()[0] == 0
+        assert db.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0] == 3  # the evidence survives the rollback
+        assert db.execute("SELECT outcome, exit_code FROM runs").fetchall() == [("failed", 65)]
+    assert "watermark" not in project.meta()
+
+
+def test_a_state_directory_that_is_a_file_is_refused_with_a_sentence(sqlite_project):
+    """A file where the state directory should be (or above it) is a configuration mistake: 78 and
+    one sentence from every command that uses the directory, never a traceback; the file is left alone."""
+    project = sqlite_project
+    blocker = project.root / "not-a-directory"
+    blocker.write_text("keep me\n")
+    for path in (blocker, blocker / "state"):
+        project.config.write_text(project.config.read_text().replace(str(project.state), str(path)))
+        for command in (["run"], ["backfill", "--since", "2026-11-01", "--until", "2026-11-02"], ["status"]):
+            result = project.invoke(*command, now="2026-11-03T04:15:00+01:00")
+            assert result.returncode == 78, (command, result.stderr)
+            assert f"The state directory {path} is not a directory; point state_directory at one." in result.stderr
+            assert "Traceback" not in result.stderr
+        project.config.write_text(project.config.read_text().replace(str(path), str(project.state)))
+    assert blocker.read_text() == "keep me\n"

@@ -1,0 +1,171 @@
+"""Configuration: every mistake is refused with one sentence naming the file and the key."""
+
+import dataclasses
+
+import pytest
+
+from helpers.paths import REPO
+from lms_refresh.config import load_config
+from lms_refresh.config.validators import parse_duration
+from lms_refresh.errors import ConfigError
+
+MINIMAL = '[source]\ntype = "xapi-ndjson"\npath = "/srv/xapi"\n'
+
+
+def load(tmp_path, text, environ=None):
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    return load_config(str(path), environ or {})
+
+
+def test_defaults(tmp_path):
+    config = load(tmp_path, MINIMAL)
+    window = config.window
+    assert (config.timezone, config.min_cell_size, window.bootstrap_days, window.safety_lag) == ("UTC", 10, 7, 300)
+    assert config.store.path == "/var/lib/lms-refresh/metrics.sqlite"
+    assert config.key_file == "/var/lib/lms-refresh/pseudonymisation.key"
+
+
+def test_state_directory_from_systemd_wins(tmp_path):
+    config = load(tmp_path, 'state_directory = "/srv/state"\n' + MINIMAL, {"STATE_DIRECTORY": "/var/lib/lms-refresh"})
+    assert config.store.path == "/var/lib/lms-refresh/metrics.sqlite"
+    assert load(tmp_path, 'state_directory = "/srv/state"\n' + MINIMAL).state_directory == "/srv/state"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("colour = 1\n" + MINIMAL, "unknown key 'colour'"),
+    (MINIMAL + "batchsize = 10\n", "unknown key 'source.batchsize'"),
+    ("min_cell_size = 0\n" + MINIMAL, "key 'min_cell_size' must be at least 1"),
+    ('min_cell_size = "10"\n' + MINIMAL, "key 'min_cell_size' expected int"),
+    ('timezone = "Mars/Olympus"\n' + MINIMAL, "key 'timezone' is invalid: 'Mars/Olympus' is not a known time zone"),
+    ("[window]\nsafety_lag = \"5 minutes\"\n" + MINIMAL, "key 'window.safety_lag'"),
+    ("max_quarantine_share = 1.5\n" + MINIMAL, "key 'max_quarantine_share' must be at most 1.0"),
+    ('[source]\ntype = "csv"\npath = "x"\n', "key 'source.type' must be one of 'xapi-ndjson'"),
+    ('[source]\ntype = "xapi-ndjson"\n', "key 'source.path' is required"),
+    ('[source]\n', "key 'source.type' is required"),
+    ("", "No source is configured yet"),
+    ('source = "x"\n', "'source' must be a table"),
+    (MINIMAL + 'course_pattern = "(a)(b)"\n', "may have at most one capturing group"),
+    (MINIMAL + 'course_pattern = "a{99999999999}"\n',
+     "key 'source.course_pattern' is not a valid regular expression (the repetition number is too large)"),
+    pytest.param(MINIMAL + f'course_pattern = "{"(" * 5000}{")" * 5000}"\n',
+                 "key 'source.course_pattern' is not a valid regular expression (nested too deeply)",
+                 id="a-pattern-nested-5000-deep"),
+    ("this is = not toml", "is not valid TOML"),
+])
+def test_mistakes_name_the_file_and_key(tmp_path, text, message):
+    with pytest.raises(ConfigError) as error:
+        load(tmp_path, text)
+    assert message in str(error.value)
+    assert str(tmp_path / "config.toml") in str(error.value)
+
+
+def test_missing_file_says_how_to_fix(tmp_path):
+    with pytest.raises(ConfigError, match="No configuration file at .*; create it"):
+        load_config(str(tmp_path / "absent.toml"), {})
+
+
+@pytest.mark.parametrize("text, seconds", [("90s", 90), ("5m", 300), ("1h30m", 5400), ("2d", 172800), (15, 15)])
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+def test_cli_reports_config_errors_with_exit_78(project):
+    project.config.write_text("min_cell_size = -3\n")
+    result = project.invoke("check")
+    assert result.returncode == 78
+    assert f"{project.config}: key 'min_cell_size' must be at least 1." in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_each_source_block_of_the_packaged_config_is_valid_when_uncommented(tmp_path):
+    """debian/config.toml documents every source kind; uncommenting one must give a valid configuration."""
+    import os
+    import re
+
+    from lms_refresh.config.schema import SOURCE_KEYS
+
+    root = REPO
+    text = open(os.path.join(root, "debian", "config.toml")).read()
+    head, rest = text.split("# [source]\n", 1)
+    blocks, tail = rest.split("\n[store]\n", 1)
+    kinds = []
+    for block in blocks.split("# [source]\n"):
+        settings = "\n".join(line[2:] for line in block.splitlines() if re.match(r"# \w+ = ", line))
+        path = tmp_path / "config.toml"
+        path.write_text(f"{head}[source]\n{settings}\n\n[store]\n{tail}")
+        config = load_config(str(path), {})
+        kinds.append(config.source.type)
+        names = {field.name for field in dataclasses.fields(config.source)}
+        assert names - {"type"} == SOURCE_KEYS[config.source.type][0]
+    assert kinds == ["xapi-ndjson", "xapi-lrs", "moodle"]
+
+
+def test_source_keys_belong_to_their_kind(tmp_path):
+    with pytest.raises(ConfigError, match=r"key 'source.endpoint' does not apply to source type \"xapi-ndjson\" "
+                                          r"\(it is for xapi-lrs\)"):
+        load(tmp_path, MINIMAL + 'endpoint = "https://lrs.example.edu/xAPI/"\n')
+    with pytest.raises(ConfigError, match=r"key 'source.site_url' is required when source.type is \"moodle\""):
+        load(tmp_path, '[source]\ntype = "moodle"\nurl = "postgresql://reader@db/moodle"\n')
+    with pytest.raises(ConfigError, match="only PostgreSQL Moodle databases are supported"):
+        load(tmp_path, '[source]\ntype = "moodle"\nurl = "mysql://reader@db/moodle"\nsite_url = "https://m.example"\n')
+    with pytest.raises(ConfigError, match="must not contain a user name or password"):
+        load(tmp_path, '[source]\ntype = "xapi-lrs"\nendpoint = "https://u:p@lrs.example.edu/"\nusername = "u"\n'
+                       'password_file = "p"\n')
+
+
+def test_the_packaged_config_shows_every_key_in_its_table_with_its_declared_default():
+    """debian/config.toml is tested against config.SCHEMA, the one declaration of the keys: every key is
+    shown in its own table, no other key is, and each shown value is the default (an example, for a key
+    without one) that the key's validator accepts."""
+    import os
+    import re
+    import tomllib
+
+    from lms_refresh.config.schema import REQUIRED, SCHEMA
+
+    root = REPO
+    shown = {}
+    section = ""
+    for line in open(os.path.join(root, "debian", "config.toml")):
+        header = re.match(r"^#? ?\[(\w+)\]", line)
+        if header:
+            section = header.group(1)
+            continue
+        assignment = re.match(r"^#? ?(\w+) = (.*)$", line)
+        if assignment:
+            key, text = assignment.groups()
+            assert key in SCHEMA.get(section, {}), f"debian/config.toml shows [{section}] {key}, which is no such key"
+            value = SCHEMA[section][key].check(tomllib.loads(f"v = {text}")["v"])
+            default = SCHEMA[section][key].default
+            if default is not None and default is not REQUIRED and (section, key) != ("store", "type"):
+                assert value == default, f"debian/config.toml shows [{section}] {key} = {text}, not its default"
+            shown.setdefault((section, key), value)
+    declared = {(section, key) for section, keys in SCHEMA.items() for key in keys}
+    assert declared - set(shown) == set(), "keys the packaged configuration does not show"
+
+
+def test_the_typed_sections_hold_exactly_the_keys_schema_declares_with_their_types():
+    """config/sections.py spells the classes out for readers and tools; SCHEMA stays the one
+    declaration, so every field must be a declared key of its table, with the validator's type
+    (`| None` exactly when the key has no default), and every declared key a field."""
+    from lms_refresh.config import sections
+    from lms_refresh.config.schema import SCHEMA, SOURCE_KEYS
+
+    def expected(section, keys):
+        def annotation(key):
+            spec = SCHEMA[section][key]
+            return spec.check.type | None if spec.default is None else spec.check.type
+        return {key: annotation(key) for key in keys}
+
+    tables = {"window": sections.Window, "store": sections.Store, "retention": sections.Retention,
+              "retry": sections.Retry, "alerts": sections.Alerts, "monitoring": sections.Monitoring,
+              "privacy": sections.Privacy, "publication": sections.Publication}
+    # the top level and [pseudonymisation] (key_file, resolved) are Config's own fields
+    assert set(tables) == set(SCHEMA) - {"", "source", "pseudonymisation"}
+    for section, cls in tables.items():
+        assert {f.name: f.type for f in dataclasses.fields(cls)} == expected(section, SCHEMA[section]), section
+    assert set(sections.SOURCE_SETTINGS) == set(SOURCE_KEYS)
+    for kind, cls in sections.SOURCE_SETTINGS.items():
+        keys = ("type",) + tuple(sorted(SOURCE_KEYS[kind][0]))
+        assert {f.name: f.type for f in dataclasses.fields(cls)} == expected("source", keys), kind

@@ -1,0 +1,311 @@
+"""Each xAPI 1.0.3 statement form: how it counts (flags, day, course, learner) or why it is quarantined.
+
+The statements are written here, one per form; the mapper's learner is the
+identifier text (an identity pseudonymiser) so that tests can name it.
+"""
+
+import hashlib
+import json
+import re
+
+import pytest
+
+from helpers.statements import HOME, statement
+from lms_refresh.disclosure.pseudonyms import Pseudonymiser
+from lms_refresh.sources.xapi import ADL, COURSE_TYPE, StatementMapper, name_id
+from lms_refresh.sources.xapi_fields import InvalidStatement, stored_cursor
+
+COURSE = f"{HOME}/course/BIO101"
+ANN = f"account:{HOME}|ann"
+
+
+def mapper():
+    return StatementMapper("Europe/Paris", lambda identifier: identifier, r"^(.+?/course/[^/?#]+)")
+
+
+def counted(body):
+    """Return (day, course IRI, learner, (attempt, completion, passed, failed), score_micro, duration_ms)."""
+    kind, row = mapper().map(body)
+    assert kind == "event"
+    courses = {name_id(iri): iri for iri in (COURSE, "unknown", "https://other.example/course/X")}
+    return row[0], courses.get(row[1], row[1]), row[2], row[7:11], row[11], row[12]
+
+
+def quarantined(body, reason):
+    with pytest.raises(InvalidStatement) as caught:
+        mapper().map(body)
+    assert str(caught.value) == reason
+
+
+def ann(**facts):
+    facts.setdefault("timestamp", "2026-11-02T10:00:00Z")
+    return statement(learner="ann", stored="2026-11-03T08:00:00.000Z", **facts)
+
+
+def without_context(body):
+    del body["context"]
+    return body
+
+
+# -- objects that are not Activities ------------------------------------------------------------
+
+def test_a_substatement_is_an_event_of_the_actor_and_its_own_verb_and_result_do_not_count():
+    body = ann(verb="planned")
+    body["object"] = {"objectType": "SubStatement",
+                      "actor": {"mbox": "mailto:bob@example.edu"},
+                      "verb": {"id": ADL + "completed"},
+                      "object": {"id": f"{HOME}/course/BIO101/lab/3"},
+                      "result": {"success": True, "completion": True, "score": {"scaled": 0.9}}}
+    assert counted(body) == ("2026-11-02", COURSE, ANN, (0, 0, 0, 0), None, None)
+
+
+def test_the_outer_verb_and_result_of_a_statement_about_a_substatement_do_count():
+    body = ann(verb="attempted", success=False, score=0.25)
+    body["object"] = {"objectType": "SubStatement", "actor": {"mbox": "mailto:bob@example.edu"},
+                      "verb": {"id": ADL + "passed"}, "object": {"id": f"{HOME}/x"}}
+    assert counted(body) == ("2026-11-02", COURSE, ANN, (1, 0, 0, 1), 250_000, None)
+
+
+@pytest.mark.parametrize("target", [
+    {"objectType": "Agent", "mbox": "mailto:tutor@example.edu"},
+    {"objectType": "Group", "account": {"homePage": HOME, "name": "study-group-4"}},
+    {"objectType": "Group", "member": [{"mbox": "mailto:a@example.edu"}]},
+    {"objectType": "StatementRef", "id": "6a3f0c2e-3c1b-4d7e-9f10-2b3c4d5e6f70"},
+])
+def test_agent_group_and_statementref_objects_are_events_in_the_context_course(target):
+    body = ann(verb="interacted")
+    body["object"] = target
+    assert counted(body) == ("2026-11-02", COURSE, ANN, (0, 0, 0, 0), None, None)
+    # Without a context there is no activity id for the course pattern: the course is unknown.
+    assert counted(without_context(body))[1] == "unknown"
+
+
+def test_activity_ids_feed_the_course_pattern_but_other_objects_ids_do_not():
+    body = without_context(ann())
+    body["object"] = {"id": "https://other.example/course/X/page/2"}  # objectType may be left out
+    assert counted(body)[1] == "https://other.example/course/X"
+    body["object"] = {"objectType": "StatementRef", "id": "6a3f0c2e-3c1b-4d7e-9f10-2b3c4d5e6f70"}
+    assert counted(body)[1] == "unknown"
+
+
+def test_open_edx_group_activities_and_activities_without_an_id_count():
+    body = ann(verb="attempted")
+    body["object"] = {"objectType": "GroupActivity", "id": f"{HOME}/xblock/problem-7"}
+    assert counted(body) == ("2026-11-02", COURSE, ANN, (1, 0, 0, 0), None, None)
+    interaction = "http://adlnet.gov/expapi/activities/cmi.interaction"
+    body["object"] = {"objectType": "Activity", "definition": {"type": interaction}}
+    assert counted(body) == ("2026-11-02", COURSE, ANN, (1, 0, 0, 0), None, None)
+
+
+def test_an_activity_id_that_is_not_an_iri_is_quarantined():
+    body = ann()
+    body["object"] = {"objectType": "Activity", "id": "quiz 1"}
+    quarantined(body, "object.id 'quiz 1' is not an IRI")
+
+
+def test_a_course_typed_context_activity_whose_id_is_not_an_iri_is_passed_over():
+    body = ann()
+    body["context"]["contextActivities"]["parent"].insert(0, {"id": "BIO 101", "definition": {"type": COURSE_TYPE}})
+    assert counted(body)[1] == COURSE
+
+
+# -- durations ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, milliseconds", [
+    ("PT4H35M59.14S", 16_559_140),
+    ("P1W", 7 * 86_400_000),
+    ("P4W", 28 * 86_400_000),
+    ("P0.5W", 302_400_000),
+    ("PT1,5S", 1500),
+    ("P1DT12H", 129_600_000),
+    ("PT0S", 0),
+    ("P0Y0M2D", 172_800_000),  # zero years and months: the length is known
+    ("P3Y1M29DT4H35M59.14S", None),  # years and months have no fixed length
+    ("P1M", None),
+    ("P2Y", None),
+])
+def test_durations_of_every_iso_8601_designator_form(text, milliseconds):
+    assert counted(ann(duration=text))[5] == milliseconds
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("P4W1D", "result.duration 'P4W1D' is not an ISO 8601 duration"),  # weeks stand alone in ISO 8601:2004
+    ("P", "result.duration 'P' is not an ISO 8601 duration"),
+    ("PT", "result.duration 'PT' is not an ISO 8601 duration"),
+    ("P1DT", "result.duration 'P1DT' is not an ISO 8601 duration"),
+    ("PT1M2H", "result.duration 'PT1M2H' is not an ISO 8601 duration"),
+    ("P0001-02-03", "result.duration 'P0001-02-03' is not an ISO 8601 duration"),  # the alternative format
+    ("P1.5DT2H", "result.duration 'P1.5DT2H' has a fraction before its last part"),
+    ("P" + "9" * 400 + "D", f"result.duration {('P' + '9' * 400)[:40]!r} is longer than 10000 days"),
+    ("P10001D", "result.duration 'P10001D' is longer than 10000 days"),
+    (90, "result.duration '90' is not an ISO 8601 duration"),
+])
+def test_durations_that_are_not_iso_8601_or_too_long_are_quarantined(text, reason):
+    quarantined(ann(duration=text), reason)
+
+
+# -- actors -------------------------------------------------------------------------------------
+
+def with_actor(actor, **facts):
+    body = ann(**facts)
+    body["actor"] = actor
+    return body
+
+
+def sha1(text):
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def test_an_mbox_and_its_sha1_form_are_one_learner():
+    address = "mailto:Ann.Lee@example.edu"
+    by_mbox = counted(with_actor({"mbox": address}))[2]
+    assert by_mbox == "mbox_sha1sum:" + sha1(address)
+    assert counted(with_actor({"mbox_sha1sum": sha1(address).upper()}))[2] == by_mbox
+    real = StatementMapper("UTC", Pseudonymiser(b"k" * 32), "x")
+    assert real.map(with_actor({"mbox": address}))[1][2] == real.map(with_actor({"mbox_sha1sum": sha1(address)}))[1][2]
+    # Accounts and OpenIDs stay identities of their own.
+    assert counted(with_actor({"openid": "https://id.example.edu/ann"}))[2] == "openid:https://id.example.edu/ann"
+
+
+def test_an_anonymous_group_is_one_learner_named_by_its_sorted_members():
+    members = [{"mbox": "mailto:b@example.edu"}, {"account": {"homePage": HOME, "name": "ann"}},
+               {"objectType": "Agent", "mbox_sha1sum": sha1("mailto:c@example.edu")}]
+    group = {"objectType": "Group", "member": members}
+    learner = counted(with_actor(group, verb="completed"))
+    expected = sorted([ANN, "mbox_sha1sum:" + sha1("mailto:b@example.edu"),
+                       "mbox_sha1sum:" + sha1("mailto:c@example.edu")])
+    assert learner == ("2026-11-02", COURSE, "group:" + json.dumps(expected), (0, 1, 0, 0), None, None)
+    # The same members in another order, one of them by the SHA-1 form of its mbox: the same group.
+    reordered = [members[2], {"mbox_sha1sum": sha1("mailto:b@example.edu")}, members[1]]
+    assert counted(with_actor({"objectType": "Group", "member": reordered}))[2] == learner[2]
+
+
+def test_an_identified_group_is_its_identifier_whatever_its_members():
+    group = {"objectType": "Group", "account": {"homePage": HOME, "name": "team-7"},
+             "member": [{"mbox": "mailto:b@example.edu"}]}
+    assert counted(with_actor(group))[2] == f"account:{HOME}|team-7"
+
+
+@pytest.mark.parametrize("actor, reason", [
+    ({"mbox": "mailto:ann@example.edu", "mbox_sha1sum": sha1("mailto:ann@example.edu")},
+     "actor has more than one inverse functional identifier (mbox, mbox_sha1sum)"),
+    ({"objectType": "Group", "openid": "https://id.example.edu/g", "account": {"homePage": HOME, "name": "g"}},
+     "actor has more than one inverse functional identifier (openid, account)"),
+    ({"mbox": "https://example.edu/ann"}, "actor.mbox is not a mailto: IRI with an address"),
+    ({"mbox": "mailto:example.edu"}, "actor.mbox is not a mailto: IRI with an address"),
+    ({"mbox_sha1sum": "not-a-hash"}, "actor.mbox_sha1sum is not 40 hexadecimal digits"),
+    ({"openid": "ab=c://id.example.edu"}, "actor.openid is not a URI"),
+    ({"account": {"homePage": "lms.example.edu", "name": "ann"}}, "actor.account.homePage is not an IRL"),
+    ({"account": {"homePage": HOME, "name": 42}}, "actor.account.name is not a non-empty string"),
+    ({"account": "ann"}, "actor.account is not an object"),
+    ({"objectType": "Person", "account": {"homePage": HOME, "name": "ann"}},
+     "actor.objectType 'Person' is neither Agent nor Group"),
+    ({"name": "Ann"}, "actor has no inverse functional identifier (mbox, mbox_sha1sum, openid, account)"),
+    ({"member": [{"mbox": "mailto:a@example.edu"}]},  # members make a Group only with objectType Group
+     "actor has no inverse functional identifier (mbox, mbox_sha1sum, openid, account)"),
+    ({"objectType": "Group", "member": []}, "actor is an anonymous Group without members"),
+    ({"objectType": "Group", "member": [{"name": "Bob"}]},
+     "actor.member holds an Agent without an inverse functional identifier"),
+    ({"objectType": "Group", "member": [{"mbox": "mailto:a@example.edu", "openid": "https://id.example.edu/a"}]},
+     "actor.member has more than one inverse functional identifier (mbox, openid)"),
+    ({"objectType": "Group", "member": ["mailto:a@example.edu"]}, "actor.member holds something that is not an Agent"),
+])
+def test_actors_that_do_not_name_exactly_one_learner_are_quarantined(actor, reason):
+    quarantined(with_actor(actor), reason)
+
+
+def test_a_cached_account_is_still_checked_for_its_object_type():
+    m = mapper()
+    assert m.map(ann())[0] == "event"
+    body = ann()
+    body["actor"]["objectType"] = "Activity"
+    with pytest.raises(InvalidStatement, match=r"^actor.objectType 'Activity' is neither Agent nor Group$"):
+        m.map(body)
+
+
+# -- verbs and results --------------------------------------------------------------------------
+
+def test_a_verb_id_that_is_not_an_iri_is_quarantined():
+    body = ann()
+    body["verb"] = {"id": "ab=c://verbs.example/did"}
+    quarantined(body, "verb.id 'ab=c://verbs.example/did' is not an IRI")
+
+
+@pytest.mark.parametrize("facts, reason", [
+    ({"success": "true"}, "result.success is not true or false"),
+    ({"success": 1}, "result.success is not true or false"),
+    ({"completion": "false"}, "result.completion is not true or false"),
+])
+def test_booleans_sent_as_anything_else_are_quarantined(facts, reason):
+    quarantined(ann(**facts), reason)
+
+
+@pytest.mark.parametrize("score, reason", [
+    (87, "result.score is not an object"),
+    ("0.87", "result.score is not an object"),
+    ({"scaled": 1.01}, "result.score.scaled is not a number between -1 and 1"),
+    ({"scaled": "0.5"}, "result.score.scaled is not a number between -1 and 1"),
+])
+def test_scores_that_are_not_objects_or_out_of_range_are_quarantined(score, reason):
+    body = ann()
+    body["result"] = {"score": score}
+    quarantined(body, reason)
+
+
+@pytest.mark.parametrize("score, micro", [
+    ({"scaled": 0.5, "raw": 0, "min": 0, "max": 0}, 500_000),  # Open edX zero-weight problem
+    ({"raw": 0, "min": 0, "max": 0}, None),
+    ({"scaled": -1, "raw": 12, "min": 10, "max": 5}, -1_000_000),  # raw, min and max are not read
+    ({"scaled": None}, None),
+])
+def test_scores_count_by_scaled_alone(score, micro):
+    body = ann(success=True)
+    body["result"]["score"] = score
+    assert counted(body) == ("2026-11-02", COURSE, ANN, (0, 0, 1, 0), micro, None)
+
+
+# -- timestamps ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("suffix", ["Z", "+00:00", "-00:00", "-0000", "-00"])
+def test_utc_timestamps_in_every_spelling_have_the_same_day(suffix):
+    # 23:30 UTC is the next day in Paris, whichever way UTC is written.
+    assert counted(ann(timestamp="2026-11-02T23:30:00.250" + suffix))[0] == "2026-11-03"
+
+
+def test_a_leap_second_is_on_the_day_of_the_second_before_it():
+    assert counted(ann(timestamp="2016-12-31T23:59:60.5Z"))[0] == "2017-01-01"  # 00:59:60 in Paris
+    assert counted(ann(timestamp="2016-12-31T18:59:60-05:00"))[0] == "2017-01-01"
+    body = ann(timestamp="2016-12-31T22:59:60Z")
+    assert StatementMapper("UTC", str, "x").map(body)[1][0] == "2016-12-31"
+    quarantined(ann(timestamp="2016-12-31T23:59:61Z"), "timestamp '2016-12-31T23:59:61Z' is not an ISO 8601 time")
+
+
+def test_the_day_cache_keeps_offsets_apart():
+    m = mapper()
+    assert m.map(ann(timestamp="2026-11-02T20:30:00+00:00"))[1][0] == "2026-11-02"
+    assert m.map(ann(timestamp="2026-11-02T20:30:00-05:00"))[1][0] == "2026-11-03"
+    assert m.map(ann(timestamp="2026-11-02T20:30:59.5+00:00"))[1][0] == "2026-11-02"
+
+
+@pytest.mark.parametrize("timestamp, reason", [
+    ("9999-12-31T23:59:59-23:59", "timestamp '9999-12-31T23:59:59-23:59' is out of range"),
+    ("9999-12-31T23:30:00Z", "timestamp '9999-12-31T23:30:00Z' is out of range"),  # Paris is past year 9999
+    ("2026-11-02", "timestamp '2026-11-02' has no time of day"),
+    ("02/11/2026 10:00", "timestamp '02/11/2026 10:00' is not an ISO 8601 time"),
+])
+def test_timestamps_without_a_day_here_are_quarantined(timestamp, reason):
+    quarantined(ann(timestamp=timestamp), reason)
+
+
+def test_a_timestamp_key_in_other_letter_case_is_not_replaced_by_stored():
+    body = ann()
+    body["timeStamp"] = body.pop("timestamp")
+    quarantined(body, "timestamp is spelt with other letter case (keys are case-sensitive)")
+
+
+def test_stored_times_outside_the_range_are_refused_so_every_cursor_has_four_digits_of_year():
+    assert stored_cursor("1970-01-01T00:00:00+00:00") == "1970-01-01T00:00:00.000000Z"
+    for text in ("0999-01-02T03:04:05+00:00", "0001-01-01T00:00:00+01:00", "1970-01-01T00:30:00+01:00",
+                 "3000-01-01T00:00:00Z"):
+        with pytest.raises(InvalidStatement, match=rf"^stored '{re.escape(text)}' is out of range$"):
+            stored_cursor(text)
