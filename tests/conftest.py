@@ -3,7 +3,6 @@
 import os
 import shutil
 
-import hypothesis
 import pytest
 
 from helpers.lrsserver import VENV as RALPH_VENV, RalphServer
@@ -19,8 +18,11 @@ REQUIRE_ALL = "LMS_REFRESH_REQUIRE_ALL"
 # Under tests/run.sh (and so CI, faketime.sh and the autopkgtest) every property test draws the same
 # examples on every run: a failure there is one that reproduces, never a lucky draw that turns CI red
 # once. Run pytest without that variable to explore fresh examples. Loaded here, before any test
-# module is imported, so that each @settings inherits it.
+# module is imported, so that each @settings inherits it. (Not imported otherwise: the package build's
+# tests run with Build-Depends only, which have no hypothesis.)
 if os.environ.get(REQUIRE_ALL) == "1":
+    import hypothesis
+
     hypothesis.settings.register_profile("reproducible", derandomize=True, database=None)
     hypothesis.settings.load_profile("reproducible")
 
