@@ -20,7 +20,7 @@ Steps (what a refresh does per statement; see bench/cost_workload.py):
   recompute  rebuilding the touched days' partitions and their courses' published rows
   commit     the run's transaction, written to SQLite's WAL
   naive      the yardstick (not a step; not budgeted): per-line json.loads + executemany
-The publication file (store/publication.py) is not a step: its cost follows the published cells
+The publication file (run/publication.py) is not a step: its cost follows the published cells
 (days x courses), not the statements; N and 2N statements of one day publish the same 12 cells.
 
 With both cores busy all the time, a refresh's rate is at most

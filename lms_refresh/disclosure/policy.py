@@ -1,7 +1,10 @@
 """What is published of a cell: the threshold, the perturbation applied, and no existence signal.
 
 Published rows are computed here, in Python, from each store's per-cell
-aggregates, so the two stores cannot drift apart.
+aggregates, so the two stores cannot drift apart. The store only hands over
+aggregates and record keys and keeps the rows it is given (`publish`, which
+the run layer calls: run/publication.py); nothing in lms_refresh.store
+imports this package.
 """
 
 import dataclasses
@@ -33,6 +36,19 @@ class PrivacySettings:
                              "nothing was published. Run lms-refresh again to store it from the configuration.")
         if self.method not in METHODS:
             raise StateError(f"The stored perturbation method {self.method!r} is unknown; nothing was published.")
+
+
+def in_force(store, missing_ok=False):
+    """Return the PrivacySettings in force in `store` (checked: a bad stored value publishes nothing), or
+    None if it has none and `missing_ok`; without them, the store's StateError."""
+    row = store.privacy_settings(missing_ok)
+    return None if row is None else PrivacySettings(**row)
+
+
+def publish(store, courses, settings):
+    """Replace the published rows of `courses` in `store` by what `settings` allow of their cells."""
+    for course in sorted(courses):
+        store.replace_published(course, course_rows(store.course_cells(course), settings))
 
 
 def published_row(cell, settings, table):

@@ -15,7 +15,7 @@ the others do:
 - `withhold_zeros`: false is weaker than true.
 """
 
-from lms_refresh.disclosure.policy import PrivacySettings
+from lms_refresh.disclosure.policy import PrivacySettings, in_force as settings_in_force
 from lms_refresh.errors import ConfigError
 
 
@@ -54,7 +54,7 @@ def weaker(in_force, wanted):
 def require(config, store, accepted):
     """Return how `config` weakens the settings in force in `store` ([] if it does not), or raise
     ConfigError (78) if it does and that was not `accepted` on the command line."""
-    in_force = store.privacy_settings(missing_ok=True)
+    in_force = settings_in_force(store, missing_ok=True)
     lowered = weaker(in_force, configured(config)) if in_force is not None else []
     if lowered and not accepted:
         raise ConfigError(

@@ -10,9 +10,10 @@ from lms_refresh.disclosure.pseudonyms import Pseudonymiser
 from lms_refresh.disclosure.redaction import url_origin
 from lms_refresh.errors import ConfigError, StateError
 from lms_refresh.ops.monitoring import read_url
+from lms_refresh.run import publication
 from lms_refresh.sources import OK, WARNING, Finding, build_source
 from lms_refresh.state_directory import user_name
-from lms_refresh.store import open_store, publication, store_exists
+from lms_refresh.store import open_store, store_exists
 
 
 def preflight(config, euid, environ):

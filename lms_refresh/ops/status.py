@@ -3,10 +3,12 @@
 import dataclasses
 import os
 
+from lms_refresh.disclosure import policy
 from lms_refresh.ops import interruption
+from lms_refresh.run import publication
 from lms_refresh.run.lock import probe
 from lms_refresh.state_directory import LOCK_NAME, refuse_a_file
-from lms_refresh.store import open_store, publication, store_exists
+from lms_refresh.store import open_store, store_exists
 from lms_refresh.window import TIME
 
 
@@ -43,7 +45,7 @@ def collect_status(config, environ):
                 status["quarantined_records"] = store.quarantine_count()
                 # The settings in force, from the store's typed row (a store that still needs an
                 # upgrade was refused by open_store): none before the first run stores them.
-                settings = store.privacy_settings(missing_ok=True)
+                settings = policy.in_force(store, missing_ok=True)
                 status["privacy"] = dataclasses.asdict(settings) if settings else None
                 view_exists = store.serving_view_exists()
         finally:

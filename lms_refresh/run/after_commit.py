@@ -9,7 +9,7 @@ import logging
 
 from lms_refresh.errors import RefreshError, exit_status
 from lms_refresh.run import identity
-from lms_refresh.store.publication import publish_if_behind
+from lms_refresh.run.publication import publish_if_behind
 
 logger = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ def remember(config, key):
 
 
 def publish(refresh, store):
-    """Bring the dashboards' copy up to date for `refresh` (see store/publication.py); on failure,
+    """Bring the dashboards' copy up to date for `refresh` (see run/publication.py); on failure,
     record the run as publish-failed with the exit status and sentence, and raise."""
     try:
         publish_if_behind(refresh.config, store, refresh.euid)

@@ -16,9 +16,9 @@ from lms_refresh.disclosure.redaction import REDACTED, scrub_text
 from lms_refresh.errors import ConfigError
 from lms_refresh.run import identity, stopping
 from lms_refresh.run.lock import LockHeld, lock_held, locked_store, run_lock
+from lms_refresh.run.publication import publish_if_behind, recompute
 from lms_refresh.state_directory import check_writable_file
 from lms_refresh.store import load_driver, store_exists
-from lms_refresh.store.publication import publish_if_behind
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def forget(config, identifier, environ, *, euid, dry_run=False):
                 _forget(config, store, identifier, report=report, stop=stop)
                 _log(report)
                 if not dry_run:
-                    # The dashboards' copy, after the commit (see store/publication.py).
+                    # The dashboards' copy, after the commit (see run/publication.py).
                     publish_if_behind(config, store, euid)
     except LockHeld as held:  # the learner is still there, so say so
         raise lock_held(held.holder, "nothing was forgotten", "forget") from None
@@ -123,7 +123,7 @@ def _forget(config, store, identifier, *, report, stop):
         report.partitions = sorted(set(days))
         if report.partitions:
             # A store upgraded in place gets its cell keys in the rebuild.
-            report.rows_written, report.suppressed = store.recompute(set(days), record_keys=RecordKeys(key))
+            report.rows_written, report.suppressed = recompute(store, set(days), record_keys=RecordKeys(key))
         if report.dry_run:
             store.rollback()
         else:

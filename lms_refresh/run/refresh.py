@@ -22,11 +22,11 @@ import uuid
 
 from lms_refresh import faults, instants, logs, window as windows
 from lms_refresh.config import Config
-from lms_refresh.disclosure import redaction, weakening
+from lms_refresh.disclosure import policy, redaction, weakening
 from lms_refresh.disclosure.cell_key import RecordKeys
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser, fingerprint
 from lms_refresh.errors import RefreshError, StateError, Terminated, exit_status, from_os_error
-from lms_refresh.run import after_commit, identity, retention, stopping, upgrade
+from lms_refresh.run import after_commit, identity, publication, retention, stopping, upgrade
 from lms_refresh.run.lock import LockHeld, lock_held, locked_store, run_lock
 from lms_refresh.run.report import Outcome, Report
 from lms_refresh.sources import build_source
@@ -136,7 +136,7 @@ class Refresh:
     def check_privacy(self, store):
         """Refuse (78) a configuration that protects the publication less than the settings in force, unless
         the request accepts it: then say so, in the journal and in the run's row (see weakening.py)."""
-        in_force = store.privacy_settings(missing_ok=True)
+        in_force = policy.in_force(store, missing_ok=True)
         lowered = weakening.require(self.config, store, self.request.accept_weaker_privacy)
         if not lowered:
             return
@@ -218,7 +218,7 @@ class Refresh:
         self.progress(f"Recomputing {len(days)} daily partitions", force=True)
         store.set_privacy(self.config.min_cell_size, self.config.privacy)
         faults.point("before-recompute")
-        report.rows_written, report.suppressed = store.recompute(days, record_keys=self._record_keys)
+        report.rows_written, report.suppressed = publication.recompute(store, days, record_keys=self._record_keys)
         store.clear_pending_days()
         faults.point("after-recompute")
 

@@ -9,7 +9,7 @@ one PostgreSQL transaction, under the run's flock and the store's advisory
 lock, so the next run continues where the SQLite store stood. It refuses a
 target that already holds anything. After the commit the old SQLite
 publication (the file dashboards read) is removed — stale from then on, it
-must not stay readable (`store.publication.retire_publication`) — and the
+must not stay readable (`run.publication.retire_publication`) — and the
 old store file is left as it was, for the operator to remove.
 """
 
@@ -21,9 +21,9 @@ from lms_refresh.disclosure.pseudonyms import fingerprint, read_key
 from lms_refresh.errors import ConfigError, StateError
 from lms_refresh.run import identity
 from lms_refresh.run.lock import LockHeld, RunLock, lock_held, locked_store, run_lock
+from lms_refresh.run.publication import retire_publication
 from lms_refresh.state_directory import LOCK_NAME
 from lms_refresh.store import load_driver
-from lms_refresh.store.publication import retire_publication
 from lms_refresh.store.tables import SERIAL, TABLES
 
 logger = logging.getLogger(__name__)

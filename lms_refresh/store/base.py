@@ -1,15 +1,18 @@
 """What the SQLite and PostgreSQL stores share: the run's bookkeeping and the metrics' rebuild, in SQL
 written once (the store's `dialect` supplies what differs).
 
+The store aggregates and keeps what it is given: it returns each cell's aggregates and record keys,
+and stores the published rows and privacy settings it is handed. What is published of a cell is
+decided by lms_refresh.disclosure.policy, which the run layer calls (run/publication.py).
+
 Statements are written with `?` placeholders; a store whose driver wants another style converts
 them in `_sql`. Driver-specific work (opening, migrating, staging in bulk) lives in each store.
 """
 
 import contextlib
-import dataclasses
 import json
+import typing
 
-from lms_refresh.disclosure import policy
 from lms_refresh.errors import StateError
 from lms_refresh.sources.redelivery import same_statement
 from lms_refresh.store.erasure import Erasure
@@ -21,6 +24,14 @@ from lms_refresh.store.tables import SERVING_COLUMNS, column_names
 CELL_FIELDS = tuple(name for name in column_names("daily_metrics") if name != "course_id")
 PRIVACY_FIELDS = column_names("privacy_settings")[1:]  # after the id of the one row
 PUBLISHED_FIELDS = column_names("published_metrics")
+
+
+class Recomputed(typing.NamedTuple):
+    """What a recompute did: the metric rows it wrote, the days it rebuilt, the courses to publish again."""
+
+    rows_written: int
+    days: set
+    courses: set
 
 
 class SqlStore(Erasure, RebuildCheck, RunLog):
@@ -204,12 +215,12 @@ class SqlStore(Erasure, RebuildCheck, RunLog):
                              "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                              [(key, json.dumps(value)) for key, value in state.items()])
 
-    # -- the publication (lms_refresh.disclosure.privacy) ---------------------------------
+    # -- the publication's inputs and its rows (decided by lms_refresh.disclosure.policy) --------
 
     def privacy_settings(self, missing_ok=False):
-        """Return the typed privacy settings in force, which the publication is computed with: the one
-        row of privacy_settings, the only place the threshold is kept. Without it nothing may be
-        published (fail closed): a StateError, or None if `missing_ok` (for a report)."""
+        """Return the privacy settings in force as stored, {field: value} of the one row of privacy_settings,
+        the only place the threshold is kept (disclosure.policy.in_force types and checks them). Without
+        it nothing may be published (fail closed): a StateError, or None if `missing_ok` (for a report)."""
         row = self.execute(f"SELECT {', '.join(PRIVACY_FIELDS)} FROM privacy_settings").fetchone()
         if row is None:
             if missing_ok:
@@ -218,17 +229,17 @@ class SqlStore(Erasure, RebuildCheck, RunLog):
                              "Run lms-refresh again to store them from the configuration.")
         values = dict(zip(PRIVACY_FIELDS, row, strict=True))
         values["withhold_zeros"] = bool(values["withhold_zeros"])
-        return policy.PrivacySettings(**values)
+        return values
 
     def set_privacy(self, min_cell_size, settings):
-        """Store the threshold and the noise settings; a change republishes every course."""
-        new = policy.PrivacySettings(min_cell_size, settings.method, settings.max_noise, float(settings.variance),
-                               bool(settings.withhold_zeros))
+        """Store the threshold and the noise settings of `settings` (a [privacy] section or a
+        PrivacySettings); a change republishes every course."""
+        new = {"min_cell_size": min_cell_size, "method": settings.method, "max_noise": settings.max_noise,
+               "variance": float(settings.variance), "withhold_zeros": bool(settings.withhold_zeros)}
         if self.privacy_settings(missing_ok=True) != new:
-            row = dict(dataclasses.asdict(new), withhold_zeros=int(new.withhold_zeros))
             self.execute("DELETE FROM privacy_settings")
             self.execute(f"INSERT INTO privacy_settings (id, {', '.join(PRIVACY_FIELDS)}) VALUES (1, ?, ?, ?, ?, ?)",
-                         [row[field] for field in PRIVACY_FIELDS])
+                         [int(new[field]) if field == "withhold_zeros" else new[field] for field in PRIVACY_FIELDS])
             self._republish_all = True
         # Schema versions 1 and 2 kept the threshold as text in meta as well: that copy would no
         # longer follow the settings in force, so it goes.
@@ -259,22 +270,25 @@ class SqlStore(Erasure, RebuildCheck, RunLog):
                 "SELECT course_id FROM daily_metrics WHERE day = ?", (day,)).fetchall())
         return found
 
-    def publish_courses(self, courses):
-        """Rebuild the published rows of `courses` (every course after a settings change) from daily_metrics."""
-        settings = self.privacy_settings()
-        if self._republish_all:
-            courses = {row[0] for row in self.execute("SELECT course_id FROM published_metrics UNION "
-                                                      "SELECT course_id FROM daily_metrics").fetchall()}
-            self._republish_all = False
-        placeholders = ", ".join("?" for _ in PUBLISHED_FIELDS)
-        for course in sorted(courses):
-            cells = {row[0]: dict(zip(CELL_FIELDS, row, strict=True)) for row in self.execute(
-                f"SELECT {', '.join(CELL_FIELDS)} FROM daily_metrics WHERE course_id = ?", (course,)).fetchall()}
-            self.execute("DELETE FROM published_metrics WHERE course_id = ?", (course,))
-            rows = [(course,) + row for row in policy.course_rows(cells, settings)]
-            if rows:
-                self.executemany(f"INSERT INTO published_metrics ({', '.join(PUBLISHED_FIELDS)}) "
-                                 f"VALUES ({placeholders})", rows)
+    def course_cells(self, course):
+        """Return the aggregates and record keys of `course`'s cells: {day: {field: value}} (CELL_FIELDS)."""
+        return {row[0]: dict(zip(CELL_FIELDS, row, strict=True)) for row in self.execute(
+            f"SELECT {', '.join(CELL_FIELDS)} FROM daily_metrics WHERE course_id = ?", (course,)).fetchall()}
+
+    def replace_published(self, course, rows):
+        """Replace the published rows of `course` by `rows` [(day, values...)], as they are given."""
+        self.execute("DELETE FROM published_metrics WHERE course_id = ?", (course,))
+        if rows:
+            self.executemany(f"INSERT INTO published_metrics ({', '.join(PUBLISHED_FIELDS)}) "
+                             f"VALUES ({', '.join('?' for _ in PUBLISHED_FIELDS)})", [(course,) + row for row in rows])
+
+    def _courses_to_publish(self, courses):
+        """`courses`, or every course once the privacy settings changed."""
+        if not self._republish_all:
+            return courses
+        self._republish_all = False
+        return {row[0] for row in self.execute("SELECT course_id FROM published_metrics UNION "
+                                               "SELECT course_id FROM daily_metrics").fetchall()}
 
     def suppressed_on(self, days):
         """Return how many published rows of `days` have a withheld value (one pass over the withheld rows)."""
@@ -283,9 +297,8 @@ class SqlStore(Erasure, RebuildCheck, RunLog):
         return sum(count for day, count in counts.fetchall() if day in days)
 
     def recompute(self, days, *, record_keys):
-        """Delete and rebuild the partitions of `days` from all staged events of those days, then republish
-        the courses they touch. Returns (rows written, suppressed cells among the published rows of `days`).
-        """
+        """Delete and rebuild the partitions of `days` from all staged events of those days; return what it
+        did (a Recomputed: the courses they touch, or all after a settings change, are to be published)."""
         if self.fill_record_keys(record_keys):
             days = set(days) | self.all_days()  # an upgraded store: every day gets its cell keys
         horizon = self.meta().get("staging_horizon")  # see lms_refresh.run.retention
@@ -293,8 +306,7 @@ class SqlStore(Erasure, RebuildCheck, RunLog):
             days = {day for day in days if day >= horizon}  # a closed day is never rebuilt from what is left
         courses = self.courses_on(days)
         written = self.rebuild_partitions(days)
-        self.publish_courses(courses | self.courses_on(days))
-        return written, self.suppressed_on(days)
+        return Recomputed(written, days, self._courses_to_publish(courses | self.courses_on(days)))
 
     def rebuild_partitions(self, days):
         """Delete and rebuild the metrics of `days` from all staged events of those days; return the rows written."""

@@ -78,6 +78,20 @@ def test_no_import_runs_back_up_a_layer(dotted):
     assert upward == [], f"{dotted} (layer {layer(dotted)}) imports from a layer above it"
 
 
+# The store aggregates and keeps what it is given; what is published of a cell (threshold, perturbation,
+# the settings in force) is lms_refresh.disclosure's to decide, called from the run layer. Only how text
+# is shown (disclosure.redaction: the run log's messages, quarantined records, URLs) reaches into the store.
+STORE_MAY_USE_OF_DISCLOSURE = {"lms_refresh.disclosure.redaction"}
+
+
+@pytest.mark.parametrize("dotted", sorted(name for name in modules() if name.startswith("lms_refresh.store")))
+def test_the_store_does_not_decide_what_is_published(dotted):
+    used = sorted(name for name in imports(modules()[dotted], dotted)
+                  if (name == "lms_refresh.disclosure" or name.startswith("lms_refresh.disclosure."))
+                  and name not in STORE_MAY_USE_OF_DISCLOSURE)
+    assert used == [], f"{dotted} imports the disclosure policy: hand it the published rows instead"
+
+
 def test_no_import_circle():
     graph = {name: imports(path, name, top_level_only=True) - {name} for name, path in modules().items()}
     # A package's __init__ is imported by each of its modules' imports; follow only real edges.

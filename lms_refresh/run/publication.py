@@ -1,4 +1,8 @@
-"""The publication: the only thing dashboards read.
+"""The publication: the only thing dashboards read, and the published rows it copies.
+
+`recompute` rebuilds days in the store and has lms_refresh.disclosure.policy
+decide what is published of the cells they touch: the store aggregates and
+keeps the rows it is given, disclosure decides, and this layer joins them.
 
 On SQLite the serving rows are copied into their own database file after
 each run's commit. The file holds the published rows and the parameters
@@ -26,6 +30,7 @@ import sqlite3
 import stat
 
 from lms_refresh import atomic
+from lms_refresh.disclosure import policy
 from lms_refresh.errors import ConfigError, RefreshError, StateError, from_os_error
 from lms_refresh.store import open_store, store_exists
 from lms_refresh.store.tables import SERVING_COLUMNS
@@ -61,12 +66,21 @@ def published_digest(path):
         return None  # damaged or foreign: replaced by the next publication
 
 
+def recompute(store, days, *, record_keys):
+    """Rebuild the partitions of `days` in `store` from their staged events and publish again the courses
+    they touch (all of them after a settings change) as the settings in force allow; return (rows written,
+    suppressed cells among the published rows of the days rebuilt)."""
+    done = store.recompute(days, record_keys=record_keys)
+    policy.publish(store, done.courses, policy.in_force(store))
+    return done.rows_written, store.suppressed_on(done.days)
+
+
 def read_state(config, environ):
     """Return (serving rows, privacy settings) from the store, read-only."""
     store = open_store(config, environ, create=False, read_only=True)
     try:
         with store.errors():
-            return store.serving_rows(), store.privacy_settings()
+            return store.serving_rows(), policy.in_force(store)
     finally:
         store.close()
 
@@ -91,7 +105,7 @@ def _publish(config, store, euid):
     path, group = config.publication.path, config.publication.group
     gid = group_id(group) if group else None
     with store.errors():
-        rows, settings = store.serving_rows(), store.privacy_settings()
+        rows, settings = store.serving_rows(), policy.in_force(store)
     wanted = digest(rows, settings)
     if published_digest(path) == wanted and _has_permissions(path, _mode(gid), gid):
         return False
