@@ -2,10 +2,10 @@
 
 import os
 import subprocess
-import sys
 
 import pytest
 
+from helpers.readable import readable_package
 from lms_refresh.credentials import CREDENTIALS_DIRECTORY, credentials_directory, read_secret
 from lms_refresh.errors import ConfigError
 
@@ -53,8 +53,10 @@ def test_an_unreadable_credential_says_how_to_make_it_readable(tmp_path):
     script = ("import sys; from lms_refresh.credentials import read_secret\n"
               "try:\n    read_secret('store-password', {'LMS_REFRESH_CREDENTIALS': sys.argv[1]})\n"
               "except Exception as error:\n    print(error)\n")
-    result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
-                             script, str(directory)], capture_output=True, text=True, check=True)
+    python, code = readable_package(str(tmp_path))
+    result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c",
+                             script, str(directory)], capture_output=True, text=True, check=True,
+                            env=dict(os.environ, PYTHONPATH=code, PYTHONDONTWRITEBYTECODE="1"))
     assert result.stdout.startswith(f"Cannot read the credential {directory}/store-password: Permission denied; "
                                     "the service user reads it through its group: chown root:lms-refresh and "
                                     "chmod 0640 it"), result
