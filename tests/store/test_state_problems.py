@@ -116,12 +116,13 @@ def test_root_runs_as_the_owner_of_the_state_directory_and_leaves_nothing_root_o
         command = [python, "-m", "lms_refresh", "--config", str(project.config)]
         environment = project.environment({"PYTHONPATH": code, "PYTHONDONTWRITEBYTECODE": "1"})
         result = subprocess.run(command + ["--now", "2026-11-04T04:15:00Z", "run"], capture_output=True, text=True,
-                                env=environment, timeout=300)
+                                env=environment, timeout=300, cwd=code)  # not the tree's own copy from the cwd
         assert result.returncode == 0, result.stderr
         assert len(project.runs()) == len(before) + 1
         owners = {p.stat().st_uid for p in [project.state] + list(project.state.rglob("*"))}
         assert owners == {65534}, owners
-        check = subprocess.run(command + ["check"], capture_output=True, text=True, env=environment, timeout=300)
+        check = subprocess.run(command + ["check"], capture_output=True, text=True, env=environment, timeout=300,
+                               cwd=code)
         assert check.returncode == 0, (check.stdout, check.stderr)
         assert f"state directory {project.state}: writable" in check.stdout
     finally:

@@ -56,7 +56,7 @@ def test_an_unreadable_credential_says_how_to_make_it_readable(tmp_path):
     python, code = readable_package(str(tmp_path))
     result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c",
                              script, str(directory)], capture_output=True, text=True, check=True,
-                            env=dict(os.environ, PYTHONPATH=code, PYTHONDONTWRITEBYTECODE="1"))
+                            env=dict(os.environ, PYTHONPATH=code, PYTHONDONTWRITEBYTECODE="1"), cwd=code)
     assert result.stdout.startswith(f"Cannot read the credential {directory}/store-password: Permission denied; "
                                     "the service user reads it through its group: chown root:lms-refresh and "
                                     "chmod 0640 it"), result
