@@ -1,7 +1,9 @@
 """Credentials: a bare name from the unit's $CREDENTIALS_DIRECTORY, else the credentials directory; a path as is."""
 
 import os
+import shutil
 import subprocess
+import tempfile
 
 import pytest
 
@@ -53,10 +55,14 @@ def test_an_unreadable_credential_says_how_to_make_it_readable(tmp_path):
     script = ("import sys; from lms_refresh.credentials import read_secret\n"
               "try:\n    read_secret('store-password', {'LMS_REFRESH_CREDENTIALS': sys.argv[1]})\n"
               "except Exception as error:\n    print(error)\n")
-    python, code = readable_package(str(tmp_path))
-    result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c",
-                             script, str(directory)], capture_output=True, text=True, check=True,
-                            env=dict(os.environ, PYTHONPATH=code, PYTHONDONTWRITEBYTECODE="1"), cwd=code)
+    reachable = tempfile.mkdtemp(prefix="lmsr-code-")  # pytest's own tmp_path lies below a 0700 directory
+    try:
+        python, code = readable_package(reachable)
+        result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c",
+                                 script, str(directory)], capture_output=True, text=True, check=True,
+                                env=dict(os.environ, PYTHONPATH=code, PYTHONDONTWRITEBYTECODE="1"), cwd=code)
+    finally:
+        shutil.rmtree(reachable)
     assert result.stdout.startswith(f"Cannot read the credential {directory}/store-password: Permission denied; "
                                     "the service user reads it through its group: chown root:lms-refresh and "
                                     "chmod 0640 it"), result
