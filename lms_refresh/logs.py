@@ -30,6 +30,7 @@ MESSAGE_IDS = {
     "alert-sent": uuid.UUID("a2c2a192e29d40cfa63f198179e1d4dc"),
     "alert-undelivered": uuid.UUID("ed00050407274a8d954481184885fb94"),
     "privacy-weakened": uuid.UUID("c92f555a5f47480b930015504f258a3e"),
+    "bad-input-accepted": uuid.UUID("a40ac6baf67a43cfa862ac26d463fef0"),
 }
 RUN_STARTED = "run-started"
 RUN_FINISHED = "run-finished"
@@ -42,6 +43,7 @@ RUN_RETRYING = "run-retrying"
 ALERT_SENT = "alert-sent"
 ALERT_UNDELIVERED = "alert-undelivered"
 PRIVACY_WEAKENED = "privacy-weakened"
+BAD_INPUT_ACCEPTED = "bad-input-accepted"
 
 # The OUTCOME field of the records that end a run (`journalctl OUTCOME=failure`).
 OUTCOMES = {RUN_FINISHED: "success", DRY_RUN_FINISHED: "dry-run", NOTHING_TO_DO: "nothing-to-do",

@@ -21,9 +21,14 @@ _weaker_option = click.option(
     "--accept-weaker-privacy", is_flag=True,
     help="Apply a min_cell_size or [privacy] that protects less than the settings in force (refused with 78 "
          "otherwise); logged.")
+# Commits a window although more than max_quarantine_share of its records were malformed (they stay quarantined).
+_bad_input_option = click.option(
+    "--accept-bad-input", is_flag=True,
+    help="Commit although more than max_quarantine_share of the window's records were malformed (exit 65 "
+         "otherwise); they stay quarantined; logged.")
 
 
-def _do_refresh(settings, kind, dry_run, *, since=None, until=None, weaker=False):
+def _do_refresh(settings, kind, dry_run, *, since=None, until=None, weaker=False, bad_input=False):
     """Run one refresh of `kind` (SINCE and UNTIL as typed, in the configured time zone); return its exit code.
 
     Any error of the run (a configuration error too) is logged as its run-failed journal record.
@@ -32,7 +37,7 @@ def _do_refresh(settings, kind, dry_run, *, since=None, until=None, weaker=False
     try:
         config = settings.config()
         request = Request(kind, user_time(since, config, "--since"), user_time(until, config, "--until"), dry_run,
-                          accept_weaker_privacy=weaker)
+                          accept_weaker_privacy=weaker, accept_bad_input=bad_input)
         report, error = run_job(Refresh(config, request, settings.now, os.environ, os.geteuid(),
                                         Progress(os.environ, scrub=redaction.scrub_text)))
     except click.ClickException:
@@ -67,13 +72,14 @@ def _do_refresh(settings, kind, dry_run, *, since=None, until=None, weaker=False
 @click.command()
 @click.option("--dry-run", is_flag=True, help="Show the window, partitions and row counts; write nothing.")
 @_weaker_option
+@_bad_input_option
 @click.pass_obj
-def run(settings, dry_run, *, accept_weaker_privacy):
+def run(settings, dry_run, *, accept_weaker_privacy, accept_bad_input):
     """Refresh from the last successful run's watermark to now (the timer's entrypoint).
 
     Example: lms-refresh run --dry-run
     """
-    return _do_refresh(settings, RUN, dry_run, weaker=accept_weaker_privacy)
+    return _do_refresh(settings, RUN, dry_run, weaker=accept_weaker_privacy, bad_input=accept_bad_input)
 
 
 @click.command()
@@ -81,8 +87,9 @@ def run(settings, dry_run, *, accept_weaker_privacy):
 @click.option("--until", required=True, type=UserTime(), help="End (exclusive): ISO date or datetime.")
 @click.option("--dry-run", is_flag=True, help="Show what would be done; write nothing.")
 @_weaker_option
+@_bad_input_option
 @click.pass_obj
-def backfill(settings, since, until, *, dry_run, accept_weaker_privacy):
+def backfill(settings, since, until, *, dry_run, accept_weaker_privacy, accept_bad_input):
     """Refresh an explicit window of arrival times [SINCE, UNTIL).
 
     Dates mean local midnight and datetimes without an offset are local time,
@@ -91,15 +98,17 @@ def backfill(settings, since, until, *, dry_run, accept_weaker_privacy):
 
     Example: lms-refresh backfill --since 2026-09-01 --until 2026-10-01
     """
-    return _do_refresh(settings, BACKFILL, dry_run, since=since, until=until, weaker=accept_weaker_privacy)
+    return _do_refresh(settings, BACKFILL, dry_run, since=since, until=until, weaker=accept_weaker_privacy,
+                       bad_input=accept_bad_input)
 
 
 @click.command()
 @click.option("--since", required=True, type=UserTime(), help="Re-read the source from here: ISO date or datetime.")
 @click.option("--dry-run", is_flag=True, help="Show what the rebuilt store would hold; write nothing.")
 @_weaker_option
+@_bad_input_option
 @click.pass_obj
-def rebuild(settings, since, *, dry_run, accept_weaker_privacy):
+def rebuild(settings, since, *, dry_run, accept_weaker_privacy, accept_bad_input):
     """Start the store's derived data over from the source, from SINCE to now.
 
     The way to apply a change the store refuses (time zone, course_pattern,
@@ -112,7 +121,8 @@ def rebuild(settings, since, *, dry_run, accept_weaker_privacy):
 
     Example: lms-refresh rebuild --since 2026-09-01
     """
-    return _do_refresh(settings, REBUILD, dry_run, since=since, weaker=accept_weaker_privacy)
+    return _do_refresh(settings, REBUILD, dry_run, since=since, weaker=accept_weaker_privacy,
+                       bad_input=accept_bad_input)
 
 
 @click.command("copy-store")

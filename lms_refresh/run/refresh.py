@@ -1,10 +1,9 @@
 """One refresh: lock → open store → check state → choose window → stage → recompute → commit → publish.
 
-A `Refresh` is one run. It holds everything the run depends on (config,
-the `Request`, now, environment, effective uid, progress, the SIGTERM
-policy) and the `Report` of what it did; each phase is one method. `run`,
-`backfill` and `rebuild` are this one code path; they differ only in the
-request (how the window is chosen, and a rebuild's reset).
+A `Refresh` is one run. It holds everything the run depends on (config, the `Request`, now, environment,
+effective uid, progress, the SIGTERM policy) and the `Report` of what it did; each phase is one method. `run`,
+`backfill` and `rebuild` are this one code path; they differ only in the request (how the window is chosen,
+and a rebuild's reset).
 
 One error path: phases raise (lms_refresh.errors' domain errors, or whatever
 broke). `_settle` rolls a failure back and records it (after the commit it is
@@ -53,6 +52,7 @@ class Request:
     until: dt.datetime | None = None  # a backfill's end; None: now
     dry_run: bool = False
     accept_weaker_privacy: bool = False  # apply a configuration that protects less than the store's (weakening.py)
+    accept_bad_input: bool = False  # commit although more than max_quarantine_share of the records were malformed
 
     def __post_init__(self):
         if self.kind not in (RUN, BACKFILL, REBUILD) or (self.since is None) != (self.kind == RUN):
@@ -205,7 +205,7 @@ class Refresh:
             self.progress(f"Read {report.statements_read} statements in the window, {report.quarantined} quarantined")
             faults.point("batch-staged")
         days |= store.finish_staging()
-        self.report.refuse_past_share(self.config.max_quarantine_share)
+        self.report.refuse_past_share(self.config.max_quarantine_share, accept=self.request.accept_bad_input)
         return days
 
     def recompute(self, store, window, days, *, horizon):

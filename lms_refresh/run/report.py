@@ -7,11 +7,14 @@ and the journal's fields (lms_refresh.logs.run_fields) read it.
 
 import dataclasses
 import datetime as dt
+import logging
 import time
 import typing
 
-from lms_refresh import __version__, instants, window as windows
+from lms_refresh import __version__, instants, logs, window as windows
 from lms_refresh.errors import BadInputError
+
+logger = logging.getLogger("lms_refresh")
 
 
 @dataclasses.dataclass
@@ -35,17 +38,33 @@ class Report:
     note: str = ""  # what the run log's row says of a successful run (a deliberate weakening of privacy)
     started: float = dataclasses.field(default_factory=time.monotonic)
 
-    def refuse_past_share(self, share_allowed):
-        """Fail the run (65) past `share_allowed` (max_quarantine_share) of malformed records: statements
-        for closed days (older than the staging horizon) are quarantined too, but they are not malformed."""
+    def past_share(self, share_allowed):
+        """Return what is wrong (a sentence) if more than `share_allowed` (max_quarantine_share) of the records
+        were malformed, else None: statements for closed days (older than the staging horizon) are quarantined
+        too, but they are not malformed."""
         malformed = self.quarantined - self.closed
         if malformed and malformed > share_allowed * self.statements_read:
             share = malformed / self.statements_read
-            raise BadInputError(
-                f"{malformed} of {self.statements_read} records in the window were malformed "
-                f"({share:.1%}, more than max_quarantine_share = {share_allowed:.1%}); "
-                "nothing was committed. See the quarantine table (lms-refresh status) and fix the source."
-            )
+            return (f"{malformed} of {self.statements_read} records in the window were malformed "
+                    f"({share:.1%}, more than max_quarantine_share = {share_allowed:.1%})")
+        return None
+
+    def refuse_past_share(self, share_allowed, *, accept=False):
+        """Fail the run (65) past `share_allowed` of malformed records, unless the request accepts them (`accept`,
+        `--accept-bad-input`): then the run goes on and says so, in the journal and in its row."""
+        wrong = self.past_share(share_allowed)
+        if wrong is None:
+            return
+        if accept:
+            accepted = f"bad input accepted deliberately (--accept-bad-input): {wrong}"
+            self.note = f"{self.note}; {accepted}" if self.note else accepted
+            logger.warning("Bad input accepted deliberately (--accept-bad-input): %s; the records stay in the "
+                           "quarantine.", wrong, extra=logs.fields(logs.BAD_INPUT_ACCEPTED, RUN_ID=self.run_id))
+            return
+        raise BadInputError(
+            f"{wrong}; nothing was committed. See the quarantine table (lms-refresh status) and fix the source, "
+            "or accept these records once: lms-refresh run --accept-bad-input (README, \"Bad input\")."
+        )
 
     def row(self, now, exit_code=0, message=""):
         """Return the run log's row for this run, which started at `now` and ends about now."""

@@ -78,13 +78,44 @@ def test_a_stored_within_the_tolerance_waits_for_its_window_and_is_not_quarantin
     assert [row[:4] for row in project.serving() if row[2]] == [("2026-11-02", COURSE, 12, 12)]
 
 
-def test_one_line_stored_in_the_future_alone_in_a_quiet_run_fails_it_with_65_and_one_sentence(project):
-    """It is bad input like any malformed record: past max_quarantine_share the run fails (65), saying why."""
+def test_one_line_stored_in_the_future_alone_in_a_quiet_run_fails_until_it_is_accepted_once(project):
+    """It is bad input like any malformed record: past max_quarantine_share the run fails (65), saying why and how to
+    accept it; every later quiet run fails the same way (the watermark stays) until one run accepts it, deliberately
+    and logged; after that the scheduled runs read only what is new."""
     project.write("a.ndjson", [statement(timestamp="2026-11-02T10:00:00Z", stored="2999-12-31T23:59:59Z")])
-    result = project.invoke("run", now=text(NOW))
-    assert result.returncode == 65, result.stderr
-    assert "1 of 1 records in the window were malformed" in result.stderr
+    for later in (0, 1):  # a quiet night, and the next one: the same record, the same refusal
+        result = project.invoke("run", now=text(NOW + dt.timedelta(days=later)))
+        assert result.returncode == 65, result.stderr
+        assert ("1 of 1 records in the window were malformed (100.0%, more than max_quarantine_share = 1.0%); "
+                "nothing was committed. See the quarantine table (lms-refresh status) and fix the source, or accept "
+                "these records once: lms-refresh run --accept-bad-input") in result.stderr
+    assert project.query("SELECT COUNT(*) FROM runs WHERE outcome = 'success'") == [(0,)]
+    accepted = project.invoke("run", "--accept-bad-input", now=text(NOW + dt.timedelta(days=2)))
+    assert accepted.returncode == 0, accepted.stderr
+    assert ("Bad input accepted deliberately (--accept-bad-input): 1 of 1 records in the window were malformed "
+            "(100.0%, more than max_quarantine_share = 1.0%); the records stay in the quarantine.") in accepted.stderr
+    assert project.query("SELECT outcome, quarantined, message FROM runs ORDER BY started_at DESC LIMIT 1") == [
+        ("success", 1, "bad input accepted deliberately (--accept-bad-input): 1 of 1 records in the window were "
+                       "malformed (100.0%, more than max_quarantine_share = 1.0%)")]
+    # Kept once, as the first refusal recorded it (a failed run's records are kept as evidence).
     assert project.query("SELECT reason FROM quarantine") == [(reason("2999-12-31T23:59:59.000000Z"),)]
+    # The next scheduled run, without the option: the record is settled, the new statements count.
+    project.write("b.ndjson", [statement(learner=f"u{i}", timestamp="2026-11-05T10:00:00Z",
+                                         stored="2026-11-05T11:00:00Z") for i in range(12)])
+    result = project.invoke("run", now=text(NOW + dt.timedelta(days=3)))
+    assert result.returncode == 0, result.stderr
+    assert project.query("SELECT statements_read, quarantined, message FROM runs ORDER BY started_at DESC LIMIT 1"
+                         ) == [(12, 0, "")]
+    assert [row[:4] for row in project.serving() if row[2]] == [("2026-11-05", COURSE, 12, 12)]
+
+
+def test_accepting_bad_input_is_refused_for_nothing_and_changes_no_run_within_the_share(project):
+    """The option accepts only what is past the share: a run within it commits as always, its row says nothing of it."""
+    project.write("a.ndjson", [statement(learner=f"u{i}", timestamp="2026-11-02T10:00:00Z") for i in range(12)])
+    result = project.invoke("run", "--accept-bad-input", now=text(NOW))
+    assert result.returncode == 0, result.stderr
+    assert "accepted deliberately" not in result.stderr
+    assert project.query("SELECT outcome, message FROM runs") == [("success", "")]
 
 
 # -- an LRS ----------------------------------------------------------------------------------------------------
