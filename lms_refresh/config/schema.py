@@ -147,6 +147,9 @@ SCHEMA = {
                                  "<state directory>-publication/serving.sqlite."),
         "group": Key(v.typed(str), None, "The group that may read the publication (mode 0640); unset: every "
                                         "account may (0644)."),
+        "language": Key(v.language_tag, "en", "The language of the published course names: Moodle's multilang "
+                                            "markup is reduced to it; an xAPI name map is read in it, else en-US, "
+                                            "en, any."),
     },
 }
 

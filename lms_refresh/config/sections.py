@@ -75,10 +75,11 @@ class Privacy:
 
 @dataclasses.dataclass(frozen=True)
 class Publication:
-    """[publication]: the file dashboards read; `path` is resolved."""
+    """[publication]: the file dashboards read; `path` is resolved; the course names' language."""
 
     path: str | None
     group: str | None
+    language: str
 
 
 @dataclasses.dataclass(frozen=True)

@@ -128,6 +128,13 @@ def regex(value):
     return value
 
 
+@accepting('a language tag such as "en", "fr", "en-US" or Moodle\'s "pt_br"', str)
+def language_tag(value):
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z]{2,8}(?:[-_][A-Za-z0-9]{1,8}){0,3}", value):
+        raise ValueError(f"must be a language tag such as \"en\" or \"fr-CA\", not {str(value)[:40]!r}")
+    return value
+
+
 @accepting("a path", str)
 def path(value):
     value = typed(str)(value)

@@ -1,12 +1,11 @@
 """What may be shown of a message, a URL or a quarantined record: one rule for every output.
 
-`scrub_text` is applied to every text written for people (log records, the
-run log, alerts, `check` and `status --check` lines, Healthchecks bodies, the
-quarantine): it removes credentials read by this process, URLs' passwords,
-secret-named query parameters and anything shaped like an e-mail address
-(README, "What is redacted, and where"). A URL shown on its own goes through
-`url_origin` (scheme://host:port) or `url_without_password` (a database URL).
-A quarantined record goes through `Redactor`.
+`scrub_text` is applied to every text written for people (log records, the run log, alerts, `check`
+and `status --check` lines, Healthchecks bodies, the quarantine): it removes credentials read by this
+process, URLs' passwords, secret-named query parameters and anything shaped like an e-mail address
+(README, "What is redacted, and where"). A URL shown on its own goes through `url_origin`
+(scheme://host:port) or `url_without_password` (a database URL). A quarantined record goes through
+`Redactor`, a published course name through `without_identifiers`.
 """
 
 import contextlib
@@ -94,10 +93,10 @@ def _secret_forms(secret):
 
 
 def url_origin(url):
-    """Return "scheme://host:port" of `url` and nothing else, for a URL that may carry a token (a webhook,
-    a Healthchecks check) or that a server sent (an LRS's redirect). The port is the URL's or its scheme's
-    default; a scheme, host or port that is not one is named as such ("<not a host name>"), a text that is
-    no scheme://host URL at all "<not a URL>"."""
+    """Return "scheme://host:port" of `url` and nothing else, for a URL that may carry a token (a webhook, a
+    Healthchecks check) or that a server sent (an LRS's redirect). The port is the URL's or its scheme's default;
+    a scheme, host or port that is not one is named as such ("<not a host name>"), a text that is no scheme://host
+    URL at all "<not a URL>"."""
     try:
         parts = urllib.parse.urlsplit(url.strip() if isinstance(url, str) else "")
     except ValueError:  # an unbalanced [
@@ -138,24 +137,19 @@ def _agent_shaped(value):
 class Redactor:
     """Turn a quarantine row (origin, reason, raw text) into one without identifiers.
 
-    Every identifier of a person that can be found in a record — `mbox`,
-    `mbox_sha1sum`, `openid`, `account.name` and `name` wherever an Agent or
-    Group can appear (actor, authority, context instructor and team, an
-    Agent/Group object, a SubStatement's, Group members), and a Moodle row's
-    `userid`, `relateduserid`, `realuserid` — is replaced by its pseudonym
-    (`pseudonym:N`, the keyed hash the run stages, so `forget` finds it) or by
-    `[redacted]`. Every other string of the record, and its origin and reason,
-    loses those identifiers (and an mbox's address and its part before the @)
-    in any letter case — a string that equals a shorter one goes whole — and
-    then goes through `scrub_text`. A record that cannot be read at all (not
-    JSON, too deep, not an object) is kept as its size only: its bytes may
-    hold identifiers that cannot be located.
+    Every identifier of a person that can be found in a record — `mbox`, `mbox_sha1sum`, `openid`,
+    `account.name` and `name` wherever an Agent or Group can appear (actor, authority, context instructor and
+    team, an Agent/Group object, a SubStatement's, Group members), and a Moodle row's `userid`, `relateduserid`,
+    `realuserid` — is replaced by its pseudonym (`pseudonym:N`, the keyed hash the run stages, so `forget` finds
+    it) or by `[redacted]`. Every other string of the record, and its origin and reason, loses those identifiers
+    (and an mbox's address and its part before the @) in any letter case — a string that equals a shorter one
+    goes whole — and then goes through `scrub_text`. A record that cannot be read at all (not JSON, too deep,
+    not an object) is kept as its size only: its bytes may hold identifiers that cannot be located.
 
-    `identify(actor)` is the source's own reading of an actor's identifier
-    text (the xAPI mapper's `actor_identifier`), raising ValueError for an
-    actor it gives no pseudonym: a marker here is then the one the mapper
-    gives, and redaction needs no source. `moodle_site` is the Moodle
-    source's site_url (None for xAPI sources).
+    `identify(actor)` is the source's own reading of an actor's identifier text (the xAPI mapper's
+    `actor_identifier`), raising ValueError for an actor it gives no pseudonym: a marker here is then the one
+    the mapper gives, and redaction needs no source. `moodle_site` is the Moodle source's site_url (None for
+    xAPI sources).
     """
 
     def __init__(self, key, identify, moodle_site=None):
@@ -310,8 +304,7 @@ class _Found:
     def rule(self):
         """Return a function of a string: without these identifiers, then through `scrub_text`."""
         whole, pattern = self.whole, None
-        # Python's case-insensitive matching folds one character to one ("ß" is not "SS"): a string
-        # that still holds a non-ASCII identifier in another folding goes whole.
+        # Matching folds one character to one ("ß" is not "SS"): a text still holding a non-ASCII one goes whole.
         folded = [_folded(value) for value in self.inside if not value.isascii()]
         if self.inside:
             # Longest first, so an address is replaced whole before a shorter value inside it; whole
@@ -326,6 +319,13 @@ class _Found:
             text = scrub_text(text).replace(_HOLE, REDACTED)
             return REDACTED if folded and any(value in _folded(text) for value in folded) else text
         return scrub
+
+
+def without_identifiers(text, identifiers):
+    """Return `text` without the strings `identifiers`, as a quarantined record's strings lose them, then scrubbed."""
+    found = _Found()
+    found.remember(list(identifiers))
+    return found.rule()(text)
 
 
 def _folded(text):

@@ -11,6 +11,9 @@ replaced atomically (lms_refresh/atomic.py), in rollback-journal mode (not
 WAL), so that readers in another account need nothing but read access to
 that one file.
 
+Beside `daily_metrics`, table `courses` names the courses that have rows
+there (store/course_names.py; its text was made safe by disclosure/names.py).
+
 The file records a digest of what it holds. A run that committed but died
 before publishing leaves the previous file, whose digest then differs from
 the store's rows, and the next run (even one with nothing to do) publishes
@@ -33,7 +36,7 @@ from lms_refresh import atomic
 from lms_refresh.disclosure import policy
 from lms_refresh.errors import ConfigError, RefreshError, StateError, from_os_error
 from lms_refresh.store import open_store, store_exists
-from lms_refresh.store.tables import SERVING_COLUMNS
+from lms_refresh.store.tables import COURSE_COLUMNS, SERVING_COLUMNS
 
 logger = logging.getLogger(__name__)
 
@@ -44,14 +47,17 @@ _TABLE = """CREATE TABLE daily_metrics (
     day TEXT NOT NULL, course TEXT NOT NULL, active_learners INTEGER, statements INTEGER, attempts INTEGER,
     completions INTEGER, passed INTEGER, failed INTEGER, avg_scaled_score REAL, total_duration_seconds REAL,
     suppressed INTEGER NOT NULL, PRIMARY KEY (day, course))"""
+_COURSES = """CREATE TABLE courses (
+    course TEXT NOT NULL PRIMARY KEY, name TEXT, short_name TEXT, category TEXT, start_date TEXT, end_date TEXT)"""
 _ABOUT = """CREATE TABLE publication (
     digest TEXT NOT NULL, min_cell_size INTEGER NOT NULL, method TEXT NOT NULL, max_noise INTEGER NOT NULL,
     variance REAL NOT NULL, withhold_zeros INTEGER NOT NULL)"""
 
 
-def digest(rows, settings):
-    """Return the digest of what a publication holds: its rows and the settings they were computed with."""
-    text = repr((tuple(rows), settings))
+def digest(rows, settings, courses=()):
+    """Return the digest of what a publication holds: its rows, the settings they were computed with and the
+    course names (a renamed course publishes again)."""
+    text = repr((tuple(rows), settings, tuple(courses)))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -76,11 +82,11 @@ def recompute(store, days, *, record_keys):
 
 
 def read_state(config, environ):
-    """Return (serving rows, privacy settings) from the store, read-only."""
+    """Return (serving rows, privacy settings, course names) from the store, read-only."""
     store = open_store(config, environ, create=False, read_only=True)
     try:
         with store.errors():
-            return store.serving_rows(), policy.in_force(store)
+            return store.serving_rows(), policy.in_force(store), store.course_rows()
     finally:
         store.close()
 
@@ -105,11 +111,11 @@ def _publish(config, store, euid):
     path, group = config.publication.path, config.publication.group
     gid = group_id(group) if group else None
     with store.errors():
-        rows, settings = store.serving_rows(), policy.in_force(store)
-    wanted = digest(rows, settings)
+        rows, settings, courses = store.serving_rows(), policy.in_force(store), store.course_rows()
+    wanted = digest(rows, settings, courses)
     if published_digest(path) == wanted and _has_permissions(path, _mode(gid), gid):
         return False
-    write_publication(path, gid, rows, settings=settings, wanted=wanted, euid=euid)
+    write_publication(path, gid, rows, settings=settings, wanted=wanted, euid=euid, courses=courses)
     logger.info("Published %d rows to %s", len(rows), path, extra={"PUBLICATION": path, "PUBLISHED_ROWS": len(rows)})
     return True
 
@@ -149,7 +155,7 @@ def _has_permissions(path, mode, gid):
     return stat.S_IMODE(info.st_mode) == mode and (gid is None or info.st_gid == gid)
 
 
-def write_publication(path, gid, rows, *, settings, wanted, euid):
+def write_publication(path, gid, rows, *, settings, wanted, euid, courses=()):
     """Replace the publication at `path` (see lms_refresh/atomic.py), readable by group `gid` (a group
     id, or None for every account)."""
     directory = os.path.dirname(os.path.abspath(path))
@@ -166,7 +172,7 @@ def write_publication(path, gid, rows, *, settings, wanted, euid):
                 os.chown(directory, -1, gid)
         with atomic.replacing(path, mode=_mode(gid), group=gid, what=what, outcome=COMMITTED) as temporary:
             try:
-                _write_database(temporary, rows, settings, wanted=wanted)
+                _write_database(temporary, rows, settings, wanted=wanted, courses=courses)
             except sqlite3.Error as error:
                 raise _as_os_error(error, temporary) from error
     except OSError as error:
@@ -191,14 +197,17 @@ def _as_os_error(error, path):
                    else errno.EIO, f"{error}", path)
 
 
-def _write_database(path, rows, settings, *, wanted):
+def _write_database(path, rows, settings, *, wanted, courses):
     with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as db:
         db.execute("PRAGMA journal_mode = DELETE")  # readers without write access cannot use WAL
         db.execute("BEGIN")
         db.execute(_TABLE)
+        db.execute(_COURSES)
         db.execute(_ABOUT)
         db.executemany(f"INSERT INTO daily_metrics ({', '.join(SERVING_COLUMNS)}) "
                        f"VALUES ({', '.join('?' for _ in SERVING_COLUMNS)})", rows)
+        db.executemany(f"INSERT INTO courses ({', '.join(COURSE_COLUMNS)}) "
+                       f"VALUES ({', '.join('?' for _ in COURSE_COLUMNS)})", courses)
         db.execute("INSERT INTO publication VALUES (?, ?, ?, ?, ?, ?)", (
             wanted, settings.min_cell_size, settings.method, settings.max_noise, float(settings.variance),
             int(settings.withhold_zeros)))
@@ -220,8 +229,7 @@ def describe(config, environ, view_exists=True):
         info["published_at"] = dt.datetime.fromtimestamp(os.stat(path).st_mtime, dt.UTC).isoformat(
             timespec="seconds")
         if store_exists(config, environ):
-            rows, settings = read_state(config, environ)
-            info["current"] = published_digest(path) == digest(rows, settings)
+            info["current"] = published_digest(path) == digest(*read_state(config, environ))
     return info
 
 

@@ -161,7 +161,8 @@ def build_source(config, pseudonymise, environ, *, now=None):
     if kind in ("xapi-ndjson", "xapi-lrs"):
         from lms_refresh.sources.xapi import StatementMapper
 
-        mapper = StatementMapper(config.timezone, pseudonymise, settings.course_pattern, now=now)
+        mapper = StatementMapper(config.timezone, pseudonymise, settings.course_pattern, now=now,
+                                 language=config.publication.language)
         if kind == "xapi-ndjson":
             from lms_refresh.sources.ndjson import NdjsonSource
 
@@ -173,5 +174,6 @@ def build_source(config, pseudonymise, environ, *, now=None):
     if kind == "moodle":
         from lms_refresh.sources.moodle import MoodleSource
 
-        return MoodleSource(settings, config.timezone, pseudonymise, environ=environ, now=now)
+        return MoodleSource(settings, config.timezone, pseudonymise, environ=environ, now=now,
+                            language=config.publication.language)
     raise ConfigError(f"source type {kind!r} is not supported")

@@ -27,7 +27,7 @@ from lms_refresh.disclosure.pseudonyms import moodle_identifier
 from lms_refresh.disclosure.redaction import url_without_password
 from lms_refresh.errors import ConfigError, UnavailableError
 from lms_refresh.postgresql import connect, connection_error, first_line
-from lms_refresh.sources import OK, WARNING, BaseSource, Finding
+from lms_refresh.sources import OK, WARNING, BaseSource, Finding, moodle_courses
 from lms_refresh.sources.records import EVENT, NOTHING, Intake, InvalidRecord, LocalDays, make_event
 from lms_refresh.sources.xapi import ADL, name_id
 
@@ -200,8 +200,9 @@ class MoodleSource(BaseSource):
     name = "moodle"
     axis = windows.LOG_ID
 
-    def __init__(self, settings, timezone, pseudonymise, *, environ, now=None):
-        self.url = settings.url
+    def __init__(self, settings, timezone, pseudonymise, *, environ, now=None, language="en"):
+        self.url, self.prefix, self.site = settings.url, settings.prefix, settings.site_url.rstrip("/")
+        self.site_course_id, self.timezone, self.language = settings.site_course_id, timezone, language
         self.password_file = settings.password_file
         self.table = f"{settings.prefix}logstore_standard_log"
         self.grade_items = f"{settings.prefix}grade_items"
@@ -276,7 +277,7 @@ class MoodleSource(BaseSource):
         return window
 
     def batches(self, window):
-        """Yield Batches of the window's rows, in id order, `batch_size` rows per query."""
+        """Yield Batches of the window's rows, in id order, `batch_size` rows per query; then the courses' names."""
         if window.axis is windows.LOG_ID:
             condition, bounds = "id >= %s AND id < %s", (window.since, window.until)
         else:
@@ -284,15 +285,13 @@ class MoodleSource(BaseSource):
             bounds = (math.ceil(window.since.timestamp()), math.ceil(window.until.timestamp()))
         statement = (f"SELECT {', '.join(COLUMNS)} FROM {{table}} WHERE {condition} AND id > %s "
                      "ORDER BY id LIMIT %s")
-        last = -1
-        while True:
+        last, rows = -1, [None] * self.batch_size
+        while len(rows) == self.batch_size:
             rows = self.query(statement, bounds + (last, self.batch_size))
-            if not rows:
-                return
-            yield self._map(rows)
-            last = rows[-1][0]
-            if len(rows) < self.batch_size:
-                return
+            if rows:
+                yield self._map(rows)
+                last = rows[-1][0]
+        yield moodle_courses.names_batch(self)  # after the log: the store names the courses it has events of
 
     def _read_grade_ranges(self, rows):
         """Learn the range of every grade item the page's user_graded rows name and the mapper lacks.
@@ -337,6 +336,7 @@ class MoodleSource(BaseSource):
             self.query("SELECT id, grademin, grademax FROM {table} LIMIT 0", table=self.grade_items)
         except ConfigError as error:
             findings.append(Finding(WARNING, f"{error} Until then, grades count without a score."))
+        findings += moodle_courses.preflight(self)
         if writable:
             findings.append(Finding(WARNING, f"source.url's user may write {self.table}; lms-refresh only reads "
                                              "(its session is read-only), but a role with SELECT only is safer"))

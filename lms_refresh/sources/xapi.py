@@ -19,6 +19,7 @@ import hashlib
 import re
 
 from lms_refresh import instants
+from lms_refresh.disclosure.names import actor_identifiers, clean_name, pick_language
 from lms_refresh.instants import UTC_MILLIS, UTC_TIME
 from lms_refresh.sources.records import CACHE_LIMIT, EVENT, VOID, LocalDays, Void, bounded, make_event
 from lms_refresh.sources.xapi_fields import (
@@ -68,8 +69,9 @@ def _activities(value, name):
 class StatementMapper:
     """Turn parsed statements into ('event', Event) or ('void', Void) (see `lms_refresh.sources.records`)."""
 
-    def __init__(self, timezone, pseudonymise, course_pattern, *, now=None):
+    def __init__(self, timezone, pseudonymise, course_pattern, *, now=None, language="en"):
         self.pseudonymise = pseudonymise
+        self.language = language  # course names: this one of a definition.name map first (disclosure/names.py)
         # A timestamp after this (cursor text) lies in the future; None: no run's clock to compare with.
         self.latest = None if now is None else instants.to_cursor(instants.future_limit(now))
         # A timestamp whose text (any offset, less than a day) is not after now's is not after `latest`.
@@ -83,6 +85,7 @@ class StatementMapper:
         self._courses = {}  # course -> 64-bit id
         self._verbs = {}  # verb IRI -> 64-bit id (only IRIs get here)
         self.new_names = {}  # (kind, id) -> IRI first seen by this mapper; the store records them
+        self._titles = {}  # course id -> (stored, definition.name, actor) of its latest named statement
 
     def day_of(self, timestamp):
         """Return the local calendar day of an ISO time; cached per UTC minute (a UTC time's first 16
@@ -160,7 +163,9 @@ class StatementMapper:
                 return iri
         return None
 
-    def course_of(self, statement, object_id):
+    def course_of(self, statement, object_id, target=None):
+        """Return (course, the activity that is the course or None): a course-typed context activity,
+        or `target` (the object) or a context activity whose id the pattern gives whole."""
         context = statement.get("context")
         if context is None:
             context = {}
@@ -175,18 +180,19 @@ class StatementMapper:
         if type(parents) is list and parents and type(parents[0]) is dict:
             course = self._course_id(parents[0])  # the common case: the first parent is the course
             if course is not None:
-                return course
+                return course, parents[0]
         related = _activities(parents, "parent") + _activities(activities.get("grouping"), "grouping")
         for activity in related:
             course = self._course_id(activity)
             if course is not None:
-                return course
-        for candidate in [object_id] + [a.get("id") for a in related]:
+                return course, activity
+        for activity, candidate in [(target, object_id)] + [(a, a.get("id")) for a in related]:
             if isinstance(candidate, str):
                 match = self.course_pattern.search(candidate)
                 if match:
-                    return match.group(1) if match.re.groups else match.group(0)
-        return "unknown"
+                    course = match.group(1) if match.re.groups else match.group(0)
+                    return course, activity if course == candidate else None
+        return "unknown", None
 
     def _name_id(self, kind, iri, cache):
         """Return the stable id of a course or verb IRI, remembering it as new for the store."""
@@ -204,8 +210,14 @@ class StatementMapper:
         return self._name_id("verb", verb_id, self._verbs)
 
     def take_new_names(self):
-        """Return and forget the names first seen since the last call."""
+        """Return and forget the names first seen since the last call, with each course's latest name
+        (("title", course id): see store/course_names.py), made safe to publish here, once per batch."""
         names, self.new_names = self.new_names, {}
+        for course, (stored, texts, actor) in self._titles.items():
+            name = clean_name(pick_language(texts, self.language), identifiers=actor_identifiers(actor))
+            if name is not None:
+                names[("title", course)] = (stored, name, None, None, None, None)
+        self._titles = {}
         return names
 
     def _object_id(self, target, kind):
@@ -281,9 +293,17 @@ class StatementMapper:
                 score_micro = round(scaled * 1_000_000)
         if "duration" in result:
             duration_ms = self.duration_of(result["duration"])
-        course = self.course_of(statement, object_id)
+        course, activity = self.course_of(statement, object_id, target)
         course_key = self._courses.get(course) or self._name_id("course", course, self._courses)
         verb_key = self._verbs.get(verb_id) or self._verb_key(verb_id)
+        # The course's own activity may name it: the latest stored wins (store/course_names.py), but never
+        # a statement stored after the future limit, quarantined, whose name would otherwise win for good.
+        if activity is not None:
+            definition = activity.get("definition")
+            if type(definition) is dict and "name" in definition:
+                known = self._titles.get(course_key)
+                if (known is None or stored > known[0]) and (self.latest is None or stored <= self.latest):
+                    self._titles[course_key] = (stored, definition["name"], statement.get("actor"))
         return EVENT, make_event(
             day=day, course_id=course_key, actor=actor, event_id=key, stored=stored, occurred=occurred,
             verb_id=verb_key,

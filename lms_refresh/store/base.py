@@ -15,6 +15,7 @@ import typing
 
 from lms_refresh.errors import StateError
 from lms_refresh.sources.redelivery import same_statement
+from lms_refresh.store.course_names import CourseNames
 from lms_refresh.store.erasure import Erasure
 from lms_refresh.store.rebuild_check import RebuildCheck
 from lms_refresh.store.run_log import RunLog
@@ -34,7 +35,7 @@ class Recomputed(typing.NamedTuple):
     courses: set
 
 
-class SqlStore(Erasure, RebuildCheck, RunLog):
+class SqlStore(Erasure, RebuildCheck, RunLog, CourseNames):
     """A metrics store in SQL written once; a subclass is a `driver.Driver` (sqlite.py, postgres.py)."""
 
     dialect = None  # a store.dialect.Dialect
@@ -111,9 +112,12 @@ class SqlStore(Erasure, RebuildCheck, RunLog):
                      "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, str(value)))
 
     def record_names(self, names):
+        titles = {number: title for (kind, number), title in names.items() if kind == "title"}
         for (kind, number), iri in names.items():
-            table = "courses" if kind == "course" else "verbs"
-            self.execute(f"INSERT INTO {table} VALUES (?, ?) ON CONFLICT DO NOTHING", (number, iri))
+            if kind != "title":
+                table = "courses" if kind == "course" else "verbs"
+                self.execute(f"INSERT INTO {table} VALUES (?, ?) ON CONFLICT DO NOTHING", (number, iri))
+        self.record_titles(titles)  # after the courses they name
 
     def record_voids(self, voids):
         """Record voiding statements; return the set of every voided id known (for filtering events)."""
@@ -186,12 +190,13 @@ class SqlStore(Erasure, RebuildCheck, RunLog):
         for table in ("staged_events", "voided_events", "verbs", "source_state", "pending_days"):
             self.execute(f"DELETE FROM {table}")
         if horizon is None:
-            for table in ("published_metrics", "daily_metrics", "courses"):
+            for table in ("published_metrics", "daily_metrics", "course_names", "courses"):
                 self.execute(f"DELETE FROM {table}")
         else:
             for table in ("published_metrics", "daily_metrics"):
                 self.execute(f"DELETE FROM {table} WHERE day >= ?", (horizon,))
             self.execute("DELETE FROM courses WHERE course_id NOT IN (SELECT course_id FROM daily_metrics)")
+            self.execute("DELETE FROM course_names WHERE course_id NOT IN (SELECT course_id FROM courses)")
         self.execute("DELETE FROM meta WHERE key IN ('watermark', 'cursor_kind', 'timezone', 'key_fingerprint') "
                      "OR substr(key, 1, 9) = 'identity.'")
         self.forget_transaction()

@@ -25,6 +25,8 @@ class _Names(dict):
 class Dialect:
     types = {}  # tables' column types -> the dialect's
     serving = ""  # the serving view's name
+    serving_courses = ""  # the serving view of course names (tables.courses_view)
+    create_view_again = "CREATE VIEW IF NOT EXISTS"  # what creates a view a store taken back by hand may still have
     insertion_order = ""  # what orders a logged table's rows (tables.Table.logged)
     days_in = ""  # the condition "day is one of the days given as the statement's one parameter"
     legacy_average = legacy_duration = ""  # the serving view's computed columns until schema version 3
@@ -104,6 +106,8 @@ class Dialect:
                 statements.append(item.format_map(_Names(self)))
             elif kind == "index":
                 statements.append(self.create_index(item))
+            elif kind == "courses view":
+                statements.append(f"{self.create_view_again} {self.serving_courses} AS{tables.courses_view(self)}")
             else:  # the serving view
                 if version > 1:
                     statements.append(f"DROP VIEW {self.serving}")

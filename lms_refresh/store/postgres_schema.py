@@ -16,6 +16,8 @@ class PostgresDialect(Dialect):
     types = {tables.SMALL: "smallint", tables.INTEGER: "integer", tables.BIGINT: "bigint", tables.REAL: "float8",
              tables.TEXT: "text", tables.BYTES: "bytea", tables.SERIAL: "bigserial"}
     serving = "{s}_serving.daily_metrics"
+    serving_courses = "{s}_serving.courses"
+    create_view_again = "CREATE OR REPLACE VIEW"
     insertion_order = "seq"
     days_in = "day = ANY(?)"
     legacy_average = "ROUND(m.score_sum_micro::numeric / m.score_count / 1000000, 6)::float8"

@@ -46,6 +46,7 @@ class SqliteStore(SqlStore):
     driver_error = sqlite3.DatabaseError  # what `errors` turns into the domain's
     dialect = SQLITE
     serving = SQLITE.serving
+    serving_courses = SQLITE.serving_courses
     schema_target = SCHEMA_VERSION
 
     @property

@@ -16,6 +16,7 @@ class SqliteDialect(Dialect):
     types = {tables.SMALL: "INTEGER", tables.INTEGER: "INTEGER", tables.BIGINT: "INTEGER", tables.REAL: "REAL",
              tables.TEXT: "TEXT", tables.BYTES: "BLOB", tables.SERIAL: "INTEGER"}
     serving = "serving_daily_metrics"
+    serving_courses = "serving_courses"
     insertion_order = "rowid"
     days_in = "day IN (SELECT value FROM json_each(?))"
     legacy_average = "ROUND(m.score_sum_micro * 1.0 / m.score_count / 1000000.0, 6)"

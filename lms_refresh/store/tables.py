@@ -127,6 +127,16 @@ TABLES = (
     ), key=("id",), since=3),
     # Days whose metrics a migration left to be rebuilt by the next run.
     Table("pending_days", (Column("day", TEXT),), key=("day",), clustered=True, since=4),
+    # The name of a course as its source names it (lms_refresh.disclosure.names made it safe to
+    # publish): beside `courses`, not in it, because a table is created only if missing
+    # (IDEMPOTENT_SINCE) and a column cannot be (SQLite has no ADD COLUMN IF NOT EXISTS). `named_at`
+    # is the `stored` time of the xAPI statement the name came from, so an older statement read
+    # again never replaces a newer name; the run's time for Moodle, whose course table every run reads.
+    Table("course_names", (
+        Column("course_id", BIGINT),
+        *_columns(TEXT, "name", "short_name", "category", "start_date", "end_date", null=True),
+        Column("named_at", TEXT),
+    ), key=("course_id",), since=5),
 )
 
 
@@ -187,6 +197,22 @@ CROSS JOIN (SELECT CAST(value AS INTEGER) AS k FROM {dialect.name("meta")} WHERE
 # The versions that changed the serving view (it is replaced by the migration of that version).
 VIEW_CHANGES = (1, 3)
 
+# The serving view of course names: every course that has published rows, with its name where the
+# source gave one (NULL otherwise), so that a dashboard joins daily_metrics to it without losing rows.
+COURSE_COLUMNS = ("course", "name", "short_name", "category", "start_date", "end_date")
+COURSES_VIEW_SINCE = 5
+
+
+def courses_view(dialect):
+    """Return the SELECT of the serving view of course names (COURSE_COLUMNS)."""
+    return f"""
+SELECT c.iri AS course, n.name, n.short_name, n.category, {dialect.date("n.start_date")} AS start_date,
+  {dialect.date("n.end_date")} AS end_date
+FROM {dialect.name("courses")} AS c
+LEFT JOIN {dialect.name("course_names")} AS n ON n.course_id = c.course_id
+WHERE c.course_id IN (SELECT course_id FROM {dialect.name("published_metrics")})
+"""
+
 # What a migration does besides creating tables, columns and indexes; `{name}` is a table's (or
 # index's) name as the dialect writes it. Run after the new tables and columns, before the new indexes.
 DATA_STEPS = {
@@ -204,13 +230,13 @@ DATA_STEPS = {
         "DROP INDEX {staged_events_id_scan}"],
 }
 
-SCHEMA_VERSION = 4  # the version this description is at: a new migration raises it
+SCHEMA_VERSION = 5  # the version this description is at: a new migration raises it
 
 
 def migration(version):
     """Return what migration `version` does, in order, as (kind, item) steps for a dialect to render:
     the tables new in `version`, then the columns it added to older tables, its data steps, its
-    indexes, and the serving view if it changed."""
+    indexes, and the serving views if they changed."""
     steps = [("table", table) for table in TABLES if table.since == version]
     steps += [("column", (table, column)) for table in TABLES if table.since < version
               for column in table.columns if column.since == version]
@@ -218,6 +244,8 @@ def migration(version):
     steps += [("index", index) for index in INDEXES if index.since == version]
     if version in VIEW_CHANGES:
         steps.append(("view", version))
+    if version == COURSES_VIEW_SINCE:
+        steps.append(("courses view", version))
     return steps
 
 

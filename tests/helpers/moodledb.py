@@ -59,6 +59,77 @@ CREATE TABLE mdl_grade_items (
 );
 """
 
+# course and course_categories as Moodle's installer creates them on PostgreSQL (lib/db/install.xml:
+# int(10) is BIGINT, int(5) INTEGER, int(1..4) SMALLINT, char NOT NULL gets DEFAULT ''), with
+# Moodle's index names. The source reads fullname, shortname, startdate, enddate, category and the
+# category's name; the other columns are there so that it is read as Moodle has it.
+COURSE_DDL = """
+CREATE TABLE mdl_course (
+    id BIGSERIAL,
+    category BIGINT NOT NULL DEFAULT 0,
+    sortorder BIGINT NOT NULL DEFAULT 0,
+    fullname VARCHAR(1333) NOT NULL DEFAULT '',
+    shortname VARCHAR(255) NOT NULL DEFAULT '',
+    idnumber VARCHAR(100) NOT NULL DEFAULT '',
+    summary TEXT,
+    summaryformat SMALLINT NOT NULL DEFAULT 0,
+    format VARCHAR(21) NOT NULL DEFAULT 'topics',
+    showgrades SMALLINT NOT NULL DEFAULT 1,
+    newsitems INTEGER NOT NULL DEFAULT 1,
+    startdate BIGINT NOT NULL DEFAULT 0,
+    enddate BIGINT NOT NULL DEFAULT 0,
+    relativedatesmode SMALLINT NOT NULL DEFAULT 0,
+    marker BIGINT NOT NULL DEFAULT 0,
+    maxbytes BIGINT NOT NULL DEFAULT 0,
+    legacyfiles SMALLINT NOT NULL DEFAULT 0,
+    showreports SMALLINT NOT NULL DEFAULT 0,
+    visible SMALLINT NOT NULL DEFAULT 1,
+    visibleold SMALLINT NOT NULL DEFAULT 1,
+    downloadcontent SMALLINT,
+    groupmode SMALLINT NOT NULL DEFAULT 0,
+    groupmodeforce SMALLINT NOT NULL DEFAULT 0,
+    defaultgroupingid BIGINT NOT NULL DEFAULT 0,
+    lang VARCHAR(30) NOT NULL DEFAULT '',
+    calendartype VARCHAR(30) NOT NULL DEFAULT '',
+    theme VARCHAR(50) NOT NULL DEFAULT '',
+    timecreated BIGINT NOT NULL DEFAULT 0,
+    timemodified BIGINT NOT NULL DEFAULT 0,
+    requested SMALLINT NOT NULL DEFAULT 0,
+    enablecompletion SMALLINT NOT NULL DEFAULT 0,
+    completionnotify SMALLINT NOT NULL DEFAULT 0,
+    cacherev BIGINT NOT NULL DEFAULT 0,
+    originalcourseid BIGINT,
+    showactivitydates SMALLINT NOT NULL DEFAULT 0,
+    showcompletionconditions SMALLINT,
+    pdfexportfont VARCHAR(50),
+    CONSTRAINT mdl_cour_id_pk PRIMARY KEY (id)
+);
+CREATE INDEX mdl_cour_cat_ix ON mdl_course (category);
+CREATE INDEX mdl_cour_idn_ix ON mdl_course (idnumber);
+CREATE INDEX mdl_cour_sho_ix ON mdl_course (shortname);
+CREATE INDEX mdl_cour_sor_ix ON mdl_course (sortorder);
+CREATE TABLE mdl_course_categories (
+    id BIGSERIAL,
+    name VARCHAR(255) NOT NULL DEFAULT '',
+    idnumber VARCHAR(100),
+    description TEXT,
+    descriptionformat SMALLINT NOT NULL DEFAULT 0,
+    parent BIGINT NOT NULL DEFAULT 0,
+    sortorder BIGINT NOT NULL DEFAULT 0,
+    coursecount BIGINT NOT NULL DEFAULT 0,
+    visible SMALLINT NOT NULL DEFAULT 1,
+    visibleold SMALLINT NOT NULL DEFAULT 1,
+    timemodified BIGINT NOT NULL DEFAULT 0,
+    depth BIGINT NOT NULL DEFAULT 0,
+    path VARCHAR(255) NOT NULL DEFAULT '',
+    theme VARCHAR(50),
+    CONSTRAINT mdl_courcate_id_pk PRIMARY KEY (id)
+);
+-- The installer's first course: the site (front page), id 1, in no category.
+INSERT INTO mdl_course (id, category, fullname, shortname, format) VALUES (1, 0, 'Moodle Site', 'moodle', 'site');
+SELECT setval('mdl_course_id_seq', 1);
+"""
+
 # eventname -> (component, action, target, crud, edulevel), as Moodle logs them
 KINDS = {
     "viewed": ("\\core\\event\\course_viewed", "core", "viewed", "course", "r", 2),
@@ -83,8 +154,9 @@ class MoodleDatabase:
     def __init__(self, server):
         self.server = server
         self.name = server.new_database()
-        server.admin(MOODLE_DDL + GRADE_ITEMS_DDL, self.name)
-        server.admin(f"GRANT SELECT ON mdl_logstore_standard_log, mdl_grade_items TO {READER}", self.name)
+        server.admin(MOODLE_DDL + GRADE_ITEMS_DDL + COURSE_DDL, self.name)
+        server.admin(f"GRANT SELECT ON mdl_logstore_standard_log, mdl_grade_items, mdl_course, mdl_course_categories "
+                     f"TO {READER}", self.name)
 
     @property
     def url(self):
@@ -110,10 +182,27 @@ class MoodleDatabase:
                                  self.name)[0][0]
 
 
+    def category(self, number, name):
+        self.server.admin(f"INSERT INTO mdl_course_categories (id, name, path, depth) VALUES ({number}, "
+                          f"{_literal(name)}, '/{number}', 1)", self.name)
+
+    def course(self, number, fullname, shortname, category=0, startdate=0, enddate=0):
+        """Insert a course as Moodle's course creation does (the columns the source reads, and the rest's defaults)."""
+        self.server.admin(f"INSERT INTO mdl_course (id, category, fullname, shortname, startdate, enddate) VALUES "
+                          f"({number}, {category}, {_literal(fullname)}, {_literal(shortname)}, {startdate}, "
+                          f"{enddate})", self.name)
+
+    def rename(self, number, fullname):
+        self.server.admin(f"UPDATE mdl_course SET fullname = {_literal(fullname)} WHERE id = {number}", self.name)
+
     def grade_item(self, item, course, grademin, grademax):
         self.server.admin(f"INSERT INTO mdl_grade_items (id, courseid, itemname, itemtype, itemmodule, grademin, "
                           f"grademax) VALUES ({item}, {course}, 'Quiz', 'mod', 'quiz', {grademin}, {grademax})",
                           self.name)
+
+
+def _literal(text):
+    return "'" + text.replace("'", "''") + "'"
 
 
 def completion(state, user):

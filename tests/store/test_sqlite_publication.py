@@ -43,7 +43,7 @@ def test_the_publication_holds_the_published_rows_and_nothing_else(sqlite_projec
     sqlite_project.invoke("run", now=NOW, check=0)
     path = publication(sqlite_project)
     tables, rows, about = read_publication(path)
-    assert tables == {"daily_metrics", "publication"}
+    assert tables == {"daily_metrics", "courses", "publication"}
     assert rows == sqlite_project.serving() and len(rows) == 1 and rows[0][7] is None  # 3 failed: withheld
     assert about == (10, "cell-key", 3, 2.0, 0)
     assert stat.S_IMODE(path.stat().st_mode) == 0o644 and stat.S_IMODE(path.parent.stat().st_mode) == 0o755

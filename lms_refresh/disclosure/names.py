@@ -1,0 +1,120 @@
+"""Course names as they may be published: every name is text an attacker may have written.
+
+A course's name comes from a course's author (Moodle's course table) or from whoever sends
+statements to the LRS (an xAPI activity's `definition.name`). Before it is stored, and so before
+it can reach a publication, `clean_name`:
+
+- reduces Moodle's multilang markup (`<span lang="xx" class="multilang">…</span>`, and the older
+  `<lang lang="xx">…</lang>`) to one language, as Moodle's multilang filter shows it;
+- removes control characters and Unicode format characters (bidi overrides and isolates such as
+  U+202E, zero-width joiners, the BOM), and turns line and paragraph separators into spaces;
+- collapses runs of white space into one space;
+- removes identifiers of people through lms_refresh.disclosure.redaction: anything shaped like an
+  e-mail address, credentials, and (`identifiers`) the naming statement's own actor identifiers;
+- bounds the result to MAX_NAME_CHARS characters.
+
+Other markup (`<script>`, `<b>`) is kept as the text it is: a name is plain text, and whoever shows
+it (a dashboard, the report) escapes it, as it must escape any text.
+"""
+
+import re
+import unicodedata
+
+from lms_refresh.disclosure import redaction
+
+MAX_NAME_CHARS = 200  # longer than any real course name, short enough for any dashboard's column
+# Work done on a name is bounded too: a longer text is cut here first, then cleaned and bounded.
+_MAX_READ = 20 * MAX_NAME_CHARS
+_FALLBACK_LANGUAGES = ("en-us", "en")
+
+_MULTILANG = re.compile(
+    r"<span\s+(?:lang=[\"']([A-Za-z0-9_-]{1,20})[\"']\s+class=[\"']multilang[\"']"
+    r"|class=[\"']multilang[\"']\s+lang=[\"']([A-Za-z0-9_-]{1,20})[\"'])\s*>(.*?)</span\s*>"
+    r"|<lang\s+lang=[\"']([A-Za-z0-9_-]{1,20})[\"']\s*>(.*?)</lang\s*>", re.IGNORECASE | re.DOTALL)
+_SPACE = re.compile(r"\s+")
+_REMOVED = {"Cc", "Cf", "Cs", "Co", "Cn"}  # controls, format (bidi, zero-width), surrogates, private, unassigned
+_SPACED = {"Zl", "Zp"}
+
+
+def _tag(language):
+    return language.lower().replace("_", "-")
+
+
+def reduce_multilang(text, language):
+    """Return `text` with each group of adjacent multilang blocks (only white space between them) reduced to
+    the block in `language`, else in its base language ("en" for "en-GB"), else the group's first block;
+    text outside the blocks stays."""
+    blocks = list(_MULTILANG.finditer(text))
+    if not blocks:
+        return text
+    wanted, out, position, group = _tag(language), [], 0, []
+
+    def flush():
+        tags = [_tag(block.group(1) or block.group(2) or block.group(4)) for block in group]
+        for choice in (wanted, wanted.split("-")[0], tags[0]):
+            chosen = [block for block, tag in zip(group, tags, strict=True) if tag == choice]
+            if chosen:
+                out.append("".join(block.group(3) if block.group(3) is not None else block.group(5)
+                                   for block in chosen))
+                return
+
+    for block in blocks:
+        between = text[position:block.start()]
+        if group and between.strip():
+            flush()
+            group = []
+        if not group:
+            out.append(between)
+        group.append(block)
+        position = block.end()
+    flush()
+    out.append(text[position:])
+    return "".join(out)
+
+
+def clean_name(text, *, language=None, identifiers=()):
+    """Return `text` as it may be published (see the module doc), or None if nothing is left of it (or it
+    is not text). `language` reduces Moodle's multilang markup; `identifiers` are identifier strings of
+    the person who wrote the name (an xAPI statement's actor), removed wherever they appear."""
+    if not isinstance(text, str):
+        return None
+    cut = len(text) > _MAX_READ
+    text = text[:_MAX_READ]
+    if language is not None:
+        text = reduce_multilang(text, language)
+    text = "".join(" " if unicodedata.category(c) in _SPACED else c for c in text
+                   if unicodedata.category(c) not in _REMOVED or c in "\t\n\r\f\v")
+    text = _SPACE.sub(" ", text).strip()
+    text = redaction.without_identifiers(text, identifiers) if identifiers else redaction.scrub_text(text)
+    if cut and len(text) <= MAX_NAME_CHARS:
+        # What was cut off at _MAX_READ reaches the name (cleaning shortened the rest): its last word may
+        # be part of an address that scrubbing could not recognise, so it goes.
+        text = text[:max(text.rfind(" "), 0)]
+    return text[:MAX_NAME_CHARS].rstrip() or None
+
+
+def pick_language(names, language):
+    """Return the text of an xAPI language map `names` in `language`, else en-US, else en, else in the first
+    language tag in sorted order (tags compared in any letter case); None if it holds no text."""
+    if type(names) is not dict:
+        return None
+    texts = {}
+    for tag in sorted(key for key, value in names.items() if type(key) is str and type(value) is str and value):
+        texts.setdefault(tag.lower(), names[tag])
+    for tag in (language.lower(), *_FALLBACK_LANGUAGES):
+        if tag in texts:
+            return texts[tag]
+    return next(iter(texts.values()), None)
+
+
+def actor_identifiers(actor):
+    """Return the identifier strings of an xAPI actor (and its Group members) that a name must not carry."""
+    found = []
+    for agent in [actor] + (actor.get("member") if type(actor) is dict and type(actor.get("member")) is list else []):
+        if type(agent) is not dict:
+            continue
+        found += [agent.get(key) for key in ("mbox", "mbox_sha1sum", "openid", "name")]
+        account = agent.get("account")
+        if type(account) is dict:
+            found.append(account.get("name"))
+    return [value for value in found if type(value) is str and value.strip()]

@@ -1,0 +1,40 @@
+"""The store's course names: what the sources name each course, and the serving view's rows of them.
+
+A source hands names as ("title", course id) entries of a batch's `names` (see sources.Batch):
+(named_at, name, short_name, category, start_date, end_date), already made safe to publish by
+lms_refresh.disclosure.names. An xAPI name carries the `stored` time of its statement, and a
+name replaces the one kept only if it is newer (the same time: the greater name), so reading old
+statements again never takes a course back to an old name, whatever order the batches come in. A
+Moodle name (named_at None) is what the course table says now: it replaces the one kept.
+"""
+
+_COLUMNS = ("course_id", "name", "short_name", "category", "start_date", "end_date", "named_at")
+_FIELDS = ", ".join(_COLUMNS)
+_UPDATE = ", ".join(f"{column} = excluded.{column}" for column in _COLUMNS[1:])
+# Only courses the store knows (they have staged events) get a name: a Moodle site names every course.
+_INSERT = (f"INSERT INTO course_names ({_FIELDS}) SELECT ?, ?, ?, ?, ?, ?, ? "
+           f"WHERE EXISTS (SELECT 1 FROM courses WHERE course_id = ?) ON CONFLICT (course_id) DO UPDATE SET {_UPDATE}")
+_NEWER = (" WHERE excluded.named_at > course_names.named_at OR excluded.named_at = course_names.named_at "
+          "AND COALESCE(excluded.name, '') > COALESCE(course_names.name, '')")
+
+
+class CourseNames:
+    """The course names of a SqlStore (store/base.py)."""
+
+    serving_courses = ""  # the serving view of course names, as this store names it
+
+    def record_titles(self, titles):
+        """Keep the names in `titles` {course id: (named_at or None, name, short name, category, start, end)}."""
+        latest = [(course, *rest, named_at, course) for course, (named_at, *rest) in titles.items()
+                  if named_at is not None]
+        current = [(course, *rest, "", course) for course, (named_at, *rest) in titles.items() if named_at is None]
+        if latest:
+            self.executemany(_INSERT + _NEWER, latest)
+        if current:
+            self.executemany(_INSERT, current)
+
+    def course_rows(self):
+        """Return the serving view of course names' rows, ordered by course, dates as ISO text in every store."""
+        rows = self.execute(f"SELECT course, name, short_name, category, start_date, end_date "
+                            f"FROM {self.serving_courses} ORDER BY course").fetchall()
+        return [tuple(row[:4]) + tuple(None if value is None else str(value) for value in row[4:]) for row in rows]

@@ -1,0 +1,169 @@
+"""Course names from xAPI definitions, in the publication's `courses` table (SQLite, read with sqlite3) and the
+PostgreSQL serving view `courses`: language fallback, the latest stored wins, hostile text, republication."""
+
+import contextlib
+import os
+import re
+import sqlite3
+
+from helpers.paths import REPO
+from helpers.publication import publication
+from helpers.statements import HOME, statement
+from lms_refresh.sources.xapi import COURSE_TYPE
+
+NOW = "2026-11-20T04:15:00Z"
+COLUMNS = "course, name, short_name, category, start_date, end_date"
+
+
+def iri(course):
+    return f"{HOME}/course/{course}"
+
+
+def named(course, names, *, learners=2, stored="2026-11-02T10:00:00Z", form="parent", prefix="u"):
+    """Statements of `learners` learners in `course`, whose course activity carries `names` (a language map):
+    in the context's parent (`form` "parent", Open edX's en-US form) or as the object (an enrolment, "object")."""
+    found = []
+    for number in range(learners):
+        body = statement(learner=f"{prefix}{number}", course=course, timestamp=stored, stored=stored)
+        activity = {"objectType": "Activity", "id": iri(course), "definition": {"type": COURSE_TYPE}}
+        if names is not None:
+            activity["definition"]["name"] = names
+        if form == "object":  # as Open edX sends an enrolment: the course is the object, there is no parent
+            body["object"], body["context"] = activity, {}
+            body["verb"] = {"id": "http://adlnet.gov/expapi/verbs/registered", "display": {"en": "registered"}}
+        else:
+            body["context"]["contextActivities"]["parent"] = [activity]
+        found.append(body)
+    return found
+
+
+def configure(project, language=None):
+    project.configure(extra_top="min_cell_size = 2")
+    if language is not None:
+        project.config.write_text(project.config.read_text() + f'[publication]\nlanguage = "{language}"\n')
+
+
+def published_courses(project):
+    """The course names as a dashboard reads them: the SQLite publication's table, or the PostgreSQL view."""
+    if project.postgres:
+        rows = project.query(f"SELECT {COLUMNS} FROM lms_refresh_serving.courses ORDER BY course")
+        return [row[:4] + tuple(None if value is None else value.isoformat() for value in row[4:]) for row in rows]
+    with contextlib.closing(sqlite3.connect(f"file:{publication(project)}?mode=ro", uri=True)) as db:
+        return db.execute(f"SELECT {COLUMNS} FROM courses ORDER BY course").fetchall()
+
+
+def test_names_come_in_the_configured_language_then_en_us_then_en_then_any(project):
+    configure(project, language="fr")
+    project.write("a.ndjson",
+                  named("DEMO", {"en-US": "Demonstration Course", "fr": "Cours de démonstration"})
+                  + named("BIO", {"en": "Biology"}, form="object")  # Open edX's enrolment form
+                  + named("CHEM", {"de": "Chemie", "en": "Chemistry", "en-US": "Chemistry (US)"})
+                  + named("ZETA", {"zz": "Zeta", "aa": "Alpha", "mm": "Mu"})
+                  + named("PLAIN", None)  # no name: published with none
+                  + named("FEW", {"en": "Too few learners"}, learners=1))  # no published rows: not named
+    project.invoke("run", now=NOW, check=0)
+    expected = [(iri("BIO"), "Biology"), (iri("CHEM"), "Chemistry (US)"), (iri("DEMO"), "Cours de démonstration"),
+                (iri("PLAIN"), None), (iri("ZETA"), "Alpha")]
+    assert published_courses(project) == [(course, name, None, None, None, None) for course, name in expected]
+    # Exactly the courses of daily_metrics, so a dashboard's join loses no row.
+    assert sorted({row[1] for row in project.serving()}) == [course for course, _ in expected]
+
+
+def test_the_latest_stored_name_wins_and_an_older_statement_read_again_does_not(project):
+    configure(project)
+    # In one file, the later-stored statement first: order in the input does not matter.
+    project.write("a.ndjson", named("BIO", {"en": "Biology II"}, stored="2026-11-03T09:00:00Z", prefix="b")
+                  + named("BIO", {"en": "Biology I"}, stored="2026-11-02T09:00:00Z"))
+    project.invoke("run", now="2026-11-04T04:15:00Z", check=0)
+    assert published_courses(project) == [(iri("BIO"), "Biology II", None, None, None, None)]
+    first = publication(project).read_bytes() if not project.postgres else None
+    # A rename, stored later: it replaces the name, and the publication is written again.
+    project.write("b.ndjson", named("BIO", {"en": "Biology: Cells & Genes"}, stored="2026-11-05T09:00:00Z",
+                                    prefix="c"))
+    project.invoke("run", now="2026-11-06T04:15:00Z", check=0)
+    assert published_courses(project) == [(iri("BIO"), "Biology: Cells & Genes", None, None, None, None)]
+    if first is not None:
+        assert publication(project).read_bytes() != first
+    # A backfill reads every file again, and a late file with an older statement: the newest name stays.
+    project.write("c.ndjson", named("BIO", {"en": "Biology (draft)"}, stored="2026-11-01T09:00:00Z", prefix="d"))
+    project.invoke("backfill", "--since", "2026-10-25", "--until", "2026-11-06", now="2026-11-06T05:00:00Z", check=0)
+    assert published_courses(project) == [(iri("BIO"), "Biology: Cells & Genes", None, None, None, None)]
+    assert project.query("SELECT named_at FROM course_names") == [("2026-11-05T09:00:00.000000Z",)]
+
+
+def test_a_name_change_alone_republishes_the_sqlite_file(sqlite_project):
+    """The digest covers the names: rows unchanged, name changed, the file is written again."""
+    project = sqlite_project
+    configure(project)
+    project.write("a.ndjson", named("BIO", {"en": "Biology"}))
+    project.invoke("run", now=NOW, check=0)
+    rows = project.serving()
+    with contextlib.closing(sqlite3.connect(project.store)) as db:  # as a later statement's name would
+        db.execute("UPDATE course_names SET name = 'Biology (renamed)'")
+        db.commit()
+    result = project.invoke("run", now="2026-11-20T05:15:00Z", check=0)
+    assert "Published 1 rows" in result.stderr
+    assert project.serving() == rows
+    assert published_courses(project) == [(iri("BIO"), "Biology (renamed)", None, None, None, None)]
+
+
+HOSTILE = {
+    "SCRIPT": ("<script>alert('x')</script> Intro", "<script>alert('x')</script> Intro"),
+    "CONTROLS": ("Intro\x00\x07\x1b[31m to\r\n\tLogic\x7f\x9b", "Intro[31m to Logic"),
+    "BIDI": ("Safe \u202egnp.exe\u202c \u2066course\u2069\u200b\ufeff", "Safe gnp.exe course"),
+    "LONG": ("Long " + "x" * 9995, "Long " + "x" * 195),
+    "MAIL": ("Office hours with jane.doe+tutor@example.edu (ask)", "Office hours with [redacted] (ask)"),
+    "SELF": ("Supervision of JDoe0 by jdoe0@x", "Supervision of [redacted] by [redacted]@x"),
+    "SPACES": ("   Many     spaces\u2028and\u2029lines   ", "Many spaces and lines"),
+    "EMPTY": ("\u202e\x00 \u200b", None),
+}
+
+
+def test_hostile_names_are_bounded_stripped_and_keep_no_learner_identifier(project):
+    configure(project)
+    statements = []
+    for course, (text, _) in HOSTILE.items():
+        if course == "SELF":  # named by the learner "jdoe0": its own identifier goes from the name, in any case
+            statements += named(course, {"en": text}, learners=1, prefix="jdoe") + named(course, None, learners=1)
+        else:
+            statements += named(course, {"en": text}, learners=2)
+    project.write("a.ndjson", statements)
+    project.invoke("run", now=NOW, check=0)
+    expected = sorted((iri(course), name, None, None, None, None) for course, (_, name) in HOSTILE.items())
+    found = published_courses(project)
+    assert found == expected
+    assert all(name is None or len(name) <= 200 for _, name, *_ in found)
+    assert not any(name and re.search(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]", name)
+                   for _, name, *_ in found)
+    if not project.postgres:
+        data = publication(project).read_bytes()
+        assert b"jane.doe" not in data and b"\xe2\x80\xae" not in data  # no address, no U+202E anywhere
+
+
+README = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+
+
+def readme_query():
+    """The example dashboard query of the README's "Course names" (the first sql block after its heading)."""
+    section = README[README.index("### Course names"):]
+    return re.search(r"```sql\n(.*?)```", section, re.S).group(1)
+
+
+def test_the_readme_dashboard_query_joins_daily_metrics_to_course_names(project):
+    configure(project)
+    project.write("a.ndjson", named("BIO", {"en": "Biology"}, learners=3) + named("CHEM", {"en": "Chemistry"})
+                  + named("BIO", {"en": "Biology"}, learners=2, stored="2026-11-03T10:00:00Z", prefix="v"))
+    project.invoke("run", now=NOW, check=0)
+    query = readme_query()
+    if project.postgres:
+        rows = project.query(query.replace("daily_metrics", "lms_refresh_serving.daily_metrics")
+                             .replace("courses", "lms_refresh_serving.courses"))
+        rows = [(str(row[0]),) + tuple(row[1:]) for row in rows]
+    else:
+        with contextlib.closing(sqlite3.connect(f"file:{publication(project)}?mode=ro", uri=True)) as db:
+            rows = db.execute(query).fetchall()
+    # Independently: the serving rows, named by hand.
+    names = {iri("BIO"): "Biology", iri("CHEM"): "Chemistry"}
+    expected = sorted(((day, names[course], learners) for day, course, learners, *_ in project.serving()),
+                      key=lambda row: (row[0], row[1]))
+    assert rows == expected and len(rows) == 3
