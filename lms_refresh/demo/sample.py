@@ -21,6 +21,9 @@ COURSES = [  # (code, weight of learners enrolling, daily activity factor)
     ("BIO101", 0.40, 1.0), ("CHEM201", 0.25, 0.9), ("MATH150", 0.30, 1.1),
     ("HIST110", 0.15, 0.7), ("PHYS301", 0.04, 0.8), ("LAW505", 0.01, 0.6),
 ]
+# As an LMS names them in each statement's course activity (Open edX: the parent, in en-US).
+COURSE_NAMES = {"BIO101": "Introduction to Biology", "CHEM201": "Organic Chemistry", "MATH150": "Calculus I",
+                "HIST110": "World History", "PHYS301": "Quantum Mechanics", "LAW505": "Comparative Law Seminar"}
 VERBS = [("experienced", 40), ("attempted", 20), ("answered", 10), ("completed", 15), ("passed", 10), ("failed", 5)]
 _VERB_CHOICES = [v for v, weight in VERBS for _ in range(weight)]
 
@@ -57,7 +60,7 @@ def statement(rng, learner, course, *, moment, stored, verb):
             "registration": _uuid(rng),
             "contextActivities": {
                 "parent": [{"objectType": "Activity", "id": course_iri,
-                            "definition": {"type": COURSE_TYPE}}],
+                            "definition": {"type": COURSE_TYPE, "name": {"en-US": COURSE_NAMES.get(course, course)}}}],
             },
         },
         "timestamp": _time(moment),

@@ -85,7 +85,8 @@ class StatementMapper:
         self._courses = {}  # course -> 64-bit id
         self._verbs = {}  # verb IRI -> 64-bit id (only IRIs get here)
         self.new_names = {}  # (kind, id) -> IRI first seen by this mapper; the store records them
-        self._titles = {}  # course id -> (stored, definition.name, actor) of its latest named statement
+        self._titles = {}  # course id -> (stored, definition.name, statement) of its latest named statement
+        self._name_limit = self.latest or "\uffff"  # a later stored names no course (see map)
 
     def day_of(self, timestamp):
         """Return the local calendar day of an ISO time; cached per UTC minute (a UTC time's first 16
@@ -213,8 +214,9 @@ class StatementMapper:
         """Return and forget the names first seen since the last call, with each course's latest name
         (("title", course id): see store/course_names.py), made safe to publish here, once per batch."""
         names, self.new_names = self.new_names, {}
-        for course, (stored, texts, actor) in self._titles.items():
-            name = clean_name(pick_language(texts, self.language), identifiers=actor_identifiers(actor))
+        for course, (stored, texts, statement) in self._titles.items():
+            writer = actor_identifiers(statement.get("actor"))
+            name = clean_name(pick_language(texts, self.language), identifiers=writer)
             if name is not None:
                 names[("title", course)] = (stored, name, None, None, None, None)
         self._titles = {}
@@ -302,8 +304,8 @@ class StatementMapper:
             definition = activity.get("definition")
             if type(definition) is dict and "name" in definition:
                 known = self._titles.get(course_key)
-                if (known is None or stored > known[0]) and (self.latest is None or stored <= self.latest):
-                    self._titles[course_key] = (stored, definition["name"], statement.get("actor"))
+                if (known is None or stored > known[0]) and stored <= self._name_limit:
+                    self._titles[course_key] = (stored, definition["name"], statement)
         return EVENT, make_event(
             day=day, course_id=course_key, actor=actor, event_id=key, stored=stored, occurred=occurred,
             verb_id=verb_key,

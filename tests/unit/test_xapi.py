@@ -309,3 +309,41 @@ def test_stored_times_outside_the_range_are_refused_so_every_cursor_has_four_dig
                  "3000-01-01T00:00:00Z"):
         with pytest.raises(InvalidStatement, match=rf"^stored '{re.escape(text)}' is out of range$"):
             stored_cursor(text)
+
+
+# -- course names (lms_refresh/disclosure/names.py makes them safe; the store keeps the latest) ----------
+
+def _named(name, stored="2026-11-02T10:00:00Z", **facts):
+    body = statement(stored=stored, **facts)
+    body["context"]["contextActivities"]["parent"][0]["definition"]["name"] = {"en-US": name}
+    return body
+
+
+def test_the_course_activity_names_the_course_the_latest_stored_in_a_batch_wins():
+    import datetime as dt
+
+    names = StatementMapper("UTC", lambda identifier: identifier, r"^(.+?/course/[^/?#]+)",
+                            now=dt.datetime(2026, 11, 10, tzinfo=dt.UTC), language="fr")
+    names.map(_named("Second", stored="2026-11-03T10:00:00Z"))
+    names.map(_named("First", stored="2026-11-02T10:00:00Z"))
+    names.map(_named("Future", stored="2026-11-20T10:00:00Z"))  # past the future limit: quarantined, never a name
+    with pytest.raises(InvalidStatement):  # a statement quarantined for another reason names nothing either
+        names.map(dict(_named("Broken", stored="2026-11-04T10:00:00Z"), verb={"id": "not an iri"}))
+    taken = names.take_new_names()
+    assert taken[("title", name_id(COURSE))] == ("2026-11-03T10:00:00.000000Z", "Second", None, None, None, None)
+    assert ("title", name_id(COURSE)) not in names.take_new_names()  # taken once
+
+
+def test_a_course_found_by_the_pattern_is_named_only_by_the_activity_that_is_the_course():
+    names = mapper()
+    unit = statement()
+    unit["context"] = {}
+    unit["object"]["definition"] = {"name": {"en": "Quiz 1"}}  # .../course/BIO101/quiz/1: not the course
+    names.map(unit)
+    assert not any(kind == "title" for kind, _ in names.take_new_names())
+    enrolment = statement()
+    enrolment["context"] = {}
+    enrolment["object"] = {"objectType": "Activity", "id": COURSE,
+                           "definition": {"type": COURSE_TYPE, "name": {"en": "Biology"}}}
+    names.map(enrolment)
+    assert names.take_new_names()[("title", name_id(COURSE))][1] == "Biology"
