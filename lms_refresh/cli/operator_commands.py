@@ -88,10 +88,10 @@ def check(settings):
 @click.argument("role")
 @click.pass_obj
 def grant_reader(settings, role):
-    """Let a PostgreSQL ROLE read the serving view (and nothing else), for dashboards.
+    """Let a PostgreSQL ROLE read the serving views (and nothing else), for dashboards.
 
-    The role gets USAGE on the schema <schema>_serving and SELECT on its view
-    daily_metrics; it gets no access to staging or pseudonymised learners.
+    The role gets USAGE on the schema <schema>_serving and SELECT on its views
+    daily_metrics and courses; it gets no access to staging or pseudonymised learners.
 
     Example: lms-refresh grant-reader metabase
     """
@@ -106,7 +106,7 @@ def grant_reader(settings, role):
         store.grant_reader(role)
     finally:
         store.close()
-    click.echo(f"{role} may now read {store.serving}")
+    click.echo(f"{role} may now read {store.serving} and {store.serving_courses}")
     return errors.OK
 
 

@@ -6,7 +6,10 @@ import os
 import re
 import sqlite3
 
+import pytest
+
 from helpers.paths import REPO
+from helpers.project import Project
 from helpers.publication import publication
 from helpers.statements import HOME, statement
 from lms_refresh.sources.xapi import COURSE_TYPE
@@ -167,3 +170,40 @@ def test_the_readme_dashboard_query_joins_daily_metrics_to_course_names(project)
     expected = sorted(((day, names[course], learners) for day, course, learners, *_ in project.serving()),
                       key=lambda row: (row[0], row[1]))
     assert rows == expected and len(rows) == 3
+
+
+def test_a_rebuild_names_the_courses_again_from_what_it_reads(project):
+    configure(project)
+    project.write("a.ndjson", named("BIO", {"en": "Biology"}) + named("CHEM", {"en": "Chemistry"}))
+    project.invoke("run", now=NOW, check=0)
+    named_before = published_courses(project)
+    assert [row[1] for row in named_before] == ["Biology", "Chemistry"]
+    result = project.invoke("rebuild", "--since", "2026-10-25", now="2026-11-20T05:15:00Z", check=0)
+    assert "Rebuilding the store" in result.stderr
+    assert published_courses(project) == named_before
+
+
+def test_a_dashboard_role_reads_the_courses_view_and_a_dropped_view_comes_back(tmp_path, postgres_server):
+    import psycopg  # (only where PostgreSQL is)
+
+    project = Project(tmp_path / "p", postgres_server)
+    configure(project)
+    project.write("a.ndjson", named("BIO", {"en": "Biology"}))
+    project.invoke("run", now=NOW, check=0)
+    postgres_server.admin("DO $$ BEGIN CREATE ROLE names_reader LOGIN PASSWORD 'names'; "
+                          "EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+    granted = project.invoke("grant-reader", "names_reader", check=0)
+    assert "names_reader may now read lms_refresh_serving.daily_metrics and lms_refresh_serving.courses" \
+        in granted.stdout
+    url = f"host=127.0.0.1 port={postgres_server.port} dbname={project.database} user=names_reader password=names"
+    with psycopg.connect(url, autocommit=True) as db:
+        assert db.execute(f"SELECT {COLUMNS} FROM lms_refresh_serving.courses").fetchall() == [
+            (iri("BIO"), "Biology", None, None, None, None)]
+        for private in ("lms_refresh.course_names", "lms_refresh.courses"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                db.execute(f"SELECT * FROM {private}")
+    postgres_server.admin("DROP VIEW lms_refresh_serving.courses", project.database)
+    result = project.invoke("run", now="2026-11-20T05:15:00Z", check=0)
+    assert "The serving view lms_refresh_serving.courses was missing and has been re-created" in result.stderr
+    assert "lms_refresh_serving.daily_metrics was missing" not in result.stderr
+    assert published_courses(project) == [(iri("BIO"), "Biology", None, None, None, None)]
