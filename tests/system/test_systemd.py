@@ -143,11 +143,11 @@ def configure(box, path="/srv/xapi", extra=""):
 
 
 @contextlib.contextmanager
-def blocked_run(box):
-    """Start the service on an LRS that holds the run's second request — inside its transaction, with
-    the lock held — until released. The LRS listens on the host's loopback, which the container
-    shares (export directories are no way to block a run: only regular files are opened). The
-    NDJSON configuration is put back afterwards."""
+def held_lrs(box):
+    """Configure the service for an LRS that holds the run's second request — inside its transaction, with the
+    lock held — until released (or stopped). The LRS listens on the host's loopback, which the container shares
+    (export directories are no way to block a run: only regular files are opened). The NDJSON configuration
+    is put back afterwards."""
     from helpers.lrsserver import HeldLrs
 
     root = tempfile.mkdtemp(prefix="lmsr-held-")
@@ -161,14 +161,21 @@ def blocked_run(box):
         '[source]\ntype = "xapi-lrs"\nendpoint = "' + lrs.source["endpoint"] + '"\nusername = "lms-refresh"\n'
         f'password_file = "{password}"\nrequest_attempts = 1\noverlap = "20d"\n'))
     try:
-        box.run("systemctl", "start", "--no-block", UNIT)
-        assert lrs.arrived.wait(120), "the run never reached the held request"
         yield lrs
     finally:
         lrs.stop()
         configure(box)
         box.run("rm", "-f", password)
-        shutil.rmtree(root)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def blocked_run(box):
+    """Start the service on a `held_lrs` and return once the run waits on it, holding the lock."""
+    with held_lrs(box) as lrs:
+        box.run("systemctl", "start", "--no-block", UNIT)
+        assert lrs.arrived.wait(120), "the run never reached the held request"
+        yield lrs
 
 
 @contextlib.contextmanager
@@ -719,21 +726,7 @@ def test_freshness_comes_from_runs_not_from_a_backfill_of_an_old_window(system):
 
 
 def test_a_reboot_during_a_run_is_caught_up_once_at_the_next_boot(system):
-    from helpers.lrsserver import HeldLrs
-
-    root = tempfile.mkdtemp(prefix="lmsr-held-")
-    lrs = HeldLrs(root, [])
-    password = "/etc/lms-refresh/held-password"
-    system.run("tee", password, input=HeldLrs.PASSWORD + "\n")
-    system.run("chown", "root:lms-refresh", password)
-    system.run("chmod", "0640", password)
-    system.run("tee", "/etc/lms-refresh/config.toml", input=(
-        'timezone = "Europe/Paris"\n[window]\nbootstrap_days = 30\nsafety_lag = "0s"\n'
-        '[source]\ntype = "xapi-lrs"\nendpoint = "' + lrs.source["endpoint"] + '"\nusername = "lms-refresh"\n'
-        f'password_file = "{password}"\nrequest_attempts = 1\noverlap = "20d"\n'))
-    try:
-        system.run("systemctl", "start", "--no-block", UNIT)
-        assert lrs.arrived.wait(120), "the run never reached the held request"
+    with blocked_run(system) as lrs:
         assert system.run("test", "-e", "/var/lib/lms-refresh/run-in-progress", check=False).returncode == 0
 
         def put_back_the_export_files():  # while the machine is down
@@ -761,11 +754,6 @@ def test_a_reboot_during_a_run_is_caught_up_once_at_the_next_boot(system):
         assert "caught up by the run started" in as_service_user(system, "status").stdout
         timer = system.show("lms-refresh-catch-up.timer", "ConditionResult")
         assert timer["ConditionResult"] == "yes", timer
-    finally:
-        lrs.stop()
-        shutil.rmtree(root, ignore_errors=True)
-        system.run("rm", "-f", password)
-        configure(system)
 
 
 def test_postgresql_store_credentials_work_for_every_command_as_root_the_service_user_and_nrpe(
