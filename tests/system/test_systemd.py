@@ -324,6 +324,21 @@ def free_port():
 # Result=resources before the run starts (ExecMainCode 0) — after every bookworm test and the trixie tests
 # before them passed. The same trixie tests in order, without the bookworm instance first, pass (01:07 UTC);
 # the whole run passed on 0b477c2. Marked so that CI keeps guarding the rest; an XPASS is reported.
+def webhook_receiver(box, unit, hooks):
+    """Start RECEIVER in the machine as `unit`, appending each POST to `hooks`; return its port once it listens."""
+    port = free_port()
+    box.run("systemd-run", f"--unit={unit}", "python3", "-c", RECEIVER, str(port), hooks)
+    connect = f"import socket; socket.create_connection(('127.0.0.1', {port}))"
+    box.wait_for(lambda: box.run("python3", "-c", connect, check=False).returncode == 0, "the webhook receiver")
+    return port
+
+
+def install_webhook_file(box, port):
+    """Write the alert webhook's URL file, for the service user's group only (the token is a secret)."""
+    box.run("install", "-m", "0640", "-g", "lms-refresh", "/dev/stdin", "/etc/lms-refresh/alert-webhook",
+            input=f"http://127.0.0.1:{port}/hook/secret-token\n")
+
+
 def trixie_resources_defect(request, system):
     if system.suite == "trixie":
         request.applymarker(pytest.mark.xfail(strict=False, reason="Result=resources on trixie in whole runs"))
@@ -331,12 +346,8 @@ def trixie_resources_defect(request, system):
 
 def test_a_failed_run_alerts_through_on_failure_and_a_success_does_not(request, system):
     trixie_resources_defect(request, system)
-    port = free_port()
-    system.run("systemd-run", "--unit=hook-receiver", "python3", "-c", RECEIVER, str(port), "/run/hook.jsonl")
-    connect = f"import socket; socket.create_connection(('127.0.0.1', {port}))"
-    system.wait_for(lambda: system.run("python3", "-c", connect, check=False).returncode == 0, "the webhook receiver")
-    system.run("install", "-m", "0640", "-g", "lms-refresh", "/dev/stdin", "/etc/lms-refresh/alert-webhook",
-               input=f"http://127.0.0.1:{port}/hook/secret-token\n")
+    port = webhook_receiver(system, "hook-receiver", "/run/hook.jsonl")
+    install_webhook_file(system, port)
     configure(system, extra='[alerts]\nwebhook_url_file = "/etc/lms-refresh/alert-webhook"\n')
     alert_unit = "lms-refresh-alert@lms-refresh.service.service"
     try:
@@ -361,13 +372,8 @@ def test_a_failed_run_alerts_through_on_failure_and_a_success_does_not(request, 
 
 def test_a_configuration_error_still_alerts_and_an_unreadable_one_is_logged_at_err(request, system):
     trixie_resources_defect(request, system)
-    port = free_port()
-    system.run("systemd-run", "--unit=hook-receiver-config", "python3", "-c", RECEIVER, str(port),
-               "/run/hook-config.jsonl")
-    connect = f"import socket; socket.create_connection(('127.0.0.1', {port}))"
-    system.wait_for(lambda: system.run("python3", "-c", connect, check=False).returncode == 0, "the webhook receiver")
-    system.run("install", "-m", "0640", "-g", "lms-refresh", "/dev/stdin", "/etc/lms-refresh/alert-webhook",
-               input=f"http://127.0.0.1:{port}/hook/secret-token\n")
+    port = webhook_receiver(system, "hook-receiver-config", "/run/hook-config.jsonl")
+    install_webhook_file(system, port)
     alerts = '[alerts]\nwebhook_url_file = "/etc/lms-refresh/alert-webhook"\n'
     alert_unit = "lms-refresh-alert@lms-refresh.service.service"
     try:
@@ -418,13 +424,9 @@ def test_the_alert_for_a_failure_before_the_run_log_does_not_carry_the_previous_
     """A run fails with a row in the run log (65, malformed data); the next fails before the run log (the key
     is not writable: 78, no row). The second alert reads the same store, whose last row is the first failure's:
     it must carry neither that row's window nor its message, but the second failure's own sentence."""
-    port = free_port()
     hooks = "/run/hook-before-log.jsonl"
-    system.run("systemd-run", "--unit=hook-receiver-before-log", "python3", "-c", RECEIVER, str(port), hooks)
-    connect = f"import socket; socket.create_connection(('127.0.0.1', {port}))"
-    system.wait_for(lambda: system.run("python3", "-c", connect, check=False).returncode == 0, "the webhook receiver")
-    system.run("install", "-m", "0640", "-g", "lms-refresh", "/dev/stdin", "/etc/lms-refresh/alert-webhook",
-               input=f"http://127.0.0.1:{port}/hook/secret-token\n")
+    port = webhook_receiver(system, "hook-receiver-before-log", hooks)
+    install_webhook_file(system, port)
     configure(system, extra='[alerts]\nwebhook_url_file = "/etc/lms-refresh/alert-webhook"\n')
     alert_unit = "lms-refresh-alert@lms-refresh.service.service"
     key, mode = "/var/lib/lms-refresh/pseudonymisation.key", None
@@ -762,10 +764,7 @@ def test_postgresql_store_credentials_work_for_every_command_as_root_the_service
     postgres_server.admin("DO $$ BEGIN CREATE ROLE metabase; EXCEPTION WHEN duplicate_object THEN NULL; END $$")
     publication = "/var/lib/lms-refresh-publication/serving.sqlite"
     assert system.run("test", "-e", publication, check=False).returncode == 0  # the SQLite runs' publication
-    port = free_port()
-    system.run("systemd-run", "--unit=hook-receiver-pg", "python3", "-c", RECEIVER, str(port), "/run/hook-pg.jsonl")
-    connect = f"import socket; socket.create_connection(('127.0.0.1', {port}))"
-    system.wait_for(lambda: system.run("python3", "-c", connect, check=False).returncode == 0, "the webhook receiver")
+    port = webhook_receiver(system, "hook-receiver-pg", "/run/hook-pg.jsonl")
     system.run("tee", "/etc/lms-refresh/config.toml", input=CONFIG.format(path="/srv/xapi") + (
         f'[store]\ntype = "postgresql"\nurl = "{postgres_server.url(database)}"\npassword_file = "store-password"\n'
         '[alerts]\nwebhook_url_file = "alert-webhook"\n'))
