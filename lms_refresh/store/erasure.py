@@ -9,6 +9,17 @@ sums) are rebuilt without them. Nothing else the store keeps names a learner: th
 counts and scrubbed messages, voided_events statement ids only, the name tables course and verb
 IRIs, the file index export file paths.
 
+Course names (course_names) get nothing here: a name is what a course's author or a statement's
+sender wrote about a course, not a record of a learner, and before it is stored
+lms_refresh.disclosure.names removes what can be recognised as identifying one — an address of any
+shape, and for an xAPI name the naming statement's own actor identifiers (account name, mbox and
+its local part, openid, name). No pseudonym is ever in one, so erasing a learner's events leaves
+names as they were, rightly. What redaction cannot tell from other words (another learner's account
+name or a Moodle user id written into a course's title) is the course's name in the LMS: it goes when
+the course is renamed there and a run reads the new name (Moodle: every run; xAPI: the next statement
+naming the course). A name
+row goes with its course (a rebuild), and retention, which keeps days, has none to drop.
+
 A pseudonym is only as findable as its key: records quarantined under another key (before a
 rebuild that made a new one) can never be matched again, so when the key changes they lose
 their pseudonyms — they then name no one — while their reason and origin stay.
