@@ -190,13 +190,13 @@ class SqlStore(Erasure, RebuildCheck, RunLog, CourseNames):
         for table in ("staged_events", "voided_events", "verbs", "source_state", "pending_days"):
             self.execute(f"DELETE FROM {table}")
         if horizon is None:
-            for table in ("published_metrics", "daily_metrics", "course_names", "courses"):
+            for table in ("published_metrics", "daily_metrics", "courses"):
                 self.execute(f"DELETE FROM {table}")
         else:
             for table in ("published_metrics", "daily_metrics"):
                 self.execute(f"DELETE FROM {table} WHERE day >= ?", (horizon,))
             self.execute("DELETE FROM courses WHERE course_id NOT IN (SELECT course_id FROM daily_metrics)")
-            self.execute("DELETE FROM course_names WHERE course_id NOT IN (SELECT course_id FROM courses)")
+        self.execute("DELETE FROM course_names WHERE course_id NOT IN (SELECT course_id FROM courses)")  # with them
         self.execute("DELETE FROM meta WHERE key IN ('watermark', 'cursor_kind', 'timezone', 'key_fingerprint') "
                      "OR substr(key, 1, 9) = 'identity.'")
         self.forget_transaction()
