@@ -111,14 +111,6 @@ class SqlStore(Erasure, RebuildCheck, RunLog, CourseNames):
         self.execute("INSERT INTO meta (key, value) VALUES (?, ?) "
                      "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, str(value)))
 
-    def record_names(self, names):
-        titles = {number: title for (kind, number), title in names.items() if kind == "title"}
-        for (kind, number), iri in names.items():
-            if kind != "title":
-                table = "courses" if kind == "course" else "verbs"
-                self.execute(f"INSERT INTO {table} VALUES (?, ?) ON CONFLICT DO NOTHING", (number, iri))
-        self.record_titles(titles)  # after the courses they name
-
     def record_voids(self, voids):
         """Record voiding statements; return the set of every voided id known (for filtering events)."""
         if self._voided is None:

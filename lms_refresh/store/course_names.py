@@ -1,6 +1,7 @@
-"""The store's course names: what the sources name each course, and the serving view's rows of them.
+"""The store's names: the IRIs of course and verb ids, what the sources name each course, and the serving
+view's rows of course names.
 
-A source hands names as ("title", course id) entries of a batch's `names` (see sources.Batch):
+A source hands course names as ("title", course id) entries of a batch's `names` (see sources.Batch):
 (named_at, name, short_name, category, start_date, end_date), already made safe to publish by
 lms_refresh.disclosure.names. An xAPI name carries the `stored` time of its statement, and a
 name replaces the one kept only if it is newer (the same time: the greater name), so reading old
@@ -19,9 +20,18 @@ _NEWER = (" WHERE excluded.named_at > course_names.named_at OR excluded.named_at
 
 
 class CourseNames:
-    """The course names of a SqlStore (store/base.py)."""
+    """The names of a SqlStore (store/base.py): a mixin, which needs its `execute` and `executemany`."""
 
     serving_courses = ""  # the serving view of course names, as this store names it
+
+    def record_names(self, names):
+        """Keep a batch's `names`: {(kind, id): IRI} of courses and verbs, {("title", id): name} of courses."""
+        titles = {number: title for (kind, number), title in names.items() if kind == "title"}
+        for (kind, number), iri in names.items():
+            if kind != "title":
+                table = "courses" if kind == "course" else "verbs"
+                self.execute(f"INSERT INTO {table} VALUES (?, ?) ON CONFLICT DO NOTHING", (number, iri))
+        self.record_titles(titles)  # after the courses they name
 
     def record_titles(self, titles):
         """Keep the names in `titles` {course id: (named_at or None, name, short name, category, start, end)}."""
