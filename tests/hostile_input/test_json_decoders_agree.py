@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from helpers.batches import collect_batches
 from helpers.publication import publication, read_publication
-from helpers.readers import MAPPER, WINDOW
+from helpers.readers import MAPPER, WINDOW, lrs_source
 from helpers.statements import statement
 from lms_refresh.sources import json_decoding
 from lms_refresh.sources.json_decoding import MAX_DEPTH, NotJSON, TooDeep, nesting_depth
@@ -258,3 +258,47 @@ def test_parsing_workers_read_hostile_lines_alike_with_either_parser(json_parser
     assert len(events) == 600 + 4
     assert [(origin, reason) for origin, reason, _ in quarantined] == [
         (f"{tmp_path / 'a.ndjson'}:{number}", reason) for number, reason in reasons]
+
+
+@pytest.mark.orjson
+def test_an_lrs_page_of_hostile_statements_is_mapped_and_kept_the_same_with_either_parser():
+    """An LRS page is decoded whole; a quarantined statement is kept as its value written out again, so a
+    huge integer must stay the integer it was (orjson alone would make it 1.2345678901234568e+29)."""
+    statements = [line for line, _ in HOSTILE[:7]] + [HOSTILE[13][0], HOSTILE[14][0],
+                                                     extended(b'"result": {"score": {"scaled": 123456789012345678901'
+                                                              b'234567890}}').replace(GOOD_ID, b"0" * 8 + GOOD_ID[8:])]
+    body = b'{"statements": [' + b", ".join(statements) + b'], "more": ""}'
+    results = {}
+    for parser in (json_decoding.STDLIB, json_decoding.ORJSON):
+        payload = json_decoding.PATHS[parser][1](body)
+        batch, _ = lrs_source()._map_page(payload["statements"], WINDOW.since_cursor, WINDOW.until_cursor, page=1)
+        results[parser] = batch.events, batch.quarantined
+    assert results[json_decoding.ORJSON] == results[json_decoding.STDLIB]
+    events, quarantined = results[json_decoding.STDLIB]
+    assert len(events) == 3 and [reason for _, reason, _ in quarantined] == [reason for _, reason in HOSTILE[:6]] + [
+        "result.score.scaled is not a number between -1 and 1"]
+    assert '"scaled": 123456789012345678901234567890}' in quarantined[1][2]
+    assert '"scaled": NaN}' in quarantined[0][2] and '"scaled": Infinity}' in quarantined[2][2]
+
+
+def test_an_lrs_page_nested_too_deeply_is_refused_with_either_parser_alike():
+    for parser in json_decoding.PATHS:
+        if parser == json_decoding.ORJSON and json_decoding.orjson is None:
+            continue  # the orjson half is the test above's business; this one needs no orjson
+        with pytest.raises(TooDeep):
+            json_decoding.PATHS[parser][1](b'{"statements": [' + HOSTILE[12][0] + b"]}")
+
+
+def test_status_and_check_say_which_json_parser_is_in_use(json_parser, sqlite_project):
+    if json_parser == json_decoding.ORJSON:
+        words = f"orjson {json_decoding.orjson.__version__} (the standard library's json where the two could differ)"
+    elif json_decoding.orjson is not None:
+        words = (f"the standard library's json (orjson {json_decoding.orjson.__version__} is installed, but "
+                 "LMS_REFRESH_JSON_PARSER=stdlib says not to use it)")
+    else:  # e.g. the suite against the package on Debian 12, which has no python3-orjson
+        words = "the standard library's json (orjson is not installed; python3-orjson or the 'fast' extra is faster)"
+    status = sqlite_project.invoke("status", check=0)
+    assert f"\njson parser:  {words}\n" in status.stdout
+    assert json.loads(sqlite_project.invoke("status", "--json", check=0).stdout)["json_parser"] == words
+    checked = sqlite_project.invoke("check", check=0)
+    assert f"\nok  JSON parser: {words}\n" in checked.stdout
