@@ -8,6 +8,7 @@ in file order; the last one purges the package.
 
 import contextlib
 import datetime as dt
+import functools
 import glob
 import json
 import os
@@ -319,11 +320,6 @@ def free_port():
         return probe.getsockname()[1]
 
 
-# KNOWN DEFECT, not found in time (2026-12-02): in a whole run of tests/system (the host's and the fresh
-# Debian 12 root's, on 5b8eacf), on trixie only, a start of the unit in the next two tests ends with
-# Result=resources before the run starts (ExecMainCode 0) — after every bookworm test and the trixie tests
-# before them passed. The same trixie tests in order, without the bookworm instance first, pass (01:07 UTC);
-# the whole run passed on 0b477c2. Marked so that CI keeps guarding the rest; an XPASS is reported.
 def webhook_receiver(box, unit, hooks):
     """Start RECEIVER in the machine as `unit`, appending each POST to `hooks`; return its port once it listens."""
     port = free_port()
@@ -339,13 +335,30 @@ def install_webhook_file(box, port):
             input=f"http://127.0.0.1:{port}/hook/secret-token\n")
 
 
-def trixie_resources_defect(request, system):
-    if system.suite == "trixie":
-        request.applymarker(pytest.mark.xfail(strict=False, reason="Result=resources on trixie in whole runs"))
+# KNOWN DEFECT, not found yet (first seen 2026-12-02): in a whole run of tests/system (the host's and the fresh
+# Debian 12 root's, on 5b8eacf), on trixie only, a start of the unit in the next two tests ended with
+# Result=resources before the run started (ExecMainCode 0) — after every bookworm test and the trixie tests
+# before them passed. The same trixie tests in order, without the bookworm instance first, passed; every whole
+# run since 0b477c2 has passed them (on the host: 0b477c2, 971d87d, a5fe43f). Only that failure is excused, and
+# the machine's own journal lines about it become the xfail's reason (shown by `-rx`), so that the next
+# occurrence says what systemd could not set up; any other failure of these tests fails.
+def trixie_resources_defect(test):
+    @functools.wraps(test)
+    def guarded(*args, system, **kwargs):
+        try:
+            return test(*args, system=system, **kwargs)
+        except Exception:
+            journal = system.run("journalctl", "-b", "-n", "300", "--no-pager", check=False).stdout.splitlines()
+            if system.suite == "trixie" and any(f"{UNIT}: Failed with result 'resources'" in line for line in journal):
+                lines = [line for line in journal if UNIT in line or "systemd[1]" in line]
+                pytest.xfail("KNOWN DEFECT Result=resources on trixie; the journal says:\n" + "\n".join(lines[-40:]))
+            raise
+
+    return guarded
 
 
-def test_a_failed_run_alerts_through_on_failure_and_a_success_does_not(request, system):
-    trixie_resources_defect(request, system)
+@trixie_resources_defect
+def test_a_failed_run_alerts_through_on_failure_and_a_success_does_not(system):
     port = webhook_receiver(system, "hook-receiver", "/run/hook.jsonl")
     install_webhook_file(system, port)
     configure(system, extra='[alerts]\nwebhook_url_file = "/etc/lms-refresh/alert-webhook"\n')
@@ -370,8 +383,8 @@ def test_a_failed_run_alerts_through_on_failure_and_a_success_does_not(request, 
         configure(system)
 
 
-def test_a_configuration_error_still_alerts_and_an_unreadable_one_is_logged_at_err(request, system):
-    trixie_resources_defect(request, system)
+@trixie_resources_defect
+def test_a_configuration_error_still_alerts_and_an_unreadable_one_is_logged_at_err(system):
     port = webhook_receiver(system, "hook-receiver-config", "/run/hook-config.jsonl")
     install_webhook_file(system, port)
     alerts = '[alerts]\nwebhook_url_file = "/etc/lms-refresh/alert-webhook"\n'
