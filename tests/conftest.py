@@ -123,6 +123,8 @@ def json_parser(request, monkeypatch):
     through the seam's switch, in the CLI's subprocesses through LMS_REFRESH_JSON_PARSER (read at import)."""
     from lms_refresh.sources import json_decoding
 
+    if request.param == json_decoding.ORJSON and json_decoding.orjson is None:
+        pytest.skip(_missing_orjson())  # the marker's check says so first; this holds without the marker too
     before = json_decoding.parser
     json_decoding.use(request.param)
     if request.param == json_decoding.STDLIB:
