@@ -98,6 +98,9 @@ class PostgresStore(SqlStore):
     def describe(self):
         return f"{self.location} (schema {self.schema})"
 
+    def serving_period_view(self, table):
+        return self._ddl(POSTGRESQL.serving_of(table))
+
     def _ddl(self, statement):
         return statement.replace("{s}", self.schema)
 
