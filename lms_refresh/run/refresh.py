@@ -194,14 +194,14 @@ class Refresh:
             days |= store.stage(batch.events, batch.voids, batch.names, record_keys=self._record_keys)
             quarantined = batch.quarantined + conflict_records(store.take_conflicts())
             if quarantined:
-                store.quarantine(report.run_id, quarantined, now_text, redactor=self._redactor)
+                again = store.quarantine(report.run_id, quarantined, now_text, redactor=self._redactor)
+                report.count_quarantined(quarantined, again=again)
                 room = QUARANTINE_KEPT_ON_FAILURE - len(self._kept)
                 self._kept.extend(quarantined[:max(room, 0)])
             store.save_source_state(batch.state)
             report.statements_read += batch.read
             report.staged += len(batch.events) - (len(quarantined) - len(batch.quarantined))
             report.voided += len(batch.voids)
-            report.quarantined += len(quarantined)
             self.progress(f"Read {report.statements_read} statements in the window, {report.quarantined} quarantined")
             faults.point("batch-staged")
         days |= store.finish_staging()

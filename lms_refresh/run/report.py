@@ -13,6 +13,7 @@ import typing
 
 from lms_refresh import __version__, instants, logs, window as windows
 from lms_refresh.errors import BadInputError
+from lms_refresh.run import retention
 
 logger = logging.getLogger("lms_refresh")
 
@@ -37,6 +38,12 @@ class Report:
     lock_holder: str = ""
     note: str = ""  # what the run log's row says of a successful run (a deliberate weakening of privacy)
     started: float = dataclasses.field(default_factory=time.monotonic)
+
+    def count_quarantined(self, records, *, again):
+        """Count the batch's quarantined `records` but `again`, those a successful run counted already; of
+        those, the ones held back for closed days are no longer among this run's `closed` either."""
+        self.quarantined += len(records) - len(again)
+        self.closed -= sum(1 for _origin, reason, _raw in again if reason.startswith(retention.CLOSED_REASON))
 
     def past_share(self, share_allowed):
         """Return what is wrong (a sentence) if more than `share_allowed` (max_quarantine_share) of the records

@@ -208,16 +208,26 @@ class SqlStore(Erasure, Grains, RebuildCheck, RunLog):
         self._republish_all = True
 
     def quarantine(self, run_id, rows, now_text, *, redactor):
-        """Record quarantined (origin, reason, raw) records, once per origin and content.
+        """Record quarantined (origin, reason, raw) records, once per origin and content; return those of `rows`
+        that a successful run has quarantined already (read again: by Moodle's id lookback, a changed export
+        file read whole), which count once — not again in every run that reads them.
 
         Every record goes through `redactor` (a `redaction.Redactor`) here, the one
         place quarantined records are written: no identifier of a person is stored.
+        A record first kept by a failed run (its evidence) belongs to the first successful run that
+        quarantines it, so that it is counted by that one.
         """
+        written = [(run_id,) + redactor.row(origin, reason, raw) + (now_text,) for origin, reason, raw in rows]
+        again = [record for record, row in zip(rows, written, strict=True) if self.execute(
+            "SELECT 1 FROM quarantine JOIN runs ON runs.run_id = quarantine.run_id AND runs.outcome = 'success' "
+            "WHERE quarantine.origin = ? AND quarantine.digest = ?", (row[1], row[4])).fetchone()]
         self.executemany(
             "INSERT INTO quarantine (run_id, origin, reason, raw, digest, recorded_at) VALUES (?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (origin, digest) DO NOTHING",
-            [(run_id,) + redactor.row(origin, reason, raw) + (now_text,) for origin, reason, raw in rows],
+            "ON CONFLICT (origin, digest) DO UPDATE SET run_id = excluded.run_id "
+            "WHERE quarantine.run_id NOT IN (SELECT run_id FROM runs WHERE outcome = 'success')",
+            written,
         )
+        return again
 
     def save_source_state(self, state):
         if state:

@@ -4,6 +4,8 @@
 - statements: builders of xAPI statements (HOME, statement, voiding)
 - exports: daily export files delivered day by day, as an exporter would (deliver)
 - batches: a source's whole window read in this process
+- readers: what the source readers' unit tests share (WINDOW, MAPPER, an LRS source without a server)
+- times: ISO 8601 text as an aware UTC datetime (t)
 - commands: the installed CLI's command line, a copy another user can run, a run's peak memory
 - inprocess: the CLI run inside this process, as the installed command would run it
 - reference: the independent recount the serving table is compared with

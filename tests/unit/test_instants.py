@@ -10,10 +10,12 @@ import zoneinfo
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from helpers.times import t
 from lms_refresh import instants
 from lms_refresh.disclosure import policy
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser
 from lms_refresh.errors import StateError
+from lms_refresh.instants import parse_user_time
 from lms_refresh.sources.moodle import InvalidRow, RowMapper
 from lms_refresh.sources.xapi import StatementMapper
 from lms_refresh.sources.xapi_fields import InvalidStatement
@@ -148,6 +150,14 @@ def test_the_examples_of_the_issue_get_one_sentence():
     assert instants.parse_user_time("1970-01-01", "America/Los_Angeles") == dt.datetime(1970, 1, 1, 8, tzinfo=UTC)
     assert instants.to_cursor(instants.parse_user_time("2999-12-31T23:59:59.999999Z", "UTC")) == \
         "2999-12-31T23:59:59.999999Z"
+
+
+def test_user_times_are_local_unless_they_carry_an_offset():
+    assert parse_user_time("2026-11-02", "Europe/Paris") == t("2026-11-01T23:00:00+00:00")
+    assert parse_user_time("2026-07-02T04:15", "Europe/Paris") == t("2026-07-02T02:15:00+00:00")
+    assert parse_user_time("2026-07-02T04:15Z", "Europe/Paris") == t("2026-07-02T04:15:00+00:00")
+    with pytest.raises(ValueError):
+        parse_user_time("last tuesday", "UTC")
 
 
 # -- the mappers: a day for every instant in range up to now + tolerance, a reason for anything else ----------

@@ -8,6 +8,7 @@ import pytest
 
 from helpers.moodledb import load_two_days, moodle_project
 from helpers.statements import HOME, statement
+from helpers.times import t
 from lms_refresh.config import validate
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser
 from lms_refresh.instants import to_cursor
@@ -139,3 +140,29 @@ def test_a_moodle_log_restored_below_the_watermark_is_read_from_the_lookback_wit
             "database restored from an older backup?") in result.stderr
     assert project.runs()[-1][3:] == ("8", "6")  # 18 less the lookback of 10, up to the newest id 5 + 1
     assert project.meta()["watermark"] == "18"  # never moved backwards
+
+
+# -- the base's run window -------------------------------------------------------------------
+
+CONFIG = validate({"source": {"type": "xapi-ndjson", "path": "/x"}, "window": {"safety_lag": "10m",
+                  "lookback": "1h"}}, "test.toml", {})
+
+
+class CompleteThrough(BaseSource):
+    """A source on the time axis that says it is complete through `through` (None: it does not say)."""
+
+    def __init__(self, through=None):
+        self.through = through
+
+    def complete_through(self, now):
+        return self.through
+
+
+def test_run_window_bootstrap_lag_lookback_and_completeness():
+    now = t("2026-11-03T04:15:00+01:00")
+    assert CompleteThrough().run_window(None, now, CONFIG) == Window(now - dt.timedelta(days=7),
+                                                                     now - dt.timedelta(minutes=10))
+    mark = t("2026-11-02T03:05:00+00:00")
+    assert CompleteThrough().run_window(mark, now, CONFIG).since == mark - dt.timedelta(hours=1)
+    complete = t("2026-11-03T01:00:00+00:00")
+    assert CompleteThrough(complete).run_window(mark, now, CONFIG).until == complete

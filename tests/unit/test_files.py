@@ -1,0 +1,31 @@
+"""The walk of the export tree (lms_refresh.sources.files)."""
+
+import os
+
+from lms_refresh.sources.files import export_files
+
+
+def test_the_walk_yields_each_export_file_once_by_its_first_name_in_path_order(tmp_path):
+    """export_files streams: its order is the sorted order of the paths (siblings like "a", "a-b"
+    and the directory "a/" included), and a file with several names (symbolic links in and out of
+    the tree, hard links) comes once, under the first of them in that order."""
+    top, outside = tmp_path / "top", tmp_path / "outside"
+    for folder in ("a", "a/b", "a-b", "z"):
+        (top / folder).mkdir(parents=True)
+    outside.mkdir()
+    names = ["a.ndjson", "a/x.ndjson", "a/b/y.jsonl", "a-b/x.ndjson", "a0.ndjson", "z/late.ndjson", "z/m.ndjson.gz"]
+    for name in names:
+        (top / name).write_text("\n")
+    (outside / "far.ndjson").write_text("\n")
+    os.symlink(top / "z/late.ndjson", top / "a/early-link.ndjson")  # the link comes first: it is kept
+    os.symlink(top / "a.ndjson", top / "z/later-link.ndjson")  # the file comes first: the link is left out
+    os.symlink(outside / "far.ndjson", top / "a/far-1.ndjson")  # two names of a file outside: the first
+    os.symlink(outside / "far.ndjson", top / "z/far-2.ndjson")
+    os.link(top / "a0.ndjson", top / "a-b/hard.ndjson")  # a hard link sorts before its other name
+    (top / "notes.txt").write_text("not an export")
+
+    found = [(kind, os.path.relpath(path, top)) for kind, path, _ in export_files(str(top))]
+    assert [name for _, name in found] == sorted(name for _, name in found)  # the paths' own order
+    assert found == [("file", name) for name in [
+        "a-b/hard.ndjson", "a-b/x.ndjson", "a.ndjson", "a/b/y.jsonl", "a/early-link.ndjson", "a/far-1.ndjson",
+        "a/x.ndjson", "z/m.ndjson.gz"]]
