@@ -188,16 +188,9 @@ class SqlStore(Erasure, Grains, RebuildCheck, RunLog):
         `horizon` (closed days: their events are gone, and they stay as they were published)."""
         for table in ("staged_events", "voided_events", "verbs", "source_state", "pending_days"):
             self.execute(f"DELETE FROM {table}")
-        # A period with a day from the horizon on is counted again; the presence of its closed days stays.
-        if horizon is None:
-            self.execute("DELETE FROM learner_periods")
-        else:
-            self.forget_presence_from(horizon)
-        for table, day in (("published_metrics", "day"), ("daily_metrics", "day"), ("learner_days", "day"),
-                           ("published_periods", "period_end")):
-            self.execute(f"DELETE FROM {table} WHERE {day} >= ?", (horizon or "",))
-        self.execute("DELETE FROM period_metrics" + (" WHERE period NOT IN (SELECT period FROM published_periods)"
-                                                     if horizon else ""))
+        self.reset_periods(horizon)
+        for table in ("published_metrics", "daily_metrics"):
+            self.execute(f"DELETE FROM {table} WHERE day >= ?", (horizon or "",))
         if horizon is None:
             self.execute("DELETE FROM courses")
         else:

@@ -69,10 +69,18 @@ class Grains:
         self.move_presence(days, _ADD)
         return written
 
-    def forget_presence_from(self, day):
-        """Take the learners' presence on `day` and after out of every period (for a rebuild from `day`)."""
-        self.move_presence({row[0] for row in self.execute(
-            "SELECT DISTINCT day FROM learner_days WHERE day >= ?", (day,)).fetchall()})
+    def reset_periods(self, horizon):
+        """For a rebuild from the staging `horizon` (None: from the start), empty the presence and the periods
+        from it on: a period with a day from the horizon on is counted again, with its closed days' presence."""
+        if horizon is None:
+            self.execute("DELETE FROM learner_periods")
+        else:
+            self.move_presence({row[0] for row in self.execute(
+                "SELECT DISTINCT day FROM learner_days WHERE day >= ?", (horizon,)).fetchall()})
+        for table, day in (("learner_days", "day"), ("published_periods", "period_end")):
+            self.execute(f"DELETE FROM {table} WHERE {day} >= ?", (horizon or "",))
+        self.execute("DELETE FROM period_metrics" + (" WHERE period NOT IN (SELECT period FROM published_periods)"
+                                                     if horizon else ""))
 
     def move_presence(self, days, statement=_SUBTRACT):
         """Subtract from (or, with _ADD, add to) each week's and month's learners the presence learner_days
