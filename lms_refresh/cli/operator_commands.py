@@ -90,8 +90,9 @@ def check(settings):
 def grant_reader(settings, role):
     """Let a PostgreSQL ROLE read the serving view (and nothing else), for dashboards.
 
-    The role gets USAGE on the schema <schema>_serving and SELECT on its view
-    daily_metrics; it gets no access to staging or pseudonymised learners.
+    The role gets USAGE on the schema <schema>_serving and SELECT on its views
+    daily_metrics, weekly_metrics and monthly_metrics; it gets no access to
+    staging or pseudonymised learners.
 
     Example: lms-refresh grant-reader metabase
     """

@@ -20,7 +20,7 @@ from lms_refresh.errors import ConfigError, StateError, UnavailableError
 from lms_refresh.postgresql import connect, connection_error, first_line, unreachable
 from lms_refresh.store.base import SqlStore
 from lms_refresh.store.postgres_schema import MIGRATIONS, POSTGRESQL, SCHEMA_VERSION
-from lms_refresh.store.tables import TABLES, serving_view
+from lms_refresh.store.tables import PERIOD_VIEWS, TABLES, period_view, serving_view
 
 logger = logging.getLogger(__name__)
 
@@ -190,15 +190,20 @@ class PostgresStore(SqlStore):
         return self.db.execute("SELECT to_regclass(%s) IS NOT NULL", (self.serving,)).fetchone()[0]
 
     def restore_serving_view(self):
-        """Re-create the dashboards' view if it was dropped (it holds nothing of its own); return True if it was."""
-        if self.serving_view_exists():
+        """Re-create the dashboards' views that were dropped (they hold nothing of their own); return True if any."""
+        views = {self.serving: serving_view(POSTGRESQL, SCHEMA_VERSION)}
+        views.update((self.serving_period_view(table), period_view(POSTGRESQL, grain))
+                     for grain, table in PERIOD_VIEWS.items())
+        missing = [name for name in views
+                   if not self.db.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()[0]]
+        if not missing:
             return False
         with self.db.transaction():
             self.db.execute(self._ddl("CREATE SCHEMA IF NOT EXISTS {s}_serving"))
-            self.db.execute(self._ddl(f"CREATE VIEW {POSTGRESQL.serving} AS"
-                                      f"{serving_view(POSTGRESQL, SCHEMA_VERSION)}"))
+            for name in missing:
+                self.db.execute(self._ddl(f"CREATE VIEW {name} AS{views[name]}"))
         logger.warning("The serving view %s was missing and has been re-created; give the dashboards' roles "
-                       "access again with 'lms-refresh grant-reader ROLE'.", self.serving)
+                       "access again with 'lms-refresh grant-reader ROLE'.", ", ".join(missing))
         return True
 
     def grant_reader(self, role):

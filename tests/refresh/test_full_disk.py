@@ -16,10 +16,11 @@ NOW = "2026-11-03T04:15:00+01:00"
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 256 KiB tmpfs of our own (as root), unmounted afterwards."""
+    """A 384 KiB tmpfs of our own (as root), unmounted afterwards: room for a new store (110 KiB since schema
+    version 5) and its write-ahead log while it is built, and little more."""
     mountpoint = tmp_path / "disk"
     mountpoint.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0755", "tmpfs", str(mountpoint)],
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=384k,mode=0755", "tmpfs", str(mountpoint)],
                              capture_output=True, text=True)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN): {mounted.stderr.strip()}")
