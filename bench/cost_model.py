@@ -2,6 +2,7 @@
 
     /usr/bin/python3 bench/cost_model.py [--statements 2000]   # print the counts, and the naive yardstick's
     /usr/bin/python3 bench/cost_model.py --check               # compare them with bench/cost_budget.toml
+    /usr/bin/python3 bench/cost_model.py --pythonpath DIR      # with DIR's modules too (e.g. orjson)
 
 Needs valgrind (`apt install valgrind`). Wall-clock figures on a shared VM move by
 ±20% from one minute to the next; instruction counts do not: with PYTHONHASHSEED
@@ -28,7 +29,14 @@ With both cores busy all the time, a refresh's rate is at most
 1 x (machine speed) / (its own), at the same instructions per cycle.
 
 --check runs the steps (not the yardstick) with the budget file's statement count on
-the interpreter it names, and exits 1 naming each step over its budget.
+the interpreter it names, and exits 1 naming each step over its budget. Its budgets are the
+standard library's JSON path: --check makes the workload use it (LMS_REFRESH_JSON_PARSER=stdlib)
+even where orjson can be imported. Without --check the workload uses what it finds, and the
+counts say which parser that was; Debian 12 has no python3-orjson, so orjson's counts need it
+installed apart and named:
+
+    pip install --target /tmp/orjson-site orjson
+    /usr/bin/python3 bench/cost_model.py --pythonpath /tmp/orjson-site
 """
 
 import argparse
@@ -54,12 +62,18 @@ class BudgetError(Exception):
     """The budget file cannot be used for these counts (missing, malformed, or another interpreter)."""
 
 
-def environment(pycache):
-    """The workload's whole environment: counts must not depend on the caller's."""
-    return {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONPYCACHEPREFIX": pycache}
+def environment(pycache, pythonpath=None, parser=None):
+    """The workload's whole environment: counts must not depend on the caller's (but for the
+    module path and JSON parser asked for)."""
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONPYCACHEPREFIX": pycache}
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    if parser:
+        env["LMS_REFRESH_JSON_PARSER"] = parser
+    return env
 
 
-def run_parts(python, path, count, *, work, run, naive):
+def run_parts(python, path, count, *, work, run, naive, extra):
     """Start the workload over `count` statements under callgrind in directory `run` of `work` (the code
     is in work/code); return a function that waits for it and returns {part: instructions}."""
     directory = os.path.join(work, run)
@@ -68,7 +82,7 @@ def run_parts(python, path, count, *, work, run, naive):
     command = ["valgrind", "--tool=callgrind", "--dump-before=getppid", "--combine-dumps=yes",
                f"--callgrind-out-file={out}", python, "-s", os.path.join(work, "code", "cost_workload.py"),
                path, str(count), f"naive={int(naive)}"]
-    env = dict(environment(os.path.join(work, "pycache")), PYTHONDONTWRITEBYTECODE="1")
+    env = dict(environment(os.path.join(work, "pycache"), **extra), PYTHONDONTWRITEBYTECODE="1")
     process = subprocess.Popen(command, cwd=directory, env=env, stdin=subprocess.DEVNULL,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -78,16 +92,19 @@ def run_parts(python, path, count, *, work, run, naive):
             raise SystemExit(f"The workload failed under callgrind ({count} statements):\n{output}{errors[-3000:]}")
         with open(out, encoding="utf-8") as handle:
             totals = [int(n) for n in re.findall(r"^totals: (\d+)", handle.read(), re.MULTILINE)]
+        parser = re.search(r"^json parser: (\S+)$", output, re.MULTILINE)
         parts = PARTS if naive else PARTS[:-1]
         if len(totals) != len(parts) + 1:  # the last: what follows the last mark (exit)
             raise SystemExit(f"callgrind counted {len(totals)} parts, not {len(parts) + 1}: "
                              "something else calls getppid()")
-        return dict(zip(parts, totals[:-1], strict=True))
+        return dict(zip(parts, totals[:-1], strict=True)), parser and parser.group(1)
     return wait
 
 
-def measure(statements, *, python=PYTHON, naive=True):
-    """Return {step: instructions per statement} (and "naive" if asked) over `statements` statements."""
+def measure(statements, *, python=PYTHON, naive=True, pythonpath=None, parser=None):
+    """Return ({step: instructions per statement} (and "naive" if asked) over `statements` statements,
+    the JSON parser the workload used); `pythonpath` and `parser` go to its environment."""
+    extra = {"pythonpath": pythonpath, "parser": parser}
     from refresh_bench import write_days
 
     with tempfile.TemporaryDirectory(prefix="lms-cost-", dir="/tmp") as work:
@@ -103,12 +120,13 @@ def measure(statements, *, python=PYTHON, naive=True):
         warm = os.path.join(work, "warm")
         os.mkdir(warm)
         subprocess.run([python, "-s", os.path.join(code, "cost_workload.py"), path, "10", "naive=1"], cwd=warm,
-                       env=environment(os.path.join(work, "pycache")), check=True, stdin=subprocess.DEVNULL)
+                       env=environment(os.path.join(work, "pycache"), **extra), check=True, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL)
         # The two runs at once, one per core: an instruction count does not depend on the other.
-        waits = [run_parts(python, path, n, work=work, run=f"run-{i}", naive=naive)
+        waits = [run_parts(python, path, n, work=work, run=f"run-{i}", naive=naive, extra=extra)
                  for i, n in ((1, statements), (2, 2 * statements))]
-        one, two = (wait() for wait in waits)
-    return {part: (two[part] - one[part]) / statements for part in STEPS + (("naive",) if naive else ())}
+        (one, used), (two, _) = (wait() for wait in waits)
+    return {part: (two[part] - one[part]) / statements for part in STEPS + (("naive",) if naive else ())}, used
 
 
 def interpreter(python):
@@ -161,14 +179,16 @@ def main():
     parser.add_argument("--statements", type=int, help="statements per run (default 2000; --check: the budgets')")
     parser.add_argument("--python", default=PYTHON, help=f"the interpreter to measure (default {PYTHON})")
     parser.add_argument("--check", action="store_true", help=f"compare the steps with {BUDGETS}")
+    parser.add_argument("--pythonpath", help="a directory of modules the workload may import too (e.g. orjson's)")
     options = parser.parse_args()
     if options.check and options.statements is not None:
         parser.error("--check measures as many statements as its budgets were measured with")
     if not options.check:
         options.statements = options.statements or 2000
-        counts = measure(options.statements, python=options.python)
+        counts, used = measure(options.statements, python=options.python, pythonpath=options.pythonpath)
         python, sqlite = interpreter(options.python)
-        print(f"{options.statements} statements, Python {python}, SQLite {sqlite}, {platform.machine()}")
+        print(f"{options.statements} statements, Python {python}, SQLite {sqlite}, {platform.machine()}, "
+              f"JSON parser {used}")
         print_counts(counts)
         return 0
     try:
@@ -180,8 +200,10 @@ def main():
     except BudgetError as error:
         print(error, file=sys.stderr)
         return 2
-    over, lines = check(measure(budgets["statements"], python=options.python, naive=False), budgets["steps"])
-    print(f"Cost model, {budgets['statements']} statements, instructions per statement:")
+    counts, used = measure(budgets["statements"], python=options.python, naive=False, pythonpath=options.pythonpath,
+                           parser="stdlib")
+    over, lines = check(counts, budgets["steps"])
+    print(f"Cost model, {budgets['statements']} statements, JSON parser {used}, instructions per statement:")
     print("\n".join(lines))
     return 1 if over else 0
 

@@ -53,10 +53,11 @@ def main(path, count, with_naive):
     from lms_refresh.disclosure.cell_key import RecordKeys
     from lms_refresh.disclosure.policy import PrivacySettings
     from lms_refresh.disclosure.pseudonyms import Pseudonymiser
-    from lms_refresh.sources import ndjson_worker as worker
+    from lms_refresh.sources import json_decoding, ndjson_worker as worker
     from lms_refresh.sources.xapi import StatementMapper
     from lms_refresh.store.sqlite import SqliteStore
 
+    print(f"json parser: {json_decoding.parser}")  # cost_model.py reports it with the counts
     lines, end = first_lines(path, count)
     chunk, reading = worker.Chunk(path, 0, end), worker.Reading(*WINDOW)
     worker._worker_mapper = StatementMapper("Europe/Paris", Pseudonymiser(KEY), r"^(.+?/course/[^/?#]+)")

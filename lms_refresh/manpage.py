@@ -35,6 +35,8 @@ ENVIRONMENT = [
                                       "structured fields instead of stderr."),
     ("NOTIFY_SOCKET", "Set by systemd; progress is sent as STATUS= (shown by systemctl status)."),
     ("HTTPS_PROXY, NO_PROXY", "Honoured by the xapi-lrs source (set them in a drop-in)."),
+    ("LMS_REFRESH_JSON_PARSER", "stdlib: decode source JSON with Python's own json even where orjson is "
+                                "installed (the results are the same; status and check say which is in use)."),
 ]
 
 FILES = [

@@ -53,7 +53,16 @@ def _missing_systemd():
     return None
 
 
-REQUIREMENTS = {"postgresql": _missing_postgresql, "ralph": _missing_ralph, "systemd": _missing_systemd}
+def _missing_orjson():
+    import importlib.util
+
+    if importlib.util.find_spec("orjson") is None:
+        return "orjson is not installed: pip install orjson (tests/run.sh does; Debian 13: python3-orjson)"
+    return None
+
+
+REQUIREMENTS = {"postgresql": _missing_postgresql, "ralph": _missing_ralph, "systemd": _missing_systemd,
+                "orjson": _missing_orjson}
 # The fixtures that reach each kind of server: a test using one is marked without saying so itself.
 MARKING_FIXTURES = {"postgres_server": "postgresql", "ralph_server": "ralph"}
 
@@ -106,6 +115,24 @@ def postgres_server():
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
 def store_kind(request):
     return request.param
+
+
+@pytest.fixture(params=["stdlib", pytest.param("orjson", marks=pytest.mark.orjson)])
+def json_parser(request, monkeypatch):
+    """Each JSON parser in turn (lms_refresh.sources.json_decoding): in this process and the workers it forks
+    through the seam's switch, in the CLI's subprocesses through LMS_REFRESH_JSON_PARSER (read at import)."""
+    from lms_refresh.sources import json_decoding
+
+    if request.param == json_decoding.ORJSON and json_decoding.orjson is None:
+        pytest.skip(_missing_orjson())  # the marker's check says so first; this holds without the marker too
+    before = json_decoding.parser
+    json_decoding.use(request.param)
+    if request.param == json_decoding.STDLIB:
+        monkeypatch.setenv(json_decoding.ENVIRONMENT_VARIABLE, json_decoding.STDLIB)
+    else:
+        monkeypatch.delenv(json_decoding.ENVIRONMENT_VARIABLE, raising=False)
+    yield request.param
+    json_decoding.use(before)
 
 
 @pytest.fixture

@@ -34,8 +34,10 @@ fi
 /usr/bin/python3 -m venv --system-site-packages .venv
 .venv/bin/python -m pip install -q --no-build-isolation --no-deps -e .
 # The linter (tests/repository/test_lint.py runs it over the tree), from PyPI (Debian 12 has no ruff package).
-# One exact version, so that every machine finds the same findings.
-.venv/bin/python -m pip install -q ruff==0.17.6
+# One exact version, so that every machine finds the same findings. And orjson, the fast JSON path
+# (lms_refresh/sources/json_decoding.py; Debian 12 has no python3-orjson), so that the tests parametrised over
+# both parsers (the `json_parser` fixture, marker `orjson`) run both: one exact version here too.
+.venv/bin/python -m pip install -q ruff==0.17.6 orjson==3.13.0
 # Everything is installed above, so nothing may be skipped: a missing server (or any other skip) fails
 # the test that needed it instead of hiding it (tests/conftest.py).
 export LMS_REFRESH_REQUIRE_ALL=1

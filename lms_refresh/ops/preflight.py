@@ -11,7 +11,7 @@ from lms_refresh.disclosure.redaction import url_origin
 from lms_refresh.errors import ConfigError, StateError
 from lms_refresh.ops.monitoring import read_url
 from lms_refresh.run import publication
-from lms_refresh.sources import OK, WARNING, Finding, build_source
+from lms_refresh.sources import OK, WARNING, Finding, build_source, json_decoding
 from lms_refresh.state_directory import user_name
 from lms_refresh.store import open_store, store_exists
 
@@ -39,6 +39,7 @@ def preflight(config, euid, environ):
     else:
         findings.append(Finding(OK, f"state directory {directory}: will be created on the first run"))
     findings.extend(_url_findings(config, environ))
+    findings.append(Finding(OK, f"JSON parser: {json_decoding.describe()}"))
     source = build_source(config, Pseudonymiser(b"check"), environ)
     try:
         findings.extend(dataclasses.replace(finding, about="source") for finding in source.preflight())

@@ -7,6 +7,7 @@ from lms_refresh.disclosure import policy
 from lms_refresh.ops import interruption
 from lms_refresh.run import publication
 from lms_refresh.run.lock import probe
+from lms_refresh.sources import json_decoding
 from lms_refresh.state_directory import LOCK_NAME, refuse_a_file
 from lms_refresh.store import open_store, store_exists
 from lms_refresh.window import TIME
@@ -28,6 +29,7 @@ def collect_status(config, environ):
         # a run that did not finish (shutdown, crash, stop) and is not caught up yet; the last one caught up
         "interrupted": interruption.pending(config.state_directory) if holder is None else None,
         "last_interruption": interruption.last(config.state_directory),
+        "json_parser": json_decoding.describe(),  # what a run of this installation decodes source JSON with
     }
     if status["store"]["exists"]:
         store = open_store(config, environ, create=False, read_only=True)
@@ -96,6 +98,8 @@ def format_status(status):
         f"watermark:    {_watermark_text(status)}",
         f"lock:         {'held by ' + lock['holder'] if lock['held'] else 'free'}",
     ]
+    if status.get("json_parser"):
+        lines.append(f"json parser:  {status['json_parser']}")
     if status.get("interrupted") is not None:
         lines.append(f"INTERRUPTED:  the run started {status['interrupted'].get('started_at', '?')} did not finish "
                      "(a shutdown, a crash or a stop); the next boot (lms-refresh-catch-up.timer) or run catches it up")

@@ -19,7 +19,6 @@ import contextlib
 import datetime as dt
 import email.utils
 import http
-import json
 import logging
 import random
 import signal
@@ -31,6 +30,7 @@ from lms_refresh.credentials import read_secret
 from lms_refresh.disclosure.redaction import url_origin
 from lms_refresh.errors import ConfigError, UnavailableError
 from lms_refresh.instants import UTC
+from lms_refresh.sources import json_decoding
 
 logger = logging.getLogger(__name__)
 
@@ -237,11 +237,11 @@ class LrsClient:
         except requests.exceptions.RequestException as error:  # a body that broke off or cannot be decoded
             raise _Retryable(f"the answer broke off ({type(error).__name__})") from None
         try:
-            payload = json.loads(body)
-        except ValueError:
-            raise _Retryable("the answer was not JSON") from None
-        except RecursionError:
+            payload = json_decoding.decode_document(body)
+        except json_decoding.TooDeep:
             raise _Retryable("the answer was JSON nested too deeply to read") from None
+        except json_decoding.NotJSON:
+            raise _Retryable("the answer was not JSON") from None
         del body
         if not isinstance(payload, dict) or not isinstance(payload.get("statements"), list):
             raise _Retryable("the answer was not an xAPI StatementResult")

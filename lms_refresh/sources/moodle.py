@@ -27,7 +27,7 @@ from lms_refresh.disclosure.pseudonyms import moodle_identifier
 from lms_refresh.disclosure.redaction import url_without_password
 from lms_refresh.errors import ConfigError, UnavailableError
 from lms_refresh.postgresql import connect, connection_error, first_line
-from lms_refresh.sources import OK, WARNING, BaseSource, Finding
+from lms_refresh.sources import OK, WARNING, BaseSource, Finding, json_decoding
 from lms_refresh.sources.records import EVENT, NOTHING, Intake, InvalidRecord, LocalDays, make_event
 from lms_refresh.sources.xapi import ADL, name_id
 
@@ -84,8 +84,8 @@ def _other(other):
     if not other:
         return {}
     try:
-        value = json.loads(other)
-    except ValueError:
+        value = json_decoding.decode_document(other)
+    except json_decoding.NotJSON:  # too deep included: no field of ours lies that deep
         return _php_scalars(other)
     return value if isinstance(value, dict) else {}
 

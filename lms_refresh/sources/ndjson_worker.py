@@ -4,7 +4,6 @@ parent a `ChunkResult`. The same code runs in the parent for small files and res
 """
 
 import dataclasses
-import json
 import logging
 import marshal
 import os
@@ -14,7 +13,7 @@ import typing
 
 from lms_refresh import faults
 from lms_refresh.errors import BadInputError, ConfigError
-from lms_refresh.sources import RAW_KEPT, Batch
+from lms_refresh.sources import RAW_KEPT, Batch, json_decoding
 from lms_refresh.sources.files import NotRegularFile, chunk_lines, denied, open_regular
 from lms_refresh.sources.records import NOTHING, Event, Intake
 from lms_refresh.sources.xapi_fields import InvalidStatement, stored_cursor
@@ -22,7 +21,6 @@ from lms_refresh.sources.xapi_fields import InvalidStatement, stored_cursor
 logger = logging.getLogger(__name__)
 
 _STORED = re.compile(rb'"stored"\s*:\s*"([^"]{1,64})"')
-_decode = json.JSONDecoder().raw_decode  # str in, no encoding sniffing per line
 NICE_WORKERS = 19  # parsing workers run at the lowest priority (see _worker_init)
 BYTES_PER_STATEMENT = 1024  # sizes chunks: batch_size statements of about this size
 MAX_RECORD_BYTES = 1 << 20  # the default of source.max_record_bytes (statements are about 1 KiB)
@@ -96,33 +94,28 @@ def _stored_of(line):
 
 
 class _LineMapper:
-    """A statement mapper over raw lines: each line is decoded as JSON, then mapped.
+    """A statement mapper over raw lines: each line is decoded as JSON (`json_decoding`), then mapped.
 
     A line that is not JSON is an invalid record like any other, with the decoder's reason.
     """
 
-    __slots__ = ("_map", "take_new_names")
+    __slots__ = ("_map", "take_new_names", "_decode")
 
     def __init__(self, mapper):
         self._map, self.take_new_names = mapper.map, mapper.take_new_names
+        self._decode = json_decoding.line_decoder()  # the parser in use when the chunk is read
 
     def map(self, line, cursor):
         if not line or line.isspace():
             return NOTHING  # a blank line: no record at all
         try:
-            text = line.decode()
-            if text[0] in " \t":
-                text = text.strip()
-            parsed, end = _decode(text)
-            if end != len(text) and text[end:].strip():
-                raise ValueError(f"extra data after the JSON value at character {end}")
-            return self._map(parsed, cursor)
+            return self._map(self._decode(line), cursor)
         except InvalidStatement:
             raise
-        except ValueError as error:
-            raise InvalidStatement(f"not valid JSON: {error}") from None
-        except RecursionError:  # e.g. [[[[... 100,000 levels deep
+        except (json_decoding.TooDeep, RecursionError):  # e.g. [[[[... 100,000 levels deep
             raise InvalidStatement("JSON nested too deeply to parse") from None
+        except ValueError as error:  # json_decoding.NotJSON: the standard library's reason
+            raise InvalidStatement(f"not valid JSON: {error}") from None
 
 
 def _as_quarantined(number, line):

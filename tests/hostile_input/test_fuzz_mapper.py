@@ -15,13 +15,17 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from helpers.statements import HOME, statement
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser
+from lms_refresh.sources import json_decoding
 from lms_refresh.sources.ndjson_worker import ChunkResult, parse_lines
 from lms_refresh.sources.records import EVENT_FIELDS, Event, Void
 from lms_refresh.sources.xapi import StatementMapper
 from lms_refresh.sources.xapi_fields import MAX_DURATION_DAYS, InvalidStatement
 
+# Each test takes the JSON parser (`json_parser`, from tests/conftest.py) for all of its examples: a fixture
+# that is set once per test, not per example, which is what Hypothesis's function_scoped_fixture warns of.
 FUZZ = settings(max_examples=400, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                       HealthCheck.function_scoped_fixture])
 MAPPER = StatementMapper("Pacific/Kiritimati", Pseudonymiser(b"k" * 32), r"^(.+?/course/[^/?#]+)")
 
 # Pieces that look like what the mapper reads, so that generation reaches its deeper branches.
@@ -74,6 +78,11 @@ removed = st.one_of(st.just(()), st.just(()), st.sets(
     st.sampled_from(["id", "stored", "timestamp", "actor", "verb", "object", "result", "context"]), max_size=2))
 
 
+def decoded(value):
+    """The value as the JSON parser in use reads it back from an export line."""
+    return json_decoding.decode_line(json.dumps(value).encode())
+
+
 def check_row(kind, row):
     """A mapped statement's row has the staging table's shape and bounded values."""
     if kind == "void":
@@ -88,13 +97,13 @@ def check_row(kind, row):
 
 @FUZZ
 @given(parts, removed)
-def test_every_generated_statement_is_mapped_or_quarantined(replacements, removals):
+def test_every_generated_statement_is_mapped_or_quarantined(json_parser, replacements, removals):
     body = statement(score=0.5, duration="PT1M", success=True)
     body.update(replacements)
     for name in removals:
         body.pop(name, None)
     try:
-        kind, row = MAPPER.map(body)
+        kind, row = MAPPER.map(decoded(body))
     except InvalidStatement as error:
         assert str(error)  # a reason to store
         return
@@ -103,9 +112,9 @@ def test_every_generated_statement_is_mapped_or_quarantined(replacements, remova
 
 @settings(FUZZ, max_examples=300)
 @given(json_value)
-def test_any_json_value_is_mapped_or_quarantined(value):
+def test_any_json_value_is_mapped_or_quarantined(json_parser, value):
     try:
-        MAPPER.map(value)
+        MAPPER.map(decoded(value))
     except InvalidStatement:
         pass
 
@@ -113,14 +122,14 @@ def test_any_json_value_is_mapped_or_quarantined(value):
 @settings(FUZZ, max_examples=150)
 @given(st.lists(st.one_of(st.binary(max_size=60), st.builds(lambda s: json.dumps(s).encode(), parts),
                           st.integers(1, 3000).map(lambda depth: b"[" * depth + b"]" * depth)), max_size=4))
-def test_every_generated_line_is_staged_skipped_or_quarantined(lines):
+def test_every_generated_line_is_staged_skipped_or_quarantined(json_parser, lines):
     result = parse_lines(MAPPER, enumerate(lines, 1), "0000", until="9999", result=ChunkResult())
     batch = result.batch
     assert len(batch.events) + len(batch.voids) + len(batch.quarantined) == batch.read
     assert all(reason for _, reason, _ in batch.quarantined)
 
 
-def test_json_nested_100000_levels_deep_is_quarantined_not_a_crash():
+def test_json_nested_100000_levels_deep_is_quarantined_not_a_crash(json_parser):
     good = json.dumps(statement(timestamp="2026-11-02T10:00:00Z")).encode()
     lines = [good, b"[" * 100_000 + b"]" * 100_000, b'{"a":' * 100_000 + b"1" + b"}" * 100_000, good]
     batch = parse_lines(MAPPER, enumerate(lines, 1), "0000", until="9999", result=ChunkResult()).batch

@@ -23,8 +23,11 @@ from lms_refresh.sources.xapi import StatementMapper
 
 
 def fuzz(examples):
+    # A test given `json_parser` (tests/conftest.py) keeps that parser for all of its examples: set once per
+    # test, not per example, which is what Hypothesis's function_scoped_fixture warns of.
     return settings(max_examples=examples, derandomize=True, deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                           HealthCheck.function_scoped_fixture])
 PSEUDONYMISE = Pseudonymiser(b"k" * 32)
 EVERYTHING = ("", "\uffff")  # a window no cursor lies outside of: every line must be accounted for
 
@@ -91,7 +94,7 @@ def parsed(raw_lines, since, until):
 
 @fuzz(500)
 @given(lines)
-def test_every_line_is_mapped_or_quarantined_with_a_reason(raw_lines):
+def test_every_line_is_mapped_or_quarantined_with_a_reason(json_parser, raw_lines):
     batch = parsed(raw_lines, *EVERYTHING)
     counted = [n for n, line in enumerate(raw_lines, 1) if line.strip()]
     assert batch.read == len(counted) == len(batch.events) + len(batch.voids) + len(batch.quarantined)
@@ -105,7 +108,7 @@ def test_every_line_is_mapped_or_quarantined_with_a_reason(raw_lines):
 
 @fuzz(300)
 @given(lines, moments, st.timedeltas(min_value=dt.timedelta(0), max_value=dt.timedelta(days=3)))
-def test_a_window_keeps_only_its_own_statements_whatever_the_lines(raw_lines, since, width):
+def test_a_window_keeps_only_its_own_statements_whatever_the_lines(json_parser, raw_lines, since, width):
     since = since.replace(tzinfo=None)
     low = since.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     high = min(since + width, dt.datetime(9999, 12, 31)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -186,7 +189,7 @@ grade_ranges = st.dictionaries(st.integers(-3, 8), st.none() | st.tuples(
 
 @fuzz(600)
 @given(st.lists(rows, max_size=8), grade_ranges, st.sampled_from(["Europe/Paris", "Pacific/Kiritimati", "UTC"]))
-def test_every_log_row_is_mapped_left_out_or_quarantined_with_a_reason(batch, ranges, zone):
+def test_every_log_row_is_mapped_left_out_or_quarantined_with_a_reason(json_parser, batch, ranges, zone):
     assert len(COLUMNS) == 11
     mapper = RowMapper(zone, PSEUDONYMISE, "https://moodle.example.edu/", site_course_id=1, guest_user_id=1)
     mapper.grade_ranges.update(ranges)

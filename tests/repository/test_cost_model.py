@@ -45,11 +45,18 @@ def test_the_command_exits_1_over_budget_and_0_within(monkeypatch, capsys):
     monkeypatch.setattr(cost_model, "interpreter", lambda python: [budgets["python"], budgets["sqlite"]])
     monkeypatch.setattr("sys.argv", ["cost_model.py", "--check"])
     within = {step: budget - 1 for step, budget in budgets["steps"].items()}
-    monkeypatch.setattr(cost_model, "measure", lambda statements, python, naive: dict(within))
+    asked = []
+
+    def measured(counts):
+        # The budgets are the standard library's JSON path: --check asks for it, whatever is installed.
+        return lambda statements, python, naive, pythonpath, parser: asked.append(parser) or (dict(counts), parser)
+
+    monkeypatch.setattr(cost_model, "measure", measured(within))
     assert cost_model.main() == 0
-    assert "Over budget" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "Over budget" not in out and "JSON parser stdlib" in out and asked == ["stdlib"]
     over = dict(within, recompute=budgets["steps"]["recompute"] + 1)
-    monkeypatch.setattr(cost_model, "measure", lambda statements, python, naive: dict(over))
+    monkeypatch.setattr(cost_model, "measure", measured(over))
     assert cost_model.main() == 1
     assert (f"Over budget: step recompute costs {over['recompute']:,} instructions per statement, "
             f"its budget is {budgets['steps']['recompute']:,}") in capsys.readouterr().out

@@ -5,6 +5,9 @@ import pytest
 from lms_refresh.sources.moodle import GRADED, InvalidRow, RowMapper
 from lms_refresh.sources.xapi import name_id
 
+# Every test here runs with each JSON parser (lms_refresh/sources/json_decoding.py).
+pytestmark = pytest.mark.usefixtures("json_parser")
+
 
 def moodle_mapper():
     return RowMapper("Europe/Paris", lambda actor: actor, "https://moodle.example.edu/", site_course_id=1,

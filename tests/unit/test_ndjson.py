@@ -12,6 +12,9 @@ from helpers.statements import statement
 from lms_refresh.errors import BadInputError
 from lms_refresh.sources.ndjson import NdjsonSource
 
+# Every test here runs with each JSON parser (lms_refresh/sources/json_decoding.py).
+pytestmark = pytest.mark.usefixtures("json_parser")
+
 
 def lines(count):
     out = []

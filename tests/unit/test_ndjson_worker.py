@@ -2,9 +2,14 @@
 
 import json
 
+import pytest
+
 from helpers.readers import MAPPER, WINDOW
 from helpers.statements import statement
 from lms_refresh.sources import ndjson_worker, records
+
+# Every test here runs with each JSON parser (lms_refresh/sources/json_decoding.py).
+pytestmark = pytest.mark.usefixtures("json_parser")
 
 
 def test_a_bad_line_outside_the_window_is_skipped_whether_or_not_the_prefilter_has_paused(tmp_path):
