@@ -8,6 +8,7 @@ names the learner is logged or stored.
 """
 
 import dataclasses
+import datetime as dt
 import logging
 
 from lms_refresh.disclosure.cell_key import RecordKeys
@@ -123,7 +124,8 @@ def _forget(config, store, identifier, *, report, stop):
         report.partitions = sorted(set(days))
         if report.partitions:
             # A store upgraded in place gets its cell keys in the rebuild.
-            report.rows_written, report.suppressed = recompute(store, set(days), record_keys=RecordKeys(key))
+            report.rows_written, report.suppressed = recompute(store, set(days), record_keys=RecordKeys(key),
+                                                                  config=config, now=dt.datetime.now(dt.UTC))
         if report.dry_run:
             store.rollback()
         else:

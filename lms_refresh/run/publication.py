@@ -35,6 +35,7 @@ import stat
 from lms_refresh import atomic
 from lms_refresh.disclosure import policy
 from lms_refresh.errors import ConfigError, RefreshError, StateError, from_os_error
+from lms_refresh.run import period_publication
 from lms_refresh.store import open_store, store_exists
 from lms_refresh.store.tables import COURSE_COLUMNS, SERVING_COLUMNS
 
@@ -72,21 +73,26 @@ def published_digest(path):
         return None  # damaged or foreign: replaced by the next publication
 
 
-def recompute(store, days, *, record_keys):
-    """Rebuild the partitions of `days` in `store` from their staged events and publish again the courses
-    they touch (all of them after a settings change) as the settings in force allow; return (rows written,
+def recompute(store, days, *, record_keys, config, now):
+    """Rebuild the partitions of `days` in `store` from their staged events, and their weeks and months, and
+    publish again the courses they touch (all of them after a settings change) as the settings in force allow
+    (a period is complete once `now` is past its end plus `config`'s safety lag); return (rows written,
     suppressed cells among the published rows of the days rebuilt)."""
     done = store.recompute(days, record_keys=record_keys)
-    policy.publish(store, done.courses, policy.in_force(store))
+    settings = policy.in_force(store)
+    policy.publish(store, done.courses, settings)
+    period_publication.publish(store, done.period_courses, settings, config=config, now=now)
     return done.rows_written, store.suppressed_on(done.days)
 
 
 def read_state(config, environ):
-    """Return (serving rows, privacy settings, course names) from the store, read-only."""
+    """Return (serving rows: the days', then {table: rows} of the other grains; privacy settings; course
+    names) from the store, read-only."""
     store = open_store(config, environ, create=False, read_only=True)
     try:
         with store.errors():
-            return store.serving_rows(), policy.in_force(store), store.course_rows()
+            return (store.serving_rows(), period_publication.serving_rows(store)), policy.in_force(store), \
+                store.course_rows()
     finally:
         store.close()
 
@@ -111,12 +117,15 @@ def _publish(config, store, euid):
     path, group = config.publication.path, config.publication.group
     gid = group_id(group) if group else None
     with store.errors():
-        rows, settings, courses = store.serving_rows(), policy.in_force(store), store.course_rows()
+        rows, settings = (store.serving_rows(), period_publication.serving_rows(store)), policy.in_force(store)
+        courses = store.course_rows()
     wanted = digest(rows, settings, courses)
     if published_digest(path) == wanted and _has_permissions(path, _mode(gid), gid):
         return False
     write_publication(path, gid, rows, settings=settings, wanted=wanted, euid=euid, courses=courses)
-    logger.info("Published %d rows to %s", len(rows), path, extra={"PUBLICATION": path, "PUBLISHED_ROWS": len(rows)})
+    periods = sum(len(table) for table in rows[1].values())
+    logger.info("Published %d rows to %s (and %d rows of weeks and months)", len(rows[0]), path, periods,
+                extra={"PUBLICATION": path, "PUBLISHED_ROWS": len(rows[0]), "PUBLISHED_PERIOD_ROWS": periods})
     return True
 
 
@@ -156,8 +165,9 @@ def _has_permissions(path, mode, gid):
 
 
 def write_publication(path, gid, rows, *, settings, wanted, euid, courses=()):
-    """Replace the publication at `path` (see lms_refresh/atomic.py), readable by group `gid` (a group
-    id, or None for every account)."""
+    """Replace the publication at `path` (see lms_refresh/atomic.py) by `rows` (the days', {table: rows} of
+    the other grains) and `courses` (the course names), readable by group `gid` (a group id, or None for
+    every account)."""
     directory = os.path.dirname(os.path.abspath(path))
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise StateError(f"Cannot write the publication {path}: {directory} is not a directory; the store is "
@@ -205,7 +215,8 @@ def _write_database(path, rows, settings, *, wanted, courses):
         db.execute(_COURSES)
         db.execute(_ABOUT)
         db.executemany(f"INSERT INTO daily_metrics ({', '.join(SERVING_COLUMNS)}) "
-                       f"VALUES ({', '.join('?' for _ in SERVING_COLUMNS)})", rows)
+                       f"VALUES ({', '.join('?' for _ in SERVING_COLUMNS)})", rows[0])
+        period_publication.write_tables(db, rows[1])
         db.executemany(f"INSERT INTO courses ({', '.join(COURSE_COLUMNS)}) "
                        f"VALUES ({', '.join('?' for _ in COURSE_COLUMNS)})", courses)
         db.execute("INSERT INTO publication VALUES (?, ?, ?, ?, ?, ?)", (

@@ -5,11 +5,10 @@ effective uid, progress, the SIGTERM policy) and the `Report` of what it did; ea
 `backfill` and `rebuild` are this one code path; they differ only in the request (how the window is chosen,
 and a rebuild's reset).
 
-One error path: phases raise (lms_refresh.errors' domain errors, or whatever
-broke). `_settle` rolls a failure back and records it (after the commit it is
-only tidying up: the run stands); `run()` alone turns the exception into the
-`Outcome`, never raising, not even for a stop or ^C; the job and the CLI only
-read it. SIGTERM: the process's one policy (run/stopping.py).
+One error path: phases raise (lms_refresh.errors' domain errors, or whatever broke). `_settle` rolls a failure
+back and records it (after the commit it is only tidying up: the run stands); `run()` alone turns the exception
+into the `Outcome`, never raising, not even for a stop or ^C; the job and the CLI only read it. SIGTERM: the
+process's one policy (run/stopping.py).
 """
 
 import dataclasses
@@ -25,7 +24,7 @@ from lms_refresh.disclosure import policy, redaction, weakening
 from lms_refresh.disclosure.cell_key import RecordKeys
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser, fingerprint
 from lms_refresh.errors import RefreshError, StateError, Terminated, exit_status, from_os_error
-from lms_refresh.run import after_commit, identity, publication, retention, stopping, upgrade
+from lms_refresh.run import after_commit, identity, period_publication, publication, retention, stopping, upgrade
 from lms_refresh.run.lock import LockHeld, lock_held, locked_store, run_lock
 from lms_refresh.run.report import Outcome, Report
 from lms_refresh.sources import build_source
@@ -180,6 +179,7 @@ class Refresh:
         # Retention does not wait for new records: a quiet source's old data goes on time too.
         horizon = retention.staging_horizon(self.config, self.now, meta)
         retention.apply(store, self.config, self.now, horizon=horizon, days=set())
+        store.close_periods(period_publication.cutoff(self.config, self.now))  # a week may have ended since
         store.record_run(self.report.row(self.now))
         with self.stop.commit():
             store.commit()
@@ -218,7 +218,8 @@ class Refresh:
         self.progress(f"Recomputing {len(days)} daily partitions", force=True)
         store.set_privacy(self.config.min_cell_size, self.config.privacy)
         faults.point("before-recompute")
-        report.rows_written, report.suppressed = publication.recompute(store, days, record_keys=self._record_keys)
+        report.rows_written, report.suppressed = publication.recompute(store, days, record_keys=self._record_keys,
+                                                                       config=self.config, now=self.now)
         store.clear_pending_days()
         faults.point("after-recompute")
 
@@ -242,8 +243,7 @@ class Refresh:
         return True
 
     def publish(self, store):
-        """Bring the dashboards' copy up to date, after the commit (see run/after_commit.py)."""
-        after_commit.publish(self, store)
+        after_commit.publish(self, store)  # the dashboards' copy, after the commit (see run/after_commit.py)
 
     def record_failure(self, store, error):
         """After a rollback, note the failed run (and what was quarantined) in its own transaction."""

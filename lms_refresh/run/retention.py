@@ -12,6 +12,11 @@ The store records the horizon it enforced, and it never moves back: widening
 `staging_days` later cannot bring dropped events back, so days before the
 recorded horizon stay closed.
 
+Learners' presence per (day, course) (learner_days, what weeks and months count
+distinct learners from) is kept a little longer: from the first day of the week or
+month that holds the horizon, whichever is earlier, so that a period with a day
+still open is always counted whole; it goes with the staged events after that.
+
 `[retention] quarantine_days`: quarantined records older than that are deleted
 in the run's transaction.
 """
@@ -23,6 +28,7 @@ import zoneinfo
 
 from lms_refresh import instants
 from lms_refresh.disclosure.redaction import marker
+from lms_refresh.store import periods
 
 CLOSED_REASON = "older than the staging horizon"
 HORIZON_KEY = "staging_horizon"  # in the store's meta: the first local day whose staged events are kept
@@ -76,6 +82,7 @@ def apply(store, config, now, *, horizon, days):
     """
     if horizon is not None:
         store.drop_staged_before(horizon)
+        store.drop_presence_before(periods.first_kept_presence(horizon))  # until no open period needs it
         store.set_meta(HORIZON_KEY, horizon)
         days = {day for day in days if day >= horizon}
     store.expire_quarantine(instants.to_cursor(now - dt.timedelta(days=config.retention.quarantine_days)))

@@ -17,6 +17,7 @@ from lms_refresh.errors import StateError
 from lms_refresh.sources.redelivery import same_statement
 from lms_refresh.store.course_names import CourseNames
 from lms_refresh.store.erasure import Erasure
+from lms_refresh.store.grains import Grains
 from lms_refresh.store.rebuild_check import RebuildCheck
 from lms_refresh.store.run_log import RunLog
 from lms_refresh.store.tables import SERVING_COLUMNS, column_names
@@ -28,14 +29,16 @@ PUBLISHED_FIELDS = column_names("published_metrics")
 
 
 class Recomputed(typing.NamedTuple):
-    """What a recompute did: the metric rows it wrote, the days it rebuilt, the courses to publish again."""
+    """What a recompute did: the metric rows it wrote, the days it rebuilt, the courses to publish again (their
+    days, and {grain: courses} of their weeks and months)."""
 
     rows_written: int
     days: set
     courses: set
+    period_courses: dict
 
 
-class SqlStore(Erasure, RebuildCheck, RunLog, CourseNames):
+class SqlStore(Erasure, Grains, RebuildCheck, RunLog, CourseNames):
     """A metrics store in SQL written once; a subclass is a `driver.Driver` (sqlite.py, postgres.py)."""
 
     dialect = None  # a store.dialect.Dialect
@@ -181,12 +184,12 @@ class SqlStore(Erasure, RebuildCheck, RunLog, CourseNames):
         `horizon` (closed days: their events are gone, and they stay as they were published)."""
         for table in ("staged_events", "voided_events", "verbs", "source_state", "pending_days"):
             self.execute(f"DELETE FROM {table}")
+        self.reset_periods(horizon)
+        for table in ("published_metrics", "daily_metrics"):
+            self.execute(f"DELETE FROM {table} WHERE day >= ?", (horizon or "",))
         if horizon is None:
-            for table in ("published_metrics", "daily_metrics", "courses"):
-                self.execute(f"DELETE FROM {table}")
+            self.execute("DELETE FROM courses")
         else:
-            for table in ("published_metrics", "daily_metrics"):
-                self.execute(f"DELETE FROM {table} WHERE day >= ?", (horizon,))
             self.execute("DELETE FROM courses WHERE course_id NOT IN (SELECT course_id FROM daily_metrics)")
         self.execute("DELETE FROM course_names WHERE course_id NOT IN (SELECT course_id FROM courses)")  # with them
         self.execute("DELETE FROM meta WHERE key IN ('watermark', 'cursor_kind', 'timezone', 'key_fingerprint') "
@@ -311,18 +314,10 @@ class SqlStore(Erasure, RebuildCheck, RunLog, CourseNames):
         horizon = self.meta().get("staging_horizon")  # see lms_refresh.run.retention
         if horizon is not None:
             days = {day for day in days if day >= horizon}  # a closed day is never rebuilt from what is left
-        courses = self.courses_on(days)
+        courses, everything = self.courses_on(days), self._republish_all
         written = self.rebuild_partitions(days)
-        return Recomputed(written, days, self._courses_to_publish(courses | self.courses_on(days)))
-
-    def rebuild_partitions(self, days):
-        """Delete and rebuild the metrics of `days` from all staged events of those days; return the rows written."""
-        days = self.dialect.day_set(days)
-        cells, learner_keys = self.dialect.recompute
-        self.execute(f"DELETE FROM daily_metrics WHERE {self.dialect.days_in}", (days,))
-        written = self.execute(cells, (days,)).rowcount
-        self.execute(learner_keys, (days,))
-        return written
+        return Recomputed(written, days, self._courses_to_publish(courses | self.courses_on(days)),
+                          self.rebuild_periods(days, everything))
 
     def forget_transaction(self):
         """Voids learned inside a rolled-back transaction are gone with it."""

@@ -35,6 +35,10 @@ class Dialect:
         """Return a table's or an index's name as the migrations write it."""
         return name
 
+    def serving_of(self, table):
+        """Return the name of the serving view of a publication table (weekly_metrics, monthly_metrics)."""
+        return f"serving_{table}"
+
     def date(self, expression):
         """Return an expression that turns ISO day text into the dialect's day (for the serving view)."""
         return expression
@@ -106,6 +110,9 @@ class Dialect:
                 statements.append(item.format_map(_Names(self)))
             elif kind == "index":
                 statements.append(self.create_index(item))
+            elif kind == "period view":  # created again if a store was taken back past it by hand
+                name = self.serving_of(tables.PERIOD_VIEWS[item])
+                statements += [f"DROP VIEW IF EXISTS {name}", f"CREATE VIEW {name} AS{tables.period_view(self, item)}"]
             elif kind == "courses view":
                 statements.append(f"{self.create_view_again} {self.serving_courses} AS{tables.courses_view(self)}")
             else:  # the serving view
@@ -121,9 +128,10 @@ class Dialect:
     @functools.cached_property
     def recompute(self):
         """The statements that compute the daily_metrics rows of the days given as each one's parameter,
-        in the store's own session: the cells (tables.CELL_METRICS), then their learner keys."""
+        in the store's own session: the cells (tables.CELL_METRICS), their learners' presence, then the cells'
+        learner keys."""
         columns = ", ".join(name for name, _ in tables.CELL_METRICS)
         cells = ",\n    ".join(expression for _, expression in tables.CELL_METRICS)
         return (f"INSERT INTO daily_metrics (day, course_id, {columns})\nSELECT day, course_id,\n    {cells}\n"
                 f"FROM staged_events WHERE {self.days_in}\nGROUP BY day, course_id",
-                tables.LEARNER_KEYS.format(days_in=self.days_in))
+                tables.PRESENCE.format(days_in=self.days_in), tables.LEARNER_KEYS.format(days_in=self.days_in))

@@ -1,12 +1,14 @@
 """What the stores share for erasure and retention (lms_refresh.run.forget, lms_refresh.run.retention).
 
 A learner is in the store in these forms, and only these: their staged events (`actor`, the
-keyed pseudonym); quarantined records that carry their pseudonym marker, `"pseudonym:N"` —
-redacted records, second versions of a statement id ("conflicting statement id"), statements
-for closed days ("older than the staging horizon") — and, in conflict records written before
-the marker was used there, `"actor": N`. Aggregates (daily metrics, published rows, their key
-sums) are rebuilt without them. Nothing else the store keeps names a learner: the run log holds
-counts and scrubbed messages, voided_events statement ids only, the name tables course and verb
+keyed pseudonym) and their presence on each (day, course) in learner_days and each (week or
+month, course) in learner_periods (the same pseudonym, for the periods' distinct learners);
+quarantined records that carry their pseudonym marker, `"pseudonym:N"` — redacted records, second
+versions of a statement id ("conflicting statement id"), statements for closed days ("older than
+the staging horizon") — and, in conflict records written before the marker was used there,
+`"actor": N`. Aggregates (daily metrics, published rows, their key sums) are rebuilt without them.
+Nothing else the store keeps names a learner: the run log holds counts and scrubbed messages,
+voided_events statement ids only, the name tables course and verb
 IRIs, the file index export file paths.
 
 Course names (course_names) get nothing here: a name is what a course's author or a statement's
@@ -39,6 +41,8 @@ class Erasure:
 
     def forget_learner(self, actor):
         """Delete the staged events of one pseudonymised learner; return the day of each deleted event."""
+        for table in ("learner_days", "learner_periods"):  # closed days' too: the periods count them
+            self.execute(f"DELETE FROM {table} WHERE actor = ?", (actor,))
         return [row[0] for row in self.execute("DELETE FROM staged_events WHERE actor = ? RETURNING day", (actor,))]
 
     def forget_quarantined(self, pseudonym):

@@ -20,7 +20,7 @@ from lms_refresh.errors import ConfigError, StateError, UnavailableError
 from lms_refresh.postgresql import connect, connection_error, first_line, unreachable
 from lms_refresh.store.base import SqlStore
 from lms_refresh.store.postgres_schema import MIGRATIONS, POSTGRESQL, SCHEMA_VERSION
-from lms_refresh.store.tables import TABLES, courses_view, serving_view
+from lms_refresh.store.tables import PERIOD_VIEWS, TABLES, courses_view, period_view, serving_view
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +98,9 @@ class PostgresStore(SqlStore):
 
     def describe(self):
         return f"{self.location} (schema {self.schema})"
+
+    def serving_period_view(self, table):
+        return self._ddl(POSTGRESQL.serving_of(table))
 
     def _ddl(self, statement):
         return statement.replace("{s}", self.schema)
@@ -188,19 +191,21 @@ class PostgresStore(SqlStore):
         return self.db.execute("SELECT to_regclass(%s) IS NOT NULL", (self.serving,)).fetchone()[0]
 
     def restore_serving_view(self):
-        """Re-create the dashboards' views if one was dropped (they hold nothing of their own); return True if so."""
-        missing = [(name, select) for name, select in (
-            (self.serving, serving_view(POSTGRESQL, SCHEMA_VERSION)), (self.serving_courses, courses_view(POSTGRESQL)))
-            if not self.db.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()[0]]
+        """Re-create the dashboards' views that were dropped (they hold nothing of their own); return True if any."""
+        views = {self.serving: serving_view(POSTGRESQL, SCHEMA_VERSION)}
+        views.update((self.serving_period_view(table), period_view(POSTGRESQL, grain))
+                     for grain, table in PERIOD_VIEWS.items())
+        views[self.serving_courses] = courses_view(POSTGRESQL)
+        missing = [name for name in views
+                   if not self.db.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()[0]]
         if not missing:
             return False
         with self.db.transaction():
             self.db.execute(self._ddl("CREATE SCHEMA IF NOT EXISTS {s}_serving"))
-            for name, select in missing:
-                self.db.execute(self._ddl(f"CREATE VIEW {name} AS{select}"))
-        for name, _ in missing:
-            logger.warning("The serving view %s was missing and has been re-created; give the dashboards' roles "
-                           "access again with 'lms-refresh grant-reader ROLE'.", name)
+            for name in missing:
+                self.db.execute(self._ddl(f"CREATE VIEW {name} AS{views[name]}"))
+        logger.warning("The serving view %s was missing and has been re-created; give the dashboards' roles "
+                       "access again with 'lms-refresh grant-reader ROLE'.", ", ".join(missing))
         return True
 
     def grant_reader(self, role):

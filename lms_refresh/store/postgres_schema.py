@@ -26,6 +26,9 @@ class PostgresDialect(Dialect):
     def name(self, name):
         return f"{{s}}.{name}"
 
+    def serving_of(self, table):
+        return f"{{s}}_serving.{table}"
+
     def date(self, expression):
         return f"{expression}::date"
 

@@ -65,6 +65,23 @@ def _columns(type_, *names, **options):
 KEY_SUMS = ("learner_key", "statement_key", "attempt_key", "completion_key", "passed_key", "failed_key",
             "score_key", "duration_count", "duration_key")
 
+# A cell's aggregates and record keys: a day's in daily_metrics, a week's or a month's in period_metrics.
+_CELL = (
+    *_columns(INTEGER, "learners", "statements", "attempts", "attempt_learners", "completions",
+              "completion_learners", "passed", "passed_learners", "failed", "failed_learners"),
+    Column("score_sum_micro", BIGINT, null=True), *_columns(INTEGER, "score_count", "score_learners"),
+    Column("duration_ms", BIGINT, null=True), Column("duration_learners", INTEGER),
+    *_columns(BIGINT, *KEY_SUMS, default="0", since=3),
+)
+# What a learner did in a (day, course), so that a week's or a month's distinct learners are counted
+# without reading its staged events again (lms_refresh.store.grains).
+PRESENCE_FLAGS = ("has_attempt", "has_completion", "has_passed", "has_failed", "has_score", "has_duration")
+PERIOD_COUNTS = ("days",) + tuple(f"{flag[4:]}_days" for flag in PRESENCE_FLAGS)  # learner_periods' counts
+_PUBLISHED = (
+    *_columns(BIGINT, "active_learners", "statements", "attempts", "completions", "passed", "failed", null=True),
+    *_columns(REAL, "avg_scaled_score", "total_duration_seconds", null=True), Column("suppressed", BIGINT),
+)
+
 TABLES = (
     Table("meta", _columns(TEXT, "key", "value"), key=("key",), clustered=True),
     # Ids are 64-bit hashes of the IRIs (see sources.xapi.name_id).
@@ -86,14 +103,8 @@ TABLES = (
     # Voided ids stay here so a re-pulled target is never staged again.
     Table("voided_events", (Column("event_id", BYTES), Column("voided_by", BYTES), Column("stored", TEXT)),
           key=("event_id",), clustered=True),
-    Table("daily_metrics", (
-        Column("day", TEXT), Column("course_id", BIGINT),
-        *_columns(INTEGER, "learners", "statements", "attempts", "attempt_learners", "completions",
-                  "completion_learners", "passed", "passed_learners", "failed", "failed_learners"),
-        Column("score_sum_micro", BIGINT, null=True), *_columns(INTEGER, "score_count", "score_learners"),
-        Column("duration_ms", BIGINT, null=True), Column("duration_learners", INTEGER),
-        *_columns(BIGINT, *KEY_SUMS, default="0", since=3),
-    ), key=("day", "course_id"), clustered=True),
+    Table("daily_metrics", (Column("day", TEXT), Column("course_id", BIGINT), *_CELL), key=("day", "course_id"),
+          clustered=True),
     Table("runs", (
         *_columns(TEXT, "run_id", "kind", "started_at", "finished_at", "outcome"), Column("exit_code", INTEGER),
         *_columns(TEXT, "window_since", "window_until", null=True),
@@ -110,10 +121,7 @@ TABLES = (
     # What is published: suppressed, perturbed and gap-filled in Python (lms_refresh.disclosure.privacy).
     Table("published_metrics", (
         Column("course_id", BIGINT), Column("day", TEXT),
-        *_columns(BIGINT, "active_learners", "statements", "attempts", "completions", "passed", "failed",
-                  null=True),
-        *_columns(REAL, "avg_scaled_score", "total_duration_seconds", null=True), Column("suppressed", BIGINT),
-    ), key=("course_id", "day"), clustered=True, since=3),
+        *_PUBLISHED), key=("course_id", "day"), clustered=True, since=3),
     # The threshold and the noise in one typed row: a value of the wrong type or out of range is
     # refused, so nothing can switch suppression off by writing text; without the row nothing
     # is published (SqlStore.privacy_settings).
@@ -127,6 +135,21 @@ TABLES = (
     ), key=("id",), since=3),
     # Days whose metrics a migration left to be rebuilt by the next run.
     Table("pending_days", (Column("day", TEXT),), key=("day",), clustered=True, since=4),
+    # The weeks and months (lms_refresh.store.periods): each learner once per (day, course) with their
+    # key, the periods' cells, and their published rows (`closes_at`: when the period ends, UTC).
+    Table("learner_days", (Column("day", TEXT), Column("course_id", BIGINT), Column("actor", BIGINT),
+                           Column("learner_key", BIGINT), *_columns(SMALL, *PRESENCE_FLAGS)),
+          key=("day", "course_id", "actor"), clustered=True, since=5),
+    # Each learner once per (period, course): on how many of its days they were active, and did each thing.
+    Table("learner_periods", (*_columns(TEXT, "grain", "period"), Column("course_id", BIGINT), Column("actor", BIGINT),
+                              Column("learner_key", BIGINT), *_columns(INTEGER, *PERIOD_COUNTS)),
+          key=("grain", "period", "course_id", "actor"), clustered=True, since=5),
+    Table("period_metrics", (*_columns(TEXT, "grain", "period"), Column("course_id", BIGINT), *_CELL),
+          key=("grain", "period", "course_id"), clustered=True, since=5),
+    Table("published_periods", (
+        Column("grain", TEXT), Column("course_id", BIGINT), *_columns(TEXT, "period", "period_start", "period_end"),
+        *_PUBLISHED, Column("closes_at", TEXT), Column("complete", SMALL, check="complete IN (0, 1)"),
+    ), key=("grain", "course_id", "period"), clustered=True, since=5),
     # The name of a course as its source names it (lms_refresh.disclosure.names made it safe to
     # publish): beside `courses`, not in it, because a table is created only if missing
     # (IDEMPOTENT_SINCE) and a column cannot be (SQLite has no ADD COLUMN IF NOT EXISTS). `named_at`
@@ -136,7 +159,7 @@ TABLES = (
         Column("course_id", BIGINT),
         *_columns(TEXT, "name", "short_name", "category", "start_date", "end_date", null=True),
         Column("named_at", TEXT),
-    ), key=("course_id",), since=5),
+    ), key=("course_id",), since=6),
 )
 
 
@@ -151,12 +174,31 @@ INDEXES = (
     Index("daily_metrics_by_course", "daily_metrics", ("course_id", "day"), since=3),
     # A statement id counts once.
     Index("staged_events_event_id", "staged_events", ("event_id",), unique=True, since=4),
+    # A course's weeks (or months) are published together: one range away.
+    Index("period_metrics_by_course", "period_metrics", ("grain", "course_id", "period"), since=5),
 )
 
 SERVING_COLUMNS = (
     "day", "course", "active_learners", "statements", "attempts", "completions",
     "passed", "failed", "avg_scaled_score", "total_duration_seconds", "suppressed",
 )
+
+# The weeks' and months' serving views (and the publication's tables of the same names): a period's label
+# and its first and last local days (inclusive), then the day's columns, and whether the period is over.
+PERIOD_SERVING_COLUMNS = ("period", "period_start", "period_end", "course", *SERVING_COLUMNS[2:], "complete")
+PERIOD_VIEWS = {"week": "weekly_metrics", "month": "monthly_metrics"}  # grain -> its view's (and table's) name
+
+
+def period_view(dialect, grain):
+    """Return the SELECT of the serving view of `grain`'s periods (PERIOD_SERVING_COLUMNS)."""
+    return f"""
+SELECT p.period, {dialect.date("p.period_start")} AS period_start, {dialect.date("p.period_end")} AS period_end,
+  c.iri AS course, p.active_learners, p.statements, p.attempts, p.completions, p.passed, p.failed,
+  p.avg_scaled_score, p.total_duration_seconds, p.suppressed, p.complete
+FROM {dialect.name("published_periods")} AS p
+JOIN {dialect.name("courses")} AS c USING (course_id)
+WHERE p.grain = '{grain}'
+"""
 
 
 def serving_view(dialect, version):
@@ -200,7 +242,7 @@ VIEW_CHANGES = (1, 3)
 # The serving view of course names: every course that has published rows, with its name where the
 # source gave one (NULL otherwise), so that a dashboard joins daily_metrics to it without losing rows.
 COURSE_COLUMNS = ("course", "name", "short_name", "category", "start_date", "end_date")
-COURSES_VIEW_SINCE = 5
+COURSES_VIEW_SINCE = 6
 
 
 def courses_view(dialect):
@@ -228,9 +270,11 @@ DATA_STEPS = {
             SELECT s.day, s.course_id, s.actor, s.event_id FROM {staged_events} s JOIN {staged_events} t
             ON t.event_id = s.event_id AND (t.day, t.course_id, t.actor) < (s.day, s.course_id, s.actor))""",
         "DROP INDEX {staged_events_id_scan}"],
+    # Weeks and months are counted from learner_days, which the next run fills by rebuilding every staged day.
+    5: ["INSERT INTO {pending_days} SELECT DISTINCT day FROM {staged_events} WHERE true ON CONFLICT DO NOTHING"],
 }
 
-SCHEMA_VERSION = 5  # the version this description is at: a new migration raises it
+SCHEMA_VERSION = 6  # the version this description is at: a new migration raises it
 
 
 def migration(version):
@@ -244,6 +288,8 @@ def migration(version):
     steps += [("index", index) for index in INDEXES if index.since == version]
     if version in VIEW_CHANGES:
         steps.append(("view", version))
+    if version == 5:
+        steps += [("period view", grain) for grain in PERIOD_VIEWS]
     if version == COURSES_VIEW_SINCE:
         steps.append(("courses view", version))
     return steps
@@ -278,9 +324,13 @@ CELL_METRICS = (  # (daily_metrics column, its expression over the cell's staged
     ("duration_learners", _learners("duration_ms IS NOT NULL")), ("duration_key", _key_sum("duration_ms IS NOT NULL")),
 )
 
-# The staging key is ordered by (day, course, actor): the distinct learners of a day are one range scan.
+# The staging key is ordered by (day, course, actor): a day's learners are one range scan, each kept once
+# in learner_days with what they did; a cell's learner key sums theirs.
+PRESENCE = f"""INSERT INTO learner_days (day, course_id, actor, learner_key, {", ".join(PRESENCE_FLAGS)})
+SELECT day, course_id, actor, MAX(learner_key), MAX(is_attempt), MAX(is_completion), MAX(is_passed), MAX(is_failed),
+    MAX(CASE WHEN score_micro IS NULL THEN 0 ELSE 1 END), MAX(CASE WHEN duration_ms IS NULL THEN 0 ELSE 1 END)
+FROM staged_events WHERE {{days_in}} GROUP BY day, course_id, actor"""
 LEARNER_KEYS = f"""UPDATE daily_metrics SET learner_key = k.total FROM (
-    SELECT day, course_id, SUM(learner_key) % {_MODULUS} AS total FROM (
-        SELECT DISTINCT day, course_id, actor, learner_key FROM staged_events WHERE {{days_in}}) AS learners
+    SELECT day, course_id, SUM(learner_key) % {_MODULUS} AS total FROM learner_days WHERE {{days_in}}
     GROUP BY day, course_id) AS k
 WHERE daily_metrics.day = k.day AND daily_metrics.course_id = k.course_id"""

@@ -215,6 +215,7 @@ def test_a_dropped_serving_view_is_reported_and_the_next_run_re_creates_it(pg_pr
     project.invoke("run", now=NOW, check=0)
     served = project.serving()
     postgres_server.admin("DROP VIEW lms_refresh_serving.daily_metrics", project.database)
+    postgres_server.admin("DROP VIEW lms_refresh_serving.weekly_metrics", project.database)
     status = json.loads(project.invoke("status", "--json", now=NOW, check=0).stdout)
     assert status["publication"]["current"] is False and status["publication"]["missing"] is True
     text = project.invoke("status", now=NOW, check=0).stdout
@@ -225,5 +226,7 @@ def test_a_dropped_serving_view_is_reported_and_the_next_run_re_creates_it(pg_pr
     assert "note  store: warning: the serving view lms_refresh_serving.daily_metrics is missing" in check.stdout
     rerun = project.invoke("run", now=LATER, check=0)
     assert "re-created" in rerun.stderr and "grant-reader" in rerun.stderr
+    assert "lms_refresh_serving.daily_metrics, lms_refresh_serving.weekly_metrics was missing" in rerun.stderr
     assert project.serving() == served
+    assert [row[0] for row in project.query("SELECT period FROM lms_refresh_serving.weekly_metrics")] == ["2026-W45"]
     assert json.loads(project.invoke("status", "--json", now=LATER, check=0).stdout)["publication"]["current"] is True

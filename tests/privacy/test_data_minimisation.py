@@ -239,6 +239,9 @@ def test_a_statement_older_than_the_staging_horizon_is_quarantined_and_counted(p
     assert project.query("SELECT statements_read, staged, quarantined FROM runs ORDER BY started_at")[-1] == (3, 2, 1)
     assert project.meta()["staging_horizon"] == "2026-11-13"
     assert project.query("SELECT MIN(day), COUNT(*) FROM staged_events") == [("2026-12-12", 2)]
+    # Learners' presence stays from the first day of the week or month that holds the horizon (November), so
+    # that November is still counted whole; a horizon in December would drop it.
+    assert project.query("SELECT MIN(day) FROM learner_days") == [("2026-11-02",)]
     (origin, reason), = project.query("SELECT origin, reason FROM quarantine")
     assert origin == f"record {late['id']}"
     assert reason.startswith("older than the staging horizon: its day 2026-11-02 is before 2026-11-13")

@@ -83,6 +83,7 @@ def test_forget_deletes_the_learners_conflicting_versions_in_the_new_and_the_old
     assert "deleted: 1 staged events, 2 quarantined records" in result.stdout
     assert naming(project, number) == [] and raws(project) == [other]
     assert project.query("SELECT COUNT(*) FROM staged_events WHERE actor = ?", (number,)) == [(0,)]
+    assert project.query("SELECT COUNT(*) FROM learner_days WHERE actor = ?", (number,)) == [(0,)]
 
 
 def test_a_statement_for_a_closed_day_carries_its_learner_and_forget_finds_it(project):

@@ -16,9 +16,8 @@ NOW = "2026-11-03T04:15:00+01:00"
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 384 KiB tmpfs of our own (as root), unmounted afterwards: room for a new store (creating one
-    peaks at about 270 KiB, WAL and file side by side before the checkpoint, since schema version 5),
-    not for much more."""
+    """A 384 KiB tmpfs of our own (as root), unmounted afterwards: room for a new store (110 KiB since schema
+    version 5) and its write-ahead log while it is built, and little more."""
     mountpoint = tmp_path / "disk"
     mountpoint.mkdir()
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=384k,mode=0755", "tmpfs", str(mountpoint)],

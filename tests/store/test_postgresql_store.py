@@ -157,8 +157,13 @@ def test_a_dashboard_role_reads_the_serving_view_and_nothing_else(server, pg_pro
         rows = db.execute("SELECT day, course, active_learners, suppressed "
                           "FROM lms_refresh_serving.daily_metrics").fetchall()
         assert [(str(r[0]), r[2], r[3]) for r in rows] == [("2026-11-02", 12, 0)]
+        for grain, period in (("weekly", "2026-W45"), ("monthly", "2026-11")):  # the periods' views, granted alike
+            assert db.execute(f"SELECT period, active_learners FROM lms_refresh_serving.{grain}_metrics").fetchall() \
+                == [(period, 12)]
         for private in ("lms_refresh.staged_events", "lms_refresh.daily_metrics", "lms_refresh.meta",
-                        "lms_refresh.published_metrics", "lms_refresh.privacy_settings", "lms_refresh.quarantine"):
+                        "lms_refresh.published_metrics", "lms_refresh.privacy_settings", "lms_refresh.quarantine",
+                        "lms_refresh.learner_days", "lms_refresh.learner_periods", "lms_refresh.period_metrics",
+                        "lms_refresh.published_periods"):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 db.execute(f"SELECT * FROM {private}")
 

@@ -20,6 +20,7 @@ from lms_refresh.demo.sample import generate, write_daily_files
 
 KEY = "7a" * 32
 NOW = "2026-11-20T04:15:00Z"
+COURSE = "https://lms.example.edu/course/BIO101"
 
 
 def noisy(project, publication=""):
@@ -43,8 +44,14 @@ def test_the_publication_holds_the_published_rows_and_nothing_else(sqlite_projec
     sqlite_project.invoke("run", now=NOW, check=0)
     path = publication(sqlite_project)
     tables, rows, about = read_publication(path)
-    assert tables == {"daily_metrics", "courses", "publication"}
+    assert tables == {"daily_metrics", "weekly_metrics", "monthly_metrics", "courses", "publication"}
     assert rows == sqlite_project.serving() and len(rows) == 1 and rows[0][7] is None  # 3 failed: withheld
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        for table in ("weekly_metrics", "monthly_metrics"):  # the store's serving views, copied
+            assert db.execute(f"SELECT * FROM {table} ORDER BY period, course").fetchall() == sqlite_project.query(
+                f"SELECT * FROM serving_{table} ORDER BY period, course")
+        assert db.execute("SELECT period, period_start, period_end, course, suppressed, complete "
+                          "FROM weekly_metrics").fetchall() == [("2026-W45", "2026-11-02", "2026-11-08", COURSE, 1, 1)]
     assert about == (10, "cell-key", 3, 2.0, 0)
     assert stat.S_IMODE(path.stat().st_mode) == 0o644 and stat.S_IMODE(path.parent.stat().st_mode) == 0o755
     assert sorted(p.name for p in path.parent.iterdir()) == ["serving.sqlite"]  # no journal, no WAL, no temporary

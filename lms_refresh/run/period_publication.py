@@ -1,0 +1,57 @@
+"""The publication's weeks and months: what lms_refresh.disclosure.policy allows of their cells, and their
+tables in the SQLite publication file (on PostgreSQL, views of the same names in `<schema>_serving`).
+
+Each period's cell is thresholded on its own true counts and perturbed with its own record keys
+(its distinct learners' keys for its learner count), never summed from published days: the
+tables do not add up, and are not meant to. `complete` is 1 once the period's last local day
+has ended and the safety lag after that has passed, as of the run that published it (every run,
+even one with nothing to read, marks the periods that have closed since).
+"""
+
+import datetime as dt
+
+from lms_refresh import instants
+from lms_refresh.disclosure import policy
+from lms_refresh.store import periods
+from lms_refresh.store.tables import PERIOD_SERVING_COLUMNS
+
+
+def cutoff(config, now):
+    """The instant a period must have ended by to be complete: `now` minus the safety lag."""
+    return now - dt.timedelta(seconds=config.window.safety_lag)
+
+
+def publish(store, period_courses, settings, *, config, now):
+    """Replace the published rows of each grain's courses in `period_courses` ({grain: course ids})."""
+    closed_before = instants.to_cursor(cutoff(config, now))
+    for grain in periods.GRAINS:
+        for course in sorted(period_courses.get(grain, ())):
+            rows = []
+            for label, *values in policy.period_rows(store.period_cells(grain, course), settings,
+                                                     lambda first, last, grain=grain: _between(grain, first, last)):
+                start, end = periods.bounds(grain, label)
+                ends = periods.closes_at(end, config.timezone)
+                rows.append((label, start, end, *values, ends, int(ends <= closed_before)))
+            store.replace_published_periods(grain, course, rows)
+    store.close_periods(cutoff(config, now))
+
+
+def _between(grain, first, last):
+    return periods.periods_between(grain, periods.bounds(grain, first)[0], periods.bounds(grain, last)[0])
+
+
+def serving_rows(store):
+    """Return {publication table: its rows, ordered} of every grain but the day."""
+    return {periods.TABLE_OF[grain]: store.period_serving_rows(grain) for grain in periods.GRAINS}
+
+
+def write_tables(db, tables):
+    """Create and fill the period tables of the publication file being written through `db`."""
+    for name, rows in tables.items():
+        db.execute(f"""CREATE TABLE {name} (
+    period TEXT NOT NULL, period_start TEXT NOT NULL, period_end TEXT NOT NULL, course TEXT NOT NULL,
+    active_learners INTEGER, statements INTEGER, attempts INTEGER, completions INTEGER, passed INTEGER,
+    failed INTEGER, avg_scaled_score REAL, total_duration_seconds REAL, suppressed INTEGER NOT NULL,
+    complete INTEGER NOT NULL, PRIMARY KEY (period, course))""")
+        db.executemany(f"INSERT INTO {name} ({', '.join(PERIOD_SERVING_COLUMNS)}) "
+                       f"VALUES ({', '.join('?' for _ in PERIOD_SERVING_COLUMNS)})", rows)

@@ -1,0 +1,155 @@
+"""What the stores share for rebuilding days and their weeks and months (lms_refresh.store.periods), in SQL.
+
+A day is rebuilt from its staged events: its cells (daily_metrics) and each of its learners once per
+course with what they did (learner_days). Every week and month keeps each of its learners once per
+course too (learner_periods: on how many of its days they were active, and did each thing), kept
+up to date by the rebuilt days alone — their old presence subtracted, the new added — so a period's
+cell is counted from its own rows in one ordered pass, never from its staged events nor from all
+its days: its distinct learners (and those with an attempt, a completion, a pass, a fail, a score,
+a duration) and its learner key (each learner's key once), and its event counts and record keys'
+sums from daily_metrics (sums of sums are sums; key sums modulo 2**32). A run that rebuilds a day
+so rebuilds that day's week and month and no other, and its cost follows the days it touches.
+"""
+
+from lms_refresh import instants
+from lms_refresh.store import periods
+from lms_refresh.store.tables import KEY_SUMS, PERIOD_COUNTS, PERIOD_SERVING_COLUMNS, PRESENCE_FLAGS, column_names
+
+_MODULUS = 4294967296
+_LEARNERS = ("learners", "attempt_learners", "completion_learners", "passed_learners", "failed_learners",
+             "score_learners", "duration_learners")
+_SUMS = ("statements", "attempts", "completions", "passed", "failed", "score_sum_micro", "score_count",
+         "duration_ms", "duration_count") + tuple(key for key in KEY_SUMS if key not in ("learner_key",
+                                                                                         "duration_count"))
+# A period's cell, as the publication reads it (store.base.CELL_FIELDS with `period` for `day`).
+PERIOD_CELL_FIELDS = ("period",) + tuple(name for name in column_names("period_metrics")
+                                         if name not in ("grain", "period", "course_id"))
+PUBLISHED_PERIOD_FIELDS = column_names("published_periods")
+
+# One day's presence added to (sign 1) or taken from (sign -1) a period's learners, in key order (no sort):
+# parameters grain, period, day. Taken, a learner's row is always there (it was added with that day).
+def _moving(sign):
+    return f"""INSERT INTO learner_periods (grain, period, course_id, actor, learner_key, {", ".join(PERIOD_COUNTS)})
+SELECT ?, ?, course_id, actor, learner_key, {sign} * 1,
+    {", ".join(f"{sign} * {flag}" for flag in PRESENCE_FLAGS)}
+FROM learner_days WHERE day = ?
+ON CONFLICT (grain, period, course_id, actor) DO UPDATE SET {", ".join(
+    f"{count} = learner_periods.{count} + excluded.{count}" for count in PERIOD_COUNTS)}"""
+
+
+_ADD, _SUBTRACT = _moving(1), _moving(-1)
+_REBUILD = f"""INSERT INTO period_metrics (grain, period, course_id, {", ".join(_LEARNERS)}, learner_key,
+    {", ".join(_SUMS)})
+SELECT ?, ?, l.course_id, l.learners, {", ".join(f"l.{name}" for name in _LEARNERS[1:])}, l.learner_key,
+    {", ".join(f"e.{name}" for name in _SUMS)}
+FROM (SELECT course_id, COUNT(*) AS learners,
+        {", ".join(f"SUM(CASE WHEN {count} > 0 THEN 1 ELSE 0 END) AS {name}"
+                   for count, name in zip(PERIOD_COUNTS[1:], _LEARNERS[1:], strict=True))},
+        SUM(learner_key) % {_MODULUS} AS learner_key
+    FROM learner_periods WHERE grain = ? AND period = ? GROUP BY course_id) AS l
+JOIN (SELECT course_id, {", ".join(f"SUM({name}){f' % {_MODULUS}' if name.endswith('_key') else ''} AS {name}"
+                                    for name in _SUMS)}
+    FROM daily_metrics WHERE day BETWEEN ? AND ? GROUP BY course_id) AS e ON e.course_id = l.course_id"""
+
+
+class Grains:
+    """A mixin of SqlStore: `execute`, `executemany` and `dialect` come from it."""
+
+    def rebuild_partitions(self, days):
+        """Delete and rebuild the metrics of `days` from all staged events of those days, and their learners'
+        presence in their weeks and months; return the rows written."""
+        self.move_presence(days, _SUBTRACT)  # what the days held, before it goes
+        day_set = self.dialect.day_set(days)
+        cells, presence, learner_keys = self.dialect.recompute
+        self.execute(f"DELETE FROM daily_metrics WHERE {self.dialect.days_in}", (day_set,))
+        self.execute(f"DELETE FROM learner_days WHERE {self.dialect.days_in}", (day_set,))
+        written = self.execute(cells, (day_set,)).rowcount
+        self.execute(presence, (day_set,))
+        self.execute(learner_keys, (day_set,))
+        self.move_presence(days, _ADD)
+        return written
+
+    def reset_periods(self, horizon):
+        """For a rebuild from the staging `horizon` (None: from the start), empty the presence and the periods
+        from it on: a period with a day from the horizon on is counted again, with its closed days' presence."""
+        if horizon is None:
+            self.execute("DELETE FROM learner_periods")
+        else:
+            self.move_presence({row[0] for row in self.execute(
+                "SELECT DISTINCT day FROM learner_days WHERE day >= ?", (horizon,)).fetchall()})
+        for table, day in (("learner_days", "day"), ("published_periods", "period_end")):
+            self.execute(f"DELETE FROM {table} WHERE {day} >= ?", (horizon or "",))
+        self.execute("DELETE FROM period_metrics" + (" WHERE period NOT IN (SELECT period FROM published_periods)"
+                                                     if horizon else ""))
+
+    def move_presence(self, days, statement=_SUBTRACT):
+        """Subtract from (or, with _ADD, add to) each week's and month's learners the presence learner_days
+        holds on `days`; a learner left on no day of a period leaves it."""
+        days = {day for day in days if instants.FIRST_DAY <= day <= instants.LAST_DAY}
+        for (grain, label), (first, last) in sorted(periods.periods_of(days).items()):
+            for day in sorted(day for day in days if first <= day <= last):  # day by day: each pass in key order
+                self.execute(statement, (grain, label, day))
+            if statement is _SUBTRACT:
+                self.execute("DELETE FROM learner_periods WHERE grain = ? AND period = ? AND days = 0", (grain, label))
+
+    def rebuild_periods(self, days, everything=False):
+        """Rebuild the cells of every week and month that holds one of `days` (ISO text, already rebuilt);
+        return {grain: course ids to publish again} (every course of the grain if `everything`)."""
+        courses = {grain: set() for grain in periods.GRAINS}
+        days = {day for day in days if instants.FIRST_DAY <= day <= instants.LAST_DAY}
+        for (grain, label), (first, last) in sorted(periods.periods_of(days).items()):
+            courses[grain].update(self._period_courses(grain, label))
+            self.execute("DELETE FROM period_metrics WHERE grain = ? AND period = ?", (grain, label))
+            self.execute(_REBUILD, (grain, label, grain, label, first, last))
+            courses[grain].update(self._period_courses(grain, label))
+        if everything:
+            for grain in periods.GRAINS:
+                courses[grain] = {row[0] for row in self.execute(
+                    "SELECT course_id FROM period_metrics WHERE grain = ? UNION "
+                    "SELECT course_id FROM published_periods WHERE grain = ?", (grain, grain)).fetchall()}
+        return courses
+
+    def _period_courses(self, grain, label):
+        return {row[0] for row in self.execute(
+            "SELECT course_id FROM period_metrics WHERE grain = ? AND period = ? UNION "
+            "SELECT course_id FROM published_periods WHERE grain = ? AND period = ?",
+            (grain, label, grain, label)).fetchall()}
+
+    def period_cells(self, grain, course):
+        """Return the aggregates and record keys of `course`'s `grain` cells: {label: {field: value}}."""
+        return {row[0]: dict(zip(PERIOD_CELL_FIELDS, row, strict=True)) for row in self.execute(
+            f"SELECT {', '.join(PERIOD_CELL_FIELDS)} FROM period_metrics WHERE grain = ? AND course_id = ?",
+            (grain, course)).fetchall()}
+
+    def replace_published_periods(self, grain, course, rows):
+        """Replace the published `grain` rows of `course` by `rows` [(label, start, end, values..., closes_at,
+        complete)], as they are given."""
+        self.execute("DELETE FROM published_periods WHERE grain = ? AND course_id = ?", (grain, course))
+        if rows:
+            self.executemany(f"INSERT INTO published_periods ({', '.join(PUBLISHED_PERIOD_FIELDS)}) VALUES "
+                             f"({', '.join('?' for _ in PUBLISHED_PERIOD_FIELDS)})",
+                             [(grain, course) + tuple(row) for row in rows])
+
+    def close_periods(self, cutoff):
+        """Mark complete the published periods that ended (closes_at) at or before the instant `cutoff`."""
+        self.execute("UPDATE published_periods SET complete = 1 WHERE complete = 0 AND closes_at <= ?",
+                     (instants.to_cursor(cutoff),))
+
+    def period_serving_rows(self, grain):
+        """Return the serving view of `grain`'s rows, ordered, with dates as ISO text in every store."""
+        view = self.serving_period_view(periods.TABLE_OF[grain])
+        rows = self.execute(f"SELECT {', '.join(PERIOD_SERVING_COLUMNS)} FROM {view} ORDER BY period, course")
+        return [(row[0], str(row[1]), str(row[2])) + tuple(row[3:]) for row in rows.fetchall()]
+
+    def serving_period_view(self, table):
+        """The name of a period table's serving view in this store."""
+        return self.dialect.serving_of(table)
+
+    def drop_presence_before(self, day):
+        """Delete the learners' presence on local days before `day`, and in the periods that begin before it
+        (retention: see periods.first_kept_presence); those periods are never rebuilt again."""
+        for grain in periods.GRAINS:
+            label, first, last = periods.period_of(grain, day)
+            kept = label if first == day else periods.period_of(grain, periods.following(last))[0]
+            self.execute("DELETE FROM learner_periods WHERE grain = ? AND period < ?", (grain, kept))
+        return self.execute("DELETE FROM learner_days WHERE day < ?", (day,)).rowcount

@@ -1,0 +1,83 @@
+"""An independent, deliberately naive recount of the weeks' and months' published rows from raw statements.
+
+It shares no code with lms_refresh: a period is found by walking the calendar (a week starts on the
+Monday on or before the day, its label is that Thursday's year and week number), its learners are the
+set of actor names over all its days, and rows are gap-filled from a course's first to its last
+visible period. Exact mode only (`method = "none"`).
+"""
+
+import collections
+import datetime as dt
+import json
+import zoneinfo
+
+from helpers.reference import GROUPS, _iso, _result, _seconds
+
+
+def week_of(day):
+    monday = day - dt.timedelta(days=day.weekday())
+    thursday = monday + dt.timedelta(days=3)  # ISO 8601: a week belongs to the year of its Thursday
+    number = (thursday - dt.date(thursday.year, 1, 1)).days // 7 + 1
+    return f"{thursday.year}-W{number:02d}", monday, monday + dt.timedelta(days=6)
+
+
+def month_of(day):
+    first = day.replace(day=1)
+    following = (first.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
+    return f"{day.year:04d}-{day.month:02d}", first, following - dt.timedelta(days=1)
+
+
+def local_day(statement, zone):
+    return _iso(statement["timestamp"]).astimezone(zone).date()
+
+
+def expected_periods(statements, timezone, k, grain, closed_before=None):
+    """Return the rows of `grain` ("week" or "month") for `statements` (dicts or NDJSON lines, all counted),
+    as the serving view orders them; `complete` is 1 when the period's end (local midnight after its last day)
+    is at or before `closed_before` (an aware datetime; None: every period complete)."""
+    zone, find = zoneinfo.ZoneInfo(timezone), week_of if grain == "week" else month_of
+    cells = collections.defaultdict(list)
+    for item in statements:
+        statement = json.loads(item) if isinstance(item, str) else item
+        course = statement["context"]["contextActivities"]["parent"][0]["id"]
+        cells[(find(local_day(statement, zone)), course)].append(statement)
+    by_course = collections.defaultdict(dict)
+    for (period, course), items in cells.items():
+        by_course[course][period] = _row(items, k)
+    rows = []
+    for course, found in by_course.items():
+        visible = sorted(period for period, row in found.items() if row[0] is not None)
+        if not visible:
+            continue
+        period = visible[0]
+        while period[1] <= visible[-1][1]:
+            values = found.get(period, (None,) * 8 + (1,))
+            end = dt.datetime.combine(period[2] + dt.timedelta(days=1), dt.time(), tzinfo=zone)
+            complete = int(closed_before is None or end <= closed_before)
+            rows.append((period[0], period[1].isoformat(), period[2].isoformat(), course) + values + (complete,))
+            period = find(period[2] + dt.timedelta(days=1))
+    return sorted(rows, key=lambda row: (row[0], row[3]))
+
+
+def _row(items, k):
+    def learners(predicate):
+        return {s["actor"]["account"]["name"] for s in items if predicate(s)}
+
+    if len(learners(lambda s: True)) < k:
+        return (None,) * 8 + (1,)
+    row, suppressed = [len(learners(lambda s: True)), len(items)], False
+    for predicate in GROUPS.values():
+        who = learners(predicate)
+        suppressed |= 0 < len(who) < k
+        row.append(sum(1 for s in items if predicate(s)) if len(who) == 0 or len(who) >= k else None)
+    for field in ("score", "duration"):
+        who = learners(lambda s, field=field: field in _result(s))
+        suppressed |= 0 < len(who) < k
+        chosen = [s for s in items if field in _result(s)]
+        if len(who) < k:
+            row.append(None)
+        elif field == "score":
+            row.append(round(sum(s["result"]["score"]["scaled"] for s in chosen) / len(chosen), 6))
+        else:
+            row.append(sum(round(_seconds(s["result"]["duration"]) * 1000) for s in chosen) / 1000)
+    return tuple(row) + (int(suppressed),)

@@ -1,0 +1,237 @@
+"""Weeks and months (issue 22, part 1): every published row against an independent recount
+(tests/helpers/period_reference.py) in exact mode, on both stores."""
+
+import contextlib
+import datetime as dt
+import itertools
+import pathlib
+import random
+import sqlite3
+import zoneinfo
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from helpers.paths import REPO
+from helpers.period_reference import expected_periods
+from helpers.publication import publication
+from helpers.statements import HOME, statement, voiding
+from lms_refresh.store import periods
+
+K = 3
+
+
+def configure(project, timezone="Europe/Paris", lag='"0s"'):
+    project.configure(safety_lag=lag, bootstrap_days=400)
+    text = project.config.read_text().replace('timezone = "Europe/Paris"', f'timezone = "{timezone}"')
+    project.config.write_text(text.replace("[privacy]", f"min_cell_size = {K}\n[privacy]", 0)
+                              .replace("\n[window]", f"\nmin_cell_size = {K}\n[window]", 1))
+
+
+def moment(text):
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def stamp(when):
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def grain_rows(project, grain):
+    store = project.open_store()
+    try:
+        return store.period_serving_rows(grain)
+    finally:
+        store.close()
+
+
+def activity(seed, first, days, courses=("BIO101", "CHEM1", "TINY"), per_day=14):
+    """Statements over `days` local days from `first`: learners come back on several days of a week."""
+    rng, made = random.Random(seed), []
+    for offset in range(days):
+        day = first + dt.timedelta(days=offset)
+        for course in courses:
+            pool = 2 if course == "TINY" else 9
+            for _ in range(rng.randrange(per_day if course != "TINY" else 3)):
+                hour = rng.randrange(24)
+                extra = rng.choice([{}, {"score": rng.choice([0.5, 0.25, 1.0])}, {"success": True},
+                                    {"success": False}, {"duration": "PT2M30S"}, {"completion": True}])
+                made.append(statement(learner=f"l{rng.randrange(pool)}", course=course,
+                                      verb=rng.choice(["experienced", "attempted", "completed", "passed"]),
+                                      timestamp=f"{day.isoformat()}T{hour:02d}:{rng.randrange(60):02d}:00Z",
+                                      stored=f"{day.isoformat()}T23:59:00Z" if hour < 22 else None, **extra))
+    return made
+
+
+def check_every_grain(project, written, timezone, closed_before):
+    for grain in periods.GRAINS:
+        assert grain_rows(project, grain) == expected_periods(written, timezone, K, grain, closed_before), grain
+
+
+def test_weeks_and_months_are_true_distinct_counts_of_their_periods(project):
+    configure(project)
+    written = activity(1, dt.date(2026, 9, 21), 49)
+    project.write("a.ndjson", written)
+    project.invoke("run", now="2026-11-20T04:15:00Z", check=0)
+    check_every_grain(project, written, "Europe/Paris", moment("2026-11-20T04:15:00Z"))
+    weeks = grain_rows(project, "week")
+    days = project.serving()
+    # A week's learners are not its days' sum: learners come back on several days.
+    week = next(row for row in weeks if row[0] == "2026-W40" and row[3].endswith("BIO101"))
+    assert week[4] < sum(row[2] or 0 for row in days if row[1] == week[3] and week[1] <= row[0] <= week[2])
+    assert not any(row[3].endswith("TINY") for row in weeks)  # never k learners in a period: no row
+
+
+def test_a_late_statement_recomputes_its_week_and_month(project):
+    configure(project)
+    written = activity(2, dt.date(2026, 10, 1), 31)
+    project.write("a.ndjson", written)
+    project.invoke("run", now="2026-11-02T04:15:00Z", check=0)
+    before = grain_rows(project, "week")
+    late = [statement(learner=f"new{n}", course="BIO101", verb="passed", timestamp="2026-10-14T09:00:00Z",
+                      stored="2026-11-02T05:00:00Z") for n in range(3)]
+    project.write("b.ndjson", late)
+    project.invoke("run", now="2026-11-02T06:00:00Z", check=0)
+    check_every_grain(project, written + late, "Europe/Paris", moment("2026-11-02T06:00:00Z"))
+    after = grain_rows(project, "week")
+    changed = {row[0] for row in set(after) ^ set(before)}
+    assert changed == {"2026-W42"}  # 2026-10-14's week, and no other
+
+
+def test_voids_take_a_learner_out_of_a_week_only_once_no_day_of_it_holds_them(project):
+    configure(project)
+    crowd = [statement(learner=f"l{n}", course="BIO101", timestamp=f"2026-10-{day}T10:00:00Z")
+             for n in range(K) for day in (12, 13)]
+    twice = [statement(learner="gone", course="BIO101", verb="passed", timestamp=f"2026-10-{day}T11:00:00Z")
+             for day in (12, 14)]
+    project.write("a.ndjson", crowd + twice)
+    project.invoke("run", now="2026-10-20T04:15:00Z", check=0)
+    assert [row[4] for row in grain_rows(project, "week")] == [K + 1]
+    project.write("b.ndjson", [voiding(twice[0]["id"], "2026-10-20T05:00:00Z")])  # still there on the 14th
+    project.invoke("run", now="2026-10-20T06:00:00Z", check=0)
+    check_every_grain(project, crowd + twice[1:], "Europe/Paris", moment("2026-10-20T06:00:00Z"))
+    project.write("c.ndjson", [voiding(twice[1]["id"], "2026-10-20T07:00:00Z")])  # and now on no day of it
+    project.invoke("run", now="2026-10-20T08:00:00Z", check=0)
+    check_every_grain(project, crowd, "Europe/Paris", moment("2026-10-20T08:00:00Z"))
+    assert [row[4] for row in grain_rows(project, "week")] == [K]
+    assert project.query("SELECT COUNT(*) FROM learner_periods WHERE days <= 0") == [(0,)]
+
+
+def test_iso_week_53_and_the_week_year_boundary(project):
+    configure(project, timezone="UTC")
+    written = [statement(learner=f"l{n}", course="BIO101", timestamp=f"{day}T12:00:00Z")
+               for day in ("2026-12-28", "2026-12-31", "2027-01-01", "2027-01-03", "2027-01-04") for n in range(K)]
+    project.write("a.ndjson", written)
+    project.invoke("run", now="2027-01-20T04:15:00Z", check=0)
+    check_every_grain(project, written, "UTC", moment("2027-01-20T04:15:00Z"))
+    course = f"{HOME}/course/BIO101"
+    assert [row[:4] for row in grain_rows(project, "week")] == [
+        ("2026-W53", "2026-12-28", "2027-01-03", course), ("2027-W01", "2027-01-04", "2027-01-10", course)]
+    assert [row[:3] for row in grain_rows(project, "month")] == [
+        ("2026-12", "2026-12-01", "2026-12-31"), ("2027-01", "2027-01-01", "2027-01-31")]
+
+
+@pytest.mark.parametrize("timezone, boundary", [
+    ("Europe/Paris", "2026-10-25T23:00:00Z"),  # DST ends on Sunday 25 October: Monday begins at 23:00 UTC
+    ("America/New_York", "2026-11-02T05:00:00Z"),  # DST ends on Sunday 1 November: Monday begins at 05:00 UTC
+])
+def test_weeks_across_a_dst_change_follow_the_local_calendar(project, timezone, boundary):
+    configure(project, timezone=timezone)
+    edge = moment(boundary)
+    written = [statement(learner=f"l{n}", course="BIO101", timestamp=stamp(edge + dt.timedelta(minutes=shift)),
+                         stored=stamp(edge - dt.timedelta(hours=1))) for n in range(K) for shift in (-30, 30)]
+    project.write("a.ndjson", written)
+    project.invoke("run", now=stamp(edge + dt.timedelta(hours=1)), check=0)
+    check_every_grain(project, written, timezone, edge + dt.timedelta(hours=1))
+    weeks = grain_rows(project, "week")
+    # 30 minutes either side of local midnight: two weeks of K learners, the first over (lag 0), the second not.
+    assert [(row[4], row[-1]) for row in weeks] == [(K, 1), (K, 0)]
+    assert weeks[1][1] == edge.astimezone(zoneinfo.ZoneInfo(timezone)).date().isoformat()
+    assert dt.date.fromisoformat(weeks[1][1]).weekday() == 0
+
+
+def test_a_period_is_complete_once_its_end_and_the_lag_have_passed(project):
+    configure(project, timezone="America/New_York", lag='"1h"')
+    written = [statement(learner=f"l{n}", course="BIO101", timestamp="2026-11-01T15:00:00Z") for n in range(K)]
+    project.write("a.ndjson", written)
+    project.invoke("run", now="2026-11-02T05:59:59Z", check=0)  # the week ended at 05:00 UTC; the lag is 1 h
+    assert [row[-1] for row in grain_rows(project, "week")] == [0]
+    project.invoke("run", now="2026-11-02T06:00:00Z", check=0)  # nothing new to read: the run still closes it
+    assert [row[-1] for row in grain_rows(project, "week")] == [1]
+    assert [row[-1] for row in grain_rows(project, "month")] == [0]  # November goes on
+    check_every_grain(project, written, "America/New_York", moment("2026-11-02T05:00:00Z"))
+
+
+def test_daily_runs_over_a_month_equal_one_backfill_on_every_grain(tmp_path, make_project):
+    daily, once = make_project(tmp_path / "daily"), make_project(tmp_path / "once")
+    configure(daily)
+    configure(once)
+    written = sorted(activity(3, dt.date(2026, 10, 1), 31), key=lambda s: s["stored"])
+    sent = 0
+    for offset in range(32):  # a run at 04:15 every day, each reading what was stored since the one before
+        now = stamp(moment("2026-10-01T04:15:00Z") + dt.timedelta(days=offset))
+        todays = [s for s in written if s["stored"] < now][sent:]
+        sent += len(todays)
+        daily.write(f"d{offset}.ndjson", todays)
+        daily.invoke("run", now=now, check=0)
+    once.write("all.ndjson", written)
+    once.invoke("backfill", "--since", "2026-09-01", "--until", "2026-11-01T04:15:00Z", now="2026-11-01T04:15:00Z",
+                check=0)
+    for grain in periods.GRAINS:
+        assert grain_rows(daily, grain) == grain_rows(once, grain), grain
+    assert daily.serving() == once.serving()
+    check_every_grain(once, written, "Europe/Paris", moment("2026-11-01T04:15:00Z"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dates(min_value=dt.date(1970, 1, 1), max_value=dt.date(2999, 12, 31)))
+def test_every_day_lies_in_one_week_and_one_month_that_hold_it(day):
+    for grain in periods.GRAINS:
+        label, first, last = periods.period_of(grain, day)
+        assert first <= day.isoformat() <= last and periods.bounds(grain, label) == (first, last)
+    label, first, last = periods.period_of("week", day)
+    assert dt.date.fromisoformat(first).weekday() == 0 and (dt.date.fromisoformat(last) - dt.date.fromisoformat(
+        first)).days == 6 and label == "{}-W{:02d}".format(*day.isocalendar()[:2])
+    assert periods.period_of("month", day)[0] == day.strftime("%Y-%m")
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dates(min_value=dt.date(2000, 1, 1), max_value=dt.date(2100, 1, 1)), st.integers(0, 800))
+def test_the_periods_between_two_days_are_contiguous(first, length):
+    last = first + dt.timedelta(days=length)
+    for grain in periods.GRAINS:
+        labels = periods.periods_between(grain, first.isoformat(), last.isoformat())
+        spans = [periods.bounds(grain, label) for label in labels]
+        assert spans[0][0] <= first.isoformat() and spans[-1][1] >= last.isoformat()
+        assert all(dt.date.fromisoformat(a[1]) + dt.timedelta(days=1) == dt.date.fromisoformat(b[0])
+                   for a, b in itertools.pairwise(spans))
+
+
+def readme_query(title):
+    """The SQL block that follows `title` in the README, exactly as written there."""
+    text = (pathlib.Path(REPO) / "README.md").read_text().split(title, 1)[1]
+    return text.split("```sql\n", 1)[1].split("```", 1)[0]
+
+
+def dashboard(project, query):
+    """Run `query` as a dashboard does: on the SQLite publication file, or in PostgreSQL's serving schema."""
+    if not project.postgres:
+        with contextlib.closing(sqlite3.connect(f"file:{publication(project)}?mode=ro", uri=True)) as db:
+            return db.execute(query).fetchall()
+    store = project.open_store()
+    try:
+        store.db.execute(f"SET search_path TO {store.schema}_serving")
+        return [tuple(row) for row in store.db.execute(query).fetchall()]
+    finally:
+        store.close()
+
+
+def test_the_readme_weekly_query_runs_as_written(project):
+    configure(project)
+    written = activity(4, dt.date(2026, 10, 5), 18)
+    project.write("a.ndjson", written)
+    project.invoke("run", now="2026-10-23T04:15:00Z", check=0)
+    rows = dashboard(project, readme_query("Example dashboard query, the weekly active learners per course"))
+    expected = [(row[0], row[3], row[4]) for row in
+                expected_periods(written, "Europe/Paris", K, "week", moment("2026-10-23T04:15:00Z"))
+                if row[-1] == 1 and row[4] is not None]
+    assert rows == expected and {row[0] for row in rows} == {"2026-W41", "2026-W42"}  # W43 goes on
