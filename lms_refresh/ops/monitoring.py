@@ -6,6 +6,7 @@ never logged.
 """
 
 import datetime as dt
+import http.client
 import logging
 import urllib.error
 import urllib.request
@@ -46,6 +47,10 @@ def post(url, body, content_type, *, timeout):
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
         logger.warning("Delivery to %s failed: %s", url_origin(url), reason)
+        return False
+    except http.client.HTTPException as error:  # an answer cut short, or no HTTP at all: the URL is not to blame
+        logger.warning("Delivery to %s failed: its answer was no complete HTTP response (%s).", url_origin(url),
+                       type(error).__name__)
         return False
     except Exception:  # any failure: urllib's words for a URL it cannot use quote it, token and all
         logger.warning("Delivery to %s failed: the URL is malformed.", url_origin(url))

@@ -162,3 +162,37 @@ def test_a_url_urllib_cannot_use_is_logged_without_it(caplog, url):
         assert post(url, b"", "text/plain", timeout=1) is False
     [record] = caplog.records
     assert record.getMessage().startswith("Delivery to ") and "secret-token" not in record.getMessage()
+
+
+
+@pytest.mark.parametrize(("answer", "said"), [
+    (b"hello\r\n", "its answer was no complete HTTP response (BadStatusLine)."),
+    (b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * 70000 + b"\r\n\r\n",
+     "its answer was no complete HTTP response (LineTooLong)."),
+    (b"", "Remote end closed connection without response"),
+], ids=["garbage", "a header line too long", "closed at once"])
+def test_an_answer_that_is_no_http_response_is_not_called_a_malformed_url(caplog, answer, said):
+    """A server that answers garbage or closes at once: the delivery failed because of the answer, and the sentence
+    says so (by its class, never quoting the URL and its token), not that the URL was malformed."""
+    import socket
+    import threading
+
+    from lms_refresh.ops.monitoring import post
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def answer_once():
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            connection.sendall(answer)
+
+    thread = threading.Thread(target=answer_once, daemon=True)
+    thread.start()
+    with caplog.at_level(logging.WARNING, logger="lms_refresh"):
+        assert post(f"http://127.0.0.1:{port}/hook/secret-token", b"{}", "application/json", timeout=10) is False
+    thread.join(10)
+    listener.close()
+    [record] = caplog.records
+    assert record.getMessage() == f"Delivery to http://127.0.0.1:{port} failed: {said}"
