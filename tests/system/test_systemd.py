@@ -20,6 +20,7 @@ import tempfile
 
 import pytest
 
+import lms_refresh
 from helpers.container import Container, build_in_fresh_root, host
 from helpers.moodledb import EXPECTED_TWO_DAYS, READER_PASSWORD, SITE, load_two_days
 from lms_refresh.demo.sample import _VERB_CHOICES, COURSES, generate, statement, write_daily_files
@@ -880,9 +881,11 @@ def test_an_upgrade_from_the_previous_release_keeps_the_timers_run_succeeding(sy
     # The administrator's configuration is kept (dpkg would ask; the answer is "keep yours").
     upgrade = system.run("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y",
                          "-o", "Dpkg::Options::=--force-confold", system.deb, timeout=900)
-    assert "0.2.0" in system.run("dpkg-query", "-W", "-f=${Version}", "lms-refresh").stdout, upgrade.stdout
+    installed = system.run("dpkg-query", "-W", "-f=${Version}", "lms-refresh").stdout
+    assert installed == lms_refresh.__version__, upgrade.stdout
     news = system.run("sh", "-c", "zcat /usr/share/doc/lms-refresh/NEWS.Debian.gz").stdout
     assert "mapping version 2" in news and "rebuild --since" in news, news
+    assert "lms-refresh grant-reader ROLE" in news, news  # this version's entry: the new views need a grant
     assert system.run("systemctl", "is-enabled", "lms-refresh.timer").stdout.strip() == "enabled"
     assert system.run("systemctl", "is-active", "lms-refresh.timer").stdout.strip() == "active"
     assert system.run("systemctl", "is-enabled", "lms-refresh-catch-up.timer").stdout.strip() == "enabled"
@@ -896,8 +899,14 @@ def test_an_upgrade_from_the_previous_release_keeps_the_timers_run_succeeding(sy
         assert "Upgrading the store from statement mapping version 1 to 2" in log, log
         assert "found every statement the store was built from" in log, log
         after = status(system)
-        assert after["last_run"]["outcome"] == "success" and after["last_run"]["version"] == "0.2.0"
+        assert after["last_run"]["outcome"] == "success" and after["last_run"]["version"] == lms_refresh.__version__
         assert after["last_run"]["rows_written"] >= before["last_run"]["rows_written"] > 0
+        # The store migrated to this version's schema: the publication holds weeks and months of the old days.
+        count = ("import sqlite3; db = sqlite3.connect('file:/var/lib/lms-refresh-publication/serving.sqlite?mode=ro', "
+                 "uri=True); print(*(db.execute(f'SELECT COUNT(*) FROM {t}').fetchone()[0] for t in "
+                 "('weekly_metrics', 'monthly_metrics')))")
+        weeks, months = map(int, system.run("python3", "-c", count).stdout.split())
+        assert weeks > 0 and months > 0, (weeks, months)
         # The README's "Upgrade notes", as written.
         script = readme_block("## Upgrade notes", "zcat /usr/share/doc/lms-refresh/NEWS.Debian.gz",
                               "lms-refresh rebuild --since 2026-09-01")
