@@ -16,3 +16,15 @@ def read_publication(path):
         about = db.execute("SELECT min_cell_size, method, max_noise, variance, withhold_zeros "
                            "FROM publication").fetchone()
     return tables, rows, about
+
+
+COURSE_COLUMNS = "course, name, short_name, category, start_date, end_date"
+
+
+def published_courses(project):
+    """The course names as a dashboard reads them: the SQLite publication's table, or the PostgreSQL view."""
+    if project.postgres:
+        rows = project.query(f"SELECT {COURSE_COLUMNS} FROM lms_refresh_serving.courses ORDER BY course")
+        return [row[:4] + tuple(None if value is None else value.isoformat() for value in row[4:]) for row in rows]
+    with contextlib.closing(sqlite3.connect(f"file:{publication(project)}?mode=ro", uri=True)) as db:
+        return db.execute(f"SELECT {COURSE_COLUMNS} FROM courses ORDER BY course").fetchall()

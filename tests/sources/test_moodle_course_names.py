@@ -1,22 +1,10 @@
 """Course names from Moodle's `course` and `course_categories` tables, in a real PostgreSQL with Moodle's columns:
 multilang markup, categories, dates, the site course, a rename, hostile text and tables that cannot be read."""
 
-import contextlib
-import sqlite3
-
 from helpers.moodledb import EXPECTED_TWO_DAYS, course_iri, load_two_days, moodle_project, unix
-from helpers.publication import publication
+from helpers.publication import publication, published_courses
 
 NOW = "2026-11-25T04:15:00+01:00"
-COLUMNS = "course, name, short_name, category, start_date, end_date"
-
-
-def published_courses(project):
-    if project.postgres:
-        rows = project.query(f"SELECT {COLUMNS} FROM lms_refresh_serving.courses ORDER BY course")
-        return [row[:4] + tuple(None if value is None else value.isoformat() for value in row[4:]) for row in rows]
-    with contextlib.closing(sqlite3.connect(f"file:{publication(project)}?mode=ro", uri=True)) as db:
-        return db.execute(f"SELECT {COLUMNS} FROM courses ORDER BY course").fetchall()
 
 
 def named_site(moodle):

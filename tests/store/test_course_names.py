@@ -10,12 +10,11 @@ import pytest
 
 from helpers.paths import REPO
 from helpers.project import Project
-from helpers.publication import publication
+from helpers.publication import COURSE_COLUMNS as COLUMNS, publication, published_courses
 from helpers.statements import HOME, statement
 from lms_refresh.sources.xapi import COURSE_TYPE
 
 NOW = "2026-11-20T04:15:00Z"
-COLUMNS = "course, name, short_name, category, start_date, end_date"
 
 
 def iri(course):
@@ -44,15 +43,6 @@ def configure(project, language=None):
     project.configure(extra_top="min_cell_size = 2")
     if language is not None:
         project.config.write_text(project.config.read_text() + f'[publication]\nlanguage = "{language}"\n')
-
-
-def published_courses(project):
-    """The course names as a dashboard reads them: the SQLite publication's table, or the PostgreSQL view."""
-    if project.postgres:
-        rows = project.query(f"SELECT {COLUMNS} FROM lms_refresh_serving.courses ORDER BY course")
-        return [row[:4] + tuple(None if value is None else value.isoformat() for value in row[4:]) for row in rows]
-    with contextlib.closing(sqlite3.connect(f"file:{publication(project)}?mode=ro", uri=True)) as db:
-        return db.execute(f"SELECT {COLUMNS} FROM courses ORDER BY course").fetchall()
 
 
 def test_names_come_in_the_configured_language_then_en_us_then_en_then_any(project):
