@@ -8,6 +8,7 @@ never logged.
 import datetime as dt
 import http.client
 import logging
+import time
 import urllib.error
 import urllib.request
 import zoneinfo
@@ -37,24 +38,39 @@ def read_url(name, environ, key):
     return url
 
 
-def post(url, body, content_type, *, timeout):
-    """POST `body` to `url`; return True on a 2xx answer, log and return False otherwise."""
-    try:
-        request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": content_type,
-                                                                                 "User-Agent": "lms-refresh"})
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return 200 <= response.status < 300
-    except (urllib.error.URLError, OSError) as error:
-        reason = getattr(error, "reason", error)
-        logger.warning("Delivery to %s failed: %s", url_origin(url), reason)
+def post(url, body, content_type, *, timeout, pause=1.0):
+    """POST `body` to `url`; return True on a 2xx answer, log and return False otherwise.
+
+    An answer cut short or garbled (the connection reset, no HTTP) is tried once more after `pause` seconds, so
+    that one hiccup of the receiver does not lose an alert; a refused connection or a timeout is not (it would
+    only double the wait for a receiver that is down)."""
+    for attempt in (1, 2):
+        try:
+            return _post_once(url, body, content_type, timeout=timeout)
+        except (http.client.HTTPException, ConnectionResetError) as error:
+            if attempt == 1:
+                logger.info("Delivery to %s: its answer was cut short or garbled (%s); trying once more.",
+                            url_origin(url), type(error).__name__)
+                time.sleep(pause)
+                continue
+            if isinstance(error, ConnectionResetError):
+                logger.warning("Delivery to %s failed: %s", url_origin(url), error)
+            else:  # the URL is not to blame
+                logger.warning("Delivery to %s failed: its answer was no complete HTTP response (%s).",
+                               url_origin(url), type(error).__name__)
+        except (urllib.error.URLError, OSError) as error:
+            reason = getattr(error, "reason", error)
+            logger.warning("Delivery to %s failed: %s", url_origin(url), reason)
+        except Exception:  # any failure: urllib's words for a URL it cannot use quote it, token and all
+            logger.warning("Delivery to %s failed: the URL is malformed.", url_origin(url))
         return False
-    except http.client.HTTPException as error:  # an answer cut short, or no HTTP at all: the URL is not to blame
-        logger.warning("Delivery to %s failed: its answer was no complete HTTP response (%s).", url_origin(url),
-                       type(error).__name__)
-        return False
-    except Exception:  # any failure: urllib's words for a URL it cannot use quote it, token and all
-        logger.warning("Delivery to %s failed: the URL is malformed.", url_origin(url))
-        return False
+
+
+def _post_once(url, body, content_type, *, timeout):
+    request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": content_type,
+                                                                             "User-Agent": "lms-refresh"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return 200 <= response.status < 300
 
 
 class Healthchecks:

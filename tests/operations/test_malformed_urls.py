@@ -165,6 +165,25 @@ def test_a_url_urllib_cannot_use_is_logged_without_it(caplog, url):
 
 
 
+def _answering(*answers):
+    """A local TCP server that answers its connections with `answers` in turn (raw bytes); return its port."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def answer_each():
+        with listener:
+            for answer in answers:
+                connection, _ = listener.accept()
+                with connection:
+                    connection.recv(65536)
+                    connection.sendall(answer)
+
+    threading.Thread(target=answer_each, daemon=True).start()
+    return listener.getsockname()[1]
+
+
 @pytest.mark.parametrize(("answer", "said"), [
     (b"hello\r\n", "its answer was no complete HTTP response (BadStatusLine)."),
     (b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * 70000 + b"\r\n\r\n",
@@ -172,27 +191,25 @@ def test_a_url_urllib_cannot_use_is_logged_without_it(caplog, url):
     (b"", "Remote end closed connection without response"),
 ], ids=["garbage", "a header line too long", "closed at once"])
 def test_an_answer_that_is_no_http_response_is_not_called_a_malformed_url(caplog, answer, said):
-    """A server that answers garbage or closes at once: the delivery failed because of the answer, and the sentence
-    says so (by its class, never quoting the URL and its token), not that the URL was malformed."""
-    import socket
-    import threading
-
+    """A server that answers garbage or closes at once, twice (the delivery is tried once more): the delivery failed
+    because of the answer, and the sentence says so (by its class, never quoting the URL and its token), not that
+    the URL was malformed."""
     from lms_refresh.ops.monitoring import post
 
-    listener = socket.create_server(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
-
-    def answer_once():
-        connection, _ = listener.accept()
-        with connection:
-            connection.recv(65536)
-            connection.sendall(answer)
-
-    thread = threading.Thread(target=answer_once, daemon=True)
-    thread.start()
+    port = _answering(answer, answer)
     with caplog.at_level(logging.WARNING, logger="lms_refresh"):
-        assert post(f"http://127.0.0.1:{port}/hook/secret-token", b"{}", "application/json", timeout=10) is False
-    thread.join(10)
-    listener.close()
+        assert post(f"http://127.0.0.1:{port}/hook/secret-token", b"{}", "application/json", timeout=10,
+                    pause=0) is False
     [record] = caplog.records
     assert record.getMessage() == f"Delivery to http://127.0.0.1:{port} failed: {said}"
+
+
+def test_one_garbled_answer_is_tried_once_more_and_the_second_delivers(caplog):
+    from lms_refresh.ops.monitoring import post
+
+    port = _answering(b"hello\r\n", b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n")
+    with caplog.at_level(logging.INFO, logger="lms_refresh"):
+        assert post(f"http://127.0.0.1:{port}/hook/secret-token", b"{}", "application/json", timeout=10,
+                    pause=0) is True
+    assert [record.getMessage() for record in caplog.records] == [
+        f"Delivery to http://127.0.0.1:{port}: its answer was cut short or garbled (BadStatusLine); trying once more."]
