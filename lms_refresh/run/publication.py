@@ -85,14 +85,19 @@ def recompute(store, days, *, record_keys, config, now):
     return done.rows_written, store.suppressed_on(done.days)
 
 
+def holdings(store):
+    """Return what the publication of the open `store` holds: (serving rows: the days', then {table: rows} of
+    the other grains; privacy settings; course names) — `digest`'s arguments."""
+    with store.errors():
+        return (store.serving_rows(), period_publication.serving_rows(store)), policy.in_force(store), \
+            store.course_rows()
+
+
 def read_state(config, environ):
-    """Return (serving rows: the days', then {table: rows} of the other grains; privacy settings; course
-    names) from the store, read-only."""
+    """Return the store's `holdings`, read-only."""
     store = open_store(config, environ, create=False, read_only=True)
     try:
-        with store.errors():
-            return (store.serving_rows(), period_publication.serving_rows(store)), policy.in_force(store), \
-                store.course_rows()
+        return holdings(store)
     finally:
         store.close()
 
@@ -116,9 +121,7 @@ def publish_if_behind(config, store, euid):
 def _publish(config, store, euid):
     path, group = config.publication.path, config.publication.group
     gid = group_id(group) if group else None
-    with store.errors():
-        rows, settings = (store.serving_rows(), period_publication.serving_rows(store)), policy.in_force(store)
-        courses = store.course_rows()
+    rows, settings, courses = holdings(store)
     wanted = digest(rows, settings, courses)
     if published_digest(path) == wanted and _has_permissions(path, _mode(gid), gid):
         return False
