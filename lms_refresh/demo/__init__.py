@@ -106,6 +106,9 @@ def run_demo(directory, learners, days, *, seed, now, environ, echo, command="lm
     echo(f"Try: {command} --config {shlex.quote(config_path)} status")
 
 
+SITE_LABEL = "(site)"  # the whole site's rows (course NULL), above each day's courses
+
+
 def format_table(rows):
     """Return the serving rows as an aligned text table."""
     headers = ["day", "course", "learners", "stmts", "attempts", "completed", "passed", "failed",
@@ -113,7 +116,8 @@ def format_table(rows):
     body = []
     for row in rows:
         values = dict(zip(SERVING_COLUMNS, row, strict=True))
-        cells = [values["day"], values["course"].rsplit("/", 1)[-1]]
+        course = values["course"]
+        cells = [values["day"], SITE_LABEL if course is None else course.rsplit("/", 1)[-1]]
         for key in ("active_learners", "statements", "attempts", "completions", "passed", "failed"):
             cells.append("-" if values[key] is None else str(values[key]))
         score, seconds = values["avg_scaled_score"], values["total_duration_seconds"]

@@ -45,13 +45,15 @@ def serving_rows(store):
     return {periods.TABLE_OF[grain]: store.period_serving_rows(grain) for grain in periods.GRAINS}
 
 
-def write_tables(db, tables):
-    """Create and fill the period tables of the publication file being written through `db`."""
+def write_tables(db, tables, key):
+    """Create and fill the period tables of the publication file being written through `db`, each with the
+    unique `key` (an index statement to format with `table` and `period`: course NULL is the site)."""
     for name, rows in tables.items():
         db.execute(f"""CREATE TABLE {name} (
-    period TEXT NOT NULL, period_start TEXT NOT NULL, period_end TEXT NOT NULL, course TEXT NOT NULL,
+    period TEXT NOT NULL, period_start TEXT NOT NULL, period_end TEXT NOT NULL, course TEXT,
     active_learners INTEGER, statements INTEGER, attempts INTEGER, completions INTEGER, passed INTEGER,
     failed INTEGER, avg_scaled_score REAL, total_duration_seconds REAL, suppressed INTEGER NOT NULL,
-    complete INTEGER NOT NULL, PRIMARY KEY (period, course))""")
+    complete INTEGER NOT NULL)""")
+        db.execute(key.format(table=name, period="period"))
         db.executemany(f"INSERT INTO {name} ({', '.join(PERIOD_SERVING_COLUMNS)}) "
                        f"VALUES ({', '.join('?' for _ in PERIOD_SERVING_COLUMNS)})", rows)

@@ -44,10 +44,13 @@ logger = logging.getLogger(__name__)
 # What a failure to publish means: it happens after the commit.
 COMMITTED = "the store is committed, and the next run publishes it."
 
+# `course` is NULL in the whole site's rows (the convention of GROUP BY ROLLUP): a key that is NULL-aware, since
+# a PRIMARY KEY or UNIQUE constraint takes two NULLs for different values.
 _TABLE = """CREATE TABLE daily_metrics (
-    day TEXT NOT NULL, course TEXT NOT NULL, active_learners INTEGER, statements INTEGER, attempts INTEGER,
+    day TEXT NOT NULL, course TEXT, active_learners INTEGER, statements INTEGER, attempts INTEGER,
     completions INTEGER, passed INTEGER, failed INTEGER, avg_scaled_score REAL, total_duration_seconds REAL,
-    suppressed INTEGER NOT NULL, PRIMARY KEY (day, course))"""
+    suppressed INTEGER NOT NULL)"""
+_KEY = "CREATE UNIQUE INDEX {table}_key ON {table} ({period}, ifnull(course, ''))"
 _COURSES = """CREATE TABLE courses (
     course TEXT NOT NULL PRIMARY KEY, name TEXT, short_name TEXT, category TEXT, start_date TEXT, end_date TEXT)"""
 _ABOUT = """CREATE TABLE publication (
@@ -215,11 +218,12 @@ def _write_database(path, rows, settings, *, wanted, courses):
         db.execute("PRAGMA journal_mode = DELETE")  # readers without write access cannot use WAL
         db.execute("BEGIN")
         db.execute(_TABLE)
+        db.execute(_KEY.format(table="daily_metrics", period="day"))
         db.execute(_COURSES)
         db.execute(_ABOUT)
         db.executemany(f"INSERT INTO daily_metrics ({', '.join(SERVING_COLUMNS)}) "
                        f"VALUES ({', '.join('?' for _ in SERVING_COLUMNS)})", rows[0])
-        period_publication.write_tables(db, rows[1])
+        period_publication.write_tables(db, rows[1], _KEY)
         db.executemany(f"INSERT INTO courses ({', '.join(COURSE_COLUMNS)}) "
                        f"VALUES ({', '.join('?' for _ in COURSE_COLUMNS)})", courses)
         db.execute("INSERT INTO publication VALUES (?, ?, ?, ?, ?, ?)", (

@@ -102,7 +102,7 @@ class SqlStore(Erasure, Grains, RebuildCheck, RunLog, CourseNames):
     def serving_rows(self):
         """Return the serving view's rows, ordered, with days as ISO text in every store."""
         columns = ", ".join(SERVING_COLUMNS)
-        rows = self.execute(f"SELECT {columns} FROM {self.serving} ORDER BY day, course").fetchall()
+        rows = self.execute(f"SELECT {columns} FROM {self.serving} ORDER BY day, course NULLS FIRST").fetchall()
         return [(str(row[0]),) + tuple(row[1:]) for row in rows]
 
     def quarantine_count(self):

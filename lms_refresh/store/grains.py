@@ -9,11 +9,14 @@ its days: its distinct learners (and those with an attempt, a completion, a pass
 a duration) and its learner key (each learner's key once), and its event counts and record keys'
 sums from daily_metrics (sums of sums are sums; key sums modulo 2**32). A run that rebuilds a day
 so rebuilds that day's week and month and no other, and its cost follows the days it touches.
+
+The whole site is one more course of the cells (tables.SITE), counted from the courses' presence with each
+learner once (one more ordering of a rebuilt day's or period's learners, by learner), never summed.
 """
 
 from lms_refresh import instants
 from lms_refresh.store import periods
-from lms_refresh.store.tables import KEY_SUMS, PERIOD_COUNTS, PERIOD_SERVING_COLUMNS, PRESENCE_FLAGS, column_names
+from lms_refresh.store.tables import KEY_SUMS, PERIOD_COUNTS, PERIOD_SERVING_COLUMNS, PRESENCE_FLAGS, SITE, column_names
 
 _MODULUS = 4294967296
 _LEARNERS = ("learners", "attempt_learners", "completion_learners", "passed_learners", "failed_learners",
@@ -52,6 +55,35 @@ JOIN (SELECT course_id, {", ".join(f"SUM({name}){f' % {_MODULUS}' if name.endswi
     FROM daily_metrics WHERE day BETWEEN ? AND ? GROUP BY course_id) AS e ON e.course_id = l.course_id"""
 
 
+# The site's cells, each learner once however many courses they were in (learner_days and learner_periods hold
+# the courses' rows only): `{days_in}`'s parameter twice for the days' cells; grain, period, grain, period, and
+# the period's first and last days for a period's. Event counts and record keys' sums are the courses' summed.
+def _site_learners(table, flags, group):
+    maxima = ", ".join(f"MAX({flag}) AS {flag}" for flag in flags)
+    distinct = f"""SELECT {group}actor, MAX(learner_key) AS learner_key, {maxima}
+    FROM {table} WHERE {{where}} GROUP BY {group}actor"""
+    return f"""SELECT {group}COUNT(*) AS learners, {", ".join(f"SUM(CASE WHEN {flag} > 0 THEN 1 ELSE 0 END) AS {name}"
+                                                  for flag, name in zip(flags, _LEARNERS[1:], strict=True))},
+        SUM(learner_key) % {_MODULUS} AS learner_key
+    FROM ({distinct}) AS a{f" GROUP BY {group[:-2]}" if group else ""}"""
+
+
+_SITE_SUMS = ", ".join(f"SUM({name}){f' % {_MODULUS}' if name.endswith('_key') else ''} AS {name}" for name in _SUMS)
+SITE_DAYS = f"""INSERT INTO daily_metrics (day, course_id, {", ".join(_LEARNERS)}, learner_key, {", ".join(_SUMS)})
+SELECT l.day, {SITE}, {", ".join(f"l.{name}" for name in _LEARNERS)}, l.learner_key,
+    {", ".join(f"e.{name}" for name in _SUMS)}
+FROM ({_site_learners("learner_days", PRESENCE_FLAGS, "day, ").format(where="{days_in}")}) AS l
+JOIN (SELECT day, {_SITE_SUMS} FROM daily_metrics WHERE {{days_in}} AND course_id <> {SITE} GROUP BY day) AS e
+    ON e.day = l.day"""
+_SITE_PERIOD = f"""INSERT INTO period_metrics (grain, period, course_id, {", ".join(_LEARNERS)}, learner_key,
+    {", ".join(_SUMS)})
+SELECT ?, ?, {SITE}, {", ".join(f"l.{name}" for name in _LEARNERS)}, l.learner_key,
+    {", ".join(f"e.{name}" for name in _SUMS)}
+FROM ({_site_learners("learner_periods", PERIOD_COUNTS[1:], "").format(where="grain = ? AND period = ?")}) AS l,
+    (SELECT {_SITE_SUMS} FROM daily_metrics WHERE day BETWEEN ? AND ? AND course_id = {SITE}) AS e
+WHERE l.learners > 0"""
+
+
 class Grains:
     """A mixin of SqlStore: `execute`, `executemany` and `dialect` come from it."""
 
@@ -66,6 +98,7 @@ class Grains:
         written = self.execute(cells, (day_set,)).rowcount
         self.execute(presence, (day_set,))
         self.execute(learner_keys, (day_set,))
+        self.execute(SITE_DAYS.format(days_in=self.dialect.days_in), (day_set, day_set))
         self.move_presence(days, _ADD)
         return written
 
@@ -101,6 +134,7 @@ class Grains:
             courses[grain].update(self._period_courses(grain, label))
             self.execute("DELETE FROM period_metrics WHERE grain = ? AND period = ?", (grain, label))
             self.execute(_REBUILD, (grain, label, grain, label, first, last))
+            self.execute(_SITE_PERIOD, (grain, label, grain, label, first, last))
             courses[grain].update(self._period_courses(grain, label))
         if everything:
             for grain in periods.GRAINS:
@@ -138,7 +172,8 @@ class Grains:
     def period_serving_rows(self, grain):
         """Return the serving view of `grain`'s rows, ordered, with dates as ISO text in every store."""
         view = self.serving_period_view(periods.TABLE_OF[grain])
-        rows = self.execute(f"SELECT {', '.join(PERIOD_SERVING_COLUMNS)} FROM {view} ORDER BY period, course")
+        rows = self.execute(f"SELECT {', '.join(PERIOD_SERVING_COLUMNS)} FROM {view} "
+                            "ORDER BY period, course NULLS FIRST")
         return [(row[0], str(row[1]), str(row[2])) + tuple(row[3:]) for row in rows.fetchall()]
 
     def serving_period_view(self, table):

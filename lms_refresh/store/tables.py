@@ -84,7 +84,7 @@ _PUBLISHED = (
 
 TABLES = (
     Table("meta", _columns(TEXT, "key", "value"), key=("key",), clustered=True),
-    # Ids are 64-bit hashes of the IRIs (see sources.xapi.name_id).
+    # Ids are 64-bit hashes of the IRIs (see sources.xapi.name_id); SITE is none of them.
     Table("courses", (Column("course_id", BIGINT), Column("iri", TEXT)), key=("course_id",), unique=(("iri",),)),
     Table("verbs", (Column("verb_id", BIGINT), Column("iri", TEXT)), key=("verb_id",), unique=(("iri",),)),
     # Canonical events, clustered by partition so a day is rebuilt from one contiguous range. The
@@ -164,6 +164,12 @@ TABLES = (
 
 
 
+# The whole site, as one more course of the cells and published rows of every grain (each of its learners once,
+# all statements; lms_refresh.store.grains): no row in `courses`, so the serving views show it with course NULL.
+# An IRI whose 64-bit BLAKE2b id is 0 would share the site's rows: finding one is a search of 2**64 hashes.
+SITE = 0
+
+
 def column_names(table):
     """Return the names of a table's columns, in their order."""
     return tuple(column.name for column in next(t for t in TABLES if t.name == table).columns)
@@ -196,19 +202,19 @@ SELECT p.period, {dialect.date("p.period_start")} AS period_start, {dialect.date
   c.iri AS course, p.active_learners, p.statements, p.attempts, p.completions, p.passed, p.failed,
   p.avg_scaled_score, p.total_duration_seconds, p.suppressed, p.complete
 FROM {dialect.name("published_periods")} AS p
-JOIN {dialect.name("courses")} AS c USING (course_id)
+LEFT JOIN {dialect.name("courses")} AS c USING (course_id)
 WHERE p.grain = '{grain}'
 """
 
 
 def serving_view(dialect, version):
     """Return the SELECT of the serving view (SERVING_COLUMNS) as it is from schema `version` on."""
-    if version >= 3:  # the published rows, nothing computed in SQL
+    if version >= 3:  # the published rows, nothing computed in SQL; the site's (SITE, no IRI) with course NULL
         return f"""
 SELECT {dialect.date("p.day")} AS day, c.iri AS course, p.active_learners, p.statements, p.attempts, p.completions,
   p.passed, p.failed, p.avg_scaled_score, p.total_duration_seconds, p.suppressed
 FROM {dialect.name("published_metrics")} AS p
-JOIN {dialect.name("courses")} AS c USING (course_id)
+LEFT JOIN {dialect.name("courses")} AS c USING (course_id)
 """
     # Versions 1 and 2 suppressed in the view, reading the threshold k from meta: a value is
     # withheld when 0 < (distinct learners it derives from) < k, a whole row when the day's active
@@ -236,8 +242,9 @@ CROSS JOIN (SELECT CAST(value AS INTEGER) AS k FROM {dialect.name("meta")} WHERE
 """
 
 
-# The versions that changed the serving view (it is replaced by the migration of that version).
-VIEW_CHANGES = (1, 3)
+# The versions that changed the serving view (it is replaced by the migration of that version); 7 brought
+# the site's rows (course NULL).
+VIEW_CHANGES = (1, 3, 7)
 
 # The serving view of course names: every course that has published rows, with its name where the
 # source gave one (NULL otherwise), so that a dashboard joins daily_metrics to it without losing rows.
@@ -272,9 +279,12 @@ DATA_STEPS = {
         "DROP INDEX {staged_events_id_scan}"],
     # Weeks and months are counted from learner_days, which the next run fills by rebuilding every staged day.
     5: ["INSERT INTO {pending_days} SELECT DISTINCT day FROM {staged_events} WHERE true ON CONFLICT DO NOTHING"],
+    # The site's rows, on every grain, come from the days the next run rebuilds: every staged day (a closed day,
+    # whose events retention dropped, has none: see the README's "Site totals").
+    7: ["INSERT INTO {pending_days} SELECT DISTINCT day FROM {staged_events} WHERE true ON CONFLICT DO NOTHING"],
 }
 
-SCHEMA_VERSION = 6  # the version this description is at: a new migration raises it
+SCHEMA_VERSION = 7  # the version this description is at: a new migration raises it
 
 
 def migration(version):
@@ -288,7 +298,7 @@ def migration(version):
     steps += [("index", index) for index in INDEXES if index.since == version]
     if version in VIEW_CHANGES:
         steps.append(("view", version))
-    if version == 5:
+    if version in (5, 7):
         steps += [("period view", grain) for grain in PERIOD_VIEWS]
     if version == COURSES_VIEW_SINCE:
         steps.append(("courses view", version))

@@ -2,8 +2,8 @@
 
 It shares no code with lms_refresh: a period is found by walking the calendar (a week starts on the
 Monday on or before the day, its label is that Thursday's year and week number), its learners are the
-set of actor names over all its days, and rows are gap-filled from a course's first to its last
-visible period. Exact mode only (`method = "none"`).
+set of actor names over all its days (over all courses too for the site's row, course None), and rows
+are gap-filled from a course's (or the site's) first to its last visible period. Exact mode only (`method = "none"`).
 """
 
 import collections
@@ -40,7 +40,8 @@ def expected_periods(statements, timezone, k, grain, closed_before=None):
     for item in statements:
         statement = json.loads(item) if isinstance(item, str) else item
         course = statement["context"]["contextActivities"]["parent"][0]["id"]
-        cells[(find(local_day(statement, zone)), course)].append(statement)
+        for cell in (course, None):  # None: the whole site, every course's statements
+            cells[(find(local_day(statement, zone)), cell)].append(statement)
     by_course = collections.defaultdict(dict)
     for (period, course), items in cells.items():
         by_course[course][period] = _row(items, k)
@@ -56,7 +57,7 @@ def expected_periods(statements, timezone, k, grain, closed_before=None):
             complete = int(closed_before is None or end <= closed_before)
             rows.append((period[0], period[1].isoformat(), period[2].isoformat(), course) + values + (complete,))
             period = find(period[2] + dt.timedelta(days=1))
-    return sorted(rows, key=lambda row: (row[0], row[3]))
+    return sorted(rows, key=lambda row: (row[0], row[3] is not None, row[3] or ""))  # the site first
 
 
 def _row(items, k):

@@ -109,13 +109,14 @@ class Project:
 
         return store_exists(load_config(str(self.config), {}), {})
 
-    def serving(self):
-        """Return the serving view's rows (all columns, ordered, days as text) or [] if no store yet."""
+    def serving(self, site=False):
+        """Return the serving view's rows (all columns, ordered, days as text) or [] if no store yet: the courses'
+        only, or with the site's (course None) too when `site` (as helpers.reference.expected_serving has them)."""
         if not self.has_store():
             return []
         store = self.open_store()
         try:
-            return store.serving_rows()
+            return [row for row in store.serving_rows() if site or row[1] is not None]
         finally:
             store.close()
 

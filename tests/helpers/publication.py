@@ -9,10 +9,13 @@ def publication(project):
     return Path(str(project.state) + "-publication") / "serving.sqlite"
 
 
-def read_publication(path):
+def read_publication(path, site=False):
+    """The publication's tables, its daily rows (the courses', and the site's too when `site`, as
+    Project.serving) and its privacy settings."""
     with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        rows = db.execute("SELECT * FROM daily_metrics ORDER BY day, course").fetchall()
+        rows = db.execute("SELECT * FROM daily_metrics " + ("" if site else "WHERE course IS NOT NULL ")
+                          + "ORDER BY day, course").fetchall()
         about = db.execute("SELECT min_cell_size, method, max_noise, variance, withhold_zeros "
                            "FROM publication").fetchone()
     return tables, rows, about

@@ -58,8 +58,9 @@ def expected_serving(lines, since, until, timezone, k):
         day = _iso(s["timestamp"]).astimezone(zone).date().isoformat()
         course = s["context"]["contextActivities"]["parent"][0]["id"]
         cells[(day, course)].append(s)
+        cells[(day, None)].append(s)  # the whole site: every course's statements, each learner once
     rows = []
-    for (day, course), items in sorted(cells.items()):
+    for (day, course), items in cells.items():
         def learners(predicate, items=items):  # this cell's
             return {s["actor"]["account"]["name"] for s in items if predicate(s)}
 
@@ -102,4 +103,9 @@ def _fill_spans(rows):
             text = day.isoformat()
             filled.append(days.get(text, (text, course) + (None,) * 8 + (1,)))
             day += dt.timedelta(days=1)
-    return sorted(filled)
+    return sorted(filled, key=site_first)
+
+
+def site_first(row):
+    """The serving order: by day (or period), the site's row (course None) before the courses'."""
+    return row[0], row[1] is not None, row[1] or ""

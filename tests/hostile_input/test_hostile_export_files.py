@@ -53,7 +53,7 @@ def good_lines(count, first=0):
 
 
 def assert_serving_is(project, lines):
-    assert project.serving() == expected_serving(lines, SINCE, UNTIL, "Europe/Paris", 10)
+    assert project.serving(site=True) == expected_serving(lines, SINCE, UNTIL, "Europe/Paris", 10)
     assert len(project.serving()) == 6  # 3 days x 2 courses, all visible
 
 

@@ -73,7 +73,7 @@ def build_scenario(root, make_project):
     exact.configure(privacy='method = "none"')
     exact.invoke("run", "--accept-weaker-privacy", now=SECOND.isoformat(), check=0)  # exact counts, deliberately
     lines = [line for name in ("a.ndjson", "b.ndjson") for line in (base.source / name).read_text().splitlines()]
-    assert exact.serving() == expected_serving(lines, FIRST - dt.timedelta(days=30), SECOND, PARIS, 10)
+    assert exact.serving(site=True) == expected_serving(lines, FIRST - dt.timedelta(days=30), SECOND, PARIS, 10)
     assert final != previous
     base.published = publication_bytes(reference)
     return base, previous, final
@@ -152,5 +152,5 @@ def test_a_kill_or_stop_while_the_store_is_created_or_upgraded(project, phase, a
     status = project.invoke("status", now=FIRST.isoformat())
     assert "damaged" not in status.stdout + status.stderr
     assert project.invoke("run", now=FIRST.isoformat()).returncode == 0
-    assert project.serving() == expected_serving([json.dumps(s) for s in lines], FIRST - dt.timedelta(days=30),
+    assert project.serving(site=True) == expected_serving([json.dumps(s) for s in lines], FIRST - dt.timedelta(days=30),
                                                  FIRST, PARIS, 10)

@@ -114,7 +114,7 @@ def test_a_full_disk_under_the_publication_exits_69_records_the_run_and_leaves_n
     project.invoke("run", now=later, check=0)
     assert project.invoke("status", "--check", now=later).returncode == 0
     with contextlib.closing(sqlite3.connect(f"file:{directory / 'serving.sqlite'}?mode=ro", uri=True)) as db:
-        assert db.execute("SELECT * FROM daily_metrics ORDER BY day, course").fetchall() == project.serving()
+        assert db.execute("SELECT * FROM daily_metrics ORDER BY day, course").fetchall() == project.serving(site=True)
 
 
 def test_forget_on_a_full_publication_disk_says_the_learner_is_forgotten_and_status_check_warns(small_disk, tmp_path):

@@ -36,10 +36,11 @@ def stamp(when):
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def grain_rows(project, grain):
+def grain_rows(project, grain, site=False):
+    """The serving rows of `grain`: the courses', and the site's too (course None) when `site`."""
     store = project.open_store()
     try:
-        return store.period_serving_rows(grain)
+        return [row for row in store.period_serving_rows(grain) if site or row[3] is not None]
     finally:
         store.close()
 
@@ -64,7 +65,8 @@ def activity(seed, first, days, courses=("BIO101", "CHEM1", "TINY"), per_day=14)
 
 def check_every_grain(project, written, timezone, closed_before):
     for grain in periods.GRAINS:
-        assert grain_rows(project, grain) == expected_periods(written, timezone, K, grain, closed_before), grain
+        expected = expected_periods(written, timezone, K, grain, closed_before)
+        assert grain_rows(project, grain, site=True) == expected, grain
 
 
 def test_weeks_and_months_are_true_distinct_counts_of_their_periods(project):
@@ -86,15 +88,15 @@ def test_a_late_statement_recomputes_its_week_and_month(project):
     written = activity(2, dt.date(2026, 10, 1), 31)
     project.write("a.ndjson", written)
     project.invoke("run", now="2026-11-02T04:15:00Z", check=0)
-    before = grain_rows(project, "week")
+    before = grain_rows(project, "week", site=True)
     late = [statement(learner=f"new{n}", course="BIO101", verb="passed", timestamp="2026-10-14T09:00:00Z",
                       stored="2026-11-02T05:00:00Z") for n in range(3)]
     project.write("b.ndjson", late)
     project.invoke("run", now="2026-11-02T06:00:00Z", check=0)
     check_every_grain(project, written + late, "Europe/Paris", moment("2026-11-02T06:00:00Z"))
-    after = grain_rows(project, "week")
-    changed = {row[0] for row in set(after) ^ set(before)}
-    assert changed == {"2026-W42"}  # 2026-10-14's week, and no other
+    after = grain_rows(project, "week", site=True)
+    changed = {(row[0], row[3]) for row in set(after) ^ set(before)}
+    assert changed == {("2026-W42", None), ("2026-W42", f"{HOME}/course/BIO101")}  # 2026-10-14's week, no other
 
 
 def test_voids_take_a_learner_out_of_a_week_only_once_no_day_of_it_holds_them(project):
@@ -233,5 +235,20 @@ def test_the_readme_weekly_query_runs_as_written(project):
     rows = dashboard(project, readme_query("Example dashboard query, the weekly active learners per course"))
     expected = [(row[0], row[3], row[4]) for row in
                 expected_periods(written, "Europe/Paris", K, "week", moment("2026-10-23T04:15:00Z"))
-                if row[-1] == 1 and row[4] is not None]
+                if row[-1] == 1 and row[4] is not None and row[3] is not None]
     assert rows == expected and {row[0] for row in rows} == {"2026-W41", "2026-W42"}  # W43 goes on
+
+
+def test_the_readme_site_monthly_query_runs_as_written(project):
+    configure(project)
+    written = activity(4, dt.date(2026, 9, 14), 40)
+    project.write("a.ndjson", written)
+    project.invoke("run", now="2026-10-28T04:15:00Z", check=0)
+    rows = dashboard(project, readme_query("The site's monthly total"))
+    expected = [(row[0], row[4], row[5], row[-1]) for row in
+                expected_periods(written, "Europe/Paris", K, "month", moment("2026-10-28T04:15:00Z"))
+                if row[3] is None]
+    assert rows == expected and [row[0] for row in rows] == ["2026-09", "2026-10"] and rows[0][3] == 1
+    courses = {row[3] for row in expected_periods(written, "Europe/Paris", K, "month") if row[3] is not None}
+    assert len(courses) > 1 and rows[0][1] < sum(  # distinct learners across courses, not a sum of courses'
+        row[4] for row in expected_periods(written, "Europe/Paris", K, "month") if row[0] == "2026-09" and row[3])

@@ -41,7 +41,7 @@ def test_lrs_refreshes_equal_the_ndjson_source_of_the_same_statements(tmp_path, 
     assert project.dump() == twin.dump()
     since = t2 - dt.timedelta(days=30)
     expected = expected_serving([json.dumps(s) for s in stored], since, t2, PARIS, 10)
-    assert [row[:8] for row in project.serving()] == [row[:8] for row in expected]
+    assert [row[:8] for row in project.serving(site=True)] == [row[:8] for row in expected]
     # Every statement came through pages of at most 100 (Ralph caps limit), voids included.
     runs = project.runs()
     assert [r[:3] for r in runs] == [("run", "success", 0)] * 2 and runs[1][3] == text(t1)

@@ -95,7 +95,7 @@ def test_a_name_change_alone_republishes_the_sqlite_file(sqlite_project):
         db.execute("UPDATE course_names SET name = 'Biology (renamed)'")
         db.commit()
     result = project.invoke("run", now="2026-11-20T05:15:00Z", check=0)
-    assert "Published 1 rows" in result.stderr
+    assert "Published 2 rows" in result.stderr  # the course's and the site's
     assert project.serving() == rows
     assert published_courses(project) == [(iri("BIO"), "Biology (renamed)", None, None, None, None)]
 

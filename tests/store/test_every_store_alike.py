@@ -194,7 +194,7 @@ def test_serving_table_matches_an_independent_reference(tmp_path, make_project):
     since = dt.datetime(2026, 10, 30, 3, 15, tzinfo=dt.UTC) - dt.timedelta(days=30)
     until = dt.datetime(2026, 10, 30, 3, 15, tzinfo=dt.UTC)
     expected = expected_serving([line for _, line in records], since, until, PARIS, 10)
-    actual = project.serving()
+    actual = project.serving(site=True)
     assert [row[:2] for row in actual] == [row[:2] for row in expected]
     for got, want in zip(actual, expected, strict=True):
         assert got[:8] == want[:8] and got[10] == want[10], (got, want)

@@ -155,8 +155,9 @@ def test_a_dashboard_role_reads_the_serving_view_and_nothing_else(server, pg_pro
     url = f"host=127.0.0.1 port={server.port} dbname={pg_project.database} user=dashboard password=dash"
     with psycopg.connect(url, autocommit=True) as db:
         rows = db.execute("SELECT day, course, active_learners, suppressed "
-                          "FROM lms_refresh_serving.daily_metrics").fetchall()
-        assert [(str(r[0]), r[2], r[3]) for r in rows] == [("2026-11-02", 12, 0)]
+                          "FROM lms_refresh_serving.daily_metrics ORDER BY course NULLS FIRST").fetchall()
+        assert [(str(r[0]), r[1] is None, r[2], r[3]) for r in rows] == [("2026-11-02", True, 12, 0),
+                                                                          ("2026-11-02", False, 12, 0)]  # the site
         for grain, period in (("weekly", "2026-W45"), ("monthly", "2026-11")):  # the periods' views, granted alike
             assert db.execute(f"SELECT period, active_learners FROM lms_refresh_serving.{grain}_metrics").fetchall() \
                 == [(period, 12)]

@@ -51,7 +51,9 @@ def test_the_publication_holds_the_published_rows_and_nothing_else(sqlite_projec
             assert db.execute(f"SELECT * FROM {table} ORDER BY period, course").fetchall() == sqlite_project.query(
                 f"SELECT * FROM serving_{table} ORDER BY period, course")
         assert db.execute("SELECT period, period_start, period_end, course, suppressed, complete "
-                          "FROM weekly_metrics").fetchall() == [("2026-W45", "2026-11-02", "2026-11-08", COURSE, 1, 1)]
+                          "FROM weekly_metrics ORDER BY period, course").fetchall() == [
+            ("2026-W45", "2026-11-02", "2026-11-08", None, 1, 1),
+            ("2026-W45", "2026-11-02", "2026-11-08", COURSE, 1, 1)]
     assert about == (10, "cell-key", 3, 2.0, 0)
     assert stat.S_IMODE(path.stat().st_mode) == 0o644 and stat.S_IMODE(path.parent.stat().st_mode) == 0o755
     assert sorted(p.name for p in path.parent.iterdir()) == ["serving.sqlite"]  # no journal, no WAL, no temporary
@@ -102,7 +104,8 @@ def test_a_run_that_committed_but_did_not_publish_is_published_by_the_next_run(s
     status = sqlite_project.invoke("status", check=0).stdout
     assert f"publication:  {path}, published " in status and "behind the store, the next run publishes it" in status
     result = sqlite_project.invoke("run", now="2026-11-21T04:15:00Z", check=0)  # nothing to read, still publishes
-    assert "Nothing to do" in result.stderr and f"Published 19 rows to {path}" in result.stderr
+    # 19 days, the course's and the site's
+    assert "Nothing to do" in result.stderr and f"Published 38 rows to {path}" in result.stderr
     assert path.read_bytes() == new
     assert "behind" not in sqlite_project.invoke("status", check=0).stdout
 
@@ -148,7 +151,8 @@ def as_user(user, *command):
 
 
 READ_WITH_PYTHON = ("import sqlite3, sys; db = sqlite3.connect('file:' + sys.argv[1] + '?mode=ro', uri=True); "
-                    "print(db.execute('SELECT COUNT(*), SUM(active_learners) FROM daily_metrics').fetchone())")
+                    "print(db.execute('SELECT COUNT(*), SUM(active_learners) FROM daily_metrics "
+                    "WHERE course IS NOT NULL').fetchone())")
 
 
 @pytest.fixture
@@ -170,8 +174,9 @@ def test_a_dashboard_account_reads_the_publication_and_nothing_of_the_state(worl
     path = publication(project)
     assert stat.S_IMODE(project.state.stat().st_mode) == 0o750
     with os_account() as dashboard:
-        cli = as_user(dashboard, "sqlite3", "-readonly", str(path), "SELECT day, suppressed FROM daily_metrics")
-        assert (cli.returncode, cli.stdout, cli.stderr) == (0, "2026-11-02|0\n", "")
+        cli = as_user(dashboard, "sqlite3", "-readonly", str(path),
+                      "SELECT day, course IS NULL, suppressed FROM daily_metrics ORDER BY day, course")
+        assert (cli.returncode, cli.stdout, cli.stderr) == (0, "2026-11-02|1|0\n2026-11-02|0|0\n", "")  # site first
         python = as_user(dashboard, "/usr/bin/python3", "-c", READ_WITH_PYTHON, str(path))
         assert python.returncode == 0 and python.stdout.startswith("(1, "), python.stderr
         for private in (project.store, project.state / "pseudonymisation.key"):
@@ -182,7 +187,7 @@ def test_a_dashboard_account_reads_the_publication_and_nothing_of_the_state(worl
         project.write("b.ndjson", learners(13, day="2026-11-20"))
         project.invoke("run", now="2026-11-21T04:15:00Z", check=0)
         again = as_user(dashboard, "sqlite3", "-readonly", str(path), "SELECT COUNT(*) FROM daily_metrics")
-        assert again.stdout == "19\n"
+        assert again.stdout == "38\n"  # 19 days of the course, and the site's
 
 
 def test_publication_group_limits_the_readers_to_its_members(world_readable_root):
@@ -341,7 +346,7 @@ def test_a_changed_publication_group_applies_at_the_next_run_without_new_rows(sq
         gid = grp.getgrnam(group).gr_gid
         noisy(sqlite_project, f'\n[publication]\ngroup = "{group}"')  # narrowed
         result = sqlite_project.invoke("run", now=NOW, check=0)
-        assert "Nothing to do" in result.stderr and f"Published 1 rows to {path}" in result.stderr
+        assert "Nothing to do" in result.stderr and f"Published 2 rows to {path}" in result.stderr
         info, directory = path.stat(), path.parent.stat()
         assert (stat.S_IMODE(info.st_mode), info.st_gid) == (0o640, gid)
         assert (stat.S_IMODE(directory.st_mode), directory.st_gid) == (0o750, gid)

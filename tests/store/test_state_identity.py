@@ -65,7 +65,7 @@ def test_a_clock_glitch_is_refused_and_watermark_set_recovers_every_statement(pr
     result = project.invoke("watermark", "set", "2026-11-03T04:15", now=at(later), check=0)
     assert "-> 2026-11-03T03:15:00.000000Z" in result.stdout
     project.invoke("run", now=at(later), check=0)
-    assert project.serving() == reference(project, later)
+    assert project.serving(site=True) == reference(project, later)
     assert [row[2] for row in project.serving() if row[2] is not None] == [12, 11]  # (gaps are published empty)
 
 
@@ -103,7 +103,7 @@ def test_a_deleted_store_is_refused_while_its_key_remains_and_rebuild_restores_h
 
     later = T + dt.timedelta(days=1)
     project.invoke("rebuild", "--since", "2026-10-01", now=at(later), check=0)
-    assert project.serving() == reference(project, later, since=dt.datetime(2026, 9, 30, 22, tzinfo=UTC))
+    assert project.serving(site=True) == reference(project, later, since=dt.datetime(2026, 9, 30, 22, tzinfo=UTC))
     assert [row[0] for row in project.serving() if row[2]] == ["2026-10-20", "2026-11-02"]
     project.invoke("run", now=at(later), check=0)  # and the timer carries on from the rebuild's watermark
     assert project.runs()[-1][1:] == ("nothing-to-do", 0, project.runs()[-1][3], project.runs()[-1][3])
@@ -207,7 +207,7 @@ def test_a_conflicting_second_version_of_a_statement_id_is_quarantined_never_cou
     project.write("b.ndjson", [conflicting, first[1]])  # and an identical copy, which is no conflict
     project.invoke("run", now=at(T), check=0)
     expected = expected_serving([json.dumps(s) for s in first], T - dt.timedelta(days=30), T, PARIS, 10)
-    assert project.serving() == expected
+    assert project.serving(site=True) == expected
     rows = project.query("SELECT origin, reason FROM quarantine")
     assert rows == [(f"statement {first[0]['id'].replace('-', '')}",
                      "conflicting statement id: already staged with other content")]
@@ -217,8 +217,8 @@ def test_a_conflicting_second_version_of_a_statement_id_is_quarantined_never_cou
     project.write("c.ndjson", [conflicting] + fresh)
     later = T + dt.timedelta(days=1)
     project.invoke("run", now=at(later), check=0)
-    assert project.serving() == expected_serving([json.dumps(s) for s in first + fresh], T - dt.timedelta(days=30),
-                                                 later, PARIS, 10)
+    assert project.serving(site=True) == expected_serving([json.dumps(s) for s in first + fresh],
+                                                          T - dt.timedelta(days=30), later, PARIS, 10)
     assert project.query("SELECT COUNT(*) FROM staged_events") == [(24,)]
     assert project.query("SELECT COUNT(*) FROM quarantine") == [(2,)]  # once per version and where it was seen
 
@@ -229,7 +229,7 @@ def test_two_versions_of_one_id_in_the_same_batch_count_once(project):
     second = dict(batch[3], timestamp="2026-11-01T10:00:00Z")  # the same id, another day
     project.write("a.ndjson", batch[:6] + [second] + batch[6:])
     project.invoke("run", now=at(T), check=0)
-    assert project.serving() == expected_serving([json.dumps(s) for s in batch], T - dt.timedelta(days=30), T,
+    assert project.serving(site=True) == expected_serving([json.dumps(s) for s in batch], T - dt.timedelta(days=30), T,
                                                  PARIS, 10)
     assert project.query("SELECT reason FROM quarantine") == [
         ("conflicting statement id: already staged with other content",)]
@@ -279,7 +279,7 @@ def test_an_older_store_with_a_double_staged_id_is_repaired_by_the_upgrade(sqlit
         assert db.execute("SELECT COUNT(*) FROM staged_events").fetchone() == (13,)
     project.invoke("run", now=at(T + dt.timedelta(hours=1)), check=0)
     assert project.query("SELECT COUNT(*) FROM staged_events") == [(12,)]
-    assert project.serving() == expected_serving([json.dumps(s) for s in batch], T - dt.timedelta(days=30), T,
+    assert project.serving(site=True) == expected_serving([json.dumps(s) for s in batch], T - dt.timedelta(days=30), T,
                                                  PARIS, 10)
 
 
@@ -306,7 +306,7 @@ def _killed_while_created(project, phase):
     if not project.postgres:
         assert not project.store.exists()  # only the temporary file, under another name
     project.invoke("run", now=at(T), check=0)
-    assert project.serving() == reference(project, T)
+    assert project.serving(site=True) == reference(project, T)
     if not project.postgres:
         assert [p.name for p in project.state.iterdir() if ".creating-" in p.name] == []
 
@@ -331,7 +331,7 @@ def test_a_damaged_watermark_can_be_set_by_hand(sqlite_project):
     assert refused.returncode == 78 and "'lms-refresh watermark set TIME'" in refused.stderr
     project.invoke("watermark", "set", "2026-11-03T04:15", now=at(T), check=0)
     project.invoke("run", now=at(T), check=0)
-    assert project.serving() == reference(project, T)
+    assert project.serving(site=True) == reference(project, T)
     assert [row[:3] for row in project.runs()][-2:] == [("watermark-set", "watermark-set", 0),
                                                          ("run", "nothing-to-do", 0)]
 
@@ -382,7 +382,7 @@ def test_the_first_run_after_an_upgrade_rebuilds_the_store_for_the_new_mapping_u
             "source from 2026-10-04T03:15:00.000000Z (the first window it was built from)") in result.stderr
     assert "found every statement the store was built from" in result.stderr
     assert project.meta()["identity.mapping_version"] == str(MAPPING_VERSION)
-    assert project.serving() == reference(project, later)
+    assert project.serving(site=True) == reference(project, later)
     assert project.runs()[-1][0] == "run" and project.runs()[-1][2] == 0
     again = project.invoke("run", now=at(later + dt.timedelta(hours=1)), check=0)  # once: nothing to upgrade now
     assert "Upgrading" not in again.stderr
@@ -423,5 +423,5 @@ def test_a_key_copied_in_for_a_first_run_starts_a_store(project):
     create_key(str(project.state / "pseudonymisation.key"))  # from another host, or made in advance
     project.write("a.ndjson", day_batch(12, "2026-11-02"))
     project.invoke("run", now=at(T), check=0)
-    assert project.serving() == reference(project, T)
+    assert project.serving(site=True) == reference(project, T)
     assert (project.state / "store-identity").exists()  # from now on, losing the store is refused

@@ -247,12 +247,12 @@ def test_an_lrs_reimport_counts_once_and_quarantines_nothing(tmp_path, make_proj
     assert "quarantined 0" in later.stderr, later.stderr
     assert project.query("SELECT COUNT(*) FROM quarantine") == [(0,)]
     assert project.query("SELECT COUNT(*) FROM staged_events") == [(len(base) + len(fresh),)]
-    assert project.serving() == window_rows(base, fresh)
+    assert project.serving(site=True) == window_rows(base, fresh)
     # and so does every later run over the same re-import
     project.invoke("backfill", "--since", "2026-11-03T00:00", "--until", "2026-11-04T00:00",
                    now=(T + dt.timedelta(days=1, hours=1)).isoformat(), check=0)
     assert project.query("SELECT COUNT(*) FROM quarantine") == [(0,)]
-    assert project.serving() == window_rows(base, fresh)
+    assert project.serving(site=True) == window_rows(base, fresh)
 
 
 @settings(max_examples=6, deadline=None, derandomize=True, database=None,
@@ -272,13 +272,13 @@ def test_a_real_difference_is_quarantined_and_counted_against_the_share(tmp_path
     assert "1 of 12 records in the window were malformed" in refused.stderr
     assert project.query("SELECT origin, reason FROM quarantine") == [
         (f"statement {base[which]['id'].replace('-', '')}", CONFLICT)]
-    assert project.serving() == window_rows(base, [])
+    assert project.serving(site=True) == window_rows(base, [])
     # Within the share the run commits: the staged version stands, the other is not counted.
     project.configure(extra_top="max_quarantine_share = 0.1")
     project.invoke("run", now=(T + dt.timedelta(days=1)).isoformat(), check=0)
     assert project.query("SELECT COUNT(*), MAX(reason) FROM quarantine") == [(1, CONFLICT)]
     assert project.query("SELECT quarantined FROM runs ORDER BY started_at")[-1] == (1,)
-    assert project.serving() == window_rows(base, [])
+    assert project.serving(site=True) == window_rows(base, [])
 
 
 def test_a_reimport_into_a_real_lrs_counts_once(tmp_path, ralph, store_kind, request):
