@@ -81,7 +81,11 @@ def recompute(store, days, *, record_keys, config, now):
     publish again the courses they touch (all of them after a settings change) as the settings in force allow
     (a period is complete once `now` is past its end plus `config`'s safety lag); return (rows written,
     suppressed cells among the published rows of the days rebuilt)."""
-    done = store.recompute(days, record_keys=record_keys)
+    done = store.recompute(days, record_keys=record_keys, calendar=period_publication.calendar(config))
+    for name in done.uncounted_terms:
+        logger.warning("The term %r is not counted: it begins before the oldest day whose learners the store still "
+                       "keeps (retention.staging_days), so its distinct learners cannot be counted whole; give it a "
+                       "first day the store keeps, or leave it as it was.", name, extra={"TERM": name})
     settings = policy.in_force(store)
     policy.publish(store, done.courses, settings)
     period_publication.publish(store, done.period_courses, settings, config=config, now=now)
