@@ -177,3 +177,29 @@ def test_a_term_that_begins_before_the_kept_presence_is_not_counted_and_says_so(
            "still keeps (retention.staging_days)" in result.stderr
     assert grain_rows(sqlite_project, "term", site=True) == expected_periods(
         written, "Europe/Paris", K, "term", moment("2027-11-05T05:15:00Z"), (october,)) != []
+
+
+def test_a_rebuild_whose_staging_horizon_straddles_a_week_and_a_term_keeps_them_whole(project):
+    """The horizon (1 September, a Tuesday) falls inside a week and a term: rebuilt, they still count the
+    learners of the closed Monday, whose presence retention kept."""
+    summer = ("Summer school", "2026-08-24", "2026-09-11")
+    configure(project)
+    text = project.config.read_text().replace("bootstrap_days = 400", "bootstrap_days = 90")
+    project.config.write_text(text.replace("[retry]", "[retention]\nstaging_days = 90\n[retry]"))
+    add_terms(project, (summer,))
+    early = activity(11, dt.date(2026, 8, 24), 12)  # 24 August .. 4 September
+    project.write("a.ndjson", early)
+    project.invoke("run", now="2026-09-05T04:15:00Z", check=0)
+    later = activity(12, dt.date(2026, 9, 5), 80)
+    project.write("b.ndjson", later)
+    project.invoke("run", now="2026-11-30T04:15:00Z", check=0)
+    assert project.meta()["staging_horizon"] == "2026-09-01"
+    assert project.meta()["presence_from"] == "2026-08-24"  # the term holds the horizon: kept from its start
+    closed = moment("2026-11-30T04:15:00Z")
+    before = {grain: grain_rows(project, grain, site=True) for grain in ("week", "month", "term")}
+    check_every_grain(project, early + later, "Europe/Paris", closed, (summer,))
+    project.invoke("rebuild", "--since", "2026-08-01", now="2026-11-30T05:15:00Z", check=0)
+    after = {grain: grain_rows(project, grain, site=True) for grain in ("week", "month", "term")}
+    assert after == before
+    assert [row[:3] for row in after["week"] if row[3] is None][:2] == [
+        ("2026-W35", "2026-08-24", "2026-08-30"), ("2026-W36", "2026-08-31", "2026-09-06")]
