@@ -14,11 +14,11 @@ from refresh.test_weeks_and_months import (
     activity,
     check_every_grain,
     configure,
+    daily_runs_and_one_backfill,
     dashboard,
     grain_rows,
     moment,
     readme_query,
-    stamp,
 )
 
 AUTUMN = ("Autumn 2026", "2026-09-14", "2026-10-11")  # crosses the end of September
@@ -74,17 +74,8 @@ def test_daily_runs_over_the_terms_equal_one_backfill(tmp_path, make_project):
     daily, once = make_project(tmp_path / "daily"), make_project(tmp_path / "once")
     with_terms(daily, TERMS)
     with_terms(once, TERMS)
-    written = sorted(activity(7, dt.date(2026, 9, 14), 56, per_day=10), key=lambda s: s["stored"])
-    sent = 0
-    for offset in range(57):  # a run at 04:15 every day, each reading what was stored since the one before
-        now = stamp(moment("2026-09-14T04:15:00Z") + dt.timedelta(days=offset))
-        todays = [s for s in written if s["stored"] < now][sent:]
-        sent += len(todays)
-        daily.write(f"d{offset}.ndjson", todays)
-        daily.invoke("run", now=now, check=0)
-    once.write("all.ndjson", written)
-    once.invoke("backfill", "--since", "2026-09-01", "--until", "2026-11-09T04:15:00Z", now="2026-11-09T04:15:00Z",
-                check=0)
+    written = activity(7, dt.date(2026, 9, 14), 56, per_day=10)
+    daily_runs_and_one_backfill(daily, once, written, dt.date(2026, 9, 14), 57)
     assert grain_rows(daily, "term", site=True) == grain_rows(once, "term", site=True) != []
     check_every_grain(once, written, "Europe/Paris", moment("2026-11-09T04:15:00Z"), TERMS)
 

@@ -164,21 +164,26 @@ def test_a_period_is_complete_once_its_end_and_the_lag_have_passed(project):
     check_every_grain(project, written, "America/New_York", moment("2026-11-02T05:00:00Z"))
 
 
-def test_daily_runs_over_a_month_equal_one_backfill_on_every_grain(tmp_path, make_project):
-    daily, once = make_project(tmp_path / "daily"), make_project(tmp_path / "once")
-    configure(daily)
-    configure(once)
-    written = sorted(activity(3, dt.date(2026, 10, 1), 31), key=lambda s: s["stored"])
-    sent = 0
-    for offset in range(32):  # a run at 04:15 every day, each reading what was stored since the one before
-        now = stamp(moment("2026-10-01T04:15:00Z") + dt.timedelta(days=offset))
+def daily_runs_and_one_backfill(daily, once, written, first, runs):
+    """Give `daily` a run at 04:15 UTC on each of `runs` days from `first` (a date), each reading what was stored
+    since the one before, and `once` one backfill of all of `written`, until the last run's time."""
+    written, sent = sorted(written, key=lambda s: s["stored"]), 0
+    for offset in range(runs):
+        now = stamp(dt.datetime.combine(first + dt.timedelta(days=offset), dt.time(4, 15), tzinfo=dt.UTC))
         todays = [s for s in written if s["stored"] < now][sent:]
         sent += len(todays)
         daily.write(f"d{offset}.ndjson", todays)
         daily.invoke("run", now=now, check=0)
     once.write("all.ndjson", written)
-    once.invoke("backfill", "--since", "2026-09-01", "--until", "2026-11-01T04:15:00Z", now="2026-11-01T04:15:00Z",
-                check=0)
+    once.invoke("backfill", "--since", (first - dt.timedelta(days=30)).isoformat(), "--until", now, now=now, check=0)
+
+
+def test_daily_runs_over_a_month_equal_one_backfill_on_every_grain(tmp_path, make_project):
+    daily, once = make_project(tmp_path / "daily"), make_project(tmp_path / "once")
+    configure(daily)
+    configure(once)
+    written = activity(3, dt.date(2026, 10, 1), 31)
+    daily_runs_and_one_backfill(daily, once, written, dt.date(2026, 10, 1), 32)
     for grain in periods.GRAINS:
         assert grain_rows(daily, grain) == grain_rows(once, grain), grain
     assert daily.serving() == once.serving()
