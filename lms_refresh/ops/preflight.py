@@ -40,6 +40,9 @@ def preflight(config, euid, environ):
         findings.append(Finding(OK, f"state directory {directory}: will be created on the first run"))
     findings.extend(_url_findings(config, environ))
     findings.append(Finding(OK, f"JSON parser: {json_decoding.describe()}"))
+    problem = json_decoding.setting_problem(json_decoding.REQUESTED)
+    if problem:
+        findings.append(Finding(WARNING, f"{json_decoding.ENVIRONMENT_VARIABLE} {problem}"))
     source = build_source(config, Pseudonymiser(b"check"), environ)
     try:
         findings.extend(dataclasses.replace(finding, about="source") for finding in source.preflight())

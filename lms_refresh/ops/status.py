@@ -30,6 +30,7 @@ def collect_status(config, environ):
         "interrupted": interruption.pending(config.state_directory) if holder is None else None,
         "last_interruption": interruption.last(config.state_directory),
         "json_parser": json_decoding.describe(),  # what a run of this installation decodes source JSON with
+        "json_parser_setting": json_decoding.setting_problem(json_decoding.REQUESTED),  # None: nothing wrong
     }
     if status["store"]["exists"]:
         store = open_store(config, environ, create=False, read_only=True)
@@ -101,6 +102,8 @@ def format_status(status):
     ]
     if status.get("json_parser"):
         lines.append(f"json parser:  {status['json_parser']}")
+    if status.get("json_parser_setting"):
+        lines.append(f"json parser:  warning: {json_decoding.ENVIRONMENT_VARIABLE} {status['json_parser_setting']}")
     if status.get("interrupted") is not None:
         lines.append(f"INTERRUPTED:  the run started {status['interrupted'].get('started_at', '?')} did not finish "
                      "(a shutdown, a crash or a stop); the next boot (lms-refresh-catch-up.timer) or run catches it up")

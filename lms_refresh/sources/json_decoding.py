@@ -184,4 +184,15 @@ def describe():
     return "the standard library's json (orjson is not installed; python3-orjson or the 'fast' extra is faster)"
 
 
-use(STDLIB if orjson is None or os.environ.get(ENVIRONMENT_VARIABLE) == STDLIB else ORJSON)
+def setting_problem(requested):
+    """What is wrong with `requested`, the value of LMS_REFRESH_JSON_PARSER (None: unset, or nothing wrong)."""
+    if requested in (None, "", STDLIB) or (requested == ORJSON and orjson is not None):
+        return None
+    if requested == ORJSON:
+        return "asks for orjson, which is not installed: the standard library's json decodes"
+    shown = requested[:40].encode("unicode_escape").decode("ascii")  # an operator's typo, shown as typed
+    return f"is '{shown}', which names no parser (stdlib or orjson): ignored"
+
+
+REQUESTED = os.environ.get(ENVIRONMENT_VARIABLE)  # what this process was started with (status and check say it)
+use(STDLIB if orjson is None or REQUESTED == STDLIB else ORJSON)

@@ -306,3 +306,20 @@ def test_status_and_check_say_which_json_parser_is_in_use(json_parser, sqlite_pr
     assert json.loads(sqlite_project.invoke("status", "--json", check=0).stdout)["json_parser"] == words
     checked = sqlite_project.invoke("check", check=0)
     assert f"\nok  JSON parser: {words}\n" in checked.stdout
+
+
+@pytest.mark.parametrize("value, problem", [
+    ("fast", "is 'fast', which names no parser (stdlib or orjson): ignored"),
+    ("STDLIB\x1b[2J", "is 'STDLIB\\x1b[2J', which names no parser (stdlib or orjson): ignored"),  # shown escaped
+])
+def test_a_json_parser_setting_that_names_no_parser_is_a_warning_of_check_and_status(sqlite_project, value, problem):
+    """LMS_REFRESH_JSON_PARSER is read once, when the program starts: the CLI as a subprocess, with it set."""
+    environment = {json_decoding.ENVIRONMENT_VARIABLE: value}
+    checked = sqlite_project.cli("check", env=environment)
+    assert checked.returncode == 0, checked.stderr
+    assert f"warning: LMS_REFRESH_JSON_PARSER {problem}" in checked.stdout
+    status = sqlite_project.cli("status", env=environment)
+    assert f"\njson parser:  warning: LMS_REFRESH_JSON_PARSER {problem}\n" in status.stdout
+    assert json_decoding.setting_problem(value) == problem
+    assert json_decoding.setting_problem(json_decoding.STDLIB) is None and json_decoding.setting_problem(None) is None
+    assert (json_decoding.setting_problem(json_decoding.ORJSON) is None) == (json_decoding.orjson is not None)
