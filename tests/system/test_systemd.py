@@ -609,8 +609,10 @@ def secret(box, name, value):
 
 
 def serving_rows(box, store):
+    """The courses' rows of the store's serving view (the site's, course NULL, are the recount's business)."""
     script = ("import json, sqlite3, sys; db = sqlite3.connect(sys.argv[1]); "
-              "print(json.dumps(db.execute('SELECT * FROM serving_daily_metrics ORDER BY day, course').fetchall()))")
+              "print(json.dumps(db.execute('SELECT * FROM serving_daily_metrics WHERE course IS NOT NULL "
+              "ORDER BY day, course').fetchall()))")
     return [tuple(row) for row in json.loads(box.run("python3", "-c", script, store).stdout)]
 
 
