@@ -18,6 +18,7 @@ from lms_refresh.config.sections import (
     MoodleSource,
     Privacy,
     Publication,
+    Report,
     Retention,
     Retry,
     Store,
@@ -34,7 +35,7 @@ class Config:
 
     `origin` names the file it came from; `state_directory` and `key_file` are
     resolved (systemd's $STATE_DIRECTORY wins), as are `store.path` (SQLite)
-    and `publication.path`.
+    `publication.path` and `report.path`.
     """
 
     origin: str
@@ -52,6 +53,7 @@ class Config:
     monitoring: Monitoring
     privacy: Privacy
     publication: Publication
+    report: Report
 
     @property
     def store_location(self):
@@ -167,6 +169,8 @@ def validate(document, origin, environ):
         values["store.path"] = values["store.path"] or os.path.join(state_directory, "metrics.sqlite")
     values["publication.path"] = values["publication.path"] or os.path.join(
         state_directory.rstrip("/") + "-publication", "serving.sqlite")
+    values["report.path"] = values["report.path"] or os.path.join(
+        os.path.dirname(values["publication.path"]), "report.html")
 
     def table(cls, section):
         return cls(**{field.name: values[f"{section}.{field.name}"] for field in dataclasses.fields(cls)})
@@ -187,6 +191,7 @@ def validate(document, origin, environ):
         monitoring=table(Monitoring, "monitoring"),
         privacy=table(Privacy, "privacy"),
         publication=table(Publication, "publication"),
+        report=table(Report, "report"),
     )
     refuse_collisions(config)  # before anything is written: no key may name a file another one does
     return config
