@@ -11,6 +11,9 @@ export files to the committed serving table; peak RSS from wait4):
             the naive yardstick (json.loads + executemany) on the same files
   inc-1     a one-day refresh on top of 1 day of history
   inc-60    a one-day refresh on top of 60 days of history
+  terms     (--only terms) a one-day refresh on top of 365 days of history (--per-day statements a day),
+            with two terms configured and without, back to back, twice each (a new history each time),
+            and the ratio of their medians: what the terms cost a nightly run
 """
 
 import argparse
@@ -55,8 +58,12 @@ def write_days(directory, first_day, days, per_day, seed, learners=20000):
     return total
 
 
-def configure(root, source, server):
-    """Write a config for `source`; on PostgreSQL (server given) in a new database."""
+# Two terms covering most of the benchmark's year (it starts on 2026-06-01), as a university declares them.
+TWO_TERMS = (("Autumn 2026", "2026-09-14", "2026-12-18"), ("Spring 2027", "2027-01-11", "2027-05-28"))
+
+
+def configure(root, source, server, terms=()):
+    """Write a config for `source` with `terms`; on PostgreSQL (server given) in a new database."""
     config = os.path.join(root, "config.toml")
     store = ""
     if server is not None:
@@ -65,7 +72,9 @@ def configure(root, source, server):
     with open(config, "w") as handle:
         handle.write(f'timezone = "Europe/Paris"\nstate_directory = "{root}/state"\n'
                      f'max_quarantine_share = 0.0\n[window]\nbootstrap_days = 3660\nsafety_lag = "0s"\n'
-                     f'[source]\ntype = "xapi-ndjson"\npath = "{source}"\n' + store)
+                     f'[source]\ntype = "xapi-ndjson"\npath = "{source}"\n' + store
+                     + "".join(f'[[terms]]\nname = "{name}"\nfirst_day = {first}\nlast_day = {last}\n'
+                               for name, first, last in terms))
     return config
 
 
@@ -117,12 +126,40 @@ def report(store, name, count, seconds, rss):
           f"peak RSS {rss:6.1f} MiB", flush=True)
 
 
+def terms_scenario(work, stores, server, per_day, history=365):
+    """A nightly run on a year of history with TWO_TERMS and without, alternated; print each and the ratio."""
+    import statistics
+
+    source = os.path.join(work, "terms-src")
+    write_days(source, 0, history, per_day, seed=7)
+    write_days(source + "-next", history, 1, per_day, seed=8)
+    for store in stores:
+        times = {"no terms": [], "two terms": []}
+        for attempt in range(2):
+            for name, terms in (("no terms", ()), ("two terms", TWO_TERMS)):
+                root = os.path.join(work, f"terms-{store}-{attempt}-{name.replace(' ', '-')}")
+                os.makedirs(root)
+                mine = os.path.join(root, "src")
+                shutil.copytree(source, mine)
+                config = configure(root, mine, server if store == "postgresql" else None, terms)
+                timed_run(config, START + dt.timedelta(days=history), "run")  # build the history
+                shutil.copytree(source + "-next", mine, dirs_exist_ok=True)
+                seconds, rss, _ = timed_run(config, START + dt.timedelta(days=history + 1), "run")
+                report(store, f"inc-{history}", per_day, seconds, rss)
+                print(f"{'':<10} ({name})", flush=True)
+                times[name].append(seconds)
+                shutil.rmtree(root)
+        ratio = statistics.median(times["two terms"]) / statistics.median(times["no terms"])
+        print(f"{store:<10} one-day run on {history} days, two terms / no terms: {ratio:.2f}x (medians of 2)",
+              flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--statements", type=int, default=1_000_000)
     parser.add_argument("--per-day", type=int, default=20_000)
     parser.add_argument("--work", default=None, help="work directory (default: a temporary one, removed)")
-    parser.add_argument("--only", choices=["full", "inc"], default=None)
+    parser.add_argument("--only", choices=["full", "inc", "terms"], default=None)
     parser.add_argument("--stores", default="sqlite,postgresql")
     options = parser.parse_args()
     work = options.work or tempfile.mkdtemp(prefix="lmsr-bench-")
@@ -162,6 +199,8 @@ def main():
                     shutil.copytree(source + "-next", mine, dirs_exist_ok=True)
                     seconds, rss, _ = timed_run(config, START + dt.timedelta(days=history + 1), "run")
                     report(store, f"inc-{history}", options.per_day, seconds, rss)
+        if options.only == "terms":
+            terms_scenario(work, stores, server, options.per_day)
     finally:
         if server is not None:
             server.stop()

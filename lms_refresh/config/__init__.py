@@ -5,12 +5,21 @@ impossible values are refused with one sentence naming the file and the key.
 """
 
 import dataclasses
+import datetime as dt
 import os
 import tomllib
 
 from lms_refresh.config import validators as v
 from lms_refresh.config.paths import refuse_collisions
-from lms_refresh.config.schema import DEFAULT_STATE_DIRECTORY, REQUIRED, SCHEMA, SOURCE_KEYS
+from lms_refresh.config.schema import (
+    DEFAULT_STATE_DIRECTORY,
+    MAX_TERM_DAYS,
+    MAX_TERMS,
+    REQUIRED,
+    SCHEMA,
+    SOURCE_KEYS,
+    TERM_KEYS,
+)
 from lms_refresh.config.sections import (
     SOURCE_SETTINGS,
     Alerts,
@@ -22,6 +31,7 @@ from lms_refresh.config.sections import (
     Retention,
     Retry,
     Store,
+    Term,
     Window,
     XapiLrsSource,
     XapiNdjsonSource,
@@ -54,6 +64,7 @@ class Config:
     privacy: Privacy
     publication: Publication
     report: Report
+    terms: tuple = ()  # of Term, from the [[terms]] tables, as written
 
     @property
     def store_location(self):
@@ -142,6 +153,8 @@ def validate(document, origin, environ):
     """Given a parsed TOML document, return a Config or raise ConfigError naming the key."""
     values = {}
     for key, value in document.items():
+        if key == "terms":
+            continue  # an array of tables: _terms
         if key in SCHEMA and key != "":
             if not isinstance(value, dict):
                 raise ConfigError(f"{origin}: '{key}' must be a table ([{key}]).")
@@ -192,9 +205,48 @@ def validate(document, origin, environ):
         privacy=table(Privacy, "privacy"),
         publication=table(Publication, "publication"),
         report=table(Report, "report"),
+        terms=_terms(document.get("terms", []), origin),
     )
     refuse_collisions(config)  # before anything is written: no key may name a file another one does
     return config
+
+
+def _terms(tables, origin):
+    """Validate the [[terms]] tables; return them as Terms. An error names the term by its place and name."""
+    if not isinstance(tables, list) or not all(isinstance(table, dict) for table in tables):
+        raise ConfigError(f"{origin}: 'terms' must be an array of tables, one [[terms]] header per term.")
+    if len(tables) > MAX_TERMS:
+        raise ConfigError(f"{origin}: {len(tables)} [[terms]] tables, more than the {MAX_TERMS} allowed.")
+    terms, names = [], {}
+    for number, table in enumerate(tables, 1):
+        shown = table.get("name")
+        which = f"term {number}" + (f" ({str(shown)[:100]!r})" if isinstance(shown, str) else "")
+        for key in table:
+            if key not in TERM_KEYS:
+                raise ConfigError(f"{origin}: {which}: unknown key 'terms.{key}' (known in [[terms]]: "
+                                  f"{', '.join(sorted(TERM_KEYS))}).")
+        values = {}
+        for key, spec in TERM_KEYS.items():
+            if key not in table:
+                raise ConfigError(f"{origin}: {which}: key 'terms.{key}' is required.")
+            try:
+                values[key] = spec.check(table[key])
+            except ValueError as error:
+                raise ConfigError(f"{origin}: {which}: key 'terms.{key}' {_phrase(error)}.") from None
+        term = Term(**values)
+        length = (dt.date.fromisoformat(term.last_day) - dt.date.fromisoformat(term.first_day)).days
+        if length < 0:
+            raise ConfigError(f"{origin}: {which}: key 'terms.last_day' ({term.last_day}) is before its first_day "
+                              f"({term.first_day}).")
+        if length >= MAX_TERM_DAYS:
+            raise ConfigError(f"{origin}: {which}: {length + 1} days from first_day to last_day, more than "
+                              f"{MAX_TERM_DAYS}.")
+        if term.name in names:
+            raise ConfigError(f"{origin}: {which}: key 'terms.name' is the name of term {names[term.name]} too; "
+                              "each term needs a name of its own.")
+        names[term.name] = number
+        terms.append(term)
+    return tuple(terms)
 
 
 def _check_privacy(values, origin):

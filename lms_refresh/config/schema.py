@@ -28,6 +28,8 @@ SOURCE_KEYS = {
 # generated from it). A default of `None` means "unset" or "derived" (the
 # description says from what); REQUIRED means the key must be given.
 REQUIRED = object()
+MAX_TERMS = 100  # [[terms]] tables at most
+MAX_TERM_DAYS = 731  # from a term's first day to its last, at most
 
 
 class Key(collections.namedtuple("Key", "check default description")):
@@ -160,6 +162,16 @@ SCHEMA = {
 }
 
 
+# [[terms]]: the academic terms, an array of tables (one `[[terms]]` header per term, in any order; terms may
+# overlap). Each is a period of the publication's term_metrics (lms_refresh.store.periods).
+TERM_KEYS = {
+    "name": Key(v.label, REQUIRED, "The term's name: its `period` in term_metrics; no two terms share one."),
+    "first_day": Key(v.calendar_day, REQUIRED, "Its first local day, inclusive."),
+    "last_day": Key(v.calendar_day, REQUIRED, f"Its last local day, inclusive: on or after first_day, at most "
+                                              f"{MAX_TERM_DAYS} days after it."),
+}
+
+
 def _check_schema(schema):
     """Refuse, at import, a SCHEMA entry that is not a Key with a documented validator and a description
     (the man page and the typed sections are built from them)."""
@@ -172,3 +184,4 @@ def _check_schema(schema):
 
 
 _check_schema(SCHEMA)
+_check_schema({"terms": TERM_KEYS})

@@ -91,6 +91,15 @@ class Report:
 
 
 @dataclasses.dataclass(frozen=True)
+class Term:
+    """One [[terms]] table: an academic term, its days inclusive (ISO text)."""
+
+    name: str
+    first_day: str
+    last_day: str
+
+
+@dataclasses.dataclass(frozen=True)
 class XapiNdjsonSource:
     """[source] of type "xapi-ndjson"."""
 

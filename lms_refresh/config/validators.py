@@ -7,10 +7,14 @@ what it returns (`accepts`, `type`): the typed configuration sections and the
 man page are built from them (see lms_refresh.config).
 """
 
+import datetime as dt
 import ipaddress
 import math
 import re
+import unicodedata
 import zoneinfo
+
+from lms_refresh import instants
 
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 LONGEST_DURATION = 3660 * 86400  # ten years: longer is a typo, and would overflow date arithmetic
@@ -132,6 +136,37 @@ def regex(value):
 def language_tag(value):
     if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z]{2,8}(?:[-_][A-Za-z0-9]{1,8}){0,3}", value):
         raise ValueError(f"must be a language tag such as \"en\" or \"fr-CA\", not {str(value)[:40]!r}")
+    return value
+
+
+@accepting('a date: 2026-09-01 (a TOML date) or "2026-09-01"', str)
+def calendar_day(value):
+    """Return a day as ISO text, from a TOML local date or the same as text; within the days a store can hold."""
+    if isinstance(value, dt.datetime):
+        raise ValueError(f"must be a date without a time, not {value.isoformat()}")
+    if isinstance(value, str) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
+        try:
+            value = dt.date.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"is no such day: {value!r}") from None
+    if not isinstance(value, dt.date):
+        raise ValueError(f"expected a date such as 2026-09-01, not {str(value)[:40]!r}")
+    day = value.isoformat()
+    if not instants.FIRST_DAY < day < instants.LAST_DAY:
+        raise ValueError(f"must lie between {instants.FIRST_DAY} and {instants.LAST_DAY}, not {day}")
+    return day
+
+
+@accepting("text of 1 to 100 characters, without control characters", str)
+def label(value):
+    """A name the publication shows as it is (a term's): bounded, printable, not blank."""
+    value = typed(str)(value)
+    if not value.strip():
+        raise ValueError("must not be blank")
+    if len(value) > 100:
+        raise ValueError(f"must be at most 100 characters, not {len(value)}")
+    if any(unicodedata.category(character) in ("Cc", "Cf", "Zl", "Zp") for character in value):
+        raise ValueError("must not contain control or format characters")
     return value
 
 

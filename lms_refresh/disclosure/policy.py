@@ -51,16 +51,16 @@ def publish(store, courses, settings):
         store.replace_published(course, course_rows(store.course_cells(course), settings))
 
 
-def period_rows(cells, settings, between):
+def period_rows(cells, settings, span):
     """Given one course's cells of one grain {period label: aggregates}, return its published rows
     [(label, values...)]: every period from its first to its last with at least k learners, as `course_rows`
     does for days — each cell thresholded on its own true counts and perturbed on its own keys.
-    `between(first, last)` returns the labels from `first` to `last`, in order."""
+    `span(labels)` returns, in order, the labels from the earliest to the latest of `labels`."""
     table = PerturbationTable(settings)
-    visible = sorted(label for label, cell in cells.items() if cell["learners"] >= settings.min_cell_size)
+    visible = [label for label, cell in cells.items() if cell["learners"] >= settings.min_cell_size]
     if not visible:
         return []
-    return [(label,) + published_row(cells.get(label), settings, table) for label in between(visible[0], visible[-1])]
+    return [(label,) + published_row(cells.get(label), settings, table) for label in span(visible)]
 
 
 def published_row(cell, settings, table):

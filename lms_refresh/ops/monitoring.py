@@ -229,8 +229,9 @@ def plugin_report(status, now, timezone, *, grace):
     text = f"last success started {started_text}, watermark {status['watermark']}"
     publication = status.get("publication") or {}
     if publication.get("missing"):
+        verb = "are" if len(publication.get("missing_views", ())) > 1 else "is"
         return PLUGIN_WARNING, plugin_line(
-            PLUGIN_WARNING, f"{publication['location']} is missing (dropped?): dashboards read nothing until the "
+            PLUGIN_WARNING, f"{publication['location']} {verb} missing (dropped?): dashboards read nothing until the "
                             f"next run re-creates it; {text}", perfdata)
     if status.get("interrupted") is not None:  # said, not paged: staleness pages if it is not caught up in time
         text = (f"{text}; the run started {status['interrupted'].get('started_at', '?')} did not finish (a shutdown, "

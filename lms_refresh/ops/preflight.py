@@ -52,10 +52,13 @@ def preflight(config, euid, environ):
                 weakening.require(config, store, accepted=False)  # the run would refuse it: so does check
                 findings.append(Finding(OK, f"store {store.describe()}: reachable, schema v{store.schema_version()}"
                                             f"{_store_rights(config, store)}"))
-                if not store.serving_view_exists():
-                    findings.append(Finding(WARNING, f"the serving view {store.serving} is missing (dropped?): "
-                                                     "dashboards read nothing until the next run re-creates it (then "
-                                                     "run 'lms-refresh grant-reader ROLE' again)", about="store"))
+                missing = store.missing_views()
+                if missing:
+                    findings.append(Finding(WARNING, f"the serving view{'s' if len(missing) > 1 else ''} "
+                                                     f"{', '.join(missing)} {'are' if len(missing) > 1 else 'is'} "
+                                                     "missing (dropped?): dashboards read nothing there until the "
+                                                     "next run re-creates it (then run 'lms-refresh grant-reader "
+                                                     "ROLE' again)", about="store"))
         finally:
             store.close()
     else:

@@ -49,11 +49,11 @@ def collect_status(config, environ):
                 # upgrade was refused by open_store): none before the first run stores them.
                 settings = policy.in_force(store, missing_ok=True)
                 status["privacy"] = dataclasses.asdict(settings) if settings else None
-                view_exists = store.serving_view_exists()
+                missing_views = store.missing_views()
         finally:
             store.close()
         if status.get("privacy"):
-            status["publication"] = publication.describe(config, environ, view_exists)
+            status["publication"] = publication.describe(config, environ, missing_views)
     return status
 
 
@@ -74,7 +74,8 @@ def _privacy_lines(status):
     lines = [f"privacy:      min_cell_size {privacy['min_cell_size']} in force; noise {noise}"
              + ("; zeros withheld" if privacy["withhold_zeros"] else "")]
     if publication and publication.get("missing"):
-        lines.append(f"publication:  {publication['location']} is MISSING (dropped?): dashboards read nothing; "
+        verb = "are" if len(publication.get("missing_views", ())) > 1 else "is"
+        lines.append(f"publication:  {publication['location']} {verb} MISSING (dropped?): dashboards read nothing; "
                      "the next run re-creates it")
     elif publication:
         when = publication["published_at"]

@@ -1,4 +1,4 @@
-"""The publication's weeks and months: what lms_refresh.disclosure.policy allows of their cells, and their
+"""The publication's weeks, months and terms: what lms_refresh.disclosure.policy allows of their cells, and their
 tables in the SQLite publication file (on PostgreSQL, views of the same names in `<schema>_serving`).
 
 Each period's cell is thresholded on its own true counts and perturbed with its own record keys
@@ -16,6 +16,11 @@ from lms_refresh.store import periods
 from lms_refresh.store.tables import PERIOD_SERVING_COLUMNS
 
 
+def calendar(config):
+    """The periods.Calendar of `config`: its [[terms]] besides the weeks and months."""
+    return periods.Calendar((term.name, term.first_day, term.last_day) for term in config.terms)
+
+
 def cutoff(config, now):
     """The instant a period must have ended by to be complete: `now` minus the safety lag."""
     return now - dt.timedelta(seconds=config.window.safety_lag)
@@ -23,21 +28,17 @@ def cutoff(config, now):
 
 def publish(store, period_courses, settings, *, config, now):
     """Replace the published rows of each grain's courses in `period_courses` ({grain: course ids})."""
-    closed_before = instants.to_cursor(cutoff(config, now))
+    closed_before, periods_in_force = instants.to_cursor(cutoff(config, now)), calendar(config)
     for grain in periods.GRAINS:
         for course in sorted(period_courses.get(grain, ())):
             rows = []
             for label, *values in policy.period_rows(store.period_cells(grain, course), settings,
-                                                     lambda first, last, grain=grain: _between(grain, first, last)):
-                start, end = periods.bounds(grain, label)
+                                                     lambda labels, grain=grain: periods_in_force.span(grain, labels)):
+                start, end = periods_in_force.bounds(grain, label)
                 ends = periods.closes_at(end, config.timezone)
                 rows.append((label, start, end, *values, ends, int(ends <= closed_before)))
             store.replace_published_periods(grain, course, rows)
     store.close_periods(cutoff(config, now))
-
-
-def _between(grain, first, last):
-    return periods.periods_between(grain, periods.bounds(grain, first)[0], periods.bounds(grain, last)[0])
 
 
 def serving_rows(store):

@@ -77,11 +77,15 @@ def published_digest(path):
 
 
 def recompute(store, days, *, record_keys, config, now):
-    """Rebuild the partitions of `days` in `store` from their staged events, and their weeks and months, and
-    publish again the courses they touch (all of them after a settings change) as the settings in force allow
-    (a period is complete once `now` is past its end plus `config`'s safety lag); return (rows written,
-    suppressed cells among the published rows of the days rebuilt)."""
-    done = store.recompute(days, record_keys=record_keys)
+    """Rebuild the partitions of `days` in `store` from their staged events, and their weeks, months and terms
+    (`config`'s), and publish again the courses they touch (all of them after a settings change) as the settings
+    in force allow (a period is complete once `now` is past its end plus `config`'s safety lag); return (rows
+    written, suppressed cells among the published rows of the days rebuilt)."""
+    done = store.recompute(days, record_keys=record_keys, calendar=period_publication.calendar(config))
+    for name in done.uncounted_terms:
+        logger.warning("The term %r is not counted: it begins before the oldest day whose learners the store still "
+                       "keeps (retention.staging_days), so its distinct learners cannot be counted whole; give it a "
+                       "first day the store keeps, or leave it as it was.", name, extra={"TERM": name})
     settings = policy.in_force(store)
     policy.publish(store, done.courses, settings)
     period_publication.publish(store, done.period_courses, settings, config=config, now=now)
@@ -130,7 +134,7 @@ def _publish(config, store, euid):
         return False
     write_publication(path, gid, rows, settings=settings, wanted=wanted, euid=euid, courses=courses)
     periods = sum(len(table) for table in rows[1].values())
-    logger.info("Published %d rows to %s (and %d rows of weeks and months)", len(rows[0]), path, periods,
+    logger.info("Published %d rows to %s (and %d rows of weeks, months and terms)", len(rows[0]), path, periods,
                 extra={"PUBLICATION": path, "PUBLISHED_ROWS": len(rows[0]), "PUBLISHED_PERIOD_ROWS": periods})
     return True
 
@@ -232,13 +236,15 @@ def _write_database(path, rows, settings, *, wanted, courses):
         db.execute("COMMIT")
 
 
-def describe(config, environ, view_exists=True):
+def describe(config, environ, missing_views=()):
     """Return a JSON-ready dict: where the publication is, when it was last published, whether it is current
-    (on PostgreSQL, whether the view is there: `view_exists`)."""
+    (on PostgreSQL, whether its views are all there: none in `missing_views`, which it names)."""
     if config.store.type != "sqlite":
-        schema = config.store.schema
-        return {"location": f"view {schema}_serving.daily_metrics in the store", "published_at": None,
-                "current": view_exists, "missing": not view_exists}
+        schema, missing = config.store.schema, list(missing_views)
+        location = (f"view{'s' if len(missing) > 1 else ''} {', '.join(missing)} in the store" if missing
+                    else f"view {schema}_serving.daily_metrics in the store")
+        return {"location": location, "published_at": None, "current": not missing, "missing": bool(missing),
+                "missing_views": missing}
     path = config.publication.path
     info = {"location": path, "published_at": None, "current": False}
     if os.path.exists(path):

@@ -28,7 +28,7 @@ import zoneinfo
 
 from lms_refresh import instants
 from lms_refresh.disclosure.redaction import marker
-from lms_refresh.store import periods
+from lms_refresh.run import period_publication
 
 CLOSED_REASON = "older than the staging horizon"
 HORIZON_KEY = "staging_horizon"  # in the store's meta: the first local day whose staged events are kept
@@ -82,7 +82,8 @@ def apply(store, config, now, *, horizon, days):
     """
     if horizon is not None:
         store.drop_staged_before(horizon)
-        store.drop_presence_before(periods.first_kept_presence(horizon))  # until no open period needs it
+        kept = period_publication.calendar(config).first_kept_presence(horizon)
+        store.drop_presence_before(kept)  # until no open period needs it
         store.set_meta(HORIZON_KEY, horizon)
         days = {day for day in days if day >= horizon}
     store.expire_quarantine(instants.to_cursor(now - dt.timedelta(days=config.retention.quarantine_days)))

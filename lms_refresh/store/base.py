@@ -15,6 +15,7 @@ import typing
 
 from lms_refresh.errors import StateError
 from lms_refresh.sources.redelivery import same_statement
+from lms_refresh.store import periods
 from lms_refresh.store.course_names import CourseNames
 from lms_refresh.store.erasure import Erasure
 from lms_refresh.store.grains import Grains
@@ -30,12 +31,14 @@ PUBLISHED_FIELDS = column_names("published_metrics")
 
 class Recomputed(typing.NamedTuple):
     """What a recompute did: the metric rows it wrote, the days it rebuilt, the courses to publish again (their
-    days, and {grain: courses} of their weeks and months)."""
+    days, and {grain: courses} of their other periods), and the configured terms it could not count (they begin
+    before the learners' presence that retention kept)."""
 
     rows_written: int
     days: set
     courses: set
     period_courses: dict
+    uncounted_terms: tuple = ()
 
 
 class SqlStore(Erasure, Grains, RebuildCheck, RunLog, CourseNames):
@@ -306,18 +309,22 @@ class SqlStore(Erasure, Grains, RebuildCheck, RunLog, CourseNames):
         days = set(days)
         return sum(count for day, count in counts.fetchall() if day in days)
 
-    def recompute(self, days, *, record_keys):
-        """Delete and rebuild the partitions of `days` from all staged events of those days; return what it
-        did (a Recomputed: the courses they touch, or all after a settings change, are to be published)."""
+    def recompute(self, days, *, record_keys, calendar):
+        """Delete and rebuild the partitions of `days` from all staged events of those days, and the periods of
+        `calendar` (a periods.Calendar) that hold them; return what it did (a Recomputed: the courses they touch,
+        or all after a settings change, are to be published; every term's after a change of the terms)."""
         if self.fill_record_keys(record_keys):
             days = set(days) | self.all_days()  # an upgraded store: every day gets its cell keys
         horizon = self.meta().get("staging_horizon")  # see lms_refresh.run.retention
         if horizon is not None:
             days = {day for day in days if day >= horizon}  # a closed day is never rebuilt from what is left
         courses, everything = self.courses_on(days), self._republish_all
-        written = self.rebuild_partitions(days)
+        recounted = self.sync_terms(calendar)  # first: the days' presence then moves in and out of these terms
+        uncounted = [] if recounted is None else recounted.pop(None, [])
+        written = self.rebuild_partitions(days, calendar)
+        grains = periods.GRAINS if everything else () if recounted is None else ("term",)
         return Recomputed(written, days, self._courses_to_publish(courses | self.courses_on(days)),
-                          self.rebuild_periods(days, everything))
+                          self.rebuild_periods(days, calendar, everything=grains, also=recounted), tuple(uncounted))
 
     def forget_transaction(self):
         """Voids learned inside a rolled-back transaction are gone with it."""

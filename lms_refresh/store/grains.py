@@ -14,6 +14,8 @@ The whole site is one more course of the cells (tables.SITE), counted from the c
 learner once (one more ordering of a rebuilt day's or period's learners, by learner), never summed.
 """
 
+import json
+
 from lms_refresh import instants
 from lms_refresh.store import periods
 from lms_refresh.store.tables import KEY_SUMS, PERIOD_COUNTS, PERIOD_SERVING_COLUMNS, PRESENCE_FLAGS, SITE, column_names
@@ -87,10 +89,10 @@ WHERE l.learners > 0"""
 class Grains:
     """A mixin of SqlStore: `execute`, `executemany` and `dialect` come from it."""
 
-    def rebuild_partitions(self, days):
+    def rebuild_partitions(self, days, calendar):
         """Delete and rebuild the metrics of `days` from all staged events of those days, and their learners'
-        presence in their weeks and months; return the rows written."""
-        self.move_presence(days, _SUBTRACT)  # what the days held, before it goes
+        presence in their periods of `calendar` (a periods.Calendar); return the rows written."""
+        self.move_presence(days, calendar, _SUBTRACT)  # what the days held, before it goes
         day_set = self.dialect.day_set(days)
         cells, presence, learner_keys = self.dialect.recompute
         self.execute(f"DELETE FROM daily_metrics WHERE {self.dialect.days_in}", (day_set,))
@@ -99,48 +101,83 @@ class Grains:
         self.execute(presence, (day_set,))
         self.execute(learner_keys, (day_set,))
         self.execute(SITE_DAYS.format(days_in=self.dialect.days_in), (day_set, day_set))
-        self.move_presence(days, _ADD)
+        self.move_presence(days, calendar, _ADD)
         return written
+
+    def stored_calendar(self):
+        """The periods.Calendar the store's term rows were counted with (meta `terms`)."""
+        text = self.meta().get("terms")
+        return periods.Calendar(json.loads(text) if text else ())
+
+    def sync_terms(self, calendar):
+        """Count again the terms of `calendar` that the store holds otherwise (new, changed, or none yet), from the
+        learners' presence it keeps, and forget the terms no longer configured; return {("term", name): (first
+        day, last day)} of the terms counted again (None if the terms are the store's already). A term that
+        begins before the presence retention kept (meta `presence_from`) cannot be counted whole: one unchanged
+        keeps its rows, any other is not counted and is returned in a list under None."""
+        stored = self.stored_calendar()
+        if stored.terms == calendar.terms:
+            return None
+        kept_from, recounted, uncounted = self.meta().get("presence_from"), {}, []
+        for name, first, last in stored.terms:
+            if (name, first, last) not in calendar.terms or (kept_from is None or first >= kept_from):
+                for table in ("learner_periods", "period_metrics"):
+                    self.execute(f"DELETE FROM {table} WHERE grain = 'term' AND period = ?", (name,))
+        for name, first, last in calendar.terms:
+            if kept_from is not None and first < kept_from:
+                if (name, first, last) not in stored.terms:
+                    uncounted.append(name)
+                continue
+            self.execute("DELETE FROM learner_periods WHERE grain = 'term' AND period = ?", (name,))
+            for (day,) in self.execute("SELECT DISTINCT day FROM learner_days WHERE day BETWEEN ? AND ? ORDER BY day",
+                                       (first, last)).fetchall():
+                self.execute(_ADD, ("term", name, day))
+            recounted[("term", name)] = (first, last)
+        self.set_meta("terms", json.dumps([list(term) for term in calendar.terms]))
+        if uncounted:
+            recounted[None] = uncounted
+        return recounted
 
     def reset_periods(self, horizon):
         """For a rebuild from the staging `horizon` (None: from the start), empty the presence and the periods
         from it on: a period with a day from the horizon on is counted again, with its closed days' presence."""
         if horizon is None:
             self.execute("DELETE FROM learner_periods")
+            self.execute("DELETE FROM meta WHERE key = 'presence_from'")  # every day is read again
         else:
             self.move_presence({row[0] for row in self.execute(
-                "SELECT DISTINCT day FROM learner_days WHERE day >= ?", (horizon,)).fetchall()})
+                "SELECT DISTINCT day FROM learner_days WHERE day >= ?", (horizon,)).fetchall()}, self.stored_calendar())
         for table, day in (("learner_days", "day"), ("published_periods", "period_end")):
             self.execute(f"DELETE FROM {table} WHERE {day} >= ?", (horizon or "",))
         self.execute("DELETE FROM period_metrics" + (" WHERE period NOT IN (SELECT period FROM published_periods)"
                                                      if horizon else ""))
 
-    def move_presence(self, days, statement=_SUBTRACT):
-        """Subtract from (or, with _ADD, add to) each week's and month's learners the presence learner_days
-        holds on `days`; a learner left on no day of a period leaves it."""
+    def move_presence(self, days, calendar, statement=_SUBTRACT):
+        """Subtract from (or, with _ADD, add to) the learners of each period of `calendar` the presence
+        learner_days holds on `days`; a learner left on no day of a period leaves it."""
         days = {day for day in days if instants.FIRST_DAY <= day <= instants.LAST_DAY}
-        for (grain, label), (first, last) in sorted(periods.periods_of(days).items()):
+        for (grain, label), (first, last) in sorted(calendar.periods_of(days).items()):
             for day in sorted(day for day in days if first <= day <= last):  # day by day: each pass in key order
                 self.execute(statement, (grain, label, day))
             if statement is _SUBTRACT:
                 self.execute("DELETE FROM learner_periods WHERE grain = ? AND period = ? AND days = 0", (grain, label))
 
-    def rebuild_periods(self, days, everything=False):
-        """Rebuild the cells of every week and month that holds one of `days` (ISO text, already rebuilt);
-        return {grain: course ids to publish again} (every course of the grain if `everything`)."""
+    def rebuild_periods(self, days, calendar, everything=(), also=None):
+        """Rebuild the cells of every period of `calendar` that holds one of `days` (ISO text, already rebuilt),
+        and of the periods `also` ({(grain, label): (first, last)}); return {grain: course ids to publish again}
+        (every course of each grain in `everything`)."""
         courses = {grain: set() for grain in periods.GRAINS}
         days = {day for day in days if instants.FIRST_DAY <= day <= instants.LAST_DAY}
-        for (grain, label), (first, last) in sorted(periods.periods_of(days).items()):
+        for (grain, label), (first, last) in sorted({**calendar.periods_of(days), **(also or {})}.items()):
             courses[grain].update(self._period_courses(grain, label))
             self.execute("DELETE FROM period_metrics WHERE grain = ? AND period = ?", (grain, label))
             self.execute(_REBUILD, (grain, label, grain, label, first, last))
             self.execute(_SITE_PERIOD, (grain, label, grain, label, first, last))
             courses[grain].update(self._period_courses(grain, label))
-        if everything:
-            for grain in periods.GRAINS:
-                courses[grain] = {row[0] for row in self.execute(
-                    "SELECT course_id FROM period_metrics WHERE grain = ? UNION "
-                    "SELECT course_id FROM published_periods WHERE grain = ?", (grain, grain)).fetchall()}
+        for grain in everything:
+            courses[grain] = {row[0] for row in self.execute(
+                "SELECT course_id FROM period_metrics WHERE grain = ? UNION "
+                "SELECT course_id FROM published_periods WHERE grain = ?", (grain, grain)).fetchall()}
         return courses
 
     def _period_courses(self, grain, label):
@@ -173,7 +210,7 @@ class Grains:
         """Return the serving view of `grain`'s rows, ordered, with dates as ISO text in every store."""
         view = self.serving_period_view(periods.TABLE_OF[grain])
         rows = self.execute(f"SELECT {', '.join(PERIOD_SERVING_COLUMNS)} FROM {view} "
-                            "ORDER BY period, course NULLS FIRST")
+                            "ORDER BY period_start, period, course NULLS FIRST")
         return [(row[0], str(row[1]), str(row[2])) + tuple(row[3:]) for row in rows.fetchall()]
 
     def serving_period_view(self, table):
@@ -182,9 +219,13 @@ class Grains:
 
     def drop_presence_before(self, day):
         """Delete the learners' presence on local days before `day`, and in the periods that begin before it
-        (retention: see periods.first_kept_presence); those periods are never rebuilt again."""
-        for grain in periods.GRAINS:
+        (retention: see periods.Calendar.first_kept_presence); those periods are never rebuilt again."""
+        for grain in periods.CALENDAR_GRAINS:
             label, first, last = periods.period_of(grain, day)
             kept = label if first == day else periods.period_of(grain, periods.following(last))[0]
             self.execute("DELETE FROM learner_periods WHERE grain = ? AND period < ?", (grain, kept))
+        for name, first, _ in self.stored_calendar().terms:
+            if first < day:
+                self.execute("DELETE FROM learner_periods WHERE grain = 'term' AND period = ?", (name,))
+        self.set_meta("presence_from", max(day, self.meta().get("presence_from") or day))
         return self.execute("DELETE FROM learner_days WHERE day < ?", (day,)).rowcount

@@ -186,18 +186,22 @@ class PostgresStore(SqlStore):
             missing.append("TEMPORARY on the database (staging goes through a temporary table)")
         return missing
 
-    def serving_view_exists(self):
-        """Return True if the dashboards' view is there."""
-        return self.db.execute("SELECT to_regclass(%s) IS NOT NULL", (self.serving,)).fetchone()[0]
-
-    def restore_serving_view(self):
-        """Re-create the dashboards' views that were dropped (they hold nothing of their own); return True if any."""
+    def _dashboard_views(self):
+        """{name: SELECT} of every view the dashboards read: the days', each period's, the course names'."""
         views = {self.serving: serving_view(POSTGRESQL, SCHEMA_VERSION)}
         views.update((self.serving_period_view(table), period_view(POSTGRESQL, grain))
                      for grain, table in PERIOD_VIEWS.items())
         views[self.serving_courses] = courses_view(POSTGRESQL)
-        missing = [name for name in views
-                   if not self.db.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()[0]]
+        return views
+
+    def missing_views(self):
+        """Return the names of the dashboards' views that are not there (dropped?), in their order."""
+        return [name for name in self._dashboard_views()
+                if not self.db.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()[0]]
+
+    def restore_serving_view(self):
+        """Re-create the dashboards' views that were dropped (they hold nothing of their own); return True if any."""
+        views, missing = self._dashboard_views(), self.missing_views()
         if not missing:
             return False
         with self.db.transaction():

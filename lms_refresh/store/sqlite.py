@@ -139,10 +139,11 @@ class SqliteStore(SqlStore):
     def describe(self):
         return self.path
 
-    def serving_view_exists(self):
-        """Return True if the serving view (what the publication file is made from) is there."""
-        return bool(self.db.execute("SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'view' AND name = ?)",
-                                    (self.serving,)).fetchone()[0])
+    def missing_views(self):
+        """Return [the serving view] if it is not there (what the publication file is made from), else []."""
+        there = self.db.execute("SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'view' AND name = ?)",
+                                (self.serving,)).fetchone()[0]
+        return [] if there else [self.serving]
 
     def schema_version(self):
         tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}

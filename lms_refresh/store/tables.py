@@ -9,6 +9,8 @@ A new store runs every migration in turn, so it is built exactly as an upgraded 
 
 import dataclasses
 
+from lms_refresh.store.periods import TABLE_OF
+
 # Column types; each dialect writes them its own way.
 SMALL = "small"  # a 0/1 flag
 INTEGER = "integer"  # a count
@@ -192,7 +194,7 @@ SERVING_COLUMNS = (
 # The weeks' and months' serving views (and the publication's tables of the same names): a period's label
 # and its first and last local days (inclusive), then the day's columns, and whether the period is over.
 PERIOD_SERVING_COLUMNS = ("period", "period_start", "period_end", "course", *SERVING_COLUMNS[2:], "complete")
-PERIOD_VIEWS = {"week": "weekly_metrics", "month": "monthly_metrics"}  # grain -> its view's (and table's) name
+PERIOD_VIEWS = TABLE_OF  # grain -> its view's (and the publication's table's) name
 
 
 def period_view(dialect, grain):

@@ -31,33 +31,52 @@ def local_day(statement, zone):
     return _iso(statement["timestamp"]).astimezone(zone).date()
 
 
-def expected_periods(statements, timezone, k, grain, closed_before=None):
-    """Return the rows of `grain` ("week" or "month") for `statements` (dicts or NDJSON lines, all counted),
-    as the serving view orders them; `complete` is 1 when the period's end (local midnight after its last day)
-    is at or before `closed_before` (an aware datetime; None: every period complete)."""
-    zone, find = zoneinfo.ZoneInfo(timezone), week_of if grain == "week" else month_of
+def expected_periods(statements, timezone, k, grain, closed_before=None, terms=()):
+    """Return the rows of `grain` ("week", "month" or "term": `terms` as (name, first day, last day), ISO text)
+    for `statements` (dicts or NDJSON lines, all counted), as the serving view orders them; `complete` is 1 when
+    the period's end (local midnight after its last day) is at or before `closed_before` (an aware datetime;
+    None: every period complete)."""
+    zone = zoneinfo.ZoneInfo(timezone)
+    if grain == "term":  # every term that holds the day, in calendar order
+        ordered = sorted(((name, dt.date.fromisoformat(first), dt.date.fromisoformat(last))
+                          for name, first, last in terms), key=lambda term: (term[1], term[2], term[0]))
+
+        def holding(day):
+            return [term for term in ordered if term[1] <= day <= term[2]]
+    else:
+        def holding(day):
+            return [(week_of if grain == "week" else month_of)(day)]
+
+        ordered = None
     cells = collections.defaultdict(list)
     for item in statements:
         statement = json.loads(item) if isinstance(item, str) else item
         course = statement["context"]["contextActivities"]["parent"][0]["id"]
-        for cell in (course, None):  # None: the whole site, every course's statements
-            cells[(find(local_day(statement, zone)), cell)].append(statement)
+        for period in holding(local_day(statement, zone)):
+            for cell in (course, None):  # None: the whole site, every course's statements
+                cells[(period, cell)].append(statement)
     by_course = collections.defaultdict(dict)
     for (period, course), items in cells.items():
         by_course[course][period] = _row(items, k)
     rows = []
     for course, found in by_course.items():
-        visible = sorted(period for period, row in found.items() if row[0] is not None)
+        visible = [period for period, row in found.items() if row[0] is not None]
         if not visible:
             continue
-        period = visible[0]
-        while period[1] <= visible[-1][1]:
+        if ordered is None:  # walk the calendar from the first visible period to the last
+            span, period = [], min(visible, key=lambda p: p[1])
+            while period[1] <= max(p[1] for p in visible):
+                span.append(period)
+                period = holding(period[2] + dt.timedelta(days=1))[0]
+        else:
+            places = sorted(ordered.index(period) for period in visible)
+            span = ordered[places[0]:places[-1] + 1]
+        for period in span:
             values = found.get(period, (None,) * 8 + (1,))
             end = dt.datetime.combine(period[2] + dt.timedelta(days=1), dt.time(), tzinfo=zone)
             complete = int(closed_before is None or end <= closed_before)
             rows.append((period[0], period[1].isoformat(), period[2].isoformat(), course) + values + (complete,))
-            period = find(period[2] + dt.timedelta(days=1))
-    return sorted(rows, key=lambda row: (row[0], row[3] is not None, row[3] or ""))  # the site first
+    return sorted(rows, key=lambda row: (row[1], row[0], row[3] is not None, row[3] or ""))  # the site first
 
 
 def _row(items, k):

@@ -209,6 +209,24 @@ def test_check_says_what_the_owner_may_do(pg_project):
     assert "; its role may write every table" in pg_project.invoke("check", now=NOW, check=0).stdout
 
 
+def test_a_dropped_courses_view_alone_is_reported_by_status_and_check(pg_project, postgres_server):
+    pg_project.write("a.ndjson", learners(12))
+    pg_project.invoke("run", now=NOW, check=0)
+    postgres_server.admin("DROP VIEW lms_refresh_serving.courses", pg_project.database)
+    status = json.loads(pg_project.invoke("status", "--json", now=NOW, check=0).stdout)["publication"]
+    assert (status["current"], status["missing_views"]) == (False, ["lms_refresh_serving.courses"])
+    assert "publication:  view lms_refresh_serving.courses in the store is MISSING (dropped?)" in pg_project.invoke(
+        "status", now=NOW, check=0).stdout
+    plugin = pg_project.invoke("status", "--check", now=NOW)
+    assert plugin.returncode == 1 and plugin.stdout.startswith(
+        "LMS-REFRESH WARNING - view lms_refresh_serving.courses in the store is missing (dropped?)")
+    assert "the serving view lms_refresh_serving.courses is missing (dropped?)" in pg_project.invoke(
+        "check", now=NOW, check=0).stdout
+    rerun = pg_project.invoke("run", now=LATER, check=0)
+    assert "The serving view lms_refresh_serving.courses was missing and has been re-created" in rerun.stderr
+    assert json.loads(pg_project.invoke("status", "--json", now=LATER, check=0).stdout)["publication"]["current"]
+
+
 def test_a_dropped_serving_view_is_reported_and_the_next_run_re_creates_it(pg_project, postgres_server):
     project = pg_project
     project.write("a.ndjson", learners(12))
@@ -219,11 +237,15 @@ def test_a_dropped_serving_view_is_reported_and_the_next_run_re_creates_it(pg_pr
     status = json.loads(project.invoke("status", "--json", now=NOW, check=0).stdout)
     assert status["publication"]["current"] is False and status["publication"]["missing"] is True
     text = project.invoke("status", now=NOW, check=0).stdout
-    assert "view lms_refresh_serving.daily_metrics in the store is MISSING" in text
+    assert "views lms_refresh_serving.daily_metrics, lms_refresh_serving.weekly_metrics in the store are MISSING" \
+        in text
     plugin = project.invoke("status", "--check", now=NOW)
-    assert plugin.returncode == 1 and plugin.stdout.startswith("LMS-REFRESH WARNING - view lms_refresh_serving")
+    assert plugin.returncode == 1 and plugin.stdout.startswith(
+        "LMS-REFRESH WARNING - views lms_refresh_serving.daily_metrics, lms_refresh_serving.weekly_metrics in the "
+        "store are missing (dropped?)")
     check = project.invoke("check", now=NOW, check=0)
-    assert "note  store: warning: the serving view lms_refresh_serving.daily_metrics is missing" in check.stdout
+    assert ("note  store: warning: the serving views lms_refresh_serving.daily_metrics, "
+            "lms_refresh_serving.weekly_metrics are missing (dropped?)") in check.stdout
     rerun = project.invoke("run", now=LATER, check=0)
     assert "re-created" in rerun.stderr and "grant-reader" in rerun.stderr
     assert "lms_refresh_serving.daily_metrics, lms_refresh_serving.weekly_metrics was missing" in rerun.stderr

@@ -160,7 +160,8 @@ def test_a_dashboard_role_reads_the_serving_view_and_nothing_else(server, pg_pro
                                                                           ("2026-11-02", False, 12, 0)]  # the site
         for grain, period in (("weekly", "2026-W45"), ("monthly", "2026-11")):  # the periods' views, granted alike
             assert db.execute(f"SELECT period, active_learners FROM lms_refresh_serving.{grain}_metrics").fetchall() \
-                == [(period, 12)]
+                == [(period, 12), (period, 12)]  # the course's and the site's
+        assert db.execute("SELECT period FROM lms_refresh_serving.term_metrics").fetchall() == []  # none declared
         for private in ("lms_refresh.staged_events", "lms_refresh.daily_metrics", "lms_refresh.meta",
                         "lms_refresh.published_metrics", "lms_refresh.privacy_settings", "lms_refresh.quarantine",
                         "lms_refresh.learner_days", "lms_refresh.learner_periods", "lms_refresh.period_metrics",

@@ -44,7 +44,7 @@ def test_the_publication_holds_the_published_rows_and_nothing_else(sqlite_projec
     sqlite_project.invoke("run", now=NOW, check=0)
     path = publication(sqlite_project)
     tables, rows, about = read_publication(path)
-    assert tables == {"daily_metrics", "weekly_metrics", "monthly_metrics", "courses", "publication"}
+    assert tables == {"daily_metrics", "weekly_metrics", "monthly_metrics", "term_metrics", "courses", "publication"}
     assert rows == sqlite_project.serving() and len(rows) == 1 and rows[0][7] is None  # 3 failed: withheld
     with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
         for table in ("weekly_metrics", "monthly_metrics"):  # the store's serving views, copied

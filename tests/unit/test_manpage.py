@@ -12,7 +12,7 @@ import lms_refresh
 from helpers.paths import REPO
 from lms_refresh import logs
 from lms_refresh.cli import cli
-from lms_refresh.config.schema import SCHEMA, Key, _check_schema
+from lms_refresh.config.schema import SCHEMA, TERM_KEYS, Key, _check_schema
 from lms_refresh.config.validators import typed
 from lms_refresh.errors import MEANINGS
 from lms_refresh.manpage import format_default, format_duration, read_units, render
@@ -109,7 +109,7 @@ def test_the_page_documents_every_command_and_option(page):
 
 def test_the_page_documents_every_key_with_its_default_and_description(page):
     configuration = page.split("\n.SH CONFIGURATION\n")[1].split("\n.SH ")[0]
-    for name, keys in SCHEMA.items():
+    for name, keys in [*SCHEMA.items(), ("[terms]", TERM_KEYS)]:
         heading = f".SS [{name}]\n" if name else ".SS Top level\n"
         table = configuration.split(heading)[1].split("\n.SS ")[0]
         for key, spec in keys.items():
@@ -207,7 +207,7 @@ def readme_toml_keys():
     for block in re.findall(r"```toml\n(.*?)```", README, re.S):
         current = ""
         for line in block.splitlines():
-            header = re.match(r"^#?\s*\[(\w+)\]\s*(?:#.*)?$", line)
+            header = re.match(r"^#?\s*\[\[?(\w+)\]\]?\s*(?:#.*)?$", line)  # [table] or [[array of tables]]
             if header:
                 current = header.group(1)
                 continue
@@ -222,7 +222,7 @@ def readme_toml_keys():
 
 def test_readme_configuration_keys_exist_and_every_key_is_documented():
     written = readme_toml_keys()
-    known = {(name, key) for name, keys in SCHEMA.items() for key in keys}
+    known = {(name, key) for name, keys in [*SCHEMA.items(), ("terms", TERM_KEYS)] for key in keys}
     assert written - known == set(), "the README shows keys the program refuses"
     undocumented = {(name, key) for name, key in known - written
                     if f"`{name}.{key}`" not in README and f"`{key}`" not in README and f"`{key} =" not in README}

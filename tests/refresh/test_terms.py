@@ -1,0 +1,205 @@
+"""Academic terms (issue 22, part 1): `[[terms]]` in the configuration, term_metrics against the independent
+recount (tests/helpers/period_reference.py) on both stores — overlapping terms, a term across a month end, a
+late statement, daily runs against one backfill, terms changed between runs — and the configuration's refusals."""
+
+import datetime as dt
+import json
+
+import pytest
+
+from helpers.period_reference import expected_periods
+from helpers.statements import statement
+from refresh.test_weeks_and_months import (
+    K,
+    activity,
+    check_every_grain,
+    configure,
+    dashboard,
+    grain_rows,
+    moment,
+    readme_query,
+    stamp,
+)
+
+AUTUMN = ("Autumn 2026", "2026-09-14", "2026-10-11")  # crosses the end of September
+BLOCK = ("Block week", "2026-10-05", "2026-10-09")  # inside Autumn: terms may overlap
+WINTER = ("Winter 2026", "2026-10-19", "2026-11-06")
+TERMS = (AUTUMN, BLOCK, WINTER)
+
+
+def with_terms(project, terms, timezone="Europe/Paris"):
+    """The project's configuration (tests/refresh/test_weeks_and_months.py's) with these [[terms]] tables."""
+    configure(project, timezone=timezone)
+    add_terms(project, terms)
+
+
+def add_terms(project, terms):
+    text = project.config.read_text().split("\n[[terms]]")[0].rstrip("\n") + "\n"
+    for name, first, last in terms:
+        text += f'\n[[terms]]\nname = {json.dumps(name)}\nfirst_day = {first}\nlast_day = "{last}"\n'
+    project.config.write_text(text)
+
+
+def test_terms_are_true_distinct_counts_of_their_days_overlapping_or_not(project):
+    with_terms(project, TERMS)
+    written = activity(5, dt.date(2026, 9, 10), 60)
+    project.write("a.ndjson", written)
+    project.invoke("run", now="2026-11-20T04:15:00Z", check=0)
+    check_every_grain(project, written, "Europe/Paris", moment("2026-11-20T04:15:00Z"), TERMS)
+    rows = grain_rows(project, "term", site=True)
+    assert [row[:4] for row in rows if row[3] is None] == [
+        ("Autumn 2026", "2026-09-14", "2026-10-11", None), ("Block week", "2026-10-05", "2026-10-09", None),
+        ("Winter 2026", "2026-10-19", "2026-11-06", None)]  # in calendar order, the site's first
+    weeks = {row[0]: row[4] for row in grain_rows(project, "week", site=True) if row[3] is None}
+    autumn = next(row for row in rows if row[0] == "Autumn 2026" and row[3] is None)
+    assert autumn[4] < sum(weeks[week] for week in ("2026-W38", "2026-W39", "2026-W40", "2026-W41"))
+
+
+def test_a_late_statement_recomputes_its_terms_and_no_other(project):
+    with_terms(project, TERMS)
+    written = activity(6, dt.date(2026, 9, 14), 54)
+    project.write("a.ndjson", written)
+    project.invoke("run", now="2026-11-09T04:15:00Z", check=0)
+    before = grain_rows(project, "term", site=True)
+    late = [statement(learner=f"late{n}", course="BIO101", verb="passed", timestamp="2026-10-06T09:00:00Z",
+                      stored="2026-11-09T05:00:00Z") for n in range(2)]
+    project.write("b.ndjson", late)
+    project.invoke("run", now="2026-11-09T06:00:00Z", check=0)
+    check_every_grain(project, written + late, "Europe/Paris", moment("2026-11-09T06:00:00Z"), TERMS)
+    changed = {row[0] for row in set(grain_rows(project, "term", site=True)) ^ set(before)}
+    assert changed == {"Autumn 2026", "Block week"}  # both terms that hold 6 October, not Winter
+
+
+def test_daily_runs_over_the_terms_equal_one_backfill(tmp_path, make_project):
+    daily, once = make_project(tmp_path / "daily"), make_project(tmp_path / "once")
+    with_terms(daily, TERMS)
+    with_terms(once, TERMS)
+    written = sorted(activity(7, dt.date(2026, 9, 14), 56, per_day=10), key=lambda s: s["stored"])
+    sent = 0
+    for offset in range(57):  # a run at 04:15 every day, each reading what was stored since the one before
+        now = stamp(moment("2026-09-14T04:15:00Z") + dt.timedelta(days=offset))
+        todays = [s for s in written if s["stored"] < now][sent:]
+        sent += len(todays)
+        daily.write(f"d{offset}.ndjson", todays)
+        daily.invoke("run", now=now, check=0)
+    once.write("all.ndjson", written)
+    once.invoke("backfill", "--since", "2026-09-01", "--until", "2026-11-09T04:15:00Z", now="2026-11-09T04:15:00Z",
+                check=0)
+    assert grain_rows(daily, "term", site=True) == grain_rows(once, "term", site=True) != []
+    check_every_grain(once, written, "Europe/Paris", moment("2026-11-09T04:15:00Z"), TERMS)
+
+
+def test_changed_terms_are_counted_again_and_removed_ones_leave_the_publication(project):
+    configure(project)
+    written = activity(8, dt.date(2026, 9, 14), 56)
+    project.write("a.ndjson", written)
+    project.invoke("run", now="2026-11-09T04:15:00Z", check=0)
+    assert grain_rows(project, "term") == []  # no terms configured
+    add_terms(project, (AUTUMN, BLOCK))  # added after the days were counted: counted from what the store keeps
+    project.invoke("run", now="2026-11-09T05:15:00Z", check=0)
+    check_every_grain(project, written, "Europe/Paris", moment("2026-11-09T05:15:00Z"), (AUTUMN, BLOCK))
+    moved = ("Block week", "2026-10-12", "2026-10-16")
+    add_terms(project, (moved, WINTER))  # Autumn removed, Block week moved, Winter new
+    project.invoke("run", now="2026-11-09T06:15:00Z", check=0)
+    check_every_grain(project, written, "Europe/Paris", moment("2026-11-09T06:15:00Z"), (moved, WINTER))
+    assert {row[0] for row in grain_rows(project, "term")} == {"Block week", "Winter 2026"}
+
+
+def test_the_readme_term_query_runs_as_written(project):
+    with_terms(project, TERMS)
+    written = activity(9, dt.date(2026, 9, 14), 40)
+    project.write("a.ndjson", written)
+    project.invoke("run", now="2026-11-02T04:15:00Z", check=0)
+    rows = dashboard(project, readme_query("Completions, passes and fails per course in each term"))
+    expected = [(row[0], row[3], row[7], row[8], row[9]) for row in
+                expected_periods(written, "Europe/Paris", K, "term", moment("2026-11-02T04:15:00Z"), TERMS)
+                if row[3] is not None and row[4] is not None]
+    assert rows == expected and {row[0] for row in rows} == {"Autumn 2026", "Block week", "Winter 2026"}
+
+
+BAD_TERMS = [
+    ('[[terms]]\nname = "Autumn"\nfirst_day = 2026-09-14\nlast_day = 2026-09-01\n',
+     "term 1 ('Autumn'): key 'terms.last_day' (2026-09-01) is before its first_day (2026-09-14)."),
+    ('[[terms]]\nname = "A"\nfirst_day = 2026-09-14\nlast_day = 2026-12-01\n'
+     '[[terms]]\nname = "A"\nfirst_day = 2027-01-04\nlast_day = 2027-03-01\n',
+     "term 2 ('A'): key 'terms.name' is the name of term 1 too; each term needs a name of its own."),
+    ('[[terms]]\nname = "Spring"\nfirst_day = 2027-02-30\nlast_day = 2027-05-01\n',
+     "is not valid TOML: Invalid date or datetime"),  # TOML's own refusal, with the line
+    ('[[terms]]\nname = "Spring"\nfirst_day = "2027-02-30"\nlast_day = 2027-05-01\n',
+     "term 1 ('Spring'): key 'terms.first_day' is no such day: '2027-02-30'."),
+    ('[[terms]]\nname = "Spring"\nfirst_day = 2027-01-04T08:00:00\nlast_day = 2027-05-01\n',
+     "term 1 ('Spring'): key 'terms.first_day' must be a date without a time, not 2027-01-04T08:00:00."),
+    ('[[terms]]\nname = "Spring"\nfirst = 2027-01-04\nlast_day = 2027-05-01\n',
+     "term 1 ('Spring'): unknown key 'terms.first' (known in [[terms]]: first_day, last_day, name)."),
+    ('[[terms]]\nfirst_day = 2027-01-04\nlast_day = 2027-05-01\n', "term 1: key 'terms.name' is required."),
+    ('[[terms]]\nname = "Two years"\nfirst_day = 2026-09-01\nlast_day = 2028-09-01\n',
+     "term 1 ('Two years'): 732 days from first_day to last_day, more than 731."),
+    ('[[terms]]\nname = "Evil\\u202e"\nfirst_day = 2026-09-01\nlast_day = 2026-12-01\n',
+     "term 1 ('Evil\\u202e'): key 'terms.name' must not contain control or format characters."),
+    ('[[terms]]\nname = "   "\nfirst_day = 2026-09-01\nlast_day = 2026-12-01\n',
+     "term 1 ('   '): key 'terms.name' must not be blank."),
+    (f'[[terms]]\nname = "{"x" * 101}"\nfirst_day = 2026-09-01\nlast_day = 2026-12-01\n',
+     f"term 1 ('{'x' * 100}'): key 'terms.name' must be at most 100 characters, not 101."),
+    ('terms = "Autumn"\n', "'terms' must be an array of tables, one [[terms]] header per term."),
+]
+
+
+@pytest.mark.parametrize("text, message", BAD_TERMS)
+def test_check_and_run_refuse_a_bad_term_and_name_it(sqlite_project, text, message):
+    configure(sqlite_project)
+    config = sqlite_project.config.read_text()
+    if text.startswith("terms ="):  # a top-level key: before the first table
+        sqlite_project.config.write_text(text + config)
+    else:
+        sqlite_project.config.write_text(config + text)
+    for command in ("check", "run"):
+        result = sqlite_project.invoke(command, now="2026-11-09T04:15:00Z", check=78)
+        separator = " " if message.startswith("is not valid TOML") else ": "
+        assert f"{sqlite_project.config}{separator}{message}" in result.stdout + result.stderr, (command, result.stderr)
+    assert not sqlite_project.store.exists()  # refused before anything was opened
+
+
+def test_a_term_that_begins_before_the_kept_presence_is_not_counted_and_says_so(sqlite_project):
+    configure(sqlite_project)
+    sqlite_project.config.write_text(sqlite_project.config.read_text().replace(
+        "[retry]", "[retention]\nstaging_days = 400\n[retry]"))
+    written = activity(10, dt.date(2026, 9, 14), 30)
+    sqlite_project.write("a.ndjson", written)
+    sqlite_project.invoke("run", now="2026-10-14T04:15:00Z", check=0)
+    # 400 days later the staging horizon is 1 October 2026: the learners' presence is kept from the start of
+    # the periods that hold it (the week from Monday 28 September), and no term was configured then.
+    sqlite_project.invoke("run", now="2027-11-05T04:15:00Z", check=0)
+    assert sqlite_project.meta()["presence_from"] == "2026-09-28"
+    october = ("October", "2026-10-01", "2026-10-13")
+    add_terms(sqlite_project, (AUTUMN, october))
+    result = sqlite_project.invoke("run", now="2027-11-05T05:15:00Z", check=0)
+    assert "The term 'Autumn 2026' is not counted: it begins before the oldest day whose learners the store " \
+           "still keeps (retention.staging_days)" in result.stderr
+    assert grain_rows(sqlite_project, "term", site=True) == expected_periods(
+        written, "Europe/Paris", K, "term", moment("2027-11-05T05:15:00Z"), (october,)) != []
+
+
+def test_a_rebuild_whose_staging_horizon_straddles_a_week_and_a_term_keeps_them_whole(project):
+    """The horizon (1 September, a Tuesday) falls inside a week and a term: rebuilt, they still count the
+    learners of the closed Monday, whose presence retention kept."""
+    summer = ("Summer school", "2026-08-24", "2026-09-11")
+    configure(project)
+    text = project.config.read_text().replace("bootstrap_days = 400", "bootstrap_days = 90")
+    project.config.write_text(text.replace("[retry]", "[retention]\nstaging_days = 90\n[retry]"))
+    add_terms(project, (summer,))
+    early = activity(11, dt.date(2026, 8, 24), 12)  # 24 August .. 4 September
+    project.write("a.ndjson", early)
+    project.invoke("run", now="2026-09-05T04:15:00Z", check=0)
+    later = activity(12, dt.date(2026, 9, 5), 80)
+    project.write("b.ndjson", later)
+    project.invoke("run", now="2026-11-30T04:15:00Z", check=0)
+    assert project.meta()["staging_horizon"] == "2026-09-01"
+    assert project.meta()["presence_from"] == "2026-08-24"  # the term holds the horizon: kept from its start
+    closed = moment("2026-11-30T04:15:00Z")
+    before = {grain: grain_rows(project, grain, site=True) for grain in ("week", "month", "term")}
+    check_every_grain(project, early + later, "Europe/Paris", closed, (summer,))
+    project.invoke("rebuild", "--since", "2026-08-01", now="2026-11-30T05:15:00Z", check=0)
+    after = {grain: grain_rows(project, grain, site=True) for grain in ("week", "month", "term")}
+    assert after == before
+    assert [row[:3] for row in after["week"] if row[3] is None][:2] == [
+        ("2026-W35", "2026-08-24", "2026-08-30"), ("2026-W36", "2026-08-31", "2026-09-06")]
