@@ -61,8 +61,14 @@ def _missing_orjson():
     return None
 
 
+def _missing_chromium():
+    if shutil.which("chromium") is None:
+        return "chromium is not installed: install the Debian package chromium (tests/run.sh does)"
+    return None
+
+
 REQUIREMENTS = {"postgresql": _missing_postgresql, "ralph": _missing_ralph, "systemd": _missing_systemd,
-                "orjson": _missing_orjson}
+                "orjson": _missing_orjson, "chromium": _missing_chromium}
 # The fixtures that reach each kind of server: a test using one is marked without saying so itself.
 MARKING_FIXTURES = {"postgres_server": "postgresql", "ralph_server": "ralph"}
 

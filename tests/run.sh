@@ -15,6 +15,7 @@ PACKAGES=(
   openssl
   groff-base  # lms-refresh(8) is checked with groff -man -ww -z
   sqlite3  # a dashboard's reading of the publication, as another user, with the sqlite3 CLI
+  chromium  # the HTML report rendered in Debian's headless browser (tests/operations/test_report_chromium.py)
   # a real PostgreSQL server for the PostgreSQL store and the Moodle source tests
   postgresql python3-psycopg
   # building and checking the .deb

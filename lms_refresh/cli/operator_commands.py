@@ -1,4 +1,5 @@
-"""The operator's commands: `status`, `check`, `alert`, `grant-reader`, `forget`, `is-configured`, `demo`."""
+"""The operator's commands: `status`, `report`, `check`, `alert`, `grant-reader`, `forget`, `is-configured`,
+`demo`."""
 
 import json
 import logging
@@ -42,6 +43,24 @@ def status(settings, as_json, check):
     report = collect_status(config, os.environ)
     report["stale"] = staleness(report, settings.now, config.timezone, grace=config.monitoring.grace)
     click.echo(json.dumps(report, indent=2) if as_json else format_status(report))
+    return errors.OK
+
+
+@click.command()
+@click.option("--output", type=click.Path(dir_okay=False), help="Write the page here (default: [report] path).")
+@click.pass_obj
+def report(settings, output):
+    """Write the HTML report of the SQLite publication: freshness, weekly learners, outcomes, protection.
+
+    One static page (no JavaScript, no network) from the publication file;
+    every run writes it too, beside the publication.
+
+    Example: lms-refresh report --output /tmp/report.html
+    """
+    from lms_refresh.ops.report import write_report
+
+    path, shown = write_report(settings.config(), os.environ, settings.now, output)
+    click.echo(f"Wrote the report {path}" + (f" (STALE: {shown['stale']})" if shown["stale"] else ""))
     return errors.OK
 
 

@@ -27,6 +27,7 @@ from lms_refresh.config.sections import (
     MoodleSource,
     Privacy,
     Publication,
+    Report,
     Retention,
     Retry,
     Store,
@@ -44,7 +45,7 @@ class Config:
 
     `origin` names the file it came from; `state_directory` and `key_file` are
     resolved (systemd's $STATE_DIRECTORY wins), as are `store.path` (SQLite)
-    and `publication.path`.
+    `publication.path` and `report.path`.
     """
 
     origin: str
@@ -62,6 +63,7 @@ class Config:
     monitoring: Monitoring
     privacy: Privacy
     publication: Publication
+    report: Report
     terms: tuple = ()  # of Term, from the [[terms]] tables, as written
 
     @property
@@ -180,6 +182,8 @@ def validate(document, origin, environ):
         values["store.path"] = values["store.path"] or os.path.join(state_directory, "metrics.sqlite")
     values["publication.path"] = values["publication.path"] or os.path.join(
         state_directory.rstrip("/") + "-publication", "serving.sqlite")
+    values["report.path"] = values["report.path"] or os.path.join(
+        os.path.dirname(values["publication.path"]), "report.html")
 
     def table(cls, section):
         return cls(**{field.name: values[f"{section}.{field.name}"] for field in dataclasses.fields(cls)})
@@ -200,6 +204,7 @@ def validate(document, origin, environ):
         monitoring=table(Monitoring, "monitoring"),
         privacy=table(Privacy, "privacy"),
         publication=table(Publication, "publication"),
+        report=table(Report, "report"),
         terms=_terms(document.get("terms", []), origin),
     )
     refuse_collisions(config)  # before anything is written: no key may name a file another one does

@@ -62,6 +62,8 @@ def named_paths(config):
                                config.store.path, sidecars=SQLITE_SIDECARS, private=True))
         # On PostgreSQL the publication is the store's view: publication.path is not written.
         paths.append(NamedPath("publication.path", config.publication.path, sidecars=("-journal",)))
+        if config.report.enabled:
+            paths.append(NamedPath("report.path", config.report.path))
     if config.monitoring.textfile:
         paths.append(NamedPath("monitoring.textfile", config.monitoring.textfile))
     paths.append(NamedPath("the configuration file", config.origin, written=False))

@@ -153,6 +153,12 @@ SCHEMA = {
                                             "markup is reduced to it; an xAPI name map is read in it, else en-US, "
                                             "en, any."),
     },
+    "report": {
+        "enabled": Key(v.boolean, True, "sqlite: write the HTML report beside the publication after each run "
+                                        "(see lms-refresh report); false: do not."),
+        "path": Key(v.path, None, "The HTML report a run writes, with the publication's mode and group; default "
+                                  "report.html in the publication's directory."),
+    },
 }
 
 

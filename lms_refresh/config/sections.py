@@ -83,6 +83,14 @@ class Publication:
 
 
 @dataclasses.dataclass(frozen=True)
+class Report:
+    """[report]: the HTML report a run writes beside the publication; `path` is resolved."""
+
+    enabled: bool
+    path: str | None
+
+
+@dataclasses.dataclass(frozen=True)
 class Term:
     """One [[terms]] table: an academic term, its days inclusive (ISO text)."""
 

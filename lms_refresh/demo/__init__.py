@@ -103,6 +103,8 @@ def run_demo(directory, learners, days, *, seed, now, environ, echo, command="lm
     echo(f"\n({shown} of {len(rows)} rows; '-' = withheld because fewer than {config.min_cell_size} learners"
          + (f"; every other count is perturbed by up to ±{noise} (cell key method), so columns need not add up)"
             if noise else ")"))
+    if config.report.enabled:
+        echo(f"The HTML report (open it in a browser): {config.report.path}")
     echo(f"Try: {command} --config {shlex.quote(config_path)} status")
 
 

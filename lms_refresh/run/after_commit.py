@@ -1,14 +1,18 @@
-"""What a run does once its work is committed: note which store the key built, and publish.
+"""What a run does once its work is committed: note which store the key built, publish, write the report.
 
-Neither may undo the commit. The note is best effort (the next run writes it
+None may undo the commit. The note is best effort (the next run writes it
 again); a failed publication fails the command, with a sentence that says the
-store is committed, and is recorded in the run's own row of the run log.
+store is committed, and is recorded in the run's own row of the run log. The
+HTML report is best effort too: a failure to write it is a warning.
 """
 
 import logging
+import os
+import stat
 
+from lms_refresh import instants
 from lms_refresh.errors import RefreshError, exit_status
-from lms_refresh.run import identity
+from lms_refresh.run import identity, report_page
 from lms_refresh.run.publication import publish_if_behind
 
 logger = logging.getLogger(__name__)
@@ -37,6 +41,34 @@ def publish(refresh, store):
             logger.warning("Could not record the failed publication in the store (%s: %s).",
                            type(unrecorded).__name__, unrecorded)
         raise
+    write_report(refresh, store)
+
+
+def write_report(refresh, store):
+    """Write the HTML report of the SQLite publication beside it (`[report] path`), with the publication's
+    mode and group, unless `[report] enabled` is false; a failure is logged as a warning, never raised.
+    Return the report's path, or None if none was written."""
+    config = refresh.config
+    if config.store.type != "sqlite" or not config.report.enabled:
+        return None
+    try:
+        info = os.stat(config.publication.path)
+        success = store.last_runs()[1]
+        by_this_run = success is not None and success["run_id"] == refresh.report.run_id
+        freshness = {
+            "last_success": success and success["started_at"], "watermark": store.meta().get("watermark"),
+            "written": instants.to_cursor(refresh.now),
+            # A refresh that succeeded is fresh as it writes; a backfill's page says where freshness is told.
+            "stale": None if by_this_run else (
+                f"this page was written by a {refresh.report.kind}, which is not a refresh of the latest data; "
+                "`lms-refresh status` says whether the last successful refresh is recent enough"),
+        }
+        return report_page.write_report(config.publication.path, config.report.path, freshness,
+                                        mode=stat.S_IMODE(info.st_mode), group=info.st_gid)
+    except Exception as error:  # never the run's failure: the publication, the dashboards' data, stands
+        logger.warning("Could not write the HTML report %s (%s: %s); the publication stands.", config.report.path,
+                       type(error).__name__, error, extra={"REPORT": config.report.path})
+        return None
 
 
 def _replace_run(store, run):

@@ -79,7 +79,10 @@ def test_the_demo_on_its_defaults_refreshes_a_store_and_prints_its_metrics(tmp_p
 
     # ...and the hint is the command that reads it all back.
     assert out[-1] == f"Try: {sys.executable} -m lms_refresh --config {config} status"
-    assert len(out) == header + 5 + 24
+    # ...after the path of the HTML report the run wrote beside the publication.
+    report = directory / "state-publication" / "report.html"
+    assert out[-2] == f"The HTML report (open it in a browser): {report}" and report.stat().st_size > 0
+    assert len(out) == header + 6 + 24
 
 
 def test_a_demo_directory_that_has_statements_already_is_refused_with_a_sentence(tmp_path):

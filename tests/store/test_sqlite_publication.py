@@ -56,7 +56,8 @@ def test_the_publication_holds_the_published_rows_and_nothing_else(sqlite_projec
             ("2026-W45", "2026-11-02", "2026-11-08", COURSE, 1, 1)]
     assert about == (10, "cell-key", 3, 2.0, 0)
     assert stat.S_IMODE(path.stat().st_mode) == 0o644 and stat.S_IMODE(path.parent.stat().st_mode) == 0o755
-    assert sorted(p.name for p in path.parent.iterdir()) == ["serving.sqlite"]  # no journal, no WAL, no temporary
+    # no journal, no WAL, no temporary: the publication and the HTML report a run writes beside it
+    assert sorted(p.name for p in path.parent.iterdir()) == ["report.html", "serving.sqlite"]
     with contextlib.closing(sqlite3.connect(path)) as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
     actors = [row[0] for row in sqlite_project.query("SELECT DISTINCT actor FROM staged_events")]
@@ -217,7 +218,8 @@ def test_an_unknown_publication_group_is_a_configuration_error(sqlite_project):
 # -- failures after the commit (issue 20, class 4) ------------------------------------------------------
 
 def publication_leftovers(project):
-    return sorted(p.name for p in publication(project).parent.iterdir() if p.name != "serving.sqlite")
+    kept = ("serving.sqlite", "report.html")  # the publication and the HTML report written beside it
+    return sorted(p.name for p in publication(project).parent.iterdir() if p.name not in kept)
 
 
 def check_line(project, now):

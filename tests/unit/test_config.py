@@ -161,7 +161,7 @@ def test_the_typed_sections_hold_exactly_the_keys_schema_declares_with_their_typ
 
     tables = {"window": sections.Window, "store": sections.Store, "retention": sections.Retention,
               "retry": sections.Retry, "alerts": sections.Alerts, "monitoring": sections.Monitoring,
-              "privacy": sections.Privacy, "publication": sections.Publication}
+              "privacy": sections.Privacy, "publication": sections.Publication, "report": sections.Report}
     # the top level and [pseudonymisation] (key_file, resolved) are Config's own fields
     assert set(tables) == set(SCHEMA) - {"", "source", "pseudonymisation"}
     for section, cls in tables.items():

@@ -182,9 +182,9 @@ def test_a_run_with_colliding_paths_exits_78_and_leaves_store_key_and_mode_alone
 
 
 def test_check_lists_the_written_paths_as_distinct(sqlite_project):
-    """The lock, the store note, the key, the store and the publication."""
+    """The lock, the store note, the key, the store, the publication and the HTML report."""
     result = sqlite_project.invoke("check", now=NOW, check=0)
-    assert "ok  paths: the 5 files a run writes are distinct from each other and from the files it reads" \
+    assert "ok  paths: the 6 files a run writes are distinct from each other and from the files it reads" \
         in result.stdout
 
 

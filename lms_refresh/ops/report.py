@@ -1,0 +1,39 @@
+"""`report`: the HTML report of the SQLite publication, written on demand (a run writes it too).
+
+The numbers come from the publication file alone (run/report_data.py); the freshness shown first is
+what `status` reads and decides (ops/status.py, ops/monitoring.py's `staleness`), as of `now`.
+"""
+
+import os
+import stat
+
+from lms_refresh import instants
+from lms_refresh.errors import ConfigError
+from lms_refresh.ops.monitoring import staleness
+from lms_refresh.ops.status import collect_status
+from lms_refresh.run import report_page
+
+
+def freshness(config, environ, now):
+    """Return the report's freshness ({"last_success", "watermark", "stale", "written"}) as `status` sees it."""
+    status = collect_status(config, environ)
+    success = status["last_success"]
+    return {"last_success": success and success["started_at"], "watermark": status["watermark"],
+            "stale": staleness(status, now, config.timezone, grace=config.monitoring.grace),
+            "written": instants.to_cursor(now)}
+
+
+def write_report(config, environ, now, output=None):
+    """Write the report of `config`'s publication to `output` (default `[report] path`), readable like the
+    publication; return (the path written, the freshness shown)."""
+    if config.store.type != "sqlite":
+        raise ConfigError("The report reads the SQLite publication; on a PostgreSQL store dashboards read the "
+                          "serving views instead, and there is no file to report on.")
+    path = config.publication.path
+    if not os.path.exists(path):
+        raise ConfigError(f"There is no publication at {path} yet: `lms-refresh run` writes it (and the report).")
+    info = os.stat(path)
+    shown = freshness(config, environ, now)
+    written = report_page.write_report(path, output or config.report.path, shown, mode=stat.S_IMODE(info.st_mode),
+                                       group=info.st_gid)
+    return written, shown

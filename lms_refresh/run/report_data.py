@@ -1,0 +1,130 @@
+"""What the HTML report shows, read from the publication file alone (read-only): no store, no network.
+
+`read_publication` returns a `ReportData`: the privacy settings the publication was computed with,
+the course names, the last weeks of `weekly_metrics` per course and for the whole site (`course`
+NULL, when the publication has such rows), the completions, passed and failed of the current term
+(`term_metrics`, when the publication has it) or else of the last 4 weeks, and how many of the
+cells it shows are withheld. Every text it returns is made safe to show by disclosure/names.py;
+escaping it is the page's job (run/report_page.py).
+"""
+
+import contextlib
+import dataclasses
+import sqlite3
+
+from lms_refresh.disclosure.names import clean_name
+from lms_refresh.errors import StateError
+
+WEEKS = 12  # the weeks of active learners the page draws
+OUTCOME_WEEKS = 4  # without terms, completions, passed and failed are summed over this many weeks
+SITE = None  # the whole site's rows: `course` IS NULL, the convention of GROUP BY ROLLUP
+SITE_LABEL = "Whole site"
+WITHHELD = "withheld"  # a week's published cell whose value is withheld (None: no row that week)
+
+
+@dataclasses.dataclass(frozen=True)
+class Series:
+    """One course's (or the site's) weekly active learners: `label` (safe text), `values` per week (an int,
+    WITHHELD, or None: no row that week)."""
+
+    course: str | None
+    label: str
+    values: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """One course's (or the site's) completions, passed and failed over `ReportData.outcome_span`: each a
+    sum of the published cells (None: every cell withheld), `withheld` the number of withheld cells."""
+
+    course: str | None
+    label: str
+    completions: int | None
+    passed: int | None
+    failed: int | None
+    withheld: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportData:
+    settings: dict
+    weeks: tuple
+    series: tuple
+    outcome_span: str
+    outcomes: tuple
+    cells: int
+    withheld: int
+
+
+def label(course, names):
+    """The text that names `course`: its published name, else its IRI (both cleaned), "Whole site" for NULL."""
+    if course is SITE:
+        return SITE_LABEL
+    return clean_name(names.get(course) or "") or clean_name(course) or "(unnamed course)"
+
+
+def _tables(db):
+    return {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def read_publication(path, *, weeks=WEEKS):
+    """Given the path of a SQLite publication, return its ReportData; StateError if it cannot be read."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            return _read(db, weeks)
+    except sqlite3.Error as error:
+        raise StateError(f"Cannot read the publication {path} ({error}); a run (re)writes it — on a SQLite "
+                         "store, run `lms-refresh run` first.") from error
+
+
+def _read(db, weeks):
+    tables = _tables(db)
+    about = db.execute("SELECT min_cell_size, method, max_noise, variance, withhold_zeros FROM publication").fetchone()
+    settings = dict(zip(("min_cell_size", "method", "max_noise", "variance", "withhold_zeros"), about, strict=True))
+    names = dict(db.execute("SELECT course, name FROM courses")) if "courses" in tables else {}
+    shown = [row[0] for row in db.execute(
+        "SELECT DISTINCT period FROM weekly_metrics ORDER BY period DESC LIMIT ?", (weeks,))] \
+        if "weekly_metrics" in tables else []
+    shown.reverse()
+    rows = db.execute(
+        f"SELECT course, period, active_learners, suppressed FROM weekly_metrics "
+        f"WHERE period IN ({', '.join('?' for _ in shown)})", shown).fetchall() if shown else []
+    by_course = {}
+    for course, period, learners, suppressed in rows:
+        by_course.setdefault(course, {})[period] = WITHHELD if suppressed else learners
+    ordered = sorted(by_course, key=lambda course: (course is not SITE, label(course, names).casefold(), course))
+    series = tuple(Series(course, label(course, names), tuple(by_course[course].get(week) for week in shown))
+                   for course in ordered)
+    span, outcome_rows = _outcome_rows(db, tables, shown)
+    totals = {}
+    for course, completions, passed, failed, suppressed in outcome_rows:
+        entry = totals.setdefault(course, [None, None, None, 0])
+        if suppressed:
+            entry[3] += 1
+            continue
+        for index, value in enumerate((completions, passed, failed)):
+            if value is not None:
+                entry[index] = (entry[index] or 0) + value
+    outcomes = tuple(Outcome(course, label(course, names), *totals[course])
+                     for course in sorted(totals, key=lambda c: (c is not SITE, label(c, names).casefold(), c)))
+    cells = len(rows) + len(outcome_rows)
+    withheld = sum(1 for row in rows if row[3]) + sum(1 for row in outcome_rows if row[4])
+    return ReportData(settings, tuple(shown), series, span, outcomes, cells, withheld)
+
+
+def _outcome_rows(db, tables, shown):
+    """(what the outcomes cover, their rows (course, completions, passed, failed, suppressed)): the current
+    term's (the latest started) when the publication has terms, else the last OUTCOME_WEEKS weeks'."""
+    columns = "course, completions, passed, failed, suppressed"
+    if "term_metrics" in tables:
+        term = db.execute("SELECT period, period_start, period_end FROM term_metrics "
+                          "ORDER BY period_start DESC, period DESC LIMIT 1").fetchone()
+        if term is not None:
+            rows = db.execute(f"SELECT {columns} FROM term_metrics WHERE period = ?", (term[0],)).fetchall()
+            return f"the term {clean_name(term[0]) or '?'} ({term[1]} to {term[2]})", rows
+    last = shown[-OUTCOME_WEEKS:]
+    if not last:
+        return "the last weeks (none published yet)", []
+    rows = db.execute(f"SELECT {columns} FROM weekly_metrics WHERE period IN ({', '.join('?' for _ in last)})",
+                      last).fetchall()
+    return f"the last {len(last)} week(s), {last[0]} to {last[-1]}", rows

@@ -1,0 +1,142 @@
+"""The HTML report: one self-contained static page from the publication (run/report_data.py).
+
+No JavaScript, no network, no external style or font: inline CSS and inline SVG charts, each with
+a `<title>` and a table holding the same numbers. Every text that reaches the page goes through
+`_text` (html.escape with quote=True), course names and IRIs too: they are attacker-controlled text
+(disclosure/names.py has already removed control characters and bidi overrides and bounded them).
+`write_report` replaces the file atomically (lms_refresh/atomic.py).
+"""
+
+import html
+
+from lms_refresh import atomic
+from lms_refresh.run.report_data import WITHHELD, read_publication
+
+_STYLE = """body{font:14px/1.4 sans-serif;margin:1.5em;color:#222}h1{font-size:1.4em}
+.stale{background:#b00020;color:#fff;padding:.6em 1em;font-weight:bold;font-size:1.2em}
+.fresh{background:#e6f4ea;padding:.6em 1em}.grid{display:flex;flex-wrap:wrap;gap:.5em}
+figure{margin:0;width:190px;border:1px solid #ddd;padding:4px}figcaption{font-size:12px;overflow:hidden;
+text-overflow:ellipsis;white-space:nowrap}table{border-collapse:collapse;font-size:12px}
+td,th{border:1px solid #ccc;padding:2px 5px;text-align:right}th[scope=row]{text-align:left;max-width:28em;
+overflow:hidden;text-overflow:ellipsis;white-space:nowrap}details{margin:.5em 0}"""
+_WIDTH, _HEIGHT = 180, 40
+
+
+def _text(value):
+    """Any value as HTML text, escaped (quotes too: the same text may land in an attribute)."""
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _cell(value):
+    if value is None:
+        return "–"
+    return "withheld" if value == WITHHELD else f"{value:,}"
+
+
+def _chart(series, weeks, top):
+    """An inline SVG of one series' weekly active learners (withheld weeks and weeks without a row are gaps)."""
+    shown = [(index, value) for index, value in enumerate(series.values) if isinstance(value, int)]
+    step = _WIDTH / max(len(weeks) - 1, 1)
+    points = " ".join(f"{index * step:.0f},{_HEIGHT - 2 - (value / top) * (_HEIGHT - 4):.0f}"
+                      for index, value in shown)
+    latest = next((value for value in reversed(series.values) if value is not None), None)
+    title = (f"{series.label}: weekly active learners, {weeks[0]} to {weeks[-1]}; latest {_cell(latest)}"
+             if weeks else f"{series.label}: no weeks")
+    return (f'<svg role="img" width="{_WIDTH}" height="{_HEIGHT}" viewBox="0 0 {_WIDTH} {_HEIGHT}">'
+            f"<title>{_text(title)}</title>"
+            f'<polyline fill="none" stroke="#1a73e8" stroke-width="2" points="{points}"/></svg>')
+
+
+def _freshness(freshness):
+    stale = freshness.get("stale")
+    banner = (f'<p class="stale" id="stale">STALE: {_text(stale)}</p>' if stale
+              else '<p class="fresh" id="fresh">Fresh: the last successful refresh is recent enough for the '
+                   'schedule (as of when this page was written).</p>')
+    return (f"{banner}<dl><dt>Last successful refresh</dt><dd id=\"last-success\">"
+            f"{_text(freshness.get('last_success') or 'never')}</dd><dt>Watermark</dt><dd id=\"watermark\">"
+            f"{_text(freshness.get('watermark') or 'none')}</dd><dt>Page written</dt><dd id=\"written\">"
+            f"{_text(freshness.get('written'))}</dd></dl>")
+
+
+def _privacy(data):
+    settings = data.settings
+    share = data.withheld / data.cells if data.cells else 0.0
+    noise = ("counts are exact (no noise)" if settings["method"] == "none"
+             else f"counts are perturbed, each within ± {settings['max_noise']} of the truth (cell key method)")
+    return (f'<section id="privacy"><h2>Protection in force</h2><p>Cells with fewer than '
+            f'<b id="threshold">{_text(settings["min_cell_size"])}</b> distinct learners are withheld; '
+            f'{_text(noise)}<span id="noise" hidden>{_text(settings["max_noise"])}</span>. '
+            f'<b id="withheld-share">{share:.1%}</b> of the cells shown here are withheld '
+            f'(<span id="withheld">{data.withheld}</span> of <span id="cells">{data.cells}</span>). '
+            "Each cell is protected on its own counts, so columns and rows need not add up: a week is not the "
+            "sum of its days, the whole site not the sum of its courses.</p></section>")
+
+
+def _weekly(data):
+    courses = [series for series in data.series if series.course is not None]
+    top = max([value for series in courses for value in series.values if isinstance(value, int)] or [1]) or 1
+    figures = []
+    for series in data.series:
+        scale = max([value for value in series.values if isinstance(value, int)] or [1]) or 1 \
+            if series.course is None else top
+        figures.append(f'<figure><figcaption title="{_text(series.label)}">{_text(series.label)}</figcaption>'
+                       f"{_chart(series, data.weeks, scale)}</figure>")
+    head = "".join(f'<th scope="col">{_text(week)}</th>' for week in data.weeks)
+    body = "".join(
+        f'<tr data-course="{_text(series.course or "")}"><th scope="row">{_text(series.label)}</th>'
+        + "".join(f"<td>{_text(_cell(value))}</td>" for value in series.values) + "</tr>"
+        for series in data.series)
+    return ('<section id="weekly"><h2>Weekly active learners</h2><p>Distinct learners per ISO week, the last '
+            f"{len(data.weeks)} week(s); the courses share one scale, the whole site has its own.</p>"
+            f'<div class="grid">{"".join(figures)}</div><details><summary>The same numbers as a table</summary>'
+            f'<table id="weekly-table"><thead><tr><th scope="col">Course</th>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table></details></section>")
+
+
+def _outcomes(data):
+    rows = "".join(
+        f'<tr data-course="{_text(outcome.course or "")}"><th scope="row">{_text(outcome.label)}</th>'
+        f"<td>{_text(_cell(outcome.completions))}</td><td>{_text(_cell(outcome.passed))}</td>"
+        f"<td>{_text(_cell(outcome.failed))}</td><td>{outcome.withheld}</td></tr>" for outcome in data.outcomes)
+    bars = _outcome_chart(data.outcomes)
+    return (f'<section id="outcomes"><h2>Completions, passed and failed</h2><p>Over {_text(data.outcome_span)}: '
+            "the sums of the published cells (withheld cells count for nothing).</p>"
+            f'{bars}<table id="outcomes-table"><thead><tr><th scope="col">Course</th><th scope="col">Completions'
+            '</th><th scope="col">Passed</th><th scope="col">Failed</th><th scope="col">Withheld cells</th></tr>'
+            f"</thead><tbody>{rows}</tbody></table></section>")
+
+
+def _outcome_chart(outcomes):
+    """One SVG of stacked bars (passed, failed) per course, largest completions first, at most 30 bars."""
+    shown = sorted((o for o in outcomes if o.course is not None), key=lambda o: -(o.completions or 0))[:30]
+    top = max([(o.passed or 0) + (o.failed or 0) for o in shown] or [1]) or 1
+    bars = []
+    for index, outcome in enumerate(shown):
+        passed = (outcome.passed or 0) / top * 100
+        failed = (outcome.failed or 0) / top * 100
+        bars.append(f'<rect x="{index * 12}" y="{100 - passed:.0f}" width="10" height="{passed:.0f}" fill="#188038"/>'
+                    f'<rect x="{index * 12}" y="{100 - passed - failed:.0f}" width="10" height="{failed:.0f}" '
+                    'fill="#d93025"/>')
+    width = max(len(shown) * 12, 12)
+    return (f'<svg role="img" width="{width}" height="100" viewBox="0 0 {width} 100"><title>Passed (green) and '
+            f"failed (red) of the {len(shown)} courses with the most completions; the table below holds every "
+            f"course</title>{''.join(bars)}</svg>")
+
+
+def render(data, freshness):
+    """Given a ReportData and the freshness ({"last_success", "watermark", "stale", "written"}), return the
+    page as text."""
+    return ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+            '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'">'
+            f"<title>LMS activity report</title><style>{_STYLE}</style></head><body><h1>LMS activity report</h1>"
+            f'<section id="freshness">{_freshness(freshness)}</section>{_privacy(data)}{_weekly(data)}'
+            f"{_outcomes(data)}</body></html>\n")
+
+
+def write_report(publication_path, output, freshness, *, mode=0o644, group=None):
+    """Render the report of the publication at `publication_path` and replace `output` by it atomically,
+    with `mode` and `group` (the publication's); return `output`."""
+    page = render(read_publication(publication_path), freshness)
+    atomic.replace_bytes(output, page.encode("utf-8"), mode=mode, group=group, what=f"the report {output}",
+                         outcome="the publication stands.")
+    return output

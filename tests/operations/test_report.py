@@ -1,0 +1,153 @@
+"""The HTML report (issue 22, part 6): `lms-refresh report`, and the page every run writes beside the
+publication. The page is read back with html.parser (tests/helpers/report_page.py), never with regexes; the
+same page in Debian's headless chromium: tests/operations/test_report_chromium.py."""
+
+import json
+import os
+import sqlite3
+
+from helpers import inprocess
+from helpers.publication import publication
+from helpers.report_page import Page, build, period_row, week_label
+from lms_refresh.run import report_data, report_page
+
+HOSTILE = {
+    "https://lms.example.edu/course/1": "<script>alert(1)</script>",
+    "https://lms.example.edu/course/2": '"><svg onload=alert(1)>',
+    "https://lms.example.edu/course/3": "abc\u202egpj.exe",
+    "https://lms.example.edu/course/4": "x" * 10_000,
+    'https://lms.example.edu/course/"><img src=x onerror=alert(1)>': None,  # no name: the IRI is shown
+}
+FRESH = {"last_success": "2026-12-02T04:15:00Z", "watermark": "2026-12-02T04:10:00Z", "stale": None,
+         "written": "2026-12-02T04:16:00Z"}
+
+
+def hostile_publication(path, site=True):
+    weekly = [period_row(week, course, 10 + week + index, completions=week, passed=index, failed=1)
+              for index, course in enumerate(HOSTILE) for week in range(20)]
+    weekly.append(period_row(19, "https://lms.example.edu/course/small", 0, suppressed=1))
+    rows = [period_row(week, None, 100 + week, completions=50, passed=30, failed=5) for week in range(20)]
+    return build(path, HOSTILE, weekly, site=rows if site else None)
+
+
+def test_the_page_shows_the_publications_numbers_and_the_site_as_whole_site(tmp_path):
+    path = hostile_publication(tmp_path / "serving.sqlite")
+    page = Page(report_page.render(report_data.read_publication(path), FRESH))
+    with sqlite3.connect(path) as db:
+        published = {(course, period): learners for course, period, learners in db.execute(
+            "SELECT course, period, active_learners FROM weekly_metrics WHERE NOT suppressed")}
+        names = dict(db.execute("SELECT course, name FROM courses"))
+    weeks = page.tables["weekly-table"][0][1:]
+    assert weeks == [week_label(week)[0] for week in range(8, 20)]  # the last 12 weeks, oldest first
+    shown = page.rows("weekly-table")
+    assert list(shown)[0] == "Whole site"
+    assert shown["Whole site"] == [f"{published[None, week]:,}" for week in weeks]
+    for course in names:
+        label = report_data.label(course, names)
+        assert len(label) <= 200
+        assert shown[label] == [str(published[course, week]) for week in weeks]
+    assert shown["https://lms.example.edu/course/small"][-1] == "withheld"
+    # Completions, passed, failed: the sums over the last 4 weeks of the published cells.
+    outcomes = page.rows("outcomes-table")
+    assert outcomes["Whole site"] == ["200", "120", "20", "0"]
+    assert outcomes[names["https://lms.example.edu/course/2"]] == [str(16 + 17 + 18 + 19), "4", "4", "0"]
+    assert outcomes["https://lms.example.edu/course/small"] == ["–", "–", "–", "1"]
+    assert page.texts["threshold"] == "10" and page.texts["noise"] == "3"
+    cells = int(page.texts["cells"])
+    assert cells == 12 * 6 + 1 + 4 * 6 + 1 and page.texts["withheld"] == "2"
+    assert "need not add up" in page.texts["privacy"] and "± 3" in page.texts["privacy"]
+    assert all(tag != "svg" or attrs.get("role") == "img" for tag, attrs in page.elements)
+    assert sum(tag == "svg" for tag, _ in page.elements) == len(shown) + 1 == len(page.titles) - 1
+
+
+def test_hostile_names_are_text_never_markup(tmp_path):
+    path = hostile_publication(tmp_path / "serving.sqlite")
+    text = report_page.render(report_data.read_publication(path), FRESH)
+    page = Page(text)
+    assert {tag for tag, _ in page.elements} <= {"html", "head", "meta", "title", "style", "body", "h1", "h2",
+                                                 "section", "p", "dl", "dt", "dd", "b", "span", "div", "figure",
+                                                 "figcaption", "svg", "polyline", "rect", "details", "summary",
+                                                 "table", "thead", "tbody", "tr", "th", "td"}
+    assert not any(name.startswith("on") for _, attrs in page.elements for name in attrs)
+    assert "<script" not in text and "<img" not in text and "\u202e" not in text
+    labels = page.rows("weekly-table")
+    assert "<script>alert(1)</script>" in labels and '"><svg onload=alert(1)>' in labels
+    assert "abcgpj.exe" in labels  # the override is gone, the text stays
+    assert 'https://lms.example.edu/course/"><img src=x onerror=alert(1)>' in labels
+    assert "x" * 200 in labels and len(text) < 60_000
+
+
+def test_a_publication_without_site_rows_or_weeks(tmp_path):
+    path = hostile_publication(tmp_path / "serving.sqlite", site=False)
+    page = Page(report_page.render(report_data.read_publication(path), FRESH))
+    assert "Whole site" not in page.rows("weekly-table") and len(page.rows("weekly-table")) == 6
+    empty = build(tmp_path / "empty.sqlite", {}, [])
+    page = Page(report_page.render(report_data.read_publication(empty), FRESH))
+    assert page.rows("weekly-table") == {} and page.texts["cells"] == "0"
+
+
+def test_the_current_term_when_the_publication_has_terms(tmp_path):
+    term = [("Autumn", "2026-09-01", "2026-12-20", None, 500, 900, 80, 70, 60, 10, 0.5, 1.0, 0, 0),
+            ("Spring", "2026-01-10", "2026-05-30", None, 400, 800, 80, 1, 1, 1, 0.5, 1.0, 0, 1)]
+    path = build(tmp_path / "serving.sqlite", {}, [period_row(0, None, 100)], terms=term)
+    data = report_data.read_publication(path)
+    assert data.outcome_span == "the term Autumn (2026-09-01 to 2026-12-20)"
+    assert Page(report_page.render(data, FRESH)).rows("outcomes-table")["Whole site"] == ["70", "60", "10", "0"]
+
+
+def environment():
+    return {k: v for k, v in os.environ.items() if k not in ("STATE_DIRECTORY", "LMS_REFRESH_CONFIG")}
+
+
+def test_the_command_writes_the_page_and_says_where_and_that_it_is_stale(sqlite_project, tmp_path):
+    project = sqlite_project
+    missing = inprocess.invoke(["--config", str(project.config), "report"], environment())
+    assert missing.returncode == 78
+    assert f"There is no publication at {publication(project)} yet: `lms-refresh run` writes it" in missing.stderr
+    project.write("a.ndjson", [])
+    assert inprocess.invoke(["--config", str(project.config), "--now", "2026-11-30T05:00:00+00:00", "run"],
+                            environment()).returncode == 0
+    output = tmp_path / "out.html"
+    # Days later, without a run since: stale, as `status` says.
+    later = ["--config", str(project.config), "--now", "2026-12-04T09:00:00+00:00"]
+    result = inprocess.invoke([*later, "report", "--output", str(output)], environment())
+    assert result.returncode == 0, result.stderr
+    status = json.loads(inprocess.invoke([*later, "status", "--json"], environment()).stdout)
+    assert result.stdout.strip() == f"Wrote the report {output} (STALE: {status['stale']})"
+    page = Page(output.read_text())
+    assert page.texts["stale"] == f"STALE: {status['stale']}"
+    assert page.texts["last-success"] == status["last_success"]["started_at"]
+    assert page.texts["watermark"] == status["watermark"]
+    assert oct(os.stat(output).st_mode & 0o777) == oct(os.stat(publication(project)).st_mode & 0o777)
+    # Fresh right after the run: no banner.
+    fresh = inprocess.invoke(["--config", str(project.config), "--now", "2026-11-30T05:01:00+00:00", "report",
+                              "--output", str(output)], environment())
+    assert fresh.stdout.strip() == f"Wrote the report {output}"
+    assert "stale" not in Page(output.read_text()).texts
+
+
+def test_every_run_writes_it_beside_the_publication_unless_disabled(sqlite_project):
+    project = sqlite_project
+    project.write("a.ndjson", [])
+    now = ["--config", str(project.config), "--now", "2026-11-30T05:00:00+00:00"]
+    assert inprocess.invoke([*now, "run"], environment()).returncode == 0
+    beside = publication(project).parent / "report.html"
+    page = Page(beside.read_text())
+    assert "fresh" in page.texts and page.texts["threshold"] == "10"
+    beside.unlink()
+    project.config.write_text(project.config.read_text() + "[report]\nenabled = false\n")
+    assert inprocess.invoke([*now, "run"], environment()).returncode == 0
+    assert not beside.exists()
+
+
+def test_a_report_that_cannot_be_written_is_a_warning_and_the_run_succeeds(sqlite_project, tmp_path):
+    project = sqlite_project
+    project.write("a.ndjson", [])
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    project.config.write_text(project.config.read_text() + f'[report]\npath = "{blocked}/report.html"\n')
+    result = inprocess.invoke(["--config", str(project.config), "--now", "2026-11-30T05:00:00+00:00", "run"],
+                              environment())
+    assert result.returncode == 0, result.stderr
+    assert f"Could not write the HTML report {blocked}/report.html" in result.stderr
+    assert "the publication stands" in result.stderr and publication(project).exists()
