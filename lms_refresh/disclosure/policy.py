@@ -45,10 +45,45 @@ def in_force(store, missing_ok=False):
     return None if row is None else PrivacySettings(**row)
 
 
-def publish(store, courses, settings):
-    """Replace the published rows of `courses` in `store` by what `settings` allow of their cells."""
+def publish(store, courses, settings, days=None):
+    """Publish again the days of `courses` in `store` as `settings` allow: where `days` were rebuilt (None: all
+    their rows, from all their cells)."""
     for course in sorted(courses):
-        store.replace_published(course, course_rows(store.course_cells(course), settings))
+        if days is None:
+            store.write_published("day", course, course_rows(store.cells("day", course), settings))
+        else:
+            republish(store, "day", course, settings, rebuilt=days, between=_days_between,
+                      row=lambda day, values: (day,) + values)
+
+
+def republish(store, grain, course, settings, *, rebuilt, between, row):
+    """Rewrite what the `rebuilt` labels of `course`'s `grain` change of its published rows, as `course_rows` and
+    `period_rows` would publish them whole: each rebuilt label in its span, the labels the span gains (withheld
+    unless rebuilt), and none outside it. The rows of other labels stay: their cells and the settings are what
+    they were published with. `between(first, last)` lists the labels from first to last, in order;
+    `row(label, values)` makes a stored row of a label's published values."""
+    span = store.visible_span(grain, course, settings.min_cell_size)
+    if span is None:
+        store.write_published(grain, course, [])
+        return
+    first, last = span
+    labels = {label for label in rebuilt if first <= label <= last}
+    old = store.published_span(grain, course)
+    if old is None:
+        labels.update(between(first, last))
+    else:
+        if first < old[0]:
+            labels.update(label for label in between(first, min(last, old[0])) if label < old[0])
+        if last > old[1]:
+            labels.update(label for label in between(max(first, old[1]), last) if label > old[1])
+    cells, table = store.cells(grain, course, labels), PerturbationTable(settings)
+    store.write_published(grain, course, [row(label, published_row(cells.get(label), settings, table))
+                                          for label in sorted(labels)], keep=span)
+
+
+def _days_between(first, last):
+    first, last = dt.date.fromisoformat(first), dt.date.fromisoformat(last)
+    return [(first + dt.timedelta(days=offset)).isoformat() for offset in range((last - first).days + 1)]
 
 
 def period_rows(cells, settings, span):
@@ -64,7 +99,7 @@ def period_rows(cells, settings, span):
 
 
 def published_row(cell, settings, table):
-    """Given one cell's aggregates (a dict, see `store.base.CELL_FIELDS`), return its published values.
+    """Given one cell's aggregates (a dict, see `store.published.CELL_FIELDS`), return its published values.
 
     Returns (active_learners, statements, attempts, completions, passed, failed,
     avg_scaled_score, total_duration_seconds, suppressed).

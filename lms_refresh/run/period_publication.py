@@ -26,18 +26,29 @@ def cutoff(config, now):
     return now - dt.timedelta(seconds=config.window.safety_lag)
 
 
-def publish(store, period_courses, settings, *, config, now):
-    """Replace the published rows of each grain's courses in `period_courses` ({grain: course ids})."""
+def publish(store, period_courses, settings, *, config, now, rebuilt=None, whole=periods.GRAINS):
+    """Publish again each grain's courses in `period_courses` ({grain: course ids}): where the periods `rebuilt`
+    ({grain: labels}) were, and whole for the grains in `whole` (and the terms, always: their names do not sort
+    as their periods do, and a course has few)."""
     closed_before, periods_in_force = instants.to_cursor(cutoff(config, now)), calendar(config)
+
+    def row(grain, label, values):
+        start, end = periods_in_force.bounds(grain, label)
+        ends = periods.closes_at(end, config.timezone)
+        return (label, start, end, *values, ends, int(ends <= closed_before))
+
     for grain in periods.GRAINS:
+        def span(labels, grain=grain):
+            return periods_in_force.span(grain, labels)
+
         for course in sorted(period_courses.get(grain, ())):
-            rows = []
-            for label, *values in policy.period_rows(store.period_cells(grain, course), settings,
-                                                     lambda labels, grain=grain: periods_in_force.span(grain, labels)):
-                start, end = periods_in_force.bounds(grain, label)
-                ends = periods.closes_at(end, config.timezone)
-                rows.append((label, start, end, *values, ends, int(ends <= closed_before)))
-            store.replace_published_periods(grain, course, rows)
+            if grain == "term" or grain in whole or rebuilt is None:
+                rows = policy.period_rows(store.cells(grain, course), settings, span)
+                store.write_published(grain, course, [row(grain, label, tuple(values)) for label, *values in rows])
+            else:
+                policy.republish(store, grain, course, settings, rebuilt=rebuilt.get(grain, ()),
+                                 between=lambda first, last: span((first, last)),
+                                 row=lambda label, values, grain=grain: row(grain, label, values))
     store.close_periods(cutoff(config, now))
 
 

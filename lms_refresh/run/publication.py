@@ -87,8 +87,10 @@ def recompute(store, days, *, record_keys, config, now):
                        "keeps (retention.staging_days), so its distinct learners cannot be counted whole; give it a "
                        "first day the store keeps, or leave it as it was.", name, extra={"TERM": name})
     settings = policy.in_force(store)
-    policy.publish(store, done.courses, settings)
-    period_publication.publish(store, done.period_courses, settings, config=config, now=now)
+    # Only what the rebuilt days change (disclosure.policy.republish), unless the settings or the terms changed.
+    policy.publish(store, done.courses, settings, days=None if "day" in done.whole else done.days)
+    period_publication.publish(store, done.period_courses, settings, config=config, now=now,
+                               rebuilt=done.period_labels, whole=done.whole)
     return done.rows_written, store.suppressed_on(done.days)
 
 

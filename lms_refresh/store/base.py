@@ -19,29 +19,31 @@ from lms_refresh.store import periods
 from lms_refresh.store.course_names import CourseNames
 from lms_refresh.store.erasure import Erasure
 from lms_refresh.store.grains import Grains
+from lms_refresh.store.published import Published
 from lms_refresh.store.rebuild_check import RebuildCheck
 from lms_refresh.store.run_log import RunLog
 from lms_refresh.store.tables import SERVING_COLUMNS, column_names
 
-# daily_metrics' columns that the publication derives from (see lms_refresh.disclosure.policy.published_row).
-CELL_FIELDS = tuple(name for name in column_names("daily_metrics") if name != "course_id")
 PRIVACY_FIELDS = column_names("privacy_settings")[1:]  # after the id of the one row
-PUBLISHED_FIELDS = column_names("published_metrics")
 
 
 class Recomputed(typing.NamedTuple):
     """What a recompute did: the metric rows it wrote, the days it rebuilt, the courses to publish again (their
-    days, and {grain: courses} of their other periods), and the configured terms it could not count (they begin
-    before the learners' presence that retention kept)."""
+    days, and {grain: courses} of their other periods), the configured terms it could not count (they begin
+    before the learners' presence that retention kept), {grain: labels} of the other periods it rebuilt, and the
+    grains ("day" among them) whose courses are to be published whole, not only where rebuilt (a change of the
+    privacy settings: all; of the terms: the terms)."""
 
     rows_written: int
     days: set
     courses: set
     period_courses: dict
     uncounted_terms: tuple = ()
+    period_labels: dict = None
+    whole: tuple = ()
 
 
-class SqlStore(Erasure, Grains, RebuildCheck, RunLog, CourseNames):
+class SqlStore(Erasure, Grains, Published, RebuildCheck, RunLog, CourseNames):
     """A metrics store in SQL written once; a subclass is a `driver.Driver` (sqlite.py, postgres.py)."""
 
     dialect = None  # a store.dialect.Dialect
@@ -283,18 +285,6 @@ class SqlStore(Erasure, Grains, RebuildCheck, RunLog, CourseNames):
                 "SELECT course_id FROM daily_metrics WHERE day = ?", (day,)).fetchall())
         return found
 
-    def course_cells(self, course):
-        """Return the aggregates and record keys of `course`'s cells: {day: {field: value}} (CELL_FIELDS)."""
-        return {row[0]: dict(zip(CELL_FIELDS, row, strict=True)) for row in self.execute(
-            f"SELECT {', '.join(CELL_FIELDS)} FROM daily_metrics WHERE course_id = ?", (course,)).fetchall()}
-
-    def replace_published(self, course, rows):
-        """Replace the published rows of `course` by `rows` [(day, values...)], as they are given."""
-        self.execute("DELETE FROM published_metrics WHERE course_id = ?", (course,))
-        if rows:
-            self.executemany(f"INSERT INTO published_metrics ({', '.join(PUBLISHED_FIELDS)}) "
-                             f"VALUES ({', '.join('?' for _ in PUBLISHED_FIELDS)})", [(course,) + row for row in rows])
-
     def _courses_to_publish(self, courses):
         """`courses`, or every course once the privacy settings changed."""
         if not self._republish_all:
@@ -302,12 +292,6 @@ class SqlStore(Erasure, Grains, RebuildCheck, RunLog, CourseNames):
         self._republish_all = False
         return {row[0] for row in self.execute("SELECT course_id FROM published_metrics UNION "
                                                "SELECT course_id FROM daily_metrics").fetchall()}
-
-    def suppressed_on(self, days):
-        """Return how many published rows of `days` have a withheld value (one pass over the withheld rows)."""
-        counts = self.execute("SELECT day, COUNT(*) FROM published_metrics WHERE suppressed = 1 GROUP BY day")
-        days = set(days)
-        return sum(count for day, count in counts.fetchall() if day in days)
 
     def recompute(self, days, *, record_keys, calendar):
         """Delete and rebuild the partitions of `days` from all staged events of those days, and the periods of
@@ -323,8 +307,9 @@ class SqlStore(Erasure, Grains, RebuildCheck, RunLog, CourseNames):
         uncounted = [] if recounted is None else recounted.pop(None, [])
         written = self.rebuild_partitions(days, calendar)
         grains = periods.GRAINS if everything else () if recounted is None else ("term",)
-        return Recomputed(written, days, self._courses_to_publish(courses | self.courses_on(days)),
-                          self.rebuild_periods(days, calendar, everything=grains, also=recounted), tuple(uncounted))
+        period_courses, labels = self.rebuild_periods(days, calendar, everything=grains, also=recounted)
+        return Recomputed(written, days, self._courses_to_publish(courses | self.courses_on(days)), period_courses,
+                          tuple(uncounted), labels, ("day",) + grains if everything else grains)
 
     def forget_transaction(self):
         """Voids learned inside a rolled-back transaction are gone with it."""

@@ -18,7 +18,7 @@ import json
 
 from lms_refresh import instants
 from lms_refresh.store import periods
-from lms_refresh.store.tables import KEY_SUMS, PERIOD_COUNTS, PERIOD_SERVING_COLUMNS, PRESENCE_FLAGS, SITE, column_names
+from lms_refresh.store.tables import KEY_SUMS, PERIOD_COUNTS, PERIOD_SERVING_COLUMNS, PRESENCE_FLAGS, SITE
 
 _MODULUS = 4294967296
 _LEARNERS = ("learners", "attempt_learners", "completion_learners", "passed_learners", "failed_learners",
@@ -26,10 +26,6 @@ _LEARNERS = ("learners", "attempt_learners", "completion_learners", "passed_lear
 _SUMS = ("statements", "attempts", "completions", "passed", "failed", "score_sum_micro", "score_count",
          "duration_ms", "duration_count") + tuple(key for key in KEY_SUMS if key not in ("learner_key",
                                                                                          "duration_count"))
-# A period's cell, as the publication reads it (store.base.CELL_FIELDS with `period` for `day`).
-PERIOD_CELL_FIELDS = ("period",) + tuple(name for name in column_names("period_metrics")
-                                         if name not in ("grain", "period", "course_id"))
-PUBLISHED_PERIOD_FIELDS = column_names("published_periods")
 
 # One day's presence added to (sign 1) or taken from (sign -1) a period's learners, in key order (no sort):
 # parameters grain, period, day. Taken, a learner's row is always there (it was added with that day).
@@ -164,11 +160,13 @@ class Grains:
 
     def rebuild_periods(self, days, calendar, everything=(), also=None):
         """Rebuild the cells of every period of `calendar` that holds one of `days` (ISO text, already rebuilt),
-        and of the periods `also` ({(grain, label): (first, last)}); return {grain: course ids to publish again}
-        (every course of each grain in `everything`)."""
+        and of the periods `also` ({(grain, label): (first, last)}); return ({grain: course ids to publish again}
+        (every course of each grain in `everything`), {grain: the labels rebuilt})."""
         courses = {grain: set() for grain in periods.GRAINS}
+        labels = {grain: set() for grain in periods.GRAINS}
         days = {day for day in days if instants.FIRST_DAY <= day <= instants.LAST_DAY}
         for (grain, label), (first, last) in sorted({**calendar.periods_of(days), **(also or {})}.items()):
+            labels[grain].add(label)
             courses[grain].update(self._period_courses(grain, label))
             self.execute("DELETE FROM period_metrics WHERE grain = ? AND period = ?", (grain, label))
             self.execute(_REBUILD, (grain, label, grain, label, first, last))
@@ -178,28 +176,13 @@ class Grains:
             courses[grain] = {row[0] for row in self.execute(
                 "SELECT course_id FROM period_metrics WHERE grain = ? UNION "
                 "SELECT course_id FROM published_periods WHERE grain = ?", (grain, grain)).fetchall()}
-        return courses
+        return courses, labels
 
     def _period_courses(self, grain, label):
         return {row[0] for row in self.execute(
             "SELECT course_id FROM period_metrics WHERE grain = ? AND period = ? UNION "
             "SELECT course_id FROM published_periods WHERE grain = ? AND period = ?",
             (grain, label, grain, label)).fetchall()}
-
-    def period_cells(self, grain, course):
-        """Return the aggregates and record keys of `course`'s `grain` cells: {label: {field: value}}."""
-        return {row[0]: dict(zip(PERIOD_CELL_FIELDS, row, strict=True)) for row in self.execute(
-            f"SELECT {', '.join(PERIOD_CELL_FIELDS)} FROM period_metrics WHERE grain = ? AND course_id = ?",
-            (grain, course)).fetchall()}
-
-    def replace_published_periods(self, grain, course, rows):
-        """Replace the published `grain` rows of `course` by `rows` [(label, start, end, values..., closes_at,
-        complete)], as they are given."""
-        self.execute("DELETE FROM published_periods WHERE grain = ? AND course_id = ?", (grain, course))
-        if rows:
-            self.executemany(f"INSERT INTO published_periods ({', '.join(PUBLISHED_PERIOD_FIELDS)}) VALUES "
-                             f"({', '.join('?' for _ in PUBLISHED_PERIOD_FIELDS)})",
-                             [(grain, course) + tuple(row) for row in rows])
 
     def close_periods(self, cutoff):
         """Mark complete the published periods that ended (closes_at) at or before the instant `cutoff`."""

@@ -120,6 +120,15 @@ class Project:
         finally:
             store.close()
 
+    def grain_rows(self, grain, site=False):
+        """Return the serving rows of `grain` (store.periods.GRAINS): the courses', and the site's too (course None)
+        when `site`."""
+        store = self.open_store()
+        try:
+            return [row for row in store.period_serving_rows(grain) if site or row[3] is not None]
+        finally:
+            store.close()
+
     def meta(self):
         return dict(self.query("SELECT key, value FROM meta"))
 

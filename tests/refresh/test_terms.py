@@ -16,7 +16,6 @@ from refresh.test_weeks_and_months import (
     configure,
     daily_runs_and_one_backfill,
     dashboard,
-    grain_rows,
     moment,
     readme_query,
 )
@@ -46,11 +45,11 @@ def test_terms_are_true_distinct_counts_of_their_days_overlapping_or_not(project
     project.write("a.ndjson", written)
     project.invoke("run", now="2026-11-20T04:15:00Z", check=0)
     check_every_grain(project, written, "Europe/Paris", moment("2026-11-20T04:15:00Z"), TERMS)
-    rows = grain_rows(project, "term", site=True)
+    rows = project.grain_rows("term", site=True)
     assert [row[:4] for row in rows if row[3] is None] == [
         ("Autumn 2026", "2026-09-14", "2026-10-11", None), ("Block week", "2026-10-05", "2026-10-09", None),
         ("Winter 2026", "2026-10-19", "2026-11-06", None)]  # in calendar order, the site's first
-    weeks = {row[0]: row[4] for row in grain_rows(project, "week", site=True) if row[3] is None}
+    weeks = {row[0]: row[4] for row in project.grain_rows("week", site=True) if row[3] is None}
     autumn = next(row for row in rows if row[0] == "Autumn 2026" and row[3] is None)
     assert autumn[4] < sum(weeks[week] for week in ("2026-W38", "2026-W39", "2026-W40", "2026-W41"))
 
@@ -60,13 +59,13 @@ def test_a_late_statement_recomputes_its_terms_and_no_other(project):
     written = activity(6, dt.date(2026, 9, 14), 54)
     project.write("a.ndjson", written)
     project.invoke("run", now="2026-11-09T04:15:00Z", check=0)
-    before = grain_rows(project, "term", site=True)
+    before = project.grain_rows("term", site=True)
     late = [statement(learner=f"late{n}", course="BIO101", verb="passed", timestamp="2026-10-06T09:00:00Z",
                       stored="2026-11-09T05:00:00Z") for n in range(2)]
     project.write("b.ndjson", late)
     project.invoke("run", now="2026-11-09T06:00:00Z", check=0)
     check_every_grain(project, written + late, "Europe/Paris", moment("2026-11-09T06:00:00Z"), TERMS)
-    changed = {row[0] for row in set(grain_rows(project, "term", site=True)) ^ set(before)}
+    changed = {row[0] for row in set(project.grain_rows("term", site=True)) ^ set(before)}
     assert changed == {"Autumn 2026", "Block week"}  # both terms that hold 6 October, not Winter
 
 
@@ -76,7 +75,7 @@ def test_daily_runs_over_the_terms_equal_one_backfill(tmp_path, make_project):
     with_terms(once, TERMS)
     written = activity(7, dt.date(2026, 9, 14), 56, per_day=10)
     daily_runs_and_one_backfill(daily, once, written, dt.date(2026, 9, 14), 57)
-    assert grain_rows(daily, "term", site=True) == grain_rows(once, "term", site=True) != []
+    assert daily.grain_rows("term", site=True) == once.grain_rows("term", site=True) != []
     check_every_grain(once, written, "Europe/Paris", moment("2026-11-09T04:15:00Z"), TERMS)
 
 
@@ -85,7 +84,7 @@ def test_changed_terms_are_counted_again_and_removed_ones_leave_the_publication(
     written = activity(8, dt.date(2026, 9, 14), 56)
     project.write("a.ndjson", written)
     project.invoke("run", now="2026-11-09T04:15:00Z", check=0)
-    assert grain_rows(project, "term") == []  # no terms configured
+    assert project.grain_rows("term") == []  # no terms configured
     add_terms(project, (AUTUMN, BLOCK))  # added after the days were counted: counted from what the store keeps
     project.invoke("run", now="2026-11-09T05:15:00Z", check=0)
     check_every_grain(project, written, "Europe/Paris", moment("2026-11-09T05:15:00Z"), (AUTUMN, BLOCK))
@@ -93,7 +92,7 @@ def test_changed_terms_are_counted_again_and_removed_ones_leave_the_publication(
     add_terms(project, (moved, WINTER))  # Autumn removed, Block week moved, Winter new
     project.invoke("run", now="2026-11-09T06:15:00Z", check=0)
     check_every_grain(project, written, "Europe/Paris", moment("2026-11-09T06:15:00Z"), (moved, WINTER))
-    assert {row[0] for row in grain_rows(project, "term")} == {"Block week", "Winter 2026"}
+    assert {row[0] for row in project.grain_rows("term")} == {"Block week", "Winter 2026"}
 
 
 def test_the_readme_term_query_runs_as_written(project):
@@ -166,7 +165,7 @@ def test_a_term_that_begins_before_the_kept_presence_is_not_counted_and_says_so(
     result = sqlite_project.invoke("run", now="2027-11-05T05:15:00Z", check=0)
     assert "The term 'Autumn 2026' is not counted: it begins before the oldest day whose learners the store " \
            "still keeps (retention.staging_days)" in result.stderr
-    assert grain_rows(sqlite_project, "term", site=True) == expected_periods(
+    assert sqlite_project.grain_rows("term", site=True) == expected_periods(
         written, "Europe/Paris", K, "term", moment("2027-11-05T05:15:00Z"), (october,)) != []
 
 
@@ -187,10 +186,10 @@ def test_a_rebuild_whose_staging_horizon_straddles_a_week_and_a_term_keeps_them_
     assert project.meta()["staging_horizon"] == "2026-09-01"
     assert project.meta()["presence_from"] == "2026-08-24"  # the term holds the horizon: kept from its start
     closed = moment("2026-11-30T04:15:00Z")
-    before = {grain: grain_rows(project, grain, site=True) for grain in ("week", "month", "term")}
+    before = {grain: project.grain_rows(grain, site=True) for grain in ("week", "month", "term")}
     check_every_grain(project, early + later, "Europe/Paris", closed, (summer,))
     project.invoke("rebuild", "--since", "2026-08-01", now="2026-11-30T05:15:00Z", check=0)
-    after = {grain: grain_rows(project, grain, site=True) for grain in ("week", "month", "term")}
+    after = {grain: project.grain_rows(grain, site=True) for grain in ("week", "month", "term")}
     assert after == before
     assert [row[:3] for row in after["week"] if row[3] is None][:2] == [
         ("2026-W35", "2026-08-24", "2026-08-30"), ("2026-W36", "2026-08-31", "2026-09-06")]

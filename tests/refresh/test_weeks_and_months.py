@@ -36,15 +36,6 @@ def stamp(when):
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def grain_rows(project, grain, site=False):
-    """The serving rows of `grain`: the courses', and the site's too (course None) when `site`."""
-    store = project.open_store()
-    try:
-        return [row for row in store.period_serving_rows(grain) if site or row[3] is not None]
-    finally:
-        store.close()
-
-
 def activity(seed, first, days, courses=("BIO101", "CHEM1", "TINY"), per_day=14):
     """Statements over `days` local days from `first`: learners come back on several days of a week."""
     rng, made = random.Random(seed), []
@@ -67,7 +58,7 @@ def check_every_grain(project, written, timezone, closed_before, terms=()):
     """Every grain's rows, the site's with the courses', against the independent recount (`terms` as configured)."""
     for grain in periods.GRAINS:
         expected = expected_periods(written, timezone, K, grain, closed_before, terms)
-        assert grain_rows(project, grain, site=True) == expected, grain
+        assert project.grain_rows(grain, site=True) == expected, grain
 
 
 def test_weeks_and_months_are_true_distinct_counts_of_their_periods(project):
@@ -76,7 +67,7 @@ def test_weeks_and_months_are_true_distinct_counts_of_their_periods(project):
     project.write("a.ndjson", written)
     project.invoke("run", now="2026-11-20T04:15:00Z", check=0)
     check_every_grain(project, written, "Europe/Paris", moment("2026-11-20T04:15:00Z"))
-    weeks = grain_rows(project, "week")
+    weeks = project.grain_rows("week")
     days = project.serving()
     # A week's learners are not its days' sum: learners come back on several days.
     week = next(row for row in weeks if row[0] == "2026-W40" and row[3].endswith("BIO101"))
@@ -89,13 +80,13 @@ def test_a_late_statement_recomputes_its_week_and_month(project):
     written = activity(2, dt.date(2026, 10, 1), 31)
     project.write("a.ndjson", written)
     project.invoke("run", now="2026-11-02T04:15:00Z", check=0)
-    before = grain_rows(project, "week", site=True)
+    before = project.grain_rows("week", site=True)
     late = [statement(learner=f"new{n}", course="BIO101", verb="passed", timestamp="2026-10-14T09:00:00Z",
                       stored="2026-11-02T05:00:00Z") for n in range(3)]
     project.write("b.ndjson", late)
     project.invoke("run", now="2026-11-02T06:00:00Z", check=0)
     check_every_grain(project, written + late, "Europe/Paris", moment("2026-11-02T06:00:00Z"))
-    after = grain_rows(project, "week", site=True)
+    after = project.grain_rows("week", site=True)
     changed = {(row[0], row[3]) for row in set(after) ^ set(before)}
     assert changed == {("2026-W42", None), ("2026-W42", f"{HOME}/course/BIO101")}  # 2026-10-14's week, no other
 
@@ -108,14 +99,14 @@ def test_voids_take_a_learner_out_of_a_week_only_once_no_day_of_it_holds_them(pr
              for day in (12, 14)]
     project.write("a.ndjson", crowd + twice)
     project.invoke("run", now="2026-10-20T04:15:00Z", check=0)
-    assert [row[4] for row in grain_rows(project, "week")] == [K + 1]
+    assert [row[4] for row in project.grain_rows("week")] == [K + 1]
     project.write("b.ndjson", [voiding(twice[0]["id"], "2026-10-20T05:00:00Z")])  # still there on the 14th
     project.invoke("run", now="2026-10-20T06:00:00Z", check=0)
     check_every_grain(project, crowd + twice[1:], "Europe/Paris", moment("2026-10-20T06:00:00Z"))
     project.write("c.ndjson", [voiding(twice[1]["id"], "2026-10-20T07:00:00Z")])  # and now on no day of it
     project.invoke("run", now="2026-10-20T08:00:00Z", check=0)
     check_every_grain(project, crowd, "Europe/Paris", moment("2026-10-20T08:00:00Z"))
-    assert [row[4] for row in grain_rows(project, "week")] == [K]
+    assert [row[4] for row in project.grain_rows("week")] == [K]
     assert project.query("SELECT COUNT(*) FROM learner_periods WHERE days <= 0") == [(0,)]
 
 
@@ -127,9 +118,9 @@ def test_iso_week_53_and_the_week_year_boundary(project):
     project.invoke("run", now="2027-01-20T04:15:00Z", check=0)
     check_every_grain(project, written, "UTC", moment("2027-01-20T04:15:00Z"))
     course = f"{HOME}/course/BIO101"
-    assert [row[:4] for row in grain_rows(project, "week")] == [
+    assert [row[:4] for row in project.grain_rows("week")] == [
         ("2026-W53", "2026-12-28", "2027-01-03", course), ("2027-W01", "2027-01-04", "2027-01-10", course)]
-    assert [row[:3] for row in grain_rows(project, "month")] == [
+    assert [row[:3] for row in project.grain_rows("month")] == [
         ("2026-12", "2026-12-01", "2026-12-31"), ("2027-01", "2027-01-01", "2027-01-31")]
 
 
@@ -145,7 +136,7 @@ def test_weeks_across_a_dst_change_follow_the_local_calendar(project, timezone, 
     project.write("a.ndjson", written)
     project.invoke("run", now=stamp(edge + dt.timedelta(hours=1)), check=0)
     check_every_grain(project, written, timezone, edge + dt.timedelta(hours=1))
-    weeks = grain_rows(project, "week")
+    weeks = project.grain_rows("week")
     # 30 minutes either side of local midnight: two weeks of K learners, the first over (lag 0), the second not.
     assert [(row[4], row[-1]) for row in weeks] == [(K, 1), (K, 0)]
     assert weeks[1][1] == edge.astimezone(zoneinfo.ZoneInfo(timezone)).date().isoformat()
@@ -157,10 +148,10 @@ def test_a_period_is_complete_once_its_end_and_the_lag_have_passed(project):
     written = [statement(learner=f"l{n}", course="BIO101", timestamp="2026-11-01T15:00:00Z") for n in range(K)]
     project.write("a.ndjson", written)
     project.invoke("run", now="2026-11-02T05:59:59Z", check=0)  # the week ended at 05:00 UTC; the lag is 1 h
-    assert [row[-1] for row in grain_rows(project, "week")] == [0]
+    assert [row[-1] for row in project.grain_rows("week")] == [0]
     project.invoke("run", now="2026-11-02T06:00:00Z", check=0)  # nothing new to read: the run still closes it
-    assert [row[-1] for row in grain_rows(project, "week")] == [1]
-    assert [row[-1] for row in grain_rows(project, "month")] == [0]  # November goes on
+    assert [row[-1] for row in project.grain_rows("week")] == [1]
+    assert [row[-1] for row in project.grain_rows("month")] == [0]  # November goes on
     check_every_grain(project, written, "America/New_York", moment("2026-11-02T05:00:00Z"))
 
 
@@ -185,7 +176,7 @@ def test_daily_runs_over_a_month_equal_one_backfill_on_every_grain(tmp_path, mak
     written = activity(3, dt.date(2026, 10, 1), 31)
     daily_runs_and_one_backfill(daily, once, written, dt.date(2026, 10, 1), 32)
     for grain in periods.GRAINS:
-        assert grain_rows(daily, grain) == grain_rows(once, grain), grain
+        assert daily.grain_rows(grain) == once.grain_rows(grain), grain
     assert daily.serving() == once.serving()
     check_every_grain(once, written, "Europe/Paris", moment("2026-11-01T04:15:00Z"))
 
