@@ -106,23 +106,24 @@ class Grains:
         return periods.Calendar(json.loads(text) if text else ())
 
     def sync_terms(self, calendar):
-        """Count again the terms of `calendar` that the store holds otherwise (new, changed, or none yet), from the
+        """Count the terms of `calendar` that the store does not hold as they are (new or changed), from the
         learners' presence it keeps, and forget the terms no longer configured; return {("term", name): (first
-        day, last day)} of the terms counted again (None if the terms are the store's already). A term that
-        begins before the presence retention kept (meta `presence_from`) cannot be counted whole: one unchanged
-        keeps its rows, any other is not counted and is returned in a list under None."""
+        day, last day)} of the terms counted (None if the terms are the store's already). A term that begins
+        before the presence retention kept (meta `presence_from`) cannot be counted whole: it is not counted, and
+        is returned in a list under None. An unchanged term keeps its rows."""
         stored = self.stored_calendar()
         if stored.terms == calendar.terms:
             return None
         kept_from, recounted, uncounted = self.meta().get("presence_from"), {}, []
         for name, first, last in stored.terms:
-            if (name, first, last) not in calendar.terms or (kept_from is None or first >= kept_from):
+            if (name, first, last) not in calendar.terms:
                 for table in ("learner_periods", "period_metrics"):
                     self.execute(f"DELETE FROM {table} WHERE grain = 'term' AND period = ?", (name,))
         for name, first, last in calendar.terms:
+            if (name, first, last) in stored.terms:
+                continue  # unchanged: its rows were kept up to date with every rebuilt day, as a week's are
             if kept_from is not None and first < kept_from:
-                if (name, first, last) not in stored.terms:
-                    uncounted.append(name)
+                uncounted.append(name)
                 continue
             self.execute("DELETE FROM learner_periods WHERE grain = 'term' AND period = ?", (name,))
             for (day,) in self.execute("SELECT DISTINCT day FROM learner_days WHERE day BETWEEN ? AND ? ORDER BY day",
