@@ -11,6 +11,7 @@ PACKAGES=(
   # the engine and its tests, on the versions the .deb depends on
   python3 python3-venv python3-setuptools python3-click python3-systemd python3-requests python3-pytest
   python3-prometheus-client python3-hypothesis tzdata util-linux git
+  python3-pytest-xdist  # the suite on 3 workers (below)
   # the LRS tests: Ralph's own virtualenv, and a certificate for HTTPS
   openssl
   groff-base  # lms-refresh(8) is checked with groff -man -ww -z
@@ -42,4 +43,7 @@ fi
 # Everything is installed above, so nothing may be skipped: a missing server (or any other skip) fails
 # the test that needed it instead of hiding it (tests/conftest.py).
 export LMS_REFRESH_REQUIRE_ALL=1
-exec .venv/bin/python -m pytest -p no:cacheprovider "$@"
+# Three workers (pytest-xdist): most tests wait on a server, a subprocess or a booted machine more than
+# they compute, so three keep a 2-core machine busy. The system tests stay on one worker together (their
+# xdist_group, tests/conftest.py). `-n 0` among the arguments runs everything in this one process.
+exec .venv/bin/python -m pytest -p no:cacheprovider -n 3 --dist loadgroup "$@"
