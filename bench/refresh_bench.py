@@ -9,11 +9,17 @@ Scenarios (each a separate `lms-refresh` process, timed end to end from
 export files to the committed serving table; peak RSS from wait4):
   full      one refresh of --statements statements spread over 30 days, then
             the naive yardstick (json.loads + executemany) on the same files
-  inc-1     a one-day refresh on top of 1 day of history
-  inc-60    a one-day refresh on top of 60 days of history
+  inc       a one-day refresh (--per-day statements) on top of 7 and of 365 days of history at the same
+            rate, twice each, alternated, and the ratio of their medians (issue 23: at most 1.15x): what
+            the years behind a nightly run cost it
   terms     (--only terms) a one-day refresh on top of 365 days of history (--per-day statements a day),
             with two terms configured and without, back to back, twice each (a new history each time),
             and the ratio of their medians: what the terms cost a nightly run
+  linear    (--only linear) full refreshes of --statements statements over 30 days and of ten times as
+            many over 300 days (the same daily rate; the first 30 days are the same files), the ratio of
+            their times per statement (issue 23: at most 1.15x), peak RSS, and the store's and the
+            publication's size per million statements. At the default 1M, 10M statements are about
+            9 GB of NDJSON in the work directory (--work puts it elsewhere).
 """
 
 import argparse
@@ -63,11 +69,14 @@ TWO_TERMS = (("Autumn 2026", "2026-09-14", "2026-12-18"), ("Spring 2027", "2027-
 
 
 def configure(root, source, server, terms=()):
-    """Write a config for `source` with `terms`; on PostgreSQL (server given) in a new database."""
+    """Write a config for `source` with `terms`; on PostgreSQL (server given) in a new database.
+
+    Return the config's path and the database's name (None on SQLite)."""
     config = os.path.join(root, "config.toml")
-    store = ""
+    store, database = "", None
     if server is not None:
-        store = (f'[store]\ntype = "postgresql"\nurl = "{server.url(server.new_database())}"\n'
+        database = server.new_database()
+        store = (f'[store]\ntype = "postgresql"\nurl = "{server.url(database)}"\n'
                  f'password_file = "{server.password_file}"\n')
     with open(config, "w") as handle:
         handle.write(f'timezone = "Europe/Paris"\nstate_directory = "{root}/state"\n'
@@ -75,7 +84,7 @@ def configure(root, source, server, terms=()):
                      f'[source]\ntype = "xapi-ndjson"\npath = "{source}"\n' + store
                      + "".join(f'[[terms]]\nname = "{name}"\nfirst_day = {first}\nlast_day = {last}\n'
                                for name, first, last in terms))
-    return config
+    return config, database
 
 
 def timed_run(config, now, *args):
@@ -126,32 +135,111 @@ def report(store, name, count, seconds, rss):
           f"peak RSS {rss:6.1f} MiB", flush=True)
 
 
-def terms_scenario(work, stores, server, per_day, history=365):
-    """A nightly run on a year of history with TWO_TERMS and without, alternated; print each and the ratio."""
+def nightly(work, name, store, server, source, history, terms=()):
+    """Build `history` days from `source` in a new store, then time the one-day run that adds `source`-next's day.
+
+    Return (seconds, peak RSS in MiB) of that run; the store is removed afterwards."""
+    root = os.path.join(work, name)
+    os.makedirs(root)
+    mine = os.path.join(root, "src")
+    shutil.copytree(source, mine)
+    config, _ = configure(root, mine, server if store == "postgresql" else None, terms)
+    timed_run(config, START + dt.timedelta(days=history), "run")  # build the history
+    shutil.copytree(source + "-next", mine, dirs_exist_ok=True)
+    seconds, rss, _ = timed_run(config, START + dt.timedelta(days=history + 1), "run")
+    shutil.rmtree(root)
+    return seconds, rss
+
+
+def alternated(work, label, stores, server, per_day, variants):
+    """Time each of `variants` (name -> (source, history, terms)) twice per store, alternated; print each
+    run and the ratio of the last variant's median to the first's."""
     import statistics
 
-    source = os.path.join(work, "terms-src")
-    write_days(source, 0, history, per_day, seed=7)
-    write_days(source + "-next", history, 1, per_day, seed=8)
+    names = list(variants)
     for store in stores:
-        times = {"no terms": [], "two terms": []}
+        times = {name: [] for name in names}
         for attempt in range(2):
-            for name, terms in (("no terms", ()), ("two terms", TWO_TERMS)):
-                root = os.path.join(work, f"terms-{store}-{attempt}-{name.replace(' ', '-')}")
-                os.makedirs(root)
-                mine = os.path.join(root, "src")
-                shutil.copytree(source, mine)
-                config = configure(root, mine, server if store == "postgresql" else None, terms)
-                timed_run(config, START + dt.timedelta(days=history), "run")  # build the history
-                shutil.copytree(source + "-next", mine, dirs_exist_ok=True)
-                seconds, rss, _ = timed_run(config, START + dt.timedelta(days=history + 1), "run")
+            for name in names:
+                source, history, terms = variants[name]
+                seconds, rss = nightly(work, f"{label}-{store}-{attempt}-{name.replace(' ', '-')}", store, server,
+                                       source, history, terms)
                 report(store, f"inc-{history}", per_day, seconds, rss)
                 print(f"{'':<10} ({name})", flush=True)
                 times[name].append(seconds)
-                shutil.rmtree(root)
-        ratio = statistics.median(times["two terms"]) / statistics.median(times["no terms"])
-        print(f"{store:<10} one-day run on {history} days, two terms / no terms: {ratio:.2f}x (medians of 2)",
-              flush=True)
+        ratio = statistics.median(times[names[-1]]) / statistics.median(times[names[0]])
+        print(f"{store:<10} {label}: {names[-1]} / {names[0]}: {ratio:.2f}x (medians of 2)", flush=True)
+
+
+def history_source(work, name, history, per_day, seed):
+    """Export files for `history` days at `per_day` a day, and the next day's beside them (name-next)."""
+    source = os.path.join(work, name)
+    write_days(source, 0, history, per_day, seed=seed)
+    write_days(source + "-next", history, 1, per_day, seed=seed + 1000)
+    return source
+
+
+def terms_scenario(work, stores, server, per_day, history=365):
+    """A nightly run on a year of history with TWO_TERMS and without, alternated; print each and the ratio."""
+    source = history_source(work, "terms-src", history, per_day, seed=7)
+    alternated(work, f"one-day run on {history} days", stores, server, per_day,
+               {"no terms": (source, history, ()), "two terms": (source, history, TWO_TERMS)})
+
+
+def inc_scenario(work, stores, server, per_day):
+    """A nightly run on 7 and on 365 days of history at the same daily rate, alternated; print each and the ratio."""
+    short = history_source(work, "inc7-src", 7, per_day, seed=70)
+    long = history_source(work, "inc365-src", 365, per_day, seed=365)
+    alternated(work, "one-day run", stores, server, per_day,
+               {"7 days of history": (short, 7, ()), "365 days of history": (long, 365, ())})
+
+
+def tree_bytes(path):
+    return sum(os.path.getsize(os.path.join(top, name)) for top, _, names in os.walk(path) for name in names)
+
+
+def store_sizes(root, server, database):
+    """Bytes of the store and of the publication after a run. On PostgreSQL the store is the database
+    (the publication's tables included) and the publication is its *_metrics and courses tables."""
+    if server is None:
+        return tree_bytes(os.path.join(root, "state")), tree_bytes(os.path.join(root, "state-publication"))
+    total = server.admin(f"SELECT pg_database_size('{database}')", database)[0][0]
+    published = server.admin("SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind = 'r' "
+                             "AND (c.relname LIKE '%metrics' OR c.relname = 'courses') "
+                             "AND n.nspname NOT IN ('pg_catalog', 'information_schema')", database)[0][0]
+    return total, int(published)
+
+
+def linear_scenario(work, stores, server, statements):
+    """Full refreshes of `statements` over 30 days and of ten times as many over 300 days, at the same
+    daily rate: print each, the ratio of their times per statement and the sizes per million statements."""
+    per_day = statements // 30
+    large = os.path.join(work, "linear-src")
+    size = write_days(large, 0, 300, per_day, seed=10)
+    small = os.path.join(work, "linear-small-src")
+    os.makedirs(small)
+    for name in sorted(os.listdir(large))[:30]:  # the same files: hard links
+        os.link(os.path.join(large, name), os.path.join(small, name))
+    print(f"generated {per_day * 300:,} statements, {size / (per_day * 300):.0f} bytes each on average "
+          f"({size / 2**30:.1f} GiB)", flush=True)
+    for store in stores:
+        per_statement = {}
+        for days, source in ((30, small), (300, large)):
+            count = per_day * days
+            root = os.path.join(work, f"linear-{store}-{days}")
+            os.makedirs(root)
+            config, database = configure(root, source, server if store == "postgresql" else None)
+            seconds, rss, _ = timed_run(config, START + dt.timedelta(days=days + 1), "run")
+            report(store, f"full-{days}d", count, seconds, rss)
+            stored, published = store_sizes(root, server if store == "postgresql" else None, database)
+            million = count / 1e6
+            print(f"{'':<10} store {stored / million / 2**20:,.1f} MiB and publication "
+                  f"{published / million / 2**20:,.2f} MiB per million statements", flush=True)
+            per_statement[days] = seconds / count
+            shutil.rmtree(root)
+        print(f"{store:<10} time per statement, {per_day * 300:,} / {per_day * 30:,}: "
+              f"{per_statement[300] / per_statement[30]:.2f}x", flush=True)
 
 
 def main():
@@ -159,7 +247,7 @@ def main():
     parser.add_argument("--statements", type=int, default=1_000_000)
     parser.add_argument("--per-day", type=int, default=20_000)
     parser.add_argument("--work", default=None, help="work directory (default: a temporary one, removed)")
-    parser.add_argument("--only", choices=["full", "inc", "terms"], default=None)
+    parser.add_argument("--only", choices=["full", "inc", "terms", "linear"], default=None)
     parser.add_argument("--stores", default="sqlite,postgresql")
     options = parser.parse_args()
     work = options.work or tempfile.mkdtemp(prefix="lmsr-bench-")
@@ -177,7 +265,7 @@ def main():
             for store in stores:
                 root = os.path.join(work, f"full-{store}")
                 os.makedirs(root)
-                config = configure(root, source, server if store == "postgresql" else None)
+                config, _ = configure(root, source, server if store == "postgresql" else None)
                 seconds, rss, _ = timed_run(config, START + dt.timedelta(days=days + 1), "run")
                 report(store, "full", count, seconds, rss)
             naive_count, naive_seconds = naive_baseline(source, os.path.join(work, "naive.sqlite"))
@@ -185,22 +273,11 @@ def main():
                   f"{naive_count / naive_seconds:>9,.0f} statements/s  (json.loads + executemany, one process: "
                   "the issue's yardstick, ~36,000/s on this kind of machine)", flush=True)
         if options.only in (None, "inc"):
-            for history in (1, 60):
-                source = os.path.join(work, f"inc{history}-src")
-                write_days(source, 0, history, options.per_day, seed=history)
-                write_days(source + "-next", history, 1, options.per_day, seed=1000 + history)
-                for store in stores:
-                    root = os.path.join(work, f"inc{history}-{store}")
-                    os.makedirs(root)
-                    mine = os.path.join(root, "src")
-                    shutil.copytree(source, mine)
-                    config = configure(root, mine, server if store == "postgresql" else None)
-                    timed_run(config, START + dt.timedelta(days=history), "run")  # build the history
-                    shutil.copytree(source + "-next", mine, dirs_exist_ok=True)
-                    seconds, rss, _ = timed_run(config, START + dt.timedelta(days=history + 1), "run")
-                    report(store, f"inc-{history}", options.per_day, seconds, rss)
+            inc_scenario(work, stores, server, options.per_day)
         if options.only == "terms":
             terms_scenario(work, stores, server, options.per_day)
+        if options.only == "linear":
+            linear_scenario(work, stores, server, options.statements)
     finally:
         if server is not None:
             server.stop()
