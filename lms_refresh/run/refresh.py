@@ -7,8 +7,7 @@ and a rebuild's reset).
 
 One error path: phases raise (lms_refresh.errors' domain errors, or whatever broke). `_settle` rolls a failure
 back and records it (after the commit it is only tidying up: the run stands); `run()` alone turns the exception
-into the `Outcome`, never raising, not even for a stop or ^C; the job and the CLI only read it. SIGTERM: the
-process's one policy (run/stopping.py).
+into the `Outcome` (never raising, not even for ^C), which the job and the CLI read. SIGTERM: run/stopping.py.
 """
 
 import dataclasses
@@ -166,8 +165,8 @@ class Refresh:
         self.report.window = window
         return watermark, window
 
-    def nothing_to_do(self, store, meta, key):
-        """An empty window: still a run (staleness checks must see that it happened), and retention's."""
+    def nothing_to_do(self, store, meta, key, source):
+        """An empty window: still a run (staleness checks see it), retention's, and a rename's (standing names)."""
         report = self.report
         report.outcome = "nothing-to-do"
         logger.info("Nothing to do: the window %s .. %s is empty.", report.window.since_cursor,
@@ -176,6 +175,7 @@ class Refresh:
             return
         store.begin()
         store.follow_key(self._key_fingerprint)
+        store.record_names(source.standing_names())
         # Retention does not wait for new records: a quiet source's old data goes on time too.
         horizon = retention.staging_horizon(self.config, self.now, meta)
         retention.apply(store, self.config, self.now, horizon=horizon, days=set())
@@ -309,7 +309,7 @@ class Refresh:
         try:
             watermark, window = self.choose_window(meta, source)
             if window.empty:
-                self.nothing_to_do(store, meta, key)
+                self.nothing_to_do(store, meta, key, source)
                 return
             self._transaction(store, source, key, watermark=watermark, window=window)
         finally:

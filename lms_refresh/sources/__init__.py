@@ -147,6 +147,12 @@ class BaseSource:
     def restore(self, lookup):
         """Most sources keep no state: where they stand is the watermark."""
 
+    def standing_names(self):
+        """Return the names ({(kind, key): value}, as a Batch's) the source holds apart from its records, for a
+        run whose window is empty: a rename must still reach the publication. The records' own names are
+        read with the records; most sources have no others."""
+        return {}
+
     def close(self):
         """Release connections; the base holds none."""
 

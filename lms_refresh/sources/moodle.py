@@ -293,6 +293,10 @@ class MoodleSource(BaseSource):
                 last = rows[-1][0]
         yield moodle_courses.names_batch(self)  # after the log: the store names the courses it has events of
 
+    def standing_names(self):
+        """The courses' names: a rename in Moodle reaches the publication without a new log row."""
+        return moodle_courses.names_batch(self).names
+
     def _read_grade_ranges(self, rows):
         """Learn the range of every grade item the page's user_graded rows name and the mapper lacks.
 

@@ -56,6 +56,24 @@ def test_a_rename_in_moodle_republishes_without_a_new_log_row(tmp_path, moodle, 
     assert published_courses(project)[0][:2] == (course_iri(7), "Biology 101 \u2013 Cells (2026)")
 
 
+def test_a_rename_reaches_the_publication_in_a_run_with_nothing_to_read(tmp_path, moodle, moodle_reader, store_kind,
+                                                                         request):
+    """No lookback and no new log row: the window is empty, yet the run reads the course names."""
+    postgres = request.getfixturevalue("postgres_server") if store_kind == "postgresql" else None
+    load_two_days(moodle)
+    named_site(moodle)
+    project = moodle_project(tmp_path / "p", moodle, moodle_reader, postgres, id_lookback=0)
+    configure(project, language="en")
+    project.invoke("run", now=NOW, check=0)
+    rows = project.serving()
+    moodle.rename(9, "Chemistry <b>2</b>")
+    result = project.invoke("run", now="2026-11-25T05:15:00+01:00", check=0)
+    assert "Nothing to do: the window" in result.stderr
+    assert project.serving() == rows
+    assert [row[:2] for row in published_courses(project)] == [(course_iri(7), "Biology 101"),
+                                                               (course_iri(9), "Chemistry <b>2</b>")]
+
+
 def test_without_access_to_the_course_tables_runs_go_on_without_names(tmp_path, moodle, moodle_reader):
     load_two_days(moodle)
     named_site(moodle)
