@@ -169,6 +169,7 @@ for i in 1 2; do
   step "command $i" "$(echo "$line" | sed -n 's/.* after \([0-9?]*\) s$/\1/p')" \
     "exit $(echo "$line" | sed -n 's/.*: exit \([0-9?]*\) .*/\1/p'): ${COMMANDS[$((i - 1))]:0:60}"
 done
-echo "tests: $(grep -E '^=+ .*(passed|failed|error).* in [0-9.]+s' "$LOG" | tail -n1 | tr -d '=' | sed 's/^ *//;s/ *$//')"
+# pytest's last line: between rules of = in full, bare under -q (the autopkgtest suite's).
+echo "tests: $(grep -E '^(=+ )?[0-9]+ (passed|failed|error).* in [0-9.]+s' "$LOG" | tail -n1 | tr -d '=' | sed 's/^ *//;s/ *$//')"
 step total "$SECONDS" "$([ "$RC" -eq 0 ] && echo PASS || echo FAIL)"
 exit "$RC"
