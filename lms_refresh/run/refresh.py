@@ -204,6 +204,7 @@ class Refresh:
             report.voided += len(batch.voids)
             self.progress(f"Read {report.statements_read} statements in the window, {report.quarantined} quarantined")
             faults.point("batch-staged")
+        store.record_names(source.standing_names())
         days |= store.finish_staging()
         self.report.refuse_past_share(self.config.max_quarantine_share, accept=self.request.accept_bad_input)
         return days
@@ -224,8 +225,7 @@ class Refresh:
         faults.point("after-recompute")
 
     def commit(self, store, key, axis, *, watermark, window):
-        """Record the watermark, the store's identity and the run, and commit them with the run's work
-        (a dry run rolls back instead); return True if committed."""
+        """Commit the watermark, the store's identity and the run with its work (a dry run rolls back): True if so."""
         new_watermark = windows.next_watermark(watermark, window, self.request.kind != RUN, axis=axis)
         if new_watermark is not None:
             store.set_meta("watermark", axis.format(new_watermark))

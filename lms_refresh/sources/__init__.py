@@ -148,9 +148,9 @@ class BaseSource:
         """Most sources keep no state: where they stand is the watermark."""
 
     def standing_names(self):
-        """Return the names ({(kind, key): value}, as a Batch's) the source holds apart from its records, for a
-        run whose window is empty: a rename must still reach the publication. The records' own names are
-        read with the records; most sources have no others."""
+        """Return the names ({(kind, key): value}, as a Batch's) the source holds apart from its records: every
+        run reads them after its records (the store names the courses it has events of), an empty window's
+        too, so a rename reaches the publication. Most sources have none: their records carry their names."""
         return {}
 
     def close(self):

@@ -277,7 +277,7 @@ class MoodleSource(BaseSource):
         return window
 
     def batches(self, window):
-        """Yield Batches of the window's rows, in id order, `batch_size` rows per query; then the courses' names."""
+        """Yield Batches of the window's rows, in id order, `batch_size` rows per query."""
         if window.axis is windows.LOG_ID:
             condition, bounds = "id >= %s AND id < %s", (window.since, window.until)
         else:
@@ -291,10 +291,9 @@ class MoodleSource(BaseSource):
             if rows:
                 yield self._map(rows)
                 last = rows[-1][0]
-        yield moodle_courses.names_batch(self)  # after the log: the store names the courses it has events of
 
     def standing_names(self):
-        """The courses' names: a rename in Moodle reaches the publication without a new log row."""
+        """The courses' names, from Moodle's course tables: a rename is published without a new log row."""
         return moodle_courses.names_batch(self).names
 
     def _read_grade_ranges(self, rows):
