@@ -60,20 +60,21 @@ def main(path, count, with_naive):
     print(f"json parser: {json_decoding.parser}")  # cost_model.py reports it with the counts
     lines, end = first_lines(path, count)
     chunk, reading = worker.Chunk(path, 0, end), worker.Reading(*WINDOW)
-    worker._worker_mapper = StatementMapper("Europe/Paris", Pseudonymiser(KEY), r"^(.+?/course/[^/?#]+)")
-    keys = RecordKeys(KEY)
+    keys = RecordKeys(KEY)  # the run's: the mapper computes each event's record keys, in the parsing workers
+    worker._worker_mapper = StatementMapper("Europe/Paris", Pseudonymiser(KEY), r"^(.+?/course/[^/?#]+)",
+                                            record_keys=keys)
     store = SqliteStore.open("metrics.sqlite", create=True)
     store.begin()
     store.set_privacy(10, PrivacySettings(10))  # what each run stores before it recomputes
     MARK()  # setup
     worker._worker_read(chunk, reading)
     MARK()  # warm
-    # A parsing worker: read the chunk's lines, map them, marshal the rows for the parent.
+    # A parsing worker: read the chunk's lines, map them (with their record keys), marshal the rows for the parent.
     result = worker._worker_read(chunk, reading)
     MARK()  # parse+map
-    # The staging process: the rows back as Events, their record keys, staged with the names.
+    # The staging process: the rows back as Events (their record keys computed by the worker), staged with the names.
     batch = worker._unmarshal(result).batch
-    days = store.stage(batch.events, batch.voids, batch.names, record_keys=keys) | store.finish_staging()
+    days = store.stage(batch.events, batch.voids, batch.names) | store.finish_staging()
     MARK()  # stage
     # Rebuild the partitions of the days staged, their weeks and months, and the published rows of their
     # courses (what the disclosure policy allows of their cells), as a run does: run/publication.py's recompute.

@@ -80,8 +80,7 @@ class Refresh:
         self._began = False  # the store's lock is taken: a failure from here on is a run in the run log
         self._kept = []  # quarantined records, recorded again after a rollback ...
         self._redactor = None  # ... without identifiers
-        self._record_keys = None  # set once the run has its secret key
-        self._key_fingerprint = None  # likewise
+        self._record_keys = self._key_fingerprint = None  # set once the run has its secret key
         self._upgrade = None  # (older mapping version, since): this run rebuilds the store for the new mapping
 
     def run(self):
@@ -191,7 +190,7 @@ class Refresh:
         source.restore(store.source_state_of)
         for batch in source.batches(window):
             report.closed += retention.hold_back(batch, horizon)  # days whose staged events were dropped stay closed
-            days |= store.stage(batch.events, batch.voids, batch.names, record_keys=self._record_keys)
+            days |= store.stage(batch.events, batch.voids, batch.names)
             quarantined = batch.quarantined + conflict_records(store.take_conflicts())
             if quarantined:
                 again = store.quarantine(report.run_id, quarantined, now_text, redactor=self._redactor)
@@ -305,7 +304,8 @@ class Refresh:
     def _refresh(self, store):
         meta = store.meta()
         key = self.check_state(store, meta)
-        source = build_source(self.config, Pseudonymiser(key), self.environ, now=self.now)
+        source = build_source(self.config, Pseudonymiser(key), self.environ, now=self.now,
+                              record_keys=self._record_keys)  # the events' record keys are computed as they are mapped
         try:
             watermark, window = self.choose_window(meta, source)
             if window.empty:

@@ -29,6 +29,7 @@ import zoneinfo
 from lms_refresh import instants
 from lms_refresh.disclosure.redaction import marker
 from lms_refresh.run import period_publication
+from lms_refresh.sources.records import DAY, Event
 
 CLOSED_REASON = "older than the staging horizon"
 HORIZON_KEY = "staging_horizon"  # in the store's meta: the first local day whose staged events are kept
@@ -56,10 +57,10 @@ def hold_back(batch, horizon):
     """
     if horizon is None or not batch.events:
         return 0
-    late = [event for event in batch.events if event.day < horizon]
+    late = [Event._make(event) for event in batch.events if event[DAY] < horizon]  # (plain tuples from workers)
     if not late:
         return 0
-    batch.events = [event for event in batch.events if event.day >= horizon]
+    batch.events = [event for event in batch.events if event[DAY] >= horizon]
     for event in late:
         record_id = str(uuid.UUID(bytes=bytes(event.event_id)))
         # The canonical event: which record, which day, which course, whose (as a pseudonym).

@@ -56,7 +56,8 @@ class Finding:
 class Batch:
     """One bounded slice of a window.
 
-    events: canonical events (`lms_refresh.sources.records.Event`).
+    events: canonical events (`lms_refresh.sources.records.Event`; from the parsing workers, plain tuples
+        of its fields).
     voids: `records.Void`s, for statements that void others.
     quarantined: (origin, reason, raw_text) for records that could not be used (raw_text at
         most RAW_KEPT characters).
@@ -157,10 +158,12 @@ class BaseSource:
         """Release connections; the base holds none."""
 
 
-def build_source(config, pseudonymise, environ, *, now=None):
+def build_source(config, pseudonymise, environ, *, now=None, record_keys=None):
     """Given a Config, the pseudonymising function and the environment, return the Source.
 
     `now`, the run's time, lets the mappers quarantine records dated in the future (None: no check).
+    `record_keys` (the run's cell_key.RecordKeys) gives each event its record keys as it is mapped; without
+    it (`check`) the events have none, and no store stages them.
     """
     settings = config.source
     kind = settings.type
@@ -168,7 +171,7 @@ def build_source(config, pseudonymise, environ, *, now=None):
         from lms_refresh.sources.xapi import StatementMapper
 
         mapper = StatementMapper(config.timezone, pseudonymise, settings.course_pattern, now=now,
-                                 language=config.publication.language)
+                                 language=config.publication.language, record_keys=record_keys)
         if kind == "xapi-ndjson":
             from lms_refresh.sources.ndjson import NdjsonSource
 
@@ -181,5 +184,5 @@ def build_source(config, pseudonymise, environ, *, now=None):
         from lms_refresh.sources.moodle import MoodleSource
 
         return MoodleSource(settings, config.timezone, pseudonymise, environ=environ, now=now,
-                            language=config.publication.language)
+                            language=config.publication.language, record_keys=record_keys)
     raise ConfigError(f"source type {kind!r} is not supported")

@@ -23,6 +23,7 @@ import re
 import psycopg  # this module is imported only when the Moodle source is configured
 
 from lms_refresh import instants, window as windows
+from lms_refresh.disclosure.cell_key import NoRecordKeys
 from lms_refresh.disclosure.pseudonyms import moodle_identifier
 from lms_refresh.disclosure.redaction import url_without_password
 from lms_refresh.errors import ConfigError, UnavailableError
@@ -127,8 +128,10 @@ def _completion(other):
 class RowMapper:
     """Turn log rows into ('event', Event) (see `lms_refresh.sources.records`), or NOTHING."""
 
-    def __init__(self, timezone, pseudonymise, site_url, *, site_course_id, guest_user_id, now=None):
+    def __init__(self, timezone, pseudonymise, site_url, *, site_course_id, guest_user_id, now=None,
+                 record_keys=None):
         self.pseudonymise = pseudonymise
+        self._event_key, self._learner_key = (record_keys or NoRecordKeys).keyers()  # as xapi's mapper
         # A timecreated after this (Unix seconds) is in the future; None: no run's clock to compare with.
         self.latest = None if now is None else int(instants.future_limit(now).timestamp())
         self.site = site_url.rstrip("/")
@@ -184,7 +187,8 @@ class RowMapper:
         return EVENT, make_event(
             day=day, course_id=course_key, actor=actor, event_id=event_id, stored=cursor, occurred=cursor,
             verb_id=verb_key, is_attempt=attempt, is_completion=completion, is_passed=passed, is_failed=failed,
-            score_micro=score, duration_ms=None,
+            score_micro=score, duration_ms=None, record_key=self._event_key(event_id),
+            learner_key=self._learner_key(actor),
         )
 
     def _grade(self, other):
@@ -200,7 +204,7 @@ class MoodleSource(BaseSource):
     name = "moodle"
     axis = windows.LOG_ID
 
-    def __init__(self, settings, timezone, pseudonymise, *, environ, now=None, language="en"):
+    def __init__(self, settings, timezone, pseudonymise, *, environ, now=None, language="en", record_keys=None):
         self.url, self.prefix, self.site = settings.url, settings.prefix, settings.site_url.rstrip("/")
         self.site_course_id, self.timezone, self.language = settings.site_course_id, timezone, language
         self.password_file = settings.password_file
@@ -211,7 +215,7 @@ class MoodleSource(BaseSource):
         self.batch_size = settings.batch_size
         self.timeout = settings.timeout
         self.mapper = RowMapper(timezone, pseudonymise, settings.site_url, site_course_id=settings.site_course_id,
-                                guest_user_id=settings.guest_user_id, now=now)
+                                guest_user_id=settings.guest_user_id, now=now, record_keys=record_keys)
         self.environ = environ
         self._db = None
 

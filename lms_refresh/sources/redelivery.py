@@ -33,6 +33,7 @@ from lms_refresh.sources.xapi_fields import InvalidStatement, parse_time
 
 CONFLICT = "conflicting statement id: already staged with other content"
 _AT = {name: position for position, name in enumerate(EVENT_FIELDS)}
+_NOT_CONTENT = ("actor", "record_key", "learner_key")  # what a conflicting version's record does not show
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MICROSECOND = dt.timedelta(microseconds=1)
 _ADL = "http://adlnet.gov/expapi/verbs/"
@@ -101,11 +102,12 @@ def same_statement(kept, event, name_of):
 
 def conflict_records(events):
     """Return quarantine records (origin, reason, raw) for second versions of staged statement ids: their
-    canonical content, the learner as the pseudonym marker every quarantined record uses (`forget` finds it)."""
+    canonical content (its record keys apart: derived with the secret key, and no part of the statement), the
+    learner as the pseudonym marker every quarantined record uses (`forget` finds it)."""
     records = []
     for event in events:
         content = {name: value.hex() if isinstance(value, bytes) else value
-                   for name, value in event._asdict().items() if name != "actor"}
+                   for name, value in event._asdict().items() if name not in _NOT_CONTENT}
         content["learner"] = marker(event.actor)
         records.append((f"statement {event.event_id.hex()}", CONFLICT, json.dumps(content, sort_keys=True)))
     return records

@@ -19,6 +19,7 @@ import hashlib
 import re
 
 from lms_refresh import instants
+from lms_refresh.disclosure.cell_key import NoRecordKeys
 from lms_refresh.disclosure.names import actor_identifiers, clean_name, pick_language
 from lms_refresh.instants import UTC_MILLIS, UTC_TIME
 from lms_refresh.sources.records import CACHE_LIMIT, EVENT, VOID, LocalDays, Void, bounded, make_event
@@ -69,8 +70,10 @@ def _activities(value, name):
 class StatementMapper:
     """Turn parsed statements into ('event', Event) or ('void', Void) (see `lms_refresh.sources.records`)."""
 
-    def __init__(self, timezone, pseudonymise, course_pattern, *, now=None, language="en"):
+    def __init__(self, timezone, pseudonymise, course_pattern, *, now=None, language="en", record_keys=None):
         self.pseudonymise = pseudonymise
+        # The events' record keys (a cell_key.RecordKeys: the run's), computed here, in the parsing workers.
+        self._event_key, self._learner_key = (record_keys or NoRecordKeys).keyers()
         self.language = language  # course names: this one of a definition.name map first (disclosure/names.py)
         # A timestamp after this (cursor text) lies in the future; None: no run's clock to compare with.
         self.latest = None if now is None else instants.to_cursor(instants.future_limit(now))
@@ -314,4 +317,5 @@ class StatementMapper:
             is_passed=1 if verb_id == PASSED or success is True else 0,
             is_failed=1 if verb_id == FAILED or success is False else 0,
             score_micro=score_micro, duration_ms=duration_ms,
+            record_key=self._event_key(key), learner_key=self._learner_key(actor),
         )

@@ -14,7 +14,6 @@ import json
 import typing
 
 from lms_refresh.errors import StateError
-from lms_refresh.sources.redelivery import same_statement
 from lms_refresh.store import periods
 from lms_refresh.store.course_names import CourseNames
 from lms_refresh.store.erasure import Erasure
@@ -22,6 +21,7 @@ from lms_refresh.store.grains import Grains
 from lms_refresh.store.published import Published
 from lms_refresh.store.rebuild_check import RebuildCheck
 from lms_refresh.store.run_log import RunLog
+from lms_refresh.store.staging import Staging
 from lms_refresh.store.tables import SERVING_COLUMNS, column_names
 
 PRIVACY_FIELDS = column_names("privacy_settings")[1:]  # after the id of the one row
@@ -43,7 +43,7 @@ class Recomputed(typing.NamedTuple):
     whole: tuple = ()
 
 
-class SqlStore(Erasure, Grains, Published, RebuildCheck, RunLog, CourseNames):
+class SqlStore(Staging, Erasure, Grains, Published, RebuildCheck, RunLog, CourseNames):
     """A metrics store in SQL written once; a subclass is a `driver.Driver` (sqlite.py, postgres.py)."""
 
     dialect = None  # a store.dialect.Dialect
@@ -118,62 +118,6 @@ class SqlStore(Erasure, Grains, Published, RebuildCheck, RunLog, CourseNames):
     def set_meta(self, key, value):
         self.execute("INSERT INTO meta (key, value) VALUES (?, ?) "
                      "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, str(value)))
-
-    def record_voids(self, voids):
-        """Record voiding statements; return the set of every voided id known (for filtering events)."""
-        if self._voided is None:
-            # Voids are rare; their ids are kept in memory so each event is checked cheaply.
-            self._voided = {bytes(row[0]) for row in self.execute("SELECT event_id FROM voided_events").fetchall()}
-        for target, voiding, stored in voids:
-            self.execute("INSERT INTO voided_events (event_id, voided_by, stored) VALUES (?, ?, ?) "
-                         "ON CONFLICT DO NOTHING", (target, voiding, stored))
-            self._voided.add(target)
-            self._void_targets.add(target)
-        return self._voided
-
-    def stage(self, events, voids, names, *, record_keys):
-        """Upsert events (with their `record_keys`, a cell_key.RecordKeys), record voids and new
-        course/verb names; return the days the events touch.
-
-        Voided targets are removed by `finish_staging`, once per run, so a target
-        staged earlier in the same run (or in an earlier run) goes too.
-        """
-        self.record_names(names)
-        voided = self.record_voids(voids)
-        if voided:
-            events = [event for event in events if event.event_id not in voided]
-        if events and self.insert_events(record_keys.add(events)) < len(events):
-            self._find_conflicts(events)
-        return {event.day for event in events}
-
-    def _find_conflicts(self, events):
-        """Some rows were not inserted: keep aside those whose id is staged with other content.
-
-        A statement id counts once (the unique index on event_id makes sure). A delivery of the
-        same statement in another form (a new `stored`, a time spelt otherwise: see
-        lms_refresh.sources.redelivery) is that statement again; a version whose content
-        differs is quarantined, never counted. Only this path, taken when a batch holds ids
-        already staged, reads staging back.
-        """
-        staged = self.staged_versions({event.event_id for event in events})
-        names = {}
-
-        def name_of(kind, number):
-            if (kind, number) not in names:
-                table, column = ("verbs", "verb_id") if kind == "verb" else ("courses", "course_id")
-                row = self.execute(f"SELECT iri FROM {table} WHERE {column} = ?", (number,)).fetchone()
-                names[(kind, number)] = row[0] if row else None
-            return names[(kind, number)]
-
-        for event in events:
-            kept = staged.get(event.event_id)  # (with the record keys after the event's own fields)
-            if kept is not None and not same_statement(tuple(kept), event, name_of):
-                self._conflicts.append(event)
-
-    def take_conflicts(self):
-        """Return and forget the conflicting versions found since the last call."""
-        conflicts, self._conflicts = self._conflicts, []
-        return conflicts
 
     def pending_days(self):
         """Days whose metrics a migration left to be rebuilt (it removed double-staged statements)."""

@@ -216,7 +216,9 @@ class SqliteStore(SqlStore):
 
     def insert_events(self, events):
         """Insert the rows whose statement id is new; return how many were."""
-        return self.db.executemany(_EVENT_INSERT, events).rowcount
+        # As plain tuples: sqlite3 binds an Event's fields through the generic sequence protocol, at a
+        # third more instructions per row than a copy to a tuple costs (a plain tuple is not copied).
+        return self.db.executemany(_EVENT_INSERT, map(tuple, events)).rowcount
 
     def staged_versions(self, ids):
         """Return {event_id: staged row} for those of `ids` that are staged."""

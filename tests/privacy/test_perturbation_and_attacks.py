@@ -8,6 +8,8 @@ the README promises.
 """
 
 import contextlib
+import hashlib
+import pickle
 import random
 import sqlite3
 import uuid
@@ -96,6 +98,20 @@ def test_record_keys_need_the_secret_key():
     assert one.event(event) == RecordKeys(b"a" * 32).event(event)
     assert one.event(event) != other.event(event) and one.learner(42) != other.learner(42)
     assert 0 <= one.event(event) < 2 ** 32
+
+
+def test_record_keys_are_those_already_stored_and_survive_pickling():
+    """The keys are computed in the parsing workers now, from a keyed hash copied: they must stay the
+    ones that stores written before hold (a keyed BLAKE2b of the id, and of the pseudonym's 8 bytes)."""
+    secret, event = b"a" * 32, bytes(range(16))
+    derived = hashlib.sha256(b"lms-refresh record keys\0" + secret).digest()
+    keys = RecordKeys(secret)
+    expected_event = int.from_bytes(hashlib.blake2b(event, key=derived, digest_size=4, person=b"event").digest(), "big")
+    expected_learner = int.from_bytes(hashlib.blake2b((-7).to_bytes(8, "big", signed=True), key=derived, digest_size=4,
+                                                      person=b"learner").digest(), "big")
+    assert [keys.event(event), keys.event(event), keys.learner(-7)] == [expected_event] * 2 + [expected_learner]
+    again = pickle.loads(pickle.dumps(keys))
+    assert (again.event(event), again.learner(-7)) == (expected_event, expected_learner)
 
 
 # -- the attacks ----------------------------------------------------------------------------------

@@ -61,18 +61,23 @@ def test_the_canonical_event_is_a_named_tuple_of_the_one_field_list():
         make_event(**dict(values, stored_at=4))
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_events_are_events_by_name_in_one_process_or_across_the_workers(tmp_path, workers):
-    """Events cross the worker pool as plain tuples (marshal takes nothing else) and are Events again."""
+def test_events_are_the_same_rows_in_one_process_or_across_the_workers(tmp_path):
+    """Events cross the worker pool as plain tuples (marshal takes nothing else) and stay so (staging binds a
+    plain tuple for fewer instructions than an Event): the same fields, in the same order, as one process's Events."""
     lines = [json.dumps(statement(learner=f"u{i}", timestamp=f"2026-11-0{1 + i % 3}T10:{i % 60:02d}:00Z"))
              for i in range(600)]
     (tmp_path / "a.ndjson").write_text("\n".join(lines) + "\n")
-    source = NdjsonSource(str(tmp_path), StatementMapper("Europe/Paris", PSEUDONYMISE, r"^(.+?/course/[^/?#]+)"),
-                          batch_size=50, workers=workers, parallel_min_bytes=0)
-    events = [event for batch in source.batches(WINDOW) for event in batch.events]
-    assert len(events) == 400 and all(type(event) is Event for event in events)
-    assert all(WINDOW.since_cursor <= event.stored < WINDOW.until_cursor for event in events)
-    assert {event.day for event in events} == {"2026-11-01", "2026-11-02"}
+
+    def events(workers):
+        source = NdjsonSource(str(tmp_path), StatementMapper("Europe/Paris", PSEUDONYMISE, r"^(.+?/course/[^/?#]+)"),
+                              batch_size=50, workers=workers, parallel_min_bytes=0)
+        return [event for batch in source.batches(WINDOW) for event in batch.events]
+
+    alone, across = events(1), events(2)
+    assert len(alone) == 400 and all(type(event) is Event for event in alone)
+    assert all(type(event) is tuple for event in across) and across == [tuple(event) for event in alone]
+    assert all(WINDOW.since_cursor <= event.stored < WINDOW.until_cursor for event in alone)
+    assert {event.day for event in alone} == {"2026-11-01", "2026-11-02"}
 
 
 def test_both_mappers_give_a_moment_the_same_local_day():

@@ -341,7 +341,7 @@ def test_mapping_of_a_complete_statement():
     assert row[:3] == ("2026-11-03", name_id(course), "h:account:https://lms.example.edu|ann")
     assert len(row[3]) == 16
     assert row[4:] == ("2026-11-03T00:00:00.500000Z", "2026-11-02T23:30:00Z", name_id(verb), 0, 0, 1, 0, 875000,
-                       3723500)
+                       3723500, None, None)  # no record keys: this mapper was given none
     names = fresh.take_new_names()
     assert names[("course", name_id(course))] == course and names[("verb", name_id(verb))] == verb
     assert fresh.take_new_names() == {}
