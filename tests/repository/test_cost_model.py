@@ -55,11 +55,43 @@ def test_the_command_exits_1_over_budget_and_0_within(monkeypatch, capsys):
     assert cost_model.main() == 0
     out = capsys.readouterr().out
     assert "Over budget" not in out and "JSON parser stdlib" in out and asked == ["stdlib"]
+    assert "orjson's path not measured: no --pythonpath to import it from." in out
     over = dict(within, recompute=budgets["steps"]["recompute"] + 1)
     monkeypatch.setattr(cost_model, "measure", measured(over))
     assert cost_model.main() == 1
     assert (f"Over budget: step recompute costs {over['recompute']:,} instructions per statement, "
             f"its budget is {budgets['steps']['recompute']:,}") in capsys.readouterr().out
+
+
+def test_with_a_pythonpath_orjson_s_path_is_held_to_its_own_budget(monkeypatch, capsys):
+    budgets = cost_model.load_budgets(cost_model.BUDGETS)
+    monkeypatch.setattr(cost_model, "interpreter", lambda python: [budgets["python"], budgets["sqlite"]])
+    monkeypatch.setattr("sys.argv", ["cost_model.py", "--check", "--pythonpath", "/tmp/orjson-site"])
+    within = {step: budget - 1 for step, budget in budgets["steps"].items()}
+    fast = budgets["orjson"]["parse+map"]
+    asked = []
+
+    def measured(parse_map, found="orjson"):
+        def measure(statements, python, naive, pythonpath, parser):
+            asked.append((parser, pythonpath))
+            counts = dict(within, **{"parse+map": parse_map}) if parser == "orjson" else dict(within)
+            return counts, found if parser == "orjson" else parser
+        return measure
+
+    monkeypatch.setattr(cost_model, "measure", measured(fast))
+    assert cost_model.main() == 0
+    out = capsys.readouterr().out
+    assert asked == [("stdlib", "/tmp/orjson-site"), ("orjson", "/tmp/orjson-site")]
+    assert "JSON parser orjson" in out and "Over budget" not in out
+    monkeypatch.setattr(cost_model, "measure", measured(fast + 1))
+    assert cost_model.main() == 1
+    assert (f"Over budget: step parse+map costs {fast + 1:,} instructions per statement, its budget is {fast:,} "
+            "(bench/cost_budget.toml, [orjson]).") in capsys.readouterr().out
+    # A directory orjson cannot be imported from: the workload falls back to the standard library's path.
+    monkeypatch.setattr(cost_model, "measure", measured(fast, found="stdlib"))
+    assert cost_model.main() == 2
+    assert ("The workload used the JSON parser stdlib, not orjson: can orjson be imported from /tmp/orjson-site?"
+            in capsys.readouterr().err)
 
 
 def test_another_interpreter_is_refused_not_measured(monkeypatch, capsys):
@@ -76,12 +108,17 @@ def test_the_committed_budgets_cover_every_step_each_with_its_measurement(tmp_pa
     with open(cost_model.BUDGETS, encoding="utf-8") as handle:
         text = handle.read()
     assert "raised only in a commit that says why" in text
-    for step in cost_model.STEPS:
-        # e.g. "parse+map" = 114_493  # 111,158 measured at d2cf416 on 2026-12-01, + 3%
-        line = re.search(rf'^"{re.escape(step)}" = [\d_]+ +# ([\d,]+) measured at [0-9a-f]{{7,}} on '
-                         r'\d{4}-\d\d-\d\d', text, re.MULTILINE)
-        assert line, f"no budget line with its measurement for {step}"
+    for table, steps in (("[steps]", cost_model.STEPS), ("[orjson]", cost_model.ORJSON_STEPS)):
+        section = text.split(table + "\n", 1)[1].split("\n[", 1)[0]
+        for step in steps:
+            # e.g. "parse+map" = 114_493  # 111,158 measured at d2cf416 on 2026-12-01, + 3%
+            line = re.search(rf'^"{re.escape(step)}" = [\d_]+ +# ([\d,]+) measured at [0-9a-f]{{7,}} on '
+                             r'\d{4}-\d\d-\d\d', section, re.MULTILINE)
+            assert line, f"no budget line with its measurement for {step} in {table}"
     broken = tmp_path / "budgets.toml"
     broken.write_text(text.replace('"commit" =', '"publish" ='))
     with pytest.raises(cost_model.BudgetError, match="unknown: commit, publish"):
+        cost_model.load_budgets(str(broken))
+    broken.write_text(text.split("[orjson]")[0])
+    with pytest.raises(cost_model.BudgetError, match=r"missing: orjson; steps missing or unknown: parse\+map"):
         cost_model.load_budgets(str(broken))
