@@ -171,3 +171,31 @@ def test_run_window_bootstrap_lag_lookback_and_completeness():
     assert CompleteThrough().run_window(mark, now, CONFIG).since == mark - dt.timedelta(hours=1)
     complete = t("2026-11-03T01:00:00+00:00")
     assert CompleteThrough(complete).run_window(mark, now, CONFIG).until == complete
+
+
+def test_the_mappers_give_each_event_its_record_keys_and_a_store_refuses_events_without(tmp_path):
+    """The run's record keys are computed as records are mapped (in the parsing workers, for files): each
+    mapper given the run's RecordKeys fills record_key and learner_key; one built without them (`check`) gives
+    None, and staging such an event would leave its cells without a cell key, so the store refuses it."""
+    from lms_refresh.disclosure.cell_key import RecordKeys
+    from lms_refresh.store.sqlite import SqliteStore
+
+    keys = RecordKeys(b"s" * 32)
+    body = statement(learner="u1", timestamp="2026-11-02T10:00:00Z")
+    row = (7, "\\core\\event\\course_viewed", "r", 2, 5, 7, None, 0, None, 1793613600, None)
+    keyed = [StatementMapper("Europe/Paris", PSEUDONYMISE, "x", record_keys=keys).map(body)[1],
+             RowMapper("Europe/Paris", PSEUDONYMISE, "https://moodle.example.edu/", site_course_id=1, guest_user_id=1,
+                       record_keys=keys).map(row)[1]]
+    for event in keyed:
+        assert (event.record_key, event.learner_key) == (keys.event(event.event_id), keys.learner(event.actor))
+    keyless = StatementMapper("Europe/Paris", PSEUDONYMISE, "x").map(body)[1]
+    assert (keyless.record_key, keyless.learner_key) == (None, None)
+    store = SqliteStore.open(str(tmp_path / "metrics.sqlite"), create=True)
+    store.begin()
+    with pytest.raises(ValueError, match="events without record keys cannot be staged"):
+        store.stage([keyless], [], {})
+    assert store.stage([tuple(keyed[0])], [], {}) == {keyed[0].day}  # as the workers send them: plain tuples
+    staged = store.db.execute("SELECT record_key, learner_key FROM staged_events").fetchall()
+    assert staged == [(keyed[0].record_key, keyed[0].learner_key)]
+    store.rollback()
+    store.close()
