@@ -268,7 +268,9 @@ WHERE c.course_id IN (SELECT course_id FROM {dialect.name("published_metrics")})
 # index's) name as the dialect writes it. Run after the new tables and columns, before the new indexes.
 DATA_STEPS = {
     1: ["INSERT INTO {meta} (key, value) VALUES ('min_cell_size', '10')"],  # read by the view until version 3
-    3: ["INSERT INTO {meta} (key, value) VALUES ('record_keys', 'missing')"],  # see SqlStore.fill_record_keys
+    # Rows staged before version 3 have no record keys: SqlStore.fill_record_keys gives them theirs. A store
+    # created at a later version has none such (staging is empty while it is created): no scan for them.
+    3: ["INSERT INTO {meta} (key, value) SELECT 'record_keys', 'missing' WHERE EXISTS (SELECT 1 FROM {staged_events})"],
     # Earlier stores could hold one statement id under two (day, course, learner) keys: all but
     # the first copy go, and their days are rebuilt by the next run.
     4: ["CREATE INDEX IF NOT EXISTS staged_events_id_scan ON {staged_events} (event_id)",

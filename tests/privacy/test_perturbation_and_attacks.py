@@ -114,6 +114,19 @@ def test_record_keys_are_those_already_stored_and_survive_pickling():
     assert (again.event(event), again.learner(-7)) == (expected_event, expected_learner)
 
 
+def test_a_new_store_has_no_rows_without_record_keys_to_look_for(tmp_path):
+    """Version 3's migration marks a store whose staged rows predate record keys; a store created since has
+    none such, and its first recompute must not scan staging for them (a first backfill's whole history)."""
+    from lms_refresh.store.sqlite import SqliteStore
+
+    store = SqliteStore.open(str(tmp_path / "metrics.sqlite"), create=True)
+    try:
+        assert "record_keys" not in store.meta()
+        assert store.fill_record_keys(RecordKeys(b"a" * 32)) is False
+    finally:
+        store.close()
+
+
 # -- the attacks ----------------------------------------------------------------------------------
 
 def storyline_cells(seed, courses=30, days=5):
