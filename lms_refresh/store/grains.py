@@ -39,6 +39,20 @@ ON CONFLICT (grain, period, course_id, actor) DO UPDATE SET {", ".join(
 
 
 _ADD, _SUBTRACT = _moving(1), _moving(-1)
+
+
+# The same for all of a period's days in one statement (a dialect with `presence_by_period`): each learner's
+# rows of those days grouped, so that a learner is inserted or updated once, not once a day. Parameters grain,
+# period, the days (`{days_in}`'s parameter).
+def _moving_days(sign, days_in):
+    return f"""INSERT INTO learner_periods (grain, period, course_id, actor, learner_key, {", ".join(PERIOD_COUNTS)})
+SELECT ?, ?, course_id, actor, MAX(learner_key), {sign} * COUNT(*),
+    {", ".join(f"{sign} * SUM({flag})" for flag in PRESENCE_FLAGS)}
+FROM learner_days WHERE {days_in} GROUP BY course_id, actor
+ON CONFLICT (grain, period, course_id, actor) DO UPDATE SET {", ".join(
+    f"{count} = learner_periods.{count} + excluded.{count}" for count in PERIOD_COUNTS)}"""
+
+
 _REBUILD = f"""INSERT INTO period_metrics (grain, period, course_id, {", ".join(_LEARNERS)}, learner_key,
     {", ".join(_SUMS)})
 SELECT ?, ?, l.course_id, l.learners, {", ".join(f"l.{name}" for name in _LEARNERS[1:])}, l.learner_key,
@@ -159,9 +173,14 @@ class Grains:
         """Subtract from (or, with _ADD, add to) the learners of each period of `calendar` the presence
         learner_days holds on `days`; a learner left on no day of a period leaves it."""
         days = {day for day in days if instants.FIRST_DAY <= day <= instants.LAST_DAY}
+        grouped = _moving_days(1 if statement is _ADD else -1, self.dialect.days_in)
         for (grain, label), (first, last) in sorted(calendar.periods_of(days).items()):
-            for day in sorted(day for day in days if first <= day <= last):  # day by day: each pass in key order
-                self.execute(statement, (grain, label, day))
+            in_period = sorted(day for day in days if first <= day <= last)
+            if self.dialect.presence_by_period:
+                self.execute(grouped, (grain, label, self.dialect.day_set(in_period)))
+            else:
+                for day in in_period:  # day by day: each pass in key order
+                    self.execute(statement, (grain, label, day))
             if statement is _SUBTRACT:
                 self.execute("DELETE FROM learner_periods WHERE grain = ? AND period = ? AND days = 0", (grain, label))
 

@@ -22,6 +22,9 @@ class PostgresDialect(Dialect):
     days_in = "day = ANY(?)"
     legacy_average = "ROUND(m.score_sum_micro::numeric / m.score_count / 1000000, 6)::float8"
     legacy_duration = "(m.duration_ms / 1000.0)::float8"
+    # One upsert per learner and period, not per learner-day: per-row upserts were 49 s of a 1M refresh
+    # (1.75M rows, 587 MB of WAL), issue 23, 2026-12-03.
+    presence_by_period = True
 
     def name(self, name):
         return f"{{s}}.{name}"
