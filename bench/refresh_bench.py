@@ -253,6 +253,7 @@ def main():
     parser.add_argument("--stores", default="sqlite,postgresql")
     options = parser.parse_args()
     work = options.work or tempfile.mkdtemp(prefix="lmsr-bench-")
+    os.makedirs(work, exist_ok=True)  # a --work directory that does not exist yet is made
     os.chmod(work, 0o755)
     stores = options.stores.split(",")
     server = PostgresServer(durable=True) if "postgresql" in stores else None
