@@ -17,7 +17,7 @@ steady state (start-up, imports, schema and warm caches cancel out).
 
 Steps (what a refresh does per statement; see bench/cost_workload.py):
   parse+map  a parsing worker: read a chunk's lines, decode, map, marshal the rows
-  stage      the staging process: the rows back as Events (the workers computed their record keys), Store.stage
+  stage      the staging process: the workers' rows (with the record keys they computed) staged by Store.stage
   recompute  rebuilding the touched days' partitions and their courses' published rows
   commit     the run's transaction, written to SQLite's WAL
   naive      the yardstick (not a step; not budgeted): per-line json.loads + executemany

@@ -72,7 +72,7 @@ def main(path, count, with_naive):
     # A parsing worker: read the chunk's lines, map them (with their record keys), marshal the rows for the parent.
     result = worker._worker_read(chunk, reading)
     MARK()  # parse+map
-    # The staging process: the rows back as Events (their record keys computed by the worker), staged with the names.
+    # The staging process: the worker's rows (their record keys computed there) staged as they come, with the names.
     batch = worker._unmarshal(result).batch
     days = store.stage(batch.events, batch.voids, batch.names) | store.finish_staging()
     MARK()  # stage

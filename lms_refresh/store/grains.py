@@ -27,30 +27,33 @@ _SUMS = ("statements", "attempts", "completions", "passed", "failed", "score_sum
          "duration_ms", "duration_count") + tuple(key for key in KEY_SUMS if key not in ("learner_key",
                                                                                          "duration_count"))
 
-# One day's presence added to (sign 1) or taken from (sign -1) a period's learners, in key order (no sort):
-# parameters grain, period, day. Taken, a learner's row is always there (it was added with that day).
-def _moving(sign):
+# Presence added to (sign 1) or taken from (sign -1) a period's learners: the rows of learner_days that
+# `select` gives (parameters grain, period, then its own), each learner's counts moved by theirs. Taken, a
+# learner's row is always there (it was added with those days).
+def _moving(select):
     return f"""INSERT INTO learner_periods (grain, period, course_id, actor, learner_key, {", ".join(PERIOD_COUNTS)})
-SELECT ?, ?, course_id, actor, learner_key, {sign} * 1,
+{select}
+ON CONFLICT (grain, period, course_id, actor) DO UPDATE SET {", ".join(
+    f"{count} = learner_periods.{count} + excluded.{count}" for count in PERIOD_COUNTS)}"""
+
+
+# One day's, in key order (no sort): parameter day.
+def _one_day(sign):
+    return _moving(f"""SELECT ?, ?, course_id, actor, learner_key, {sign} * 1,
     {", ".join(f"{sign} * {flag}" for flag in PRESENCE_FLAGS)}
-FROM learner_days WHERE day = ?
-ON CONFLICT (grain, period, course_id, actor) DO UPDATE SET {", ".join(
-    f"{count} = learner_periods.{count} + excluded.{count}" for count in PERIOD_COUNTS)}"""
+FROM learner_days WHERE day = ?""")
 
 
-_ADD, _SUBTRACT = _moving(1), _moving(-1)
+_ADD, _SUBTRACT = _one_day(1), _one_day(-1)
 
 
-# The same for all of a period's days in one statement (a dialect with `presence_by_period`): each learner's
-# rows of those days grouped, so that a learner is inserted or updated once, not once a day. Parameters grain,
-# period, the days (`{days_in}`'s parameter).
+# All of a period's days in one statement (a dialect with `presence_by_period`): each learner's rows of those
+# days grouped, so that a learner is inserted or updated once, not once a day. Parameter: the days
+# (`{days_in}`'s).
 def _moving_days(sign, days_in):
-    return f"""INSERT INTO learner_periods (grain, period, course_id, actor, learner_key, {", ".join(PERIOD_COUNTS)})
-SELECT ?, ?, course_id, actor, MAX(learner_key), {sign} * COUNT(*),
+    return _moving(f"""SELECT ?, ?, course_id, actor, MAX(learner_key), {sign} * COUNT(*),
     {", ".join(f"{sign} * SUM({flag})" for flag in PRESENCE_FLAGS)}
-FROM learner_days WHERE {days_in} GROUP BY course_id, actor
-ON CONFLICT (grain, period, course_id, actor) DO UPDATE SET {", ".join(
-    f"{count} = learner_periods.{count} + excluded.{count}" for count in PERIOD_COUNTS)}"""
+FROM learner_days WHERE {days_in} GROUP BY course_id, actor""")
 
 
 _REBUILD = f"""INSERT INTO period_metrics (grain, period, course_id, {", ".join(_LEARNERS)}, learner_key,
