@@ -120,6 +120,9 @@ def _real_time_of_day(text):
     return True
 
 
+MAX_ISO_LENGTH = 64  # characters: "2026-11-02T10:00:00.123456789+05:30" has 35
+
+
 def parse_iso(text, what):
     """Return the aware datetime (UTC when it has no offset) of an ISO 8601 time in range, or raise NotAnInstant.
 
@@ -128,6 +131,10 @@ def parse_iso(text, what):
     """
     if not isinstance(text, str):
         raise NotAnInstant(f"{what} is not a string")
+    if len(text) > MAX_ISO_LENGTH or not (text.isascii() and text.isprintable()):
+        # fromisoformat takes some of these ("...Z\0", a tab before the Z, any number of fraction digits);
+        # the text is kept as sent (staging's `occurred`), where a NUL would stop PostgreSQL's COPY.
+        raise NotAnInstant(f"{what} {text[:40]!r} is not an ISO 8601 time")
     try:
         moment = dt.datetime.fromisoformat(text)
     except ValueError:  # not the form, or no real time in it: month 13, 31 November, hour 25

@@ -147,3 +147,18 @@ def test_any_backfill_date_is_a_window_or_one_sentence(sqlite_project, moment, o
     else:
         assert result.returncode == 0, result.stderr
         assert dt.datetime(1969, 12, 30) <= local.replace(tzinfo=None) <= dt.datetime(3000, 1, 2)
+
+
+def test_a_timestamp_with_a_control_character_or_no_end_is_quarantined_and_the_run_goes_on(project):
+    """Python's fromisoformat takes "...Z" followed by a NUL, a tab before the Z, and any number of fraction
+    digits. The timestamp is kept as sent, and a NUL would stop PostgreSQL's COPY, and so every night's run:
+    such a statement is quarantined with one sentence, and the others are counted."""
+    good = [statement(learner=f"u{i}", timestamp="2026-11-02T10:00:00Z") for i in range(20)]
+    texts = ["2026-11-02T10:00:00Z\x00", "2026-11-02T10:00:00\tZ", "2026-11-02T10:00:00." + "0" * 10_000 + "+00:00"]
+    path = project.write("a.ndjson", good + [statement(learner="u1", timestamp=text, stored="2026-11-02T10:00:05Z")
+                                             for text in texts])
+    project.configure(extra_top="max_quarantine_share = 0.5")
+    project.invoke("run", now=NOW, check=0)
+    assert sorted(project.query("SELECT origin, reason FROM quarantine")) == sorted(
+        (f"{path}:{21 + n}", f"timestamp {text[:40]!r} is not an ISO 8601 time") for n, text in enumerate(texts))
+    assert [row[:4] for row in project.serving()] == [("2026-11-02", COURSE, 20, 20)]
