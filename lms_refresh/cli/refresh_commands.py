@@ -11,7 +11,8 @@ from lms_refresh.cli.invocation import UserTime, failed, user_time
 from lms_refresh.disclosure import redaction
 from lms_refresh.logs import Progress
 from lms_refresh.ops.job import run_job
-from lms_refresh.run.refresh import BACKFILL, REBUILD, RUN, Refresh, Request
+from lms_refresh.run.refresh import Refresh
+from lms_refresh.run.request import BACKFILL, REBUILD, RUN, Request
 
 logger = logging.getLogger("lms_refresh")
 

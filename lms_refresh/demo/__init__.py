@@ -13,7 +13,8 @@ from lms_refresh.config.schema import SCHEMA
 from lms_refresh.demo.sample import generate, write_daily_files
 from lms_refresh.errors import ConfigError
 from lms_refresh.logs import Progress
-from lms_refresh.run.refresh import Refresh, Request
+from lms_refresh.run.refresh import Refresh
+from lms_refresh.run.request import Request
 from lms_refresh.store import open_store
 from lms_refresh.store.tables import SERVING_COLUMNS
 

@@ -26,41 +26,17 @@ from lms_refresh.errors import RefreshError, StateError, Terminated, exit_status
 from lms_refresh.run import after_commit, identity, period_publication, publication, retention, stopping, upgrade
 from lms_refresh.run.lock import LockHeld, lock_held, locked_store, run_lock
 from lms_refresh.run.report import Outcome, Report
+from lms_refresh.run.request import REBUILD, RUN, UNDONE, Request
 from lms_refresh.sources import build_source
 from lms_refresh.sources.redelivery import conflict_records
 from lms_refresh.sources.xapi_fields import actor_identifier
 from lms_refresh.state_directory import check_writable_file
 from lms_refresh.store import load_driver, store_exists
+from lms_refresh.store.staging import StageAgain
 
 logger = logging.getLogger(__name__)
 
 QUARANTINE_KEPT_ON_FAILURE = 1000  # records kept in memory to record after a rollback
-
-RUN, BACKFILL, REBUILD = "run", "backfill", "rebuild"
-UNDONE = {BACKFILL: "backfilled", REBUILD: "rebuilt"}  # what was not done when the lock is held
-
-
-@dataclasses.dataclass(frozen=True)
-class Request:
-    """What was asked for: the scheduled window (run), [since, until) (backfill) or everything
-    from since on, replacing what the store derived (rebuild); a dry run writes nothing."""
-
-    kind: str = RUN
-    since: dt.datetime | None = None
-    until: dt.datetime | None = None  # a backfill's end; None: now
-    dry_run: bool = False
-    accept_weaker_privacy: bool = False  # apply a configuration that protects less than the store's (weakening.py)
-    accept_bad_input: bool = False  # commit although more than max_quarantine_share of the records were malformed
-
-    def __post_init__(self):
-        if self.kind not in (RUN, BACKFILL, REBUILD) or (self.since is None) != (self.kind == RUN):
-            raise ValueError(f"a {self.kind!r} request with since={self.since!r}")
-
-    @property
-    def scheduled(self):
-        """The timer's run: the only kind that is retried and pinged."""
-        return self.kind == RUN and not self.dry_run
-
 
 @dataclasses.dataclass(eq=False)
 class Refresh:
@@ -188,6 +164,7 @@ class Refresh:
         """Stage the window's batches inside the run's transaction; return the local days they touched."""
         report, now_text, days = self.report, instants.to_cursor(self.now), set()
         source.restore(store.source_state_of)
+        store.begin_staging()
         for batch in source.batches(window):
             report.closed += retention.hold_back(batch, horizon)  # days whose staged events were dropped stay closed
             days |= store.stage(batch.events, batch.voids, batch.names)
@@ -304,6 +281,17 @@ class Refresh:
     def _refresh(self, store):
         meta = store.meta()
         key = self.check_state(store, meta)
+        try:
+            self._read(store, meta, key)
+        except StageAgain as again:  # rare: the run is read again, with a new source, into the same store
+            store.rollback()
+            logger.info("Staging again, with the index on statement ids kept up throughout: %s.", again,
+                        extra={"RUN_ID": self.report.run_id})
+            self.report.restart()
+            self._kept.clear()
+            self._read(store, meta, key)
+
+    def _read(self, store, meta, key):
         source = build_source(self.config, Pseudonymiser(key), self.environ, now=self.now,
                               record_keys=self._record_keys)  # the events' record keys are computed as they are mapped
         try:

@@ -18,6 +18,11 @@ from lms_refresh.run import retention
 logger = logging.getLogger("lms_refresh")
 
 
+# What a run read, staged and recomputed, as opposed to what it is (its id, kind, start, note).
+_READ = ("window", "statements_read", "staged", "voided", "quarantined", "closed", "partitions", "rows_written",
+         "suppressed")
+
+
 @dataclasses.dataclass
 class Report:
     """What a run did (or, for a dry run, would do)."""
@@ -38,6 +43,12 @@ class Report:
     lock_holder: str = ""
     note: str = ""  # what the run log's row says of a successful run (a deliberate weakening of privacy)
     started: float = dataclasses.field(default_factory=time.monotonic)
+
+    def restart(self):
+        """Forget what the run read, staged and recomputed (it is read again: store/staging.StageAgain)."""
+        fresh = Report(self.run_id, self.kind, self.dry_run)
+        for name in _READ:
+            setattr(self, name, getattr(fresh, name))
 
     def count_quarantined(self, records, *, again):
         """Count the batch's quarantined `records` but `again`, those a successful run counted already; of

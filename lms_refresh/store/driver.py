@@ -44,11 +44,16 @@ class Driver(typing.Protocol):
     def insert_events(self, events: typing.Iterable) -> int:
         """Insert the staged rows whose statement id is new; return how many were."""
 
-    def staged_versions(self, ids: typing.Iterable[bytes]) -> dict:
-        """{event_id: staged row} for those of `ids` that are staged."""
+    def begin_staging(self) -> None:
+        """Get ready to stage the run's batches (each store its own way: SQLite, into an empty store, without
+        the index on statement ids)."""
+
+    def staged_versions(self, events: typing.Sequence) -> dict:
+        """{event_id: staged row} for those of the `events`' statement ids that are staged."""
 
     def finish_staging(self) -> set:
-        """Delete the targets of this run's voiding statements; return the local days they were in."""
+        """End the run's staging: delete the targets of its voiding statements; return the local days they were in.
+        SQLite may raise staging.StageAgain (see begin_staging)."""
 
     def acquire_run_lock(self) -> object | None:
         """Take the store's own run lock; None once taken, else who holds it."""

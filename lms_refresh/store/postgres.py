@@ -18,6 +18,7 @@ from lms_refresh import faults
 from lms_refresh.disclosure.redaction import url_without_password
 from lms_refresh.errors import ConfigError, StateError, UnavailableError
 from lms_refresh.postgresql import connect, connection_error, first_line, unreachable
+from lms_refresh.sources.records import EVENT_ID
 from lms_refresh.store.base import SqlStore
 from lms_refresh.store.pg_copy import staged_text
 from lms_refresh.store.postgres_schema import MIGRATIONS, POSTGRESQL, SCHEMA_VERSION
@@ -263,9 +264,13 @@ class PostgresStore(SqlStore):
         self.db.execute("TRUNCATE pg_temp.incoming")
         return inserted
 
-    def staged_versions(self, ids):
-        """Return {event_id: staged row} for those of `ids` that are staged."""
-        rows = self.db.execute("SELECT * FROM staged_events WHERE event_id = ANY(%s)", (list(ids),))
+    def begin_staging(self):
+        """Nothing to prepare: the server keeps the index on statement ids (staging is never built without it)."""
+
+    def staged_versions(self, events):
+        """Return {event_id: staged row} for those of the `events`' ids that are staged."""
+        ids = list({event[EVENT_ID] for event in events})
+        rows = self.db.execute("SELECT * FROM staged_events WHERE event_id = ANY(%s)", (ids,))
         return {bytes(row[3]): row for row in rows}
 
     def finish_staging(self):

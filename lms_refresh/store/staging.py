@@ -1,9 +1,16 @@
 """Staging, in SQL written once: the events of each batch upserted by statement id, the voids recorded,
 and the second versions of staged statement ids kept aside for the quarantine (a mixin of base.SqlStore;
-each store inserts in bulk its own way: `insert_events`)."""
+each store inserts in bulk its own way: `insert_events`, between its `begin_staging` and `finish_staging`)."""
 
 from lms_refresh.sources.records import DAY, EVENT_ID, RECORD_KEY, Event
 from lms_refresh.sources.redelivery import same_statement
+
+
+class StageAgain(Exception):
+    """A run staged into an empty SQLite store without the unique index on statement ids (see
+    sqlite.SqliteStore.begin_staging), and some id came under two staging keys: the index cannot be built.
+    The run's transaction is rolled back and the run staged again, with the index in place from the start,
+    so the first version of each id is kept and the others are quarantined, as in every other run."""
 
 
 class Staging:
@@ -47,7 +54,7 @@ class Staging:
         differs is quarantined, never counted. Only this path, taken when a batch holds ids
         already staged, reads staging back.
         """
-        staged = self.staged_versions({event[EVENT_ID] for event in events})
+        staged = self.staged_versions(events)
         names = {}
 
         def name_of(kind, number):

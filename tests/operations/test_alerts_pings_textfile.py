@@ -178,7 +178,8 @@ def test_a_retry_that_finds_the_source_back_succeeds(project):
     from lms_refresh.instants import parse_user_time
     from lms_refresh.logs import Progress
     from lms_refresh.ops.job import run_job
-    from lms_refresh.run.refresh import Refresh, Request
+    from lms_refresh.run.refresh import Refresh
+    from lms_refresh.run.request import Request
 
     project.configure(retry_attempts=3)
     project.source.rename(project.root / "away")

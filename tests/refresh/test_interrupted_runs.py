@@ -11,7 +11,7 @@ from helpers.statements import statement
 from lms_refresh.ops.interruption import MARKER, Marker, last, pending
 from lms_refresh.ops.job import retried
 from lms_refresh.ops.monitoring import Healthchecks, plugin_report
-from lms_refresh.run.refresh import BACKFILL, Request
+from lms_refresh.run.request import BACKFILL, Request
 
 NOW = "2026-11-03T04:15:00+01:00"
 

@@ -254,7 +254,7 @@ def test_both_drivers_keep_the_declared_driver_contract():
 
     declared = {name: inspect.signature(member) for name, member in vars(Driver).items()
                 if inspect.isfunction(member) and not name.startswith("_")}
-    assert len(declared) == 13
+    assert len(declared) == 14
     for driver in (SqliteStore, PostgresStore):
         for name, signature in declared.items():
             method = getattr(driver, name)

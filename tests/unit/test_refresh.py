@@ -18,7 +18,8 @@ from lms_refresh.instants import parse_user_time
 from lms_refresh.logs import Progress
 from lms_refresh.ops.job import run_job
 from lms_refresh.run.lock import RunLock
-from lms_refresh.run.refresh import Refresh, Request
+from lms_refresh.run.refresh import Refresh
+from lms_refresh.run.request import Request
 
 NOW = "2026-11-03T04:15:00+01:00"
 

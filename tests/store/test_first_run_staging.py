@@ -1,0 +1,98 @@
+"""A first run stages into an empty store: on SQLite without the unique index on statement ids, built once
+at the end (store/sqlite.py, issue 23's "linear to 10 million statements").
+
+What a first run publishes, quarantines and counts must not depend on that: every case here is run
+twice, with the index built at the end and with it kept up throughout (`bulk_staging = False`, what every
+later run does), and the two stores must agree with each other and with the independent recount. A
+statement id under two staging keys cannot be indexed: the run is read again with the index in place,
+and says so.
+"""
+
+import datetime as dt
+import json
+
+import pytest
+
+from helpers.reference import expected_serving
+from helpers.statements import statement, voiding
+from lms_refresh.sources.xapi import ADL
+from lms_refresh.store.sqlite import SqliteStore
+
+T = dt.datetime(2026, 11, 3, 3, 15, tzinfo=dt.UTC)  # Tuesday 04:15 in Paris
+CONFLICT = "conflicting statement id: already staged with other content"
+AGAIN = "Staging again, with the index on statement ids kept up throughout"
+
+
+def base(learners=12):
+    return [statement(learner=f"u{i}", verb=("experienced", "completed", "passed")[i % 3], course=f"C{i % 2}",
+                      timestamp=f"2026-11-02T10:{i:02d}:00Z", score=0.5 if i % 2 else None) for i in range(learners)]
+
+
+def recount(statements):
+    return expected_serving([json.dumps(s) for s in statements], T - dt.timedelta(days=30), T + dt.timedelta(days=1),
+                            "Europe/Paris", 10)
+
+
+def first_run(project, files, *, share="0.5"):
+    """Write `files` ({name: statements}) and run once; return (stderr, the store's outcome)."""
+    project.configure(extra_top=f"max_quarantine_share = {share}")
+    for name, statements in files.items():
+        project.write(name, statements)
+    result = project.invoke("-v", "run", now=T.isoformat(), check=0)
+    outcome = {
+        "serving": project.serving(site=True),
+        "quarantine": project.query("SELECT origin, reason FROM quarantine ORDER BY origin"),
+        "staged": project.query("SELECT day, stored, occurred, verb_id, is_completion, score_micro, record_key "
+                                "FROM staged_events ORDER BY stored, event_id"),
+        "run": project.query("SELECT outcome, statements_read, staged, voided, quarantined FROM runs"),
+        "schema": project.query("SELECT type, name, sql FROM sqlite_master ORDER BY name")
+        if project.postgres is None else [],
+    }
+    return result.stderr, outcome
+
+
+def both_ways(tmp_path, make_project, monkeypatch, files):
+    """Run `files` into a new store with the index built at the end (SQLite) and with it kept up throughout."""
+    built_after, stderr = first_run(make_project(tmp_path / "bulk"), files)[::-1]
+    monkeypatch.setattr(SqliteStore, "bulk_staging", False)
+    kept_up, kept_stderr = first_run(make_project(tmp_path / "kept"), files)[::-1]
+    assert AGAIN not in kept_stderr
+    # The record keys differ by store (each has its own secret key); everything else is the same.
+    strip = [row[:-1] for row in built_after.pop("staged")], [row[:-1] for row in kept_up.pop("staged")]
+    assert strip[0] == strip[1]
+    assert built_after == kept_up
+    return built_after, stderr
+
+
+def test_a_first_run_with_redeliveries_and_a_second_version_under_the_same_key(tmp_path, make_project, monkeypatch):
+    statements = base()
+    again = [dict(s, stored="2026-11-02T12:00:00Z") for s in statements[:5]]  # a re-delivery, a new `stored`
+    second = dict(statements[6], verb={"id": ADL + "failed"}, stored="2026-11-02T13:00:00Z")  # same key, other verb
+    outcome, stderr = both_ways(tmp_path, make_project, monkeypatch,
+                                {"a.ndjson": statements, "b.ndjson": again + [second]})
+    assert AGAIN not in stderr  # the staging key refused them all: the index was built at the end
+    assert outcome["quarantine"] == [(f"statement {statements[6]['id'].replace('-', '')}", CONFLICT)]
+    assert outcome["run"] == [("success", 18, 17, 0, 1)]
+    assert outcome["serving"] == recount(statements)
+    if make_project(tmp_path / "fresh").postgres is None:
+        # The index built at the end is the one a migration creates, text and all.
+        assert ("index", "staged_events_event_id",
+                "CREATE UNIQUE INDEX staged_events_event_id ON staged_events (event_id)") in outcome["schema"]
+
+
+@pytest.mark.parametrize("field", ["learner", "course", "day"])
+def test_a_statement_id_under_two_staging_keys_reads_the_run_again(tmp_path, make_project, monkeypatch, field):
+    statements = base()
+    other = {"learner": {"learner": "u99"}, "course": {"course": "C9"},
+             "day": {"timestamp": "2026-11-01T10:00:00Z"}}[field]
+    kept = statements[3]
+    second = statement(**{"learner": "u3", "verb": "completed", "course": "C1", "timestamp": kept["timestamp"],
+                          **other}, id=kept["id"], stored="2026-11-02T13:00:00Z")
+    voided = voiding(statements[4]["id"], "2026-11-02T14:00:00Z")
+    outcome, stderr = both_ways(tmp_path, make_project, monkeypatch,
+                                {"a.ndjson": statements, "b.ndjson": [second, voided]})
+    assert (AGAIN in stderr) == (make_project(tmp_path / "fresh").postgres is None), stderr
+    # Counted once, not twice: what the first reading staged and quarantined was rolled back with it.
+    assert outcome["run"] == [("success", 14, 12, 1, 1)]
+    assert outcome["quarantine"] == [(f"statement {kept['id'].replace('-', '')}", CONFLICT)]
+    assert outcome["serving"] == recount(statements[:4] + statements[5:])
