@@ -20,6 +20,7 @@ from lms_refresh.store.tables import INDEXES
 
 _EVENT_INSERT = "INSERT OR IGNORE INTO staged_events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _BY_KEY = "SELECT * FROM staged_events WHERE day = ? AND course_id = ? AND actor = ? AND event_id = ?"
+_CACHE, _SORT_CACHE = -65536, -8192  # KiB: the page cache of a run, and while it builds the index below
 # The unique index on statement ids, which a run into an empty store builds once, after staging.
 _ID_INDEX = next(index for index in INDEXES if index.name == "staged_events_event_id")
 
@@ -120,7 +121,7 @@ class SqliteStore(SqlStore):
             # WAL + NORMAL stays consistent on power loss; at worst the last run is
             # undone along with its watermark, and the next run redoes it.
             self.db.execute("PRAGMA synchronous = NORMAL")
-        self.db.execute("PRAGMA cache_size = -65536")
+        self.db.execute(f"PRAGMA cache_size = {_CACHE}")
 
     @classmethod
     def _create(cls, path):
@@ -260,11 +261,16 @@ class SqliteStore(SqlStore):
         keys), then delete the targets of this run's voiding statements; return the days they were in."""
         if self._bulk:
             self._bulk = False
+            # The build sorts in memory runs as large as the page cache, on top of it: a smaller cache for the
+            # sort keeps the run's peak RSS where staging left it (168 MiB at 1M statements with 64 MiB runs).
+            self.db.execute(f"PRAGMA cache_size = {_SORT_CACHE}")
             try:
                 self.db.execute(self.dialect.create_index(_ID_INDEX))
             except sqlite3.IntegrityError as error:
                 self.bulk_staging = False
                 raise StageAgain(f"a statement id came under two staging keys ({error})") from error
+            finally:
+                self.db.execute(f"PRAGMA cache_size = {_CACHE}")
         if not self._void_targets:
             return set()
         self.db.execute("CREATE TEMP TABLE IF NOT EXISTS void_targets (event_id BLOB PRIMARY KEY)")
