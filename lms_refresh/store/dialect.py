@@ -6,8 +6,6 @@ stores cannot drift apart. `sqlite_schema.SQLITE` and `postgres_schema.POSTGRESQ
 Statements are written with `?` placeholders; a driver that wants another style converts them.
 """
 
-import functools
-
 from lms_refresh.store import tables
 
 
@@ -125,14 +123,3 @@ class Dialect:
     def migrations(self):
         """Return every migration's statements, the first first."""
         return [self.migration(version) for version in range(1, tables.SCHEMA_VERSION + 1)]
-
-    @functools.cached_property
-    def recompute(self):
-        """The statements that compute the daily_metrics rows of the days given as each one's parameter,
-        in the store's own session: the cells (tables.CELL_METRICS), their learners' presence, then the cells'
-        learner keys."""
-        columns = ", ".join(name for name, _ in tables.CELL_METRICS)
-        cells = ",\n    ".join(expression for _, expression in tables.CELL_METRICS)
-        return (f"INSERT INTO daily_metrics (day, course_id, {columns})\nSELECT day, course_id,\n    {cells}\n"
-                f"FROM staged_events WHERE {self.days_in}\nGROUP BY day, course_id",
-                tables.PRESENCE.format(days_in=self.days_in), tables.LEARNER_KEYS.format(days_in=self.days_in))

@@ -1,14 +1,15 @@
 """What the stores share for rebuilding days and their weeks and months (lms_refresh.store.periods), in SQL.
 
-A day is rebuilt from its staged events: its cells (daily_metrics) and each of its learners once per
-course with what they did (learner_days). Every week and month keeps each of its learners once per
-course too (learner_periods: on how many of its days they were active, and did each thing), kept
-up to date by the rebuilt days alone — their old presence subtracted, the new added — so a period's
-cell is counted from its own rows in one ordered pass, never from its staged events nor from all
-its days: its distinct learners (and those with an attempt, a completion, a pass, a fail, a score,
-a duration) and its learner key (each learner's key once), and its event counts and record keys'
-sums from daily_metrics (sums of sums are sums; key sums modulo 2**32). A run that rebuilds a day
-so rebuilds that day's week and month and no other, and its cost follows the days it touches.
+A day is rebuilt from its staged events: each of its learners once per course with what they did
+(learner_days), then its cells (daily_metrics), their learners counted from those rows. Every week
+and month keeps each of its learners once per course too (learner_periods: on how many of its days
+they were active, and did each thing), kept up to date by the rebuilt days alone — their old
+presence subtracted, the new added — so a period's cell is counted from its own rows in one ordered
+pass, never from its staged events nor from all its days: its distinct learners (and those with an
+attempt, a completion, a pass, a fail, a score, a duration) and its learner key (each learner's key
+once), and its event counts and record keys' sums from daily_metrics (sums of sums are sums; key sums
+modulo 2**32). A run that rebuilds a day so rebuilds that day's week and month and no other, and its
+cost follows the days it touches.
 
 The whole site is one more course of the cells (tables.SITE), counted from the courses' presence with each
 learner once (one more ordering of a rebuilt day's or period's learners, by learner), never summed.
@@ -18,14 +19,63 @@ import json
 
 from lms_refresh import instants
 from lms_refresh.store import periods
-from lms_refresh.store.tables import KEY_SUMS, PERIOD_COUNTS, PERIOD_SERVING_COLUMNS, PRESENCE_FLAGS, SITE
+from lms_refresh.store.tables import PERIOD_COUNTS, PERIOD_SERVING_COLUMNS, PRESENCE_FLAGS, SITE
 
-_MODULUS = 4294967296
-_LEARNERS = ("learners", "attempt_learners", "completion_learners", "passed_learners", "failed_learners",
-             "score_learners", "duration_learners")
-_SUMS = ("statements", "attempts", "completions", "passed", "failed", "score_sum_micro", "score_count",
-         "duration_ms", "duration_count") + tuple(key for key in KEY_SUMS if key not in ("learner_key",
-                                                                                         "duration_count"))
+_MODULUS = 4294967296  # key sums are kept modulo 2**32 (lms_refresh.disclosure.privacy)
+
+
+# How daily_metrics is computed for the cells (day, course) of some days. The staging key is ordered by (day,
+# course, actor): a day's learners are one range scan, each kept once in learner_days with what they did
+# (PRESENCE). A cell is then two grouped passes in key order, never a sort nor a distinct count: its event counts
+# and record keys' sums over its staged events (CELL_EVENTS), its learners over its rows of learner_days
+# (CELL_LEARNERS: "learners with an attempt" are those whose presence has one; the learner key sums each
+# learner's key once). Distinct counts over the staged events (six COUNT(DISTINCT actor), each an ephemeral
+# index in SQLite) and an UPDATE for the learner key cost 9,384 instructions per statement where this costs
+# 5,856 (callgrind, the cost model's sample, 2026-12-04).
+def _key_sum(condition):
+    return f"COALESCE(SUM(record_key) FILTER (WHERE {condition}) % {_MODULUS}, 0)"
+
+
+CELL_EVENTS = (  # (daily_metrics column, its expression over the cell's staged events)
+    ("statements", "COUNT(*)"), ("statement_key", f"SUM(record_key) % {_MODULUS}"),
+) + tuple(metric for name, flag in (("attempt", "is_attempt"), ("completion", "is_completion"),
+                                    ("passed", "is_passed"), ("failed", "is_failed")) for metric in (
+    (name if name in ("passed", "failed") else f"{name}s", f"SUM({flag})"),
+    (f"{name}_key", _key_sum(f"{flag} = 1")))) + (
+    ("score_sum_micro", "SUM(score_micro)"), ("score_count", "COUNT(score_micro)"),
+    ("score_key", _key_sum("score_micro IS NOT NULL")),
+    ("duration_ms", "SUM(duration_ms)"), ("duration_count", "COUNT(duration_ms)"),
+    ("duration_key", _key_sum("duration_ms IS NOT NULL")),
+)
+CELL_LEARNERS = (  # (daily_metrics column, its expression over the cell's rows of learner_days)
+    ("learners", "COUNT(*)"),
+) + tuple((f"{flag[4:]}_learners", f"SUM({flag})") for flag in PRESENCE_FLAGS) + (
+    ("learner_key", f"SUM(learner_key) % {_MODULUS}"),
+)
+
+_SUMS = tuple(name for name, _ in CELL_EVENTS)
+_LEARNERS = tuple(name for name, _ in CELL_LEARNERS if name != "learner_key")
+# A cell's event counts and record keys' sums, the sums of its parts' (its days', its courses').
+_SUMMED = ", ".join(f"SUM({name}){f' % {_MODULUS}' if name.endswith('_key') else ''} AS {name}" for name in _SUMS)
+
+PRESENCE = f"""INSERT INTO learner_days (day, course_id, actor, learner_key, {", ".join(PRESENCE_FLAGS)})
+SELECT day, course_id, actor, MAX(learner_key), MAX(is_attempt), MAX(is_completion), MAX(is_passed), MAX(is_failed),
+    MAX(CASE WHEN score_micro IS NULL THEN 0 ELSE 1 END), MAX(CASE WHEN duration_ms IS NULL THEN 0 ELSE 1 END)
+FROM staged_events WHERE {{days_in}} GROUP BY day, course_id, actor"""
+
+
+def _grouped(metrics, table):
+    return (f"SELECT day, course_id, {', '.join(f'{expression} AS {name}' for name, expression in metrics)}\n"
+            f"    FROM {table} WHERE {{days_in}} GROUP BY day, course_id")
+
+
+# After PRESENCE, with the same days: `{days_in}`'s parameter twice.
+CELLS = f"""INSERT INTO daily_metrics (day, course_id, {", ".join(name for name, _ in CELL_EVENTS + CELL_LEARNERS)})
+SELECT e.day, e.course_id, {", ".join([f"e.{name}" for name, _ in CELL_EVENTS]
+                                      + [f"l.{name}" for name, _ in CELL_LEARNERS])}
+FROM ({_grouped(CELL_EVENTS, "staged_events")}) AS e
+JOIN ({_grouped(CELL_LEARNERS, "learner_days")}) AS l ON l.day = e.day AND l.course_id = e.course_id"""
+
 
 # Presence added to (sign 1) or taken from (sign -1) a period's learners: the rows of learner_days that
 # `select` gives (parameters grain, period, then its own), each learner's counts moved by theirs. Taken, a
@@ -65,38 +115,35 @@ FROM (SELECT course_id, COUNT(*) AS learners,
                    for count, name in zip(PERIOD_COUNTS[1:], _LEARNERS[1:], strict=True))},
         SUM(learner_key) % {_MODULUS} AS learner_key
     FROM learner_periods WHERE grain = ? AND period = ? GROUP BY course_id) AS l
-JOIN (SELECT course_id, {", ".join(f"SUM({name}){f' % {_MODULUS}' if name.endswith('_key') else ''} AS {name}"
-                                    for name in _SUMS)}
+JOIN (SELECT course_id, {_SUMMED}
     FROM daily_metrics WHERE day BETWEEN ? AND ? GROUP BY course_id) AS e ON e.course_id = l.course_id"""
 
 
 # The site's cells, each learner once however many courses they were in (learner_days and learner_periods hold
-# the courses' rows only): `{days_in}`'s parameter twice for the days' cells; grain, period, grain, period, and
-# the period's first and last days for a period's. Event counts and record keys' sums are the courses' summed.
-def _site_learners(table, flags, group):
+# the courses' rows only), one cell a statement: its learners grouped by learner (a sort, of one day's or one
+# period's rows only), its event counts and record keys' sums the courses' summed. Parameters: the cell's day (or
+# grain and period), then `where`'s (the same), then `sums`'s (the day, or the period's first and last days).
+def _site_cell(table, cell, flags, where, sums):
     maxima = ", ".join(f"MAX({flag}) AS {flag}" for flag in flags)
-    distinct = f"""SELECT {group}actor, MAX(learner_key) AS learner_key, {maxima}
-    FROM {table} WHERE {{where}} GROUP BY {group}actor"""
-    return f"""SELECT {group}COUNT(*) AS learners, {", ".join(f"SUM(CASE WHEN {flag} > 0 THEN 1 ELSE 0 END) AS {name}"
-                                                  for flag, name in zip(flags, _LEARNERS[1:], strict=True))},
+    return f"""INSERT INTO {table} ({cell}, course_id, {", ".join(_LEARNERS)}, learner_key, {", ".join(_SUMS)})
+SELECT {", ".join("?" for _ in cell.split(","))}, {SITE}, {", ".join(f"l.{name}" for name in _LEARNERS)}, l.learner_key,
+    {", ".join(f"e.{name}" for name in _SUMS)}
+FROM (SELECT COUNT(*) AS learners, {", ".join(f"SUM(CASE WHEN {flag} > 0 THEN 1 ELSE 0 END) AS {name}"
+                                              for flag, name in zip(flags, _LEARNERS[1:], strict=True))},
         SUM(learner_key) % {_MODULUS} AS learner_key
-    FROM ({distinct}) AS a{f" GROUP BY {group[:-2]}" if group else ""}"""
-
-
-_SITE_SUMS = ", ".join(f"SUM({name}){f' % {_MODULUS}' if name.endswith('_key') else ''} AS {name}" for name in _SUMS)
-SITE_DAYS = f"""INSERT INTO daily_metrics (day, course_id, {", ".join(_LEARNERS)}, learner_key, {", ".join(_SUMS)})
-SELECT l.day, {SITE}, {", ".join(f"l.{name}" for name in _LEARNERS)}, l.learner_key,
-    {", ".join(f"e.{name}" for name in _SUMS)}
-FROM ({_site_learners("learner_days", PRESENCE_FLAGS, "day, ").format(where="{days_in}")}) AS l
-JOIN (SELECT day, {_SITE_SUMS} FROM daily_metrics WHERE {{days_in}} AND course_id <> {SITE} GROUP BY day) AS e
-    ON e.day = l.day"""
-_SITE_PERIOD = f"""INSERT INTO period_metrics (grain, period, course_id, {", ".join(_LEARNERS)}, learner_key,
-    {", ".join(_SUMS)})
-SELECT ?, ?, {SITE}, {", ".join(f"l.{name}" for name in _LEARNERS)}, l.learner_key,
-    {", ".join(f"e.{name}" for name in _SUMS)}
-FROM ({_site_learners("learner_periods", PERIOD_COUNTS[1:], "").format(where="grain = ? AND period = ?")}) AS l,
-    (SELECT {_SITE_SUMS} FROM daily_metrics WHERE day BETWEEN ? AND ? AND course_id = {SITE}) AS e
+    FROM (SELECT actor, MAX(learner_key) AS learner_key, {maxima} FROM {where} GROUP BY actor) AS a) AS l,
+    (SELECT {_SUMMED} FROM daily_metrics WHERE {sums}) AS e
 WHERE l.learners > 0"""
+
+
+# One learner grouping a day (by day and learner over a whole window would sort the window: 126 MiB more at 3M
+# statements over 90 days), with no grouping by day above it: 7,541 instructions a statement against 11,204
+# (callgrind, the cost model's sample, 2026-12-04).
+SITE_DAY = _site_cell("daily_metrics", "day", PRESENCE_FLAGS, "learner_days WHERE day = ?",
+                      f"day = ? AND course_id <> {SITE}")
+_SITE_PERIOD = _site_cell("period_metrics", "grain, period", PERIOD_COUNTS[1:],
+                          "learner_periods WHERE grain = ? AND period = ?",
+                          f"day BETWEEN ? AND ? AND course_id = {SITE}")
 
 
 class Grains:
@@ -107,19 +154,14 @@ class Grains:
         presence in their periods of `calendar` (a periods.Calendar); return the rows written."""
         self.move_presence(days, calendar, _SUBTRACT)  # what the days held, before it goes
         day_set = self.dialect.day_set(days)
-        cells, presence, learner_keys = self.dialect.recompute
+        presence, cells = (statement.format(days_in=self.dialect.days_in) for statement in (PRESENCE, CELLS))
         self.execute(f"DELETE FROM daily_metrics WHERE {self.dialect.days_in}", (day_set,))
         self.execute(f"DELETE FROM learner_days WHERE {self.dialect.days_in}", (day_set,))
-        written = self.execute(cells, (day_set,)).rowcount
         self.execute(presence, (day_set,))
-        self.execute(learner_keys, (day_set,))
-        # The site's cells one day at a time (the days with cells): its learners are grouped by (day, actor), a
-        # sort, which over a whole window grows with it (SQLite: 126 MiB more at 3M statements over 90 days).
-        site = SITE_DAYS.format(days_in=self.dialect.days_in)
+        written = self.execute(cells, (day_set, day_set)).rowcount
         for (day,) in self.execute(f"SELECT DISTINCT day FROM daily_metrics WHERE {self.dialect.days_in}",
                                    (day_set,)).fetchall():
-            one = self.dialect.day_set({day})
-            self.execute(site, (one, one))
+            self.execute(SITE_DAY, (day, day, day))
         self.move_presence(days, calendar, _ADD)
         return written
 
