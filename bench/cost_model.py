@@ -1,6 +1,7 @@
 """Benchmark and CI guard: CPU instructions per statement of each step of a refresh.
 
     /usr/bin/python3 bench/cost_model.py [--statements 2000]   # print the counts, and the naive yardstick's
+    /usr/bin/python3 bench/cost_model.py --by-statement        # and the recompute's, SQL statement by statement
     /usr/bin/python3 bench/cost_model.py --check               # compare them with bench/cost_budget.toml
     /usr/bin/python3 bench/cost_model.py --pythonpath DIR      # with DIR's modules too (e.g. orjson)
 
@@ -57,6 +58,7 @@ sys.path.insert(0, HERE)
 from cost_workload import PARTS  # noqa: E402
 
 STEPS = ("parse+map", "stage", "recompute", "commit")
+PYTHON_BETWEEN = "(Python between them)"  # --by-statement: the recompute's Python, apart from its SQL statements
 ORJSON_STEPS = ("parse+map",)  # the steps the JSON parser changes: orjson's budgets
 BUDGETS = os.path.join(HERE, "cost_budget.toml")
 PYTHON = "/usr/bin/python3"  # Debian's own, which the .deb runs on and the budgets were measured with
@@ -77,15 +79,17 @@ def environment(pycache, pythonpath=None, parser=None):
     return env
 
 
-def run_parts(python, path, count, *, work, run, naive, extra):
+def run_parts(python, path, count, *, work, run, naive, extra, by_statement=False):
     """Start the workload over `count` statements under callgrind in directory `run` of `work` (the code
-    is in work/code); return a function that waits for it and returns {part: instructions}."""
+    is in work/code); return a function that waits for it and returns ({part: instructions}, the JSON parser
+    it used). With `by_statement`, the parts also hold each SQL statement of the recompute, by its place in
+    the code (summed over the times it ran), and PYTHON_BETWEEN, the recompute's Python between them."""
     directory = os.path.join(work, run)
     os.mkdir(directory)
     out = os.path.join(directory, "callgrind.out")
     command = ["valgrind", "--tool=callgrind", "--dump-before=getppid", "--combine-dumps=yes",
                f"--callgrind-out-file={out}", python, "-s", os.path.join(work, "code", "cost_workload.py"),
-               path, str(count), f"naive={int(naive)}"]
+               path, str(count), f"naive={int(naive)}"] + (["statements=1"] if by_statement else [])
     env = dict(environment(os.path.join(work, "pycache"), **extra), PYTHONDONTWRITEBYTECODE="1")
     process = subprocess.Popen(command, cwd=directory, env=env, stdin=subprocess.DEVNULL,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -97,17 +101,34 @@ def run_parts(python, path, count, *, work, run, naive, extra):
         with open(out, encoding="utf-8") as handle:
             totals = [int(n) for n in re.findall(r"^totals: (\d+)", handle.read(), re.MULTILINE)]
         parser = re.search(r"^json parser: (\S+)$", output, re.MULTILINE)
-        parts = PARTS if naive else PARTS[:-1]
-        if len(totals) != len(parts) + 1:  # the last: what follows the last mark (exit)
-            raise SystemExit(f"callgrind counted {len(totals)} parts, not {len(parts) + 1}: "
-                             "something else calls getppid()")
-        return dict(zip(parts, totals[:-1], strict=True)), parser and parser.group(1)
+        counts = split_parts(totals, output, naive=naive, by_statement=by_statement)
+        return counts, parser and parser.group(1)
     return wait
 
 
-def measure(statements, *, python=PYTHON, naive=True, pythonpath=None, parser=None):
-    """Return ({step: instructions per statement} (and "naive" if asked) over `statements` statements,
-    the JSON parser the workload used); `pythonpath` and `parser` go to its environment."""
+def split_parts(totals, output, *, naive, by_statement):
+    """Given callgrind's totals, one per mark (the last: what follows the last mark, the exit), and what the
+    workload printed, return {part: instructions}; with `by_statement`, each SQL statement's too (see run_parts)."""
+    parts = PARTS if naive else PARTS[:-1]
+    places = re.findall(r"^statement: (\S+)$", output, re.MULTILINE)
+    pieces = 2 * len(places)  # within the recompute: each statement, and the Python after it
+    if len(totals) != len(parts) + 1 + pieces:
+        raise SystemExit(f"callgrind counted {len(totals)} parts, not {len(parts) + 1 + pieces}: "
+                         "something else calls getppid()")
+    recompute = parts.index("recompute")
+    inside = totals[recompute:recompute + pieces + 1]  # Python, a statement, Python, ..., Python
+    counts = dict(zip(parts, totals[:recompute] + [sum(inside)] + totals[recompute + pieces + 1:-1], strict=True))
+    if by_statement:
+        counts[PYTHON_BETWEEN] = sum(inside[0::2])
+        for place, count in zip(places, inside[1::2], strict=True):
+            counts[place] = counts.get(place, 0) + count
+    return counts
+
+
+def measure(statements, *, python=PYTHON, naive=True, pythonpath=None, parser=None, by_statement=False):
+    """Return ({step: instructions per statement} (and "naive" if asked; with `by_statement`, each of the
+    recompute's SQL statements by its place in the code too) over `statements` statements, the JSON parser
+    the workload used); `pythonpath` and `parser` go to its environment."""
     extra = {"pythonpath": pythonpath, "parser": parser}
     from refresh_bench import write_days
 
@@ -127,10 +148,10 @@ def measure(statements, *, python=PYTHON, naive=True, pythonpath=None, parser=No
                        env=environment(os.path.join(work, "pycache"), **extra), check=True, stdin=subprocess.DEVNULL,
                        stdout=subprocess.DEVNULL)
         # The two runs at once, one per core: an instruction count does not depend on the other.
-        waits = [run_parts(python, path, n, work=work, run=f"run-{i}", naive=naive, extra=extra)
-                 for i, n in ((1, statements), (2, 2 * statements))]
+        waits = [run_parts(python, path, n, work=work, run=f"run-{i}", naive=naive, extra=extra,
+                           by_statement=by_statement) for i, n in ((1, statements), (2, 2 * statements))]
         (one, used), (two, _) = (wait() for wait in waits)
-    return {part: (two[part] - one[part]) / statements for part in STEPS + (("naive",) if naive else ())}, used
+    return {part: (two.get(part, 0) - one.get(part, 0)) / statements for part in two.keys() | one.keys()}, used
 
 
 def interpreter(python):
@@ -178,6 +199,15 @@ def print_counts(counts):
         print(f"{step:<14} {counts[step]:>9,.0f} instructions/statement")
     print(f"{'refresh total':<14} {ours:>9,.0f} = {ours / naive:.2f} x the naive yardstick (one process)")
     print(f"best case on 2 cores, both busy throughout: {2 * naive / ours:.2f} x the yardstick's rate")
+    statements = {part: count for part, count in counts.items() if part not in PARTS}
+    if statements:
+        print("recompute, by SQL statement (where in the code it runs, the same place summed), and the Python "
+              "between them:")
+        shown = {part: count for part, count in statements.items() if count >= 100}
+        for part, count in sorted(shown.items(), key=lambda item: -item[1]):
+            print(f"  {count:>9,.0f}  {part}")
+        rest = [count for part, count in statements.items() if part not in shown]
+        print(f"  {sum(rest):>9,.0f}  the {len(rest)} other statements (under 100 each)")
 
 
 def main():
@@ -186,12 +216,17 @@ def main():
     parser.add_argument("--python", default=PYTHON, help=f"the interpreter to measure (default {PYTHON})")
     parser.add_argument("--check", action="store_true", help=f"compare the steps with {BUDGETS}")
     parser.add_argument("--pythonpath", help="a directory of modules the workload may import too (e.g. orjson's)")
+    parser.add_argument("--by-statement", action="store_true",
+                        help="also count each SQL statement of the recompute apart (not with --check)")
     options = parser.parse_args()
     if options.check and options.statements is not None:
         parser.error("--check measures as many statements as its budgets were measured with")
+    if options.check and options.by_statement:
+        parser.error("--by-statement adds marks the budgets were not measured with: not with --check")
     if not options.check:
         options.statements = options.statements or 2000
-        counts, used = measure(options.statements, python=options.python, pythonpath=options.pythonpath)
+        counts, used = measure(options.statements, python=options.python, pythonpath=options.pythonpath,
+                               by_statement=options.by_statement)
         python, sqlite = interpreter(options.python)
         print(f"{options.statements} statements, Python {python}, SQLite {sqlite}, {platform.machine()}, "
               f"JSON parser {used}")

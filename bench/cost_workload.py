@@ -1,11 +1,15 @@
 """What bench/cost_model.py runs under callgrind: the first COUNT statements of FILE through each
 step of a refresh, in the order a run takes them, in one process.
 
-    python3 cost_workload.py FILE COUNT naive=1|0   # beside a copy of lms_refresh/ (see cost_model.py)
+    python3 cost_workload.py FILE COUNT naive=1|0 [statements=1]   # beside a copy of lms_refresh/ (cost_model.py)
 
 Each part ends with a call of os.getppid(), which nothing else here calls: the model runs this
 under `valgrind --tool=callgrind --dump-before=getppid`, so callgrind writes one count per part,
 in the order of PARTS. Run it in an empty directory: the store is created in the current one.
+
+With statements=1, the recompute is cut further: a mark before and after each SQL statement it
+executes, so that callgrind counts each statement apart from the Python between them; the
+statements' places in the code (file:function:line, in the order executed) are printed last.
 """
 
 import datetime
@@ -49,7 +53,40 @@ def naive(lines):
     db.close()
 
 
-def main(path, count, with_naive):
+class Fetched:
+    """A query's rows, read whole while its statement is counted: what callers of execute use of a cursor."""
+
+    def __init__(self, cursor):
+        self.rows, self.rowcount = cursor.fetchall(), cursor.rowcount
+
+    def fetchall(self):
+        return self.rows
+
+    def fetchone(self):
+        return self.rows[0] if self.rows else None
+
+    def __iter__(self):
+        return iter(self.rows)
+
+
+def marking(store, places):
+    """Make `store` mark (MARK) before and after each statement it executes (a query's rows read whole
+    between the two), and append to `places` where in the code each was executed from."""
+    execute = store.execute
+
+    def marked(statement, parameters=()):
+        MARK()
+        cursor = execute(statement, parameters)
+        if cursor.description is not None:
+            cursor = Fetched(cursor)
+        MARK()
+        caller = sys._getframe(1)
+        places.append(f"{os.path.basename(caller.f_code.co_filename)}:{caller.f_code.co_name}:{caller.f_lineno}")
+        return cursor
+    store.execute = marked
+
+
+def main(path, count, with_naive, by_statement=False):
     from lms_refresh.disclosure.cell_key import RecordKeys
     from lms_refresh.disclosure.policy import PrivacySettings
     from lms_refresh.disclosure.pseudonyms import Pseudonymiser
@@ -85,16 +122,22 @@ def main(path, count, with_naive):
     # The settings the weeks, months and terms read (whether a period is complete; the terms: none), as a Config
     # holds them.
     config = types.SimpleNamespace(timezone="Europe/Paris", window=types.SimpleNamespace(safety_lag=300), terms=())
+    places = []
+    if by_statement:
+        marking(store, places)
     publication.recompute(store, days, record_keys=keys, config=config,
                           now=datetime.datetime(2026, 6, 3, 4, 15, tzinfo=datetime.UTC))
     MARK()  # recompute
+    store.__dict__.pop("execute", None)
     store.commit()
     MARK()  # commit
     if with_naive:
         naive(lines)
         MARK()  # naive
     store.close()
+    for place in places:
+        print(f"statement: {place}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), sys.argv[3] == "naive=1")
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3] == "naive=1", sys.argv[4:] == ["statements=1"])

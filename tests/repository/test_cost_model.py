@@ -122,3 +122,18 @@ def test_the_committed_budgets_cover_every_step_each_with_its_measurement(tmp_pa
     broken.write_text(text.split("[orjson]")[0])
     with pytest.raises(cost_model.BudgetError, match=r"missing: orjson; steps missing or unknown: parse\+map"):
         cost_model.load_budgets(str(broken))
+
+
+def test_by_statement_the_recompute_is_its_statements_and_the_python_between_them():
+    # setup, warm, parse+map, stage; the recompute: Python, a statement, Python, a statement, Python; commit; exit.
+    totals = [1, 2, 30, 40, 5, 100, 6, 200, 7, 8, 9]
+    output = ("json parser: stdlib\nstatement: grains.py:rebuild_partitions:160\n"
+              "statement: grains.py:move_presence:228\n")
+    counts = cost_model.split_parts(totals, output, naive=False, by_statement=True)
+    assert counts == {"setup": 1, "warm": 2, "parse+map": 30, "stage": 40, "recompute": 318, "commit": 8,
+                      cost_model.PYTHON_BETWEEN: 18, "grains.py:rebuild_partitions:160": 100,
+                      "grains.py:move_presence:228": 200}
+    assert cost_model.split_parts(totals, output, naive=False, by_statement=False) == {
+        "setup": 1, "warm": 2, "parse+map": 30, "stage": 40, "recompute": 318, "commit": 8}
+    with pytest.raises(SystemExit, match="callgrind counted 10 parts, not 11"):
+        cost_model.split_parts(totals[1:], output, naive=False, by_statement=True)
