@@ -44,8 +44,10 @@ TOLERANCE_WORDS = "2 days"
 # Cursor text: fixed-width UTC, microseconds; its text order is its time order.
 CURSOR = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", re.ASCII)
 UTC_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.(\d{1,6}))?Z", re.ASCII)
-# A cheaper test of the usual form. ASCII: a Unicode digit is no digit of a time.
-UTC_MILLIS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d\d\dZ", re.ASCII)
+# A cheaper test of the usual form. It checks that the minute and second are at most 59 as well: in the match,
+# that costs next to nothing, where a slice and a comparison after it cost a third of the match each (callgrind).
+# ASCII: a Unicode digit is no digit of a time.
+UTC_MILLIS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:[0-5]\d:[0-5]\d\.\d\d\dZ", re.ASCII)
 _HOURS_KEPT = 100_000
 _real_hours = set()  # "YYYY-MM-DDTHH" texts known to be real dates in range with a real hour (bounded)
 
@@ -100,7 +102,7 @@ def _real_time_of_day(text):
     """Given text in UTC_TIME's form, tell whether its date is real and in range and its time of day real.
 
     Its first 13 characters (date and hour) are remembered once checked, so the usual case is one set
-    lookup and two comparisons (iso_cursor inlines it)."""
+    lookup and two comparisons (iso_cursor inlines the lookup: its UTC_MILLIS checks the minute and second)."""
     if not (text[14:16] <= "59" and text[17:19] <= "59"):
         return False  # a leap second (":60") is read by parse_iso
     hour = text[:13]
@@ -157,8 +159,7 @@ def parse_iso(text, what):
 
 def iso_cursor(text, what="stored"):
     """Given an ISO 8601 time, return its cursor text or raise NotAnInstant (the usual UTC forms without parsing)."""
-    if type(text) is str and len(text) == 24 and UTC_MILLIS.fullmatch(text) and text[:13] in _real_hours \
-            and text[14:16] <= "59" and text[17:19] <= "59":
+    if type(text) is str and len(text) == 24 and UTC_MILLIS.fullmatch(text) and text[:13] in _real_hours:
         return text[:23] + "000Z"  # the form LRSs write: UTC with milliseconds, in an hour already checked
     if isinstance(text, str) and text.endswith("Z"):
         match = UTC_TIME.fullmatch(text)

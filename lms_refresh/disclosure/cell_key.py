@@ -30,28 +30,36 @@ class RecordKeys:
     def _keyed(self, derived):
         self._key = derived
         self._events = hashlib.blake2b(key=derived, digest_size=4, person=b"event")
-        self._learners = {}
+        self._learners = _LearnerKeys(derived)
 
     def __reduce__(self):
         return _from_derived, (self._key,)  # a hash object cannot be pickled: it is keyed again
 
     def event(self, event_id):
         keyed = self._events.copy()
-        keyed.update(bytes(event_id))
+        keyed.update(event_id)  # bytes, or a store's memoryview of them: no copy needed to hash it
         return int.from_bytes(keyed.digest(), "big")
 
     def keyers(self):
         """(the function of an event's id, the function of its learner's pseudonym) that give its record keys."""
-        return self.event, self.learner
+        return self.event, self._learners.__getitem__  # a known learner's key without a call of Python code
 
     def learner(self, actor):
-        value = self._learners.get(actor)
-        if value is None:
-            data = int(actor).to_bytes(8, "big", signed=True)
-            value = int.from_bytes(hashlib.blake2b(data, key=self._key, digest_size=4,
-                                                   person=b"learner").digest(), "big")
-            if len(self._learners) < 1_000_000:  # bounded: a learner's key is cheap to recompute
-                self._learners[actor] = value
+        return self._learners[actor]
+
+
+class _LearnerKeys(dict):
+    """Learners' record keys by pseudonym, each computed the first time it is looked up."""
+
+    def __init__(self, derived):
+        super().__init__()
+        self._key = derived
+
+    def __missing__(self, actor):
+        data = int(actor).to_bytes(8, "big", signed=True)
+        value = int.from_bytes(hashlib.blake2b(data, key=self._key, digest_size=4, person=b"learner").digest(), "big")
+        if len(self) < 1_000_000:  # bounded: a learner's key is cheap to recompute
+            self[actor] = value
         return value
 
 

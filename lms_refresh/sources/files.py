@@ -13,6 +13,8 @@ export directory:
 """
 
 import errno
+import io
+import operator
 import os
 import stat
 import sys
@@ -22,6 +24,7 @@ from lms_refresh.state_directory import user_name
 
 SUFFIXES = (".ndjson", ".jsonl", ".ndjson.gz", ".jsonl.gz")
 SKIP_BLOCK = 1 << 20  # bytes held at a time while reading past an oversized record
+_WITHOUT_NEWLINE = operator.itemgetter(slice(None, -1))  # a line read with its newline, without it
 KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
          stat.S_IFBLK: "a block device", stat.S_IFDIR: "a directory"}
 
@@ -259,28 +262,29 @@ def chunk_lines(handle, start, end, *, size, limit, max_lines=None):
         position = start - 1 + skipped
     if position >= end:
         return [], None
-    data = handle.read(end - position)
-    lines = data.split(b"\n", -1 if max_lines is None else max_lines)
+    # Each line with its newline, found by memchr: data.split(b"\n") tests the bytes one by one, for three
+    # times the instructions of this and of the copies without newlines below (callgrind: 5,200 a line of
+    # 900 bytes, against 1,750). The chunk and its lines are held at once, as split's were.
+    lines = io.BytesIO(handle.read(end - position)).readlines()
     resume = None
-    if max_lines is not None and len(lines) > max_lines and lines[-1]:
-        resume = position + len(data) - len(lines[-1])
-        lines[-1] = b""
-    del data
-    if lines[-1] == b"":
-        lines.pop()
-    else:  # the last line starts in this chunk, so it is ours (appended, not a copy of the chunk)
-        tail = lines[-1]
+    if max_lines is not None and len(lines) > max_lines:
+        del lines[max_lines:]
+        resume = position + sum(map(len, lines))
+    tail = lines.pop() if lines and lines[-1][-1] != 10 else None  # 10: b"\n"
+    lines = list(map(_WITHOUT_NEWLINE, lines))
+    # A line longer than `limit` is rare: measuring them all costs a tenth of building a new list.
+    if end - position > limit and max(map(len, lines), default=0) > limit:
+        lines = [line if len(line) <= limit else len(line) for line in lines]
+    if tail is not None:  # the last line starts in this chunk, so it is ours (appended, not a copy of the chunk)
         if len(tail) > limit:
             rest, ended = _skip_line(handle, size - end)
-            lines[-1] = len(tail) + rest - ended
+            tail = len(tail) + rest - ended
         else:
             rest, ended = _read_line(handle, limit - len(tail), size - end)
-            lines[-1] = tail + rest if type(rest) is bytes else len(tail) + rest
-        if not ended and os.fstat(handle.fileno()).st_size > size:
-            # The grown file differs from the index entry this run records, so the next run reads it again.
-            lines.pop()
-    if end - position > limit:
-        lines = [line if type(line) is int or len(line) <= limit else len(line) for line in lines]
+            tail = tail + rest if type(rest) is bytes else len(tail) + rest
+        # Unless the file grew, and so differs from the index entry this run records: the next run reads it again.
+        if ended or os.fstat(handle.fileno()).st_size <= size:
+            lines.append(tail)
     return lines, resume
 
 

@@ -38,7 +38,9 @@ STDLIB, ORJSON = "stdlib", "orjson"
 MAX_DEPTH = 512
 _DEEP_TEXT = 2 * MAX_DEPTH + 1  # a well-formed text nested deeper holds at least two brackets per level: longer
 
-_raw_decode = json.JSONDecoder().raw_decode  # str in, no encoding sniffing per line
+_STD_DECODER = json.JSONDecoder()
+_raw_decode = _STD_DECODER.raw_decode  # str in, no encoding sniffing per line
+_scan_once = _STD_DECODER.scan_once  # what raw_decode calls: (value, end) or StopIteration
 _std_loads = json.loads
 _fast_loads = orjson.loads if orjson is not None else None
 _FAST_ERROR = orjson.JSONDecodeError if orjson is not None else ValueError
@@ -101,7 +103,10 @@ def _std_line(line):
         text = line.decode()
         if text[0] in " \t":
             text = text.strip()
-        value, end = _raw_decode(text)
+        try:
+            value, end = _scan_once(text, 0)  # raw_decode's own scanner, without its regex that skips whitespace
+        except StopIteration:  # no value at 0: raw_decode skips the whitespace first, or gives the reason
+            value, end = _raw_decode(text)
         if end != len(text) and text[end:].strip():
             raise ValueError(f"extra data after the JSON value at character {end}")
     except (ValueError, RecursionError) as error:

@@ -184,8 +184,10 @@ def read_chunk(mapper, chunk, reading):
     except OSError as error:
         raise BadInputError(f"Cannot read {path} ({error.strerror or error}); fix or move the file and run "
                             "again.") from error
-    parse_lines(mapper, oversized(enumerate(lines, 1), result.batch, limit), reading.since, until=reading.until,
-                result=result, settled=chunk.settled)
+    numbered = enumerate(lines, 1)
+    if int in map(type, lines):  # a line given as its length is rare: `oversized`, a generator, costs per line
+        numbered = oversized(numbered, result.batch, limit)
+    parse_lines(mapper, numbered, reading.since, until=reading.until, result=result, settled=chunk.settled)
     result.lines = len(lines)
     return result
 

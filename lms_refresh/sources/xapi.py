@@ -94,8 +94,8 @@ class StatementMapper:
     def day_of(self, timestamp):
         """Return the local calendar day of an ISO time; cached per UTC minute (a UTC time's first 16
         characters: a minute found there was checked whole), or per text for a time with another offset."""
-        if (len(timestamp) == 24 and UTC_MILLIS.fullmatch(timestamp)
-                or timestamp.endswith("Z") and UTC_TIME.fullmatch(timestamp)) and timestamp[17:19] <= "59":
+        if len(timestamp) == 24 and UTC_MILLIS.fullmatch(timestamp) \
+                or timestamp.endswith("Z") and UTC_TIME.fullmatch(timestamp) and timestamp[17:19] <= "59":  # no :60
             key = timestamp[:16]
         else:
             key = timestamp
@@ -122,11 +122,11 @@ class StatementMapper:
                 account = actor.get("account")
                 if type(account) is dict and "mbox" not in actor and "mbox_sha1sum" not in actor \
                         and "openid" not in actor:
-                    key = (account.get("homePage"), account.get("name"))
-                    if type(key[0]) is str and type(key[1]) is str:
-                        pseudonym = self._accounts.get(key)
+                    home, name = account.get("homePage"), account.get("name")
+                    if type(home) is str and type(name) is str:
+                        pseudonym = self._accounts.get((home, name))
                         if pseudonym is None:  # checked before it is cached: a hit is a valid account
-                            pseudonym = bounded(self._accounts)[key] = self._pseudonym(actor)
+                            pseudonym = bounded(self._accounts)[home, name] = self._pseudonym(actor)
                         return pseudonym
                 mbox = actor.get("mbox")
                 if type(mbox) is str and account is None and "mbox_sha1sum" not in actor and "openid" not in actor:
@@ -272,7 +272,9 @@ class StatementMapper:
         if not isinstance(timestamp, str):
             raise InvalidStatement("timestamp is not a string")
         day = self.day_of(timestamp)
-        if self._now is not None and timestamp[:19] > self._now:  # rare: maybe in the future
+        # Rare: maybe in the future. The whole text is later whenever its first 19 characters are (and without a
+        # slice); a time in the same second as now is checked exactly.
+        if self._now is not None and timestamp > self._now:
             self.check_not_future(timestamp)
 
         result = statement.get("result") or {}

@@ -34,8 +34,8 @@ class InvalidStatement(InvalidRecord):
 
 def event_key(statement_id):
     """Return the 16-byte key of a statement id (a UUID in any letter case), or None if it is not one."""
-    if type(statement_id) is not str or len(statement_id) != 36 or statement_id[8] != "-" or statement_id[13] != "-" \
-            or statement_id[18] != "-" or statement_id[23] != "-":
+    # [8:24:5]: the four hyphens' places (8, 13, 18, 23), in one slice rather than four look-ups
+    if type(statement_id) is not str or len(statement_id) != 36 or statement_id[8:24:5] != "----":
         return None
     try:
         key = bytes.fromhex(statement_id.replace("-", ""))
