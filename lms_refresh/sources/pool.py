@@ -1,16 +1,22 @@
 """Ending a pool of parsing workers within seconds, whatever state its workers are in.
 
-`Pool.terminate()` first takes the task queue's read lock. A worker waiting
-for a task holds that lock, so a worker killed while waiting — SIGTERM to the
-whole process group, which is what `systemctl stop` sends — dies holding it
-and `terminate()` then waits forever (and systemd waits out TimeoutStopSec).
-So terminate() runs in a helper thread; if it has not finished promptly the
-workers are killed outright and the locks only dead workers can hold are
-released; if even that does not free it, the pool is left to the process's
-exit rather than holding the run up.
+A worker that dies in the middle of its work — SIGTERM to the whole process
+group, which is what `systemctl stop` sends, or the kernel's out-of-memory
+killer — can leave a queue's lock held for ever (a worker waiting for a task
+holds the task queue's read lock) and a pipe in the middle of a message (a
+worker killed between a task's length and its body, or while it wrote a
+result). `Pool.terminate()` then waits for that lock for ever, and no lock
+freed by hand would help: the next reader would take the rest of the message
+for a new one, `terminate()` would fail half-way, and the pool's result
+handler would wait for ever on a message that never ends. So terminate() runs
+in a helper thread; if it has not returned promptly, the pool's queues are
+given up instead: no worker is started any more, every worker is killed and
+reaped, and the pool's threads (daemons, blocked on those queues) are left to
+the process's exit, with nothing there that waits for them.
 """
 
 import logging
+import multiprocessing.pool
 import signal
 import threading
 
@@ -57,22 +63,34 @@ def result_of(pending, workers):
 
 def stop_pool(pool):
     """Terminate `pool` (a multiprocessing Pool) and reap its workers, in a few seconds at most."""
-    ending = threading.Thread(target=pool.terminate, name="pool-terminate", daemon=True)
+    returned = []
+
+    def terminate():
+        try:
+            pool.terminate()  # returns once it has joined the pool's threads and workers
+        except Exception as error:  # e.g. EOFError: a queue a dead worker left in the middle of a message
+            logger.debug("Terminating the parsing workers' pool failed: %r", error)
+        else:
+            returned.append(True)
+
+    ending = threading.Thread(target=terminate, name="pool-terminate", daemon=True)
     ending.start()
     ending.join(PROMPT)
-    if ending.is_alive():
-        _kill_workers(pool)
-        for queue, name in ((getattr(pool, "_inqueue", None), "_rlock"), (getattr(pool, "_outqueue", None), "_wlock")):
-            lock = getattr(queue, name, None)
-            if lock is not None and not lock.acquire(False):
-                lock.release()  # held by a worker that no longer exists: nobody else will ever release it
-            elif lock is not None:
-                lock.release()
-        ending.join(LAST_CHANCE)
-    if ending.is_alive():
-        logger.warning("The parsing workers' pool did not shut down cleanly; it is left to the process's exit.")
-        return
-    pool.join()
+    if not returned:
+        _give_up(pool)
+
+
+def _give_up(pool):
+    """Kill and reap `pool`'s workers without its queues, which a dead worker may have left unusable."""
+    logger.debug("The parsing workers' pool did not stop promptly: its workers are killed.")
+    handler = pool._worker_handler
+    handler._state = multiprocessing.pool.TERMINATE  # no worker is started any more ...
+    pool._change_notifier.put(None)  # ... once it wakes up (only this process's threads use that queue)
+    handler.join(LAST_CHANCE)
+    _kill_workers(pool)
+    # At exit, multiprocessing runs a pool's finalizer (what terminate() does) if nothing has run it yet:
+    # in the main thread, it would wait for ever on the same lock.
+    pool._terminate.cancel()
 
 
 def _kill_workers(pool):

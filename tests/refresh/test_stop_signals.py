@@ -5,6 +5,7 @@ import multiprocessing
 import os
 import signal
 import subprocess
+import threading
 import time
 
 from helpers.statements import statement
@@ -31,6 +32,35 @@ def test_a_pool_whose_idle_workers_were_killed_still_stops_within_seconds():
     stop_pool(pool)
     assert time.monotonic() - began < 6
     assert all(worker.exitcode is not None for worker in workers)
+
+
+def test_a_pool_whose_worker_died_between_a_tasks_length_and_its_body_still_stops_within_seconds():
+    """A worker killed (the stop's SIGTERM to the group) after it read a task's 4-byte length but before
+    its body leaves the task queue's lock held and the rest of that task in the pipe. Freeing the lock
+    once let terminate() read that rest as a message: EOFError half-way through terminate(), before it
+    told the result handler to stop, and a join that waited for ever (seen as a stop that hung)."""
+    pool = multiprocessing.get_context("fork").Pool(1)
+    assert pool.apply_async(_square, (7,)).get(timeout=30) == 49
+    deadline = time.monotonic() + 30
+    while pool._inqueue._rlock.acquire(False):  # wait until the idle worker sits on the task queue's lock
+        pool._inqueue._rlock.release()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    worker = pool._pool[0]
+    os.kill(worker.pid, signal.SIGKILL)  # dies holding that lock (the worker started in its place waits for it)
+    worker.join(30)
+    for _ in range(4):  # more than the pipe holds: the pool's task handler stays busy writing them
+        pool.apply_async(len, (bytes(64 << 10),))
+    while not pool._inqueue._reader.poll(0.01):
+        assert time.monotonic() < deadline
+    os.read(pool._inqueue._reader.fileno(), 4)  # a task's length, read by the worker that then died
+    stopping = threading.Thread(target=stop_pool, args=(pool,), daemon=True)
+    began = time.monotonic()
+    stopping.start()
+    stopping.join(30)
+    assert not stopping.is_alive()
+    assert time.monotonic() - began < 6
+    assert all(worker.exitcode is not None for worker in pool._pool)
 
 
 def test_sigterm_to_the_process_group_while_workers_parse_exits_143_promptly(project):
