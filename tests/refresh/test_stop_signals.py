@@ -17,14 +17,19 @@ def _square(number):
     return number * number
 
 
-def test_a_pool_whose_idle_workers_were_killed_still_stops_within_seconds():
-    pool = multiprocessing.get_context("fork").Pool(3)
+def _pool_waiting_for_tasks(workers, deadline):
+    """A pool of `workers` that has run a task, once an idle worker sits on the task queue's read lock."""
+    pool = multiprocessing.get_context("fork").Pool(workers)
     assert pool.apply_async(_square, (7,)).get(timeout=30) == 49
-    deadline = time.monotonic() + 30
-    while pool._inqueue._rlock.acquire(False):  # wait until an idle worker sits on the task queue's lock
+    while pool._inqueue._rlock.acquire(False):
         pool._inqueue._rlock.release()
         assert time.monotonic() < deadline
         time.sleep(0.01)
+    return pool
+
+
+def test_a_pool_whose_idle_workers_were_killed_still_stops_within_seconds():
+    pool = _pool_waiting_for_tasks(3, time.monotonic() + 30)
     workers = list(pool._pool)
     for worker in workers:
         os.kill(worker.pid, signal.SIGKILL)  # one of them dies holding that lock: terminate() alone would hang
@@ -39,13 +44,8 @@ def test_a_pool_whose_worker_died_between_a_tasks_length_and_its_body_still_stop
     its body leaves the task queue's lock held and the rest of that task in the pipe. Freeing the lock
     once let terminate() read that rest as a message: EOFError half-way through terminate(), before it
     told the result handler to stop, and a join that waited for ever (seen as a stop that hung)."""
-    pool = multiprocessing.get_context("fork").Pool(1)
-    assert pool.apply_async(_square, (7,)).get(timeout=30) == 49
     deadline = time.monotonic() + 30
-    while pool._inqueue._rlock.acquire(False):  # wait until the idle worker sits on the task queue's lock
-        pool._inqueue._rlock.release()
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    pool = _pool_waiting_for_tasks(1, deadline)
     worker = pool._pool[0]
     os.kill(worker.pid, signal.SIGKILL)  # dies holding that lock (the worker started in its place waits for it)
     worker.join(30)
