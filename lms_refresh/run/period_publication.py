@@ -13,7 +13,6 @@ import datetime as dt
 from lms_refresh import instants
 from lms_refresh.disclosure import policy
 from lms_refresh.store import periods
-from lms_refresh.store.tables import PERIOD_SERVING_COLUMNS
 
 
 def calendar(config):
@@ -52,20 +51,9 @@ def publish(store, period_courses, settings, *, config, now, rebuilt=None, whole
     store.close_periods(cutoff(config, now))
 
 
-def serving_rows(store):
-    """Return {publication table: its rows, ordered} of every grain but the day."""
-    return {periods.TABLE_OF[grain]: store.period_serving_rows(grain) for grain in periods.GRAINS}
-
-
-def write_tables(db, tables, key):
-    """Create and fill the period tables of the publication file being written through `db`, each with the
-    unique `key` (an index statement to format with `table` and `period`: course NULL is the site)."""
-    for name, rows in tables.items():
-        db.execute(f"""CREATE TABLE {name} (
+# A period table of the publication file: `{schema}` is the file's schema name, `{table}` the grain's table.
+TABLE = """CREATE TABLE {schema}.{table} (
     period TEXT NOT NULL, period_start TEXT NOT NULL, period_end TEXT NOT NULL, course TEXT,
     active_learners INTEGER, statements INTEGER, attempts INTEGER, completions INTEGER, passed INTEGER,
     failed INTEGER, avg_scaled_score REAL, total_duration_seconds REAL, suppressed INTEGER NOT NULL,
-    complete INTEGER NOT NULL)""")
-        db.execute(key.format(table=name, period="period"))
-        db.executemany(f"INSERT INTO {name} ({', '.join(PERIOD_SERVING_COLUMNS)}) "
-                       f"VALUES ({', '.join('?' for _ in PERIOD_SERVING_COLUMNS)})", rows)
+    complete INTEGER NOT NULL)"""

@@ -14,10 +14,15 @@ that one file.
 Beside `daily_metrics`, table `courses` names the courses that have rows
 there (store/course_names.py; its text was made safe by disclosure/names.py).
 
-The file records a digest of what it holds. A run that committed but died
+The file is written whole, by SQLite itself: the store's connection attaches
+the new file and fills each table from its serving view with one INSERT ...
+SELECT, no row passing through Python (README: "The publication's cost").
+
+The file records a digest of what it holds: its rows as SQLite quotes them,
+table by table in order, and the settings. A run that committed but died
 before publishing leaves the previous file, whose digest then differs from
-the store's rows, and the next run (even one with nothing to do) publishes
-again. Identical rows give a byte-identical file.
+the store's, and the next run (even one with nothing to do) publishes again.
+Identical rows give a byte-identical file.
 
 On PostgreSQL the publication is the view in schema `<schema>_serving`,
 committed with the run itself.
@@ -28,6 +33,7 @@ import errno
 import grp
 import hashlib
 import logging
+import marshal
 import os
 import sqlite3
 import stat
@@ -36,8 +42,8 @@ from lms_refresh import atomic
 from lms_refresh.disclosure import policy
 from lms_refresh.errors import ConfigError, RefreshError, StateError, from_os_error
 from lms_refresh.run import period_publication
-from lms_refresh.store import open_store, store_exists
-from lms_refresh.store.tables import COURSE_COLUMNS, SERVING_COLUMNS
+from lms_refresh.store import open_store, periods, store_exists
+from lms_refresh.store.tables import COURSE_COLUMNS, PERIOD_SERVING_COLUMNS, SERVING_COLUMNS
 
 logger = logging.getLogger(__name__)
 
@@ -45,24 +51,57 @@ logger = logging.getLogger(__name__)
 COMMITTED = "the store is committed, and the next run publishes it."
 
 # `course` is NULL in the whole site's rows (the convention of GROUP BY ROLLUP): a key that is NULL-aware, since
-# a PRIMARY KEY or UNIQUE constraint takes two NULLs for different values.
-_TABLE = """CREATE TABLE daily_metrics (
+# a PRIMARY KEY or UNIQUE constraint takes two NULLs for different values. `{schema}` is the file's schema name
+# on the connection that writes it ("main", or the name it is attached under).
+_TABLE = """CREATE TABLE {schema}.daily_metrics (
     day TEXT NOT NULL, course TEXT, active_learners INTEGER, statements INTEGER, attempts INTEGER,
     completions INTEGER, passed INTEGER, failed INTEGER, avg_scaled_score REAL, total_duration_seconds REAL,
     suppressed INTEGER NOT NULL)"""
-_KEY = "CREATE UNIQUE INDEX {table}_key ON {table} ({period}, ifnull(course, ''))"
-_COURSES = """CREATE TABLE courses (
+_KEY = "CREATE UNIQUE INDEX {schema}.{table}_key ON {table} ({period}, ifnull(course, ''))"
+_COURSES = """CREATE TABLE {schema}.courses (
     course TEXT NOT NULL PRIMARY KEY, name TEXT, short_name TEXT, category TEXT, start_date TEXT, end_date TEXT)"""
-_ABOUT = """CREATE TABLE publication (
+_ABOUT = """CREATE TABLE {schema}.publication (
     digest TEXT NOT NULL, min_cell_size INTEGER NOT NULL, method TEXT NOT NULL, max_noise INTEGER NOT NULL,
     variance REAL NOT NULL, withhold_zeros INTEGER NOT NULL)"""
+_ATTACHED = "published"  # the new file's schema name on the store's connection while it is copied
+
+# The file's row tables, in the order they are written and digested: (table, columns, order of its rows).
+_TABLES = (
+    ("daily_metrics", SERVING_COLUMNS, "day, course NULLS FIRST"),
+    *((periods.TABLE_OF[grain], PERIOD_SERVING_COLUMNS, "period_start, period, course NULLS FIRST")
+      for grain in periods.GRAINS),
+    ("courses", COURSE_COLUMNS, "course"),
+)
 
 
-def digest(rows, settings, courses=()):
-    """Return the digest of what a publication holds: its rows, the settings they were computed with and the
-    course names (a renamed course publishes again)."""
-    text = repr((tuple(rows), settings, tuple(courses)))
-    return hashlib.sha256(text.encode()).hexdigest()
+def _view_of(store, table):
+    """The store's serving view whose rows the publication's `table` holds."""
+    if table == "daily_metrics":
+        return store.serving
+    if table == "courses":
+        return store.serving_courses
+    return store.serving_period_view(table)
+
+
+def content_digest(execute, relation_of, settings):
+    """Return the digest of a publication's content: the settings its rows were computed with, then each of
+    `_TABLES`' rows in order (by blocks of a fixed size, marshalled: values as they are, a REAL's every bit;
+    format 2, which has no references, so the bytes do not depend on which objects Python shares).
+    `relation_of(table)` names where the rows are read through `execute`: the store's serving views, or a
+    file's own tables. A renamed course publishes again."""
+    digest = hashlib.sha256(repr(settings).encode())
+    for table, columns, order in _TABLES:
+        rows = execute(f"SELECT {', '.join(columns)} FROM {relation_of(table)} ORDER BY {order}")
+        digest.update(f"\x1e{table}".encode())
+        while batch := rows.fetchmany(4096):
+            digest.update(marshal.dumps(batch, 2))
+    return digest.hexdigest()
+
+
+def store_digest(store, settings):
+    """The digest of what the open SQLite `store`'s serving views hold with `settings` (see `content_digest`)."""
+    with store.errors():
+        return content_digest(store.execute, lambda table: _view_of(store, table), settings)
 
 
 def published_digest(path):
@@ -94,19 +133,13 @@ def recompute(store, days, *, record_keys, config, now):
     return done.rows_written, store.suppressed_on(done.days)
 
 
-def holdings(store):
-    """Return what the publication of the open `store` holds: (serving rows: the days', then {table: rows} of
-    the other grains; privacy settings; course names) — `digest`'s arguments."""
-    with store.errors():
-        return (store.serving_rows(), period_publication.serving_rows(store)), policy.in_force(store), \
-            store.course_rows()
-
-
-def read_state(config, environ):
-    """Return the store's `holdings`, read-only."""
+def read_digest(config, environ):
+    """Return the store's `store_digest`, read-only."""
     store = open_store(config, environ, create=False, read_only=True)
     try:
-        return holdings(store)
+        with store.errors():
+            settings = policy.in_force(store)
+        return store_digest(store, settings)
     finally:
         store.close()
 
@@ -130,14 +163,16 @@ def publish_if_behind(config, store, euid):
 def _publish(config, store, euid):
     path, group = config.publication.path, config.publication.group
     gid = group_id(group) if group else None
-    rows, settings, courses = holdings(store)
-    wanted = digest(rows, settings, courses)
+    with store.errors():
+        settings = policy.in_force(store)
+    wanted = store_digest(store, settings)
     if published_digest(path) == wanted and _has_permissions(path, _mode(gid), gid):
         return False
-    write_publication(path, gid, rows, settings=settings, wanted=wanted, euid=euid, courses=courses)
-    periods = sum(len(table) for table in rows[1].values())
-    logger.info("Published %d rows to %s (and %d rows of weeks, months and terms)", len(rows[0]), path, periods,
-                extra={"PUBLICATION": path, "PUBLISHED_ROWS": len(rows[0]), "PUBLISHED_PERIOD_ROWS": periods})
+    counts = {}
+    _replace(path, gid, euid, lambda temporary: counts.update(_copy(store, temporary, settings, wanted)))
+    days, periods_ = counts.pop("daily_metrics"), sum(counts.values())
+    logger.info("Published %d rows to %s (and %d rows of weeks, months and terms)", days, path, periods_,
+                extra={"PUBLICATION": path, "PUBLISHED_ROWS": days, "PUBLISHED_PERIOD_ROWS": periods_})
     return True
 
 
@@ -177,9 +212,16 @@ def _has_permissions(path, mode, gid):
 
 
 def write_publication(path, gid, rows, *, settings, wanted, euid, courses=()):
-    """Replace the publication at `path` (see lms_refresh/atomic.py) by `rows` (the days', {table: rows} of
-    the other grains) and `courses` (the course names), readable by group `gid` (a group id, or None for
-    every account)."""
+    """Replace the publication at `path` by one of `rows` (the days', {table: rows} of the other grains) and
+    `courses` (the course names), readable by group `gid` (None: every account): a publication made without a
+    store, as the report's tests and benchmark make one. A run copies its store's instead (`_copy`)."""
+    _replace(path, gid, euid, lambda temporary: _write_rows(temporary, rows, settings, wanted=wanted,
+                                                             courses=courses))
+
+
+def _replace(path, gid, euid, fill):
+    """Replace the publication at `path` (see lms_refresh/atomic.py) by the file `fill(temporary path)` writes,
+    readable by group `gid` (a group id, or None for every account)."""
     directory = os.path.dirname(os.path.abspath(path))
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise StateError(f"Cannot write the publication {path}: {directory} is not a directory; the store is "
@@ -194,7 +236,7 @@ def write_publication(path, gid, rows, *, settings, wanted, euid, courses=()):
                 os.chown(directory, -1, gid)
         with atomic.replacing(path, mode=_mode(gid), group=gid, what=what, outcome=COMMITTED) as temporary:
             try:
-                _write_database(temporary, rows, settings, wanted=wanted, courses=courses)
+                fill(temporary)
             except sqlite3.Error as error:
                 raise _as_os_error(error, temporary) from error
     except OSError as error:
@@ -219,22 +261,59 @@ def _as_os_error(error, path):
                    else errno.EIO, f"{error}", path)
 
 
-def _write_database(path, rows, settings, *, wanted, courses):
+def _create(execute, schema):
+    """Create the publication's tables in the (empty) file that is `schema` on `execute`'s connection."""
+    execute(_TABLE.format(schema=schema))
+    for table, _, _ in _TABLES[1:-1]:
+        execute(period_publication.TABLE.format(schema=schema, table=table))
+    execute(_COURSES.format(schema=schema))
+    execute(_ABOUT.format(schema=schema))
+
+
+def _finish(execute, schema, settings, wanted):
+    """Index the filled tables of the file that is `schema` (each key built once, sorted) and record `wanted`."""
+    for table, columns, _ in _TABLES[:-1]:
+        execute(_KEY.format(schema=schema, table=table, period=columns[0]))
+    execute(f"INSERT INTO {schema}.publication VALUES (?, ?, ?, ?, ?, ?)", (
+        wanted, settings.min_cell_size, settings.method, settings.max_noise, float(settings.variance),
+        int(settings.withhold_zeros)))
+
+
+def _copy(store, path, settings, wanted):
+    """Fill the new publication file at `path` from the open SQLite `store`'s serving views, table by table in
+    one INSERT ... SELECT each, in one transaction of the file's; return {table: rows copied}. The run holds
+    its lock, so the views hold what `wanted` (their digest) was computed from."""
+    copied = {}
+    store.execute(f"ATTACH DATABASE ? AS {_ATTACHED}", (path,))
+    try:
+        store.execute(f"PRAGMA {_ATTACHED}.journal_mode = DELETE")  # readers without write access cannot use WAL
+        store.execute("BEGIN")
+        _create(store.execute, _ATTACHED)
+        for table, columns, order in _TABLES:
+            names = ", ".join(columns)
+            copied[table] = store.execute(f"INSERT INTO {_ATTACHED}.{table} ({names}) SELECT {names} "
+                                          f"FROM {_view_of(store, table)} ORDER BY {order}").rowcount
+        _finish(store.execute, _ATTACHED, settings, wanted)
+        store.execute("COMMIT")
+    finally:
+        with contextlib.suppress(sqlite3.Error):  # after the COMMIT there is nothing to roll back
+            store.execute("ROLLBACK")
+        with contextlib.suppress(sqlite3.Error):  # a failure to detach must not hide the one that led here
+            store.execute(f"DETACH DATABASE {_ATTACHED}")
+    copied.pop("courses")
+    return copied
+
+
+def _write_rows(path, rows, settings, *, wanted, courses):
     with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as db:
         db.execute("PRAGMA journal_mode = DELETE")  # readers without write access cannot use WAL
         db.execute("BEGIN")
-        db.execute(_TABLE)
-        db.execute(_KEY.format(table="daily_metrics", period="day"))
-        db.execute(_COURSES)
-        db.execute(_ABOUT)
-        db.executemany(f"INSERT INTO daily_metrics ({', '.join(SERVING_COLUMNS)}) "
-                       f"VALUES ({', '.join('?' for _ in SERVING_COLUMNS)})", rows[0])
-        period_publication.write_tables(db, rows[1], _KEY)
-        db.executemany(f"INSERT INTO courses ({', '.join(COURSE_COLUMNS)}) "
-                       f"VALUES ({', '.join('?' for _ in COURSE_COLUMNS)})", courses)
-        db.execute("INSERT INTO publication VALUES (?, ?, ?, ?, ?, ?)", (
-            wanted, settings.min_cell_size, settings.method, settings.max_noise, float(settings.variance),
-            int(settings.withhold_zeros)))
+        _create(db.execute, "main")
+        for (table, columns, _), table_rows in zip(_TABLES, (rows[0], *(rows[1].get(table, ()) for table, _, _
+                                                                          in _TABLES[1:-1]), courses), strict=True):
+            db.executemany(f"INSERT INTO {table} ({', '.join(columns)}) "
+                           f"VALUES ({', '.join('?' for _ in columns)})", table_rows)
+        _finish(db.execute, "main", settings, wanted)
         db.execute("COMMIT")
 
 
@@ -255,7 +334,7 @@ def describe(config, environ, missing_views=()):
         info["published_at"] = dt.datetime.fromtimestamp(os.stat(path).st_mtime, dt.UTC).isoformat(
             timespec="seconds")
         if store_exists(config, environ):
-            info["current"] = published_digest(path) == digest(*read_state(config, environ))
+            info["current"] = published_digest(path) == read_digest(config, environ)
     return info
 
 

@@ -42,9 +42,3 @@ class CourseNames:
             self.executemany(_INSERT + _NEWER, latest)
         if current:
             self.executemany(_INSERT, current)
-
-    def course_rows(self):
-        """Return the serving view of course names' rows, ordered by course, dates as ISO text in every store."""
-        rows = self.execute(f"SELECT course, name, short_name, category, start_date, end_date "
-                            f"FROM {self.serving_courses} ORDER BY course").fetchall()
-        return [tuple(row[:4]) + tuple(None if value is None else str(value) for value in row[4:]) for row in rows]
