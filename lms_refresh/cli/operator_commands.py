@@ -215,7 +215,7 @@ def demo(settings, directory, learners, *, days, seed):
 
     Example: lms-refresh demo --dir /tmp/lms-demo
     """
-    from lms_refresh.demo import command_hint, run_demo
+    from lms_refresh.demo.command import command_hint, run_demo
 
     run_demo(directory, learners, days, seed=seed, now=settings.now, environ=os.environ, echo=click.echo,
              command=command_hint(sys.argv[0], os.environ, sys.executable))

@@ -1,24 +1,11 @@
-"""`lms-refresh demo`: sample data → one real refresh into SQLite → a table of the metrics."""
+"""`lms-refresh demo`: sample data → one real refresh into SQLite → a table of the metrics (demo/command.py).
 
-import datetime as dt
-import os
-import shlex
-import shutil
-import tempfile
-import zoneinfo
+Only the limits of its options live here: every command's module imports them (they are the CLI's option
+ranges), and `lms_refresh.demo.command` brings in the whole refresh, which only `demo` needs.
+"""
 
-from lms_refresh import atomic
-from lms_refresh.config import load_config
 from lms_refresh.config.schema import SCHEMA
-from lms_refresh.demo.sample import generate, write_daily_files
-from lms_refresh.errors import ConfigError
-from lms_refresh.logs import Progress
-from lms_refresh.run.refresh import Refresh
-from lms_refresh.run.request import Request
-from lms_refresh.store import open_store
-from lms_refresh.store.tables import SERVING_COLUMNS
 
-TIMEZONE = "Europe/Paris"
 # The first run reads back the sample's days plus a week, so that today and late arrivals are in it.
 READ_BACK_MARGIN = 7
 # What --days and --learners accept, checked before anything is generated: --days so that the demo's own
@@ -26,111 +13,3 @@ READ_BACK_MARGIN = 7
 # that the sample stays a demo (about 500 statements a day per 1,000 learners).
 DAYS = (1, SCHEMA["window"]["bootstrap_days"].check.high - READ_BACK_MARGIN)
 LEARNERS = (1, 100_000)
-
-CONFIG_TEMPLATE = """\
-# Written by 'lms-refresh demo'.
-timezone = "{timezone}"
-min_cell_size = 10
-state_directory = "{state}"
-
-[window]
-bootstrap_days = {bootstrap_days}
-safety_lag = "0s"
-
-[source]
-type = "xapi-ndjson"
-path = "{statements}"
-"""
-
-
-def command_hint(argv0, environ, executable):
-    """Return how to run lms-refresh again from this shell: a name on PATH only if it is this program.
-
-    The README's demo installs into a virtualenv that is not on PATH, so a bare
-    `lms-refresh` would be "command not found" (or, worse, another version).
-    """
-    if os.path.basename(argv0) == "lms-refresh" and os.access(argv0, os.X_OK):
-        program = os.path.abspath(argv0)
-        on_path = shutil.which("lms-refresh", path=environ.get("PATH", os.defpath))
-        if on_path and os.path.realpath(on_path) == os.path.realpath(program):
-            return "lms-refresh"
-        return shlex.quote(program)
-    return f"{shlex.quote(executable)} -m lms_refresh"
-
-
-def run_demo(directory, learners, days, *, seed, now, environ, echo, command="lms-refresh"):
-    """Generate a sample under `directory` (or a temp dir), refresh it, and echo the metrics.
-
-    `command` is how the user can run lms-refresh again (see command_hint).
-    """
-    directory = directory or tempfile.mkdtemp(prefix="lms-refresh-demo-")
-    statements = os.path.join(directory, "statements")
-    state = os.path.join(directory, "state")
-    if os.path.exists(statements):
-        raise ConfigError(f"{statements} exists already; pick an empty --dir.")
-    end = now.astimezone(zoneinfo.ZoneInfo(TIMEZONE)).date()
-    first, last = end - dt.timedelta(days=days), end - dt.timedelta(days=1)
-    count = write_daily_files(statements, generate(seed, first, days, learners=learners, timezone=TIMEZONE, until=now))
-    echo(f"Generated {count} xAPI statements in {statements}: {learners} learners active on the {days} days "
-         f"{first} .. {last} (--days), about 1% synced days late (offline devices), a few malformed on purpose.")
-    config_path = os.path.join(directory, "config.toml")
-    text = CONFIG_TEMPLATE.format(timezone=TIMEZONE, state=state, bootstrap_days=days + READ_BACK_MARGIN,
-                                  statements=statements)
-    atomic.replace_bytes(config_path, text.encode(), mode=0o644)
-    # The demo is a plain local run, not a service: ignore a $STATE_DIRECTORY from the caller.
-    environment = {k: v for k, v in environ.items() if k != "STATE_DIRECTORY"}
-    config = load_config(config_path, environment)
-    report, error = Refresh(config, Request(), now, environment, os.geteuid(), Progress(environment)).run()
-    if error is not None:
-        raise error
-    partitions = report.partitions
-    echo(
-        f"Refreshed {config.store.path}: {report.statements_read} statements read, "
-        f"{report.quarantined} quarantined (the malformed ones), {report.voided} voided.\n"
-        f"A first run reads back bootstrap_days = {config.window.bootstrap_days} days "
-        f"(the sample's {days} plus a week), "
-        f"so it rebuilt the {len(partitions)} local days {partitions[0]} .. {partitions[-1]}, today included; "
-        f"{report.rows_written} metric rows (day x course) came out, {report.suppressed} of them with "
-        "suppressed values.\n"
-    )
-    store = open_store(config, environment, create=False, read_only=True)
-    try:
-        rows = store.serving_rows()
-    finally:
-        store.close()
-    echo(format_table(rows[-24:]))
-    noise = config.privacy.max_noise if config.privacy.method != "none" else 0
-    shown = "last 24" if len(rows) > 24 else "all"
-    echo(f"\n({shown} of {len(rows)} rows; '-' = withheld because fewer than {config.min_cell_size} learners"
-         + (f"; every other count is perturbed by up to ±{noise} (cell key method), so columns need not add up)"
-            if noise else ")"))
-    if config.report.enabled:
-        echo(f"The HTML report (open it in a browser): {config.report.path}")
-    echo(f"Try: {command} --config {shlex.quote(config_path)} status")
-
-
-SITE_LABEL = "(site)"  # the whole site's rows (course NULL), above each day's courses
-
-
-def format_table(rows):
-    """Return the serving rows as an aligned text table."""
-    headers = ["day", "course", "learners", "stmts", "attempts", "completed", "passed", "failed",
-               "avg score", "hours", "suppr."]
-    body = []
-    for row in rows:
-        values = dict(zip(SERVING_COLUMNS, row, strict=True))
-        course = values["course"]
-        cells = [values["day"], SITE_LABEL if course is None else course.rsplit("/", 1)[-1]]
-        for key in ("active_learners", "statements", "attempts", "completions", "passed", "failed"):
-            cells.append("-" if values[key] is None else str(values[key]))
-        score, seconds = values["avg_scaled_score"], values["total_duration_seconds"]
-        cells.append("-" if score is None else f"{score:.2f}")
-        cells.append("-" if seconds is None else f"{seconds / 3600:.1f}")
-        cells.append("yes" if values["suppressed"] else "")
-        body.append(cells)
-    widths = [max(len(str(line[i])) for line in [headers] + body) for i in range(len(headers))]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
-    lines.append("  ".join("-" * w for w in widths))
-    lines.extend("  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
-                 for r in body)
-    return "\n".join(lines)

@@ -12,7 +12,7 @@ import pytest
 from helpers.paths import REPO
 from helpers.statements import statement
 from lms_refresh.config import is_configured
-from lms_refresh.demo import command_hint
+from lms_refresh.demo.command import command_hint
 from lms_refresh.demo.sample import generate
 from lms_refresh.run.lock import RunLock
 
