@@ -18,8 +18,8 @@ The file is written whole, by SQLite itself: the store's connection attaches
 the new file and fills each table from its serving view with one INSERT ...
 SELECT, no row passing through Python (README: "The publication's cost").
 
-The file records a digest of what it holds: its rows as SQLite quotes them,
-table by table in order, and the settings. A run that committed but died
+The file records a digest of what it holds (`store_digest`: its rows table
+by table in order, and the settings). A run that committed but died
 before publishing leaves the previous file, whose digest then differs from
 the store's, and the next run (even one with nothing to do) publishes again.
 Identical rows give a byte-identical file.
@@ -83,25 +83,19 @@ def _view_of(store, table):
     return store.serving_period_view(table)
 
 
-def content_digest(execute, relation_of, settings):
-    """Return the digest of a publication's content: the settings its rows were computed with, then each of
-    `_TABLES`' rows in order (by blocks of a fixed size, marshalled: values as they are, a REAL's every bit;
-    format 2, which has no references, so the bytes do not depend on which objects Python shares).
-    `relation_of(table)` names where the rows are read through `execute`: the store's serving views, or a
-    file's own tables. A renamed course publishes again."""
-    digest = hashlib.sha256(repr(settings).encode())
-    for table, columns, order in _TABLES:
-        rows = execute(f"SELECT {', '.join(columns)} FROM {relation_of(table)} ORDER BY {order}")
-        digest.update(f"\x1e{table}".encode())
-        while batch := rows.fetchmany(4096):
-            digest.update(marshal.dumps(batch, 2))
-    return digest.hexdigest()
-
-
 def store_digest(store, settings):
-    """The digest of what the open SQLite `store`'s serving views hold with `settings` (see `content_digest`)."""
+    """Return the digest of what a publication of the open SQLite `store` holds: `settings` (what its rows were
+    computed with), then each of `_TABLES`' rows as its serving view has them, in order, by blocks of a fixed
+    size, marshalled (every value as it is, a REAL to its last bit; format 2, which has no references, so the
+    bytes do not depend on which objects Python happens to share). A renamed course publishes again."""
+    digest = hashlib.sha256(repr(settings).encode())
     with store.errors():
-        return content_digest(store.execute, lambda table: _view_of(store, table), settings)
+        for table, columns, order in _TABLES:
+            rows = store.execute(f"SELECT {', '.join(columns)} FROM {_view_of(store, table)} ORDER BY {order}")
+            digest.update(f"\x1e{table}".encode())
+            while batch := rows.fetchmany(4096):
+                digest.update(marshal.dumps(batch, 2))
+    return digest.hexdigest()
 
 
 def published_digest(path):
