@@ -43,6 +43,7 @@ from lms_refresh.disclosure import policy
 from lms_refresh.errors import ConfigError, RefreshError, StateError, from_os_error
 from lms_refresh.run import period_publication
 from lms_refresh.store import open_store, periods, store_exists
+from lms_refresh.store.sqlite import read_only_uri
 from lms_refresh.store.tables import COURSE_COLUMNS, PERIOD_SERVING_COLUMNS, SERVING_COLUMNS
 
 logger = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ def published_digest(path):
     if not os.path.exists(path):
         return None
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        with contextlib.closing(sqlite3.connect(read_only_uri(path), uri=True)) as db:
             return db.execute("SELECT digest FROM publication").fetchone()[0]
     except (sqlite3.Error, TypeError):
         return None  # damaged or foreign: replaced by the next publication

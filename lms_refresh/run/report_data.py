@@ -14,6 +14,7 @@ import sqlite3
 
 from lms_refresh.disclosure.names import clean_name
 from lms_refresh.errors import StateError
+from lms_refresh.store.sqlite import read_only_uri
 
 WEEKS = 12  # the weeks of active learners the page draws
 OUTCOME_WEEKS = 4  # without terms, completions, passed and failed are summed over this many weeks
@@ -70,7 +71,7 @@ def _tables(db):
 def read_publication(path, *, weeks=WEEKS):
     """Given the path of a SQLite publication, return its ReportData; StateError if it cannot be read."""
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        with contextlib.closing(sqlite3.connect(read_only_uri(path), uri=True)) as db:
             return _read(db, weeks)
     except sqlite3.Error as error:
         raise StateError(f"Cannot read the publication {path} ({error}); a run (re)writes it — on a SQLite "

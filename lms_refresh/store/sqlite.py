@@ -49,6 +49,12 @@ def _damaged(path, error):
     )
 
 
+def read_only_uri(path):
+    """The URI that opens the SQLite file at `path` read-only (with `uri=True`): the path made absolute and
+    percent-encoded, since "?", "#" and "%" in a file name would otherwise be read as the URI's own."""
+    return f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro"
+
+
 class SqliteStore(SqlStore):
     driver_error = sqlite3.DatabaseError  # what `errors` turns into the domain's
     dialect = SQLITE
@@ -70,7 +76,7 @@ class SqliteStore(SqlStore):
         except FileNotFoundError:
             return False
         try:
-            db = sqlite3.connect(f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro", uri=True)
+            db = sqlite3.connect(read_only_uri(path), uri=True)
             try:
                 return db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0] > 0
             finally:
@@ -96,7 +102,7 @@ class SqliteStore(SqlStore):
             # On a read-only file system nobody can change the file, and SQLite cannot create the WAL's
             # index (-shm) that a reader otherwise needs: read it as immutable (unless a WAL is there to read).
             immutable = "&immutable=1" if _read_only_file_system(path) and not _has_wal(path) else ""
-            target = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro{immutable}"
+            target = read_only_uri(path) + immutable
         else:
             target = path
         try:

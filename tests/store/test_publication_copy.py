@@ -86,3 +86,22 @@ def test_a_change_to_any_published_value_is_published_by_the_next_run(published,
     assert_copied(published)
     if change == "a course's name":
         assert ("Renamed",) in [row[1:2] for row in file_rows(path, "courses")]
+
+
+@pytest.mark.parametrize("directory", ["a?mode=memory", "b%41c", "c#d", "sp ace 'q\"é"])
+def test_a_publication_whose_path_reads_as_a_uri_is_read_back_as_the_file_it_is(sqlite_project, tmp_path, directory):
+    """"?", "#" and "%" in the path are the file's own characters, not a URI's: the file is read back, so a run
+    with nothing new leaves it as it is, status says it is current, and the report is written from it."""
+    path = tmp_path / directory / "serving.sqlite"
+    sqlite_project.configure(privacy='method = "none"')
+    escaped = str(path).replace("\\", "\\\\").replace('"', '\\"')
+    sqlite_project.config.write_text(sqlite_project.config.read_text() + f'\n[publication]\npath = "{escaped}"\n')
+    sqlite_project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
+    sqlite_project.invoke("run", now=NOW, check=0)
+    before = path.stat()
+    result = sqlite_project.invoke("run", now=NOW, check=0)
+    assert "Nothing to do" in result.stderr and "Published" not in result.stderr
+    assert path.stat().st_ino == before.st_ino and path.stat().st_mtime_ns == before.st_mtime_ns
+    status = sqlite_project.invoke("status", check=0).stdout
+    assert f"publication:  {path}, published " in status and "behind" not in status
+    assert "<table" in (path.parent / "report.html").read_text()
