@@ -20,7 +20,7 @@ def user_name(uid):
         return str(uid)
 
 
-def _run_as_hint(owner):
+def run_as_hint(owner):
     return f"run it as root (it becomes that user) or as that user, e.g. 'runuser -u {owner} -- lms-refresh ...'"
 
 
@@ -106,12 +106,12 @@ def _refuse_foreign(what, info, euid, *, access, path):
     if euid == 0 and info.st_uid != 0:
         raise StateError(
             f"{what} belongs to user '{owner}'; running as root would leave root-owned files "
-            f"that break the next timer run: {_run_as_hint(owner)}."
+            f"that break the next timer run: {run_as_hint(owner)}."
         )
     if not os.access(path, access) and _read_only(path):
         raise StateError(f"{what} is on a read-only file system; remount it read-write (the service needs to "
                          "write its lock, store and key there).")
     if not os.access(path, access):
         raise StateError(
-            f"{what} belongs to user '{owner}' and is not writable by '{user_name(euid)}': {_run_as_hint(owner)}."
+            f"{what} belongs to user '{owner}' and is not writable by '{user_name(euid)}': {run_as_hint(owner)}."
         )

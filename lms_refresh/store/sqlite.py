@@ -13,6 +13,7 @@ import urllib.parse
 from lms_refresh import atomic, faults
 from lms_refresh.errors import StateError, UnavailableError
 from lms_refresh.sources.records import DAY, EVENT_ID
+from lms_refresh.state_directory import run_as_hint, user_name
 from lms_refresh.store.base import SqlStore
 from lms_refresh.store.sqlite_schema import MIGRATIONS, SCHEMA_VERSION, SQLITE
 from lms_refresh.store.staging import StageAgain
@@ -199,6 +200,12 @@ class SqliteStore(SqlStore):
             if _read_only_file_system(self.path):
                 return StateError(f"The store {self.path} is on a read-only file system ({error}); remount it "
                                   "read-write (or point store.path at a writable place).")
+            directory = os.path.dirname(os.path.abspath(self.path))
+            if not os.access(directory, os.W_OK):  # a reader of a WAL store writes its index (-shm) beside it
+                owner = user_name(os.stat(directory).st_uid)
+                return StateError(f"The store {self.path} cannot be opened by '{user_name(os.geteuid())}' ({error}): "
+                                  f"even to read it, SQLite writes {os.path.basename(self.path)}-shm beside it, in "
+                                  f"{directory}, which belongs to user '{owner}': {run_as_hint(owner)}.")
         if isinstance(error, sqlite3.OperationalError) and any(word in text for word in _TRANSIENT):
             return UnavailableError(f"The store {self.path} could not be written ({error}); nothing was committed.")
         return _damaged(self.path, error)

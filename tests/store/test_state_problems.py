@@ -149,6 +149,29 @@ def _another_user_gets_told_who_owns_the_state(project):
             in result.stderr)
 
 
+def test_another_user_reading_the_status_is_told_why_the_store_cannot_be_opened():
+    """A reader of a WAL store writes its -shm beside it: without write access to the state directory, `status`
+    says so and whose it is, not that the store may be damaged."""
+    root = tempfile.mkdtemp(prefix="lmsr-reader-")
+    os.chmod(root, 0o755)  # reachable by 'nobody', unlike pytest's private tmp_path
+    try:
+        project = Project(pathlib.Path(root) / "p")
+        populated(project)  # as root: state owned by root
+        for path in [project.state, *project.state.iterdir()]:
+            path.chmod(0o755 if path.is_dir() else 0o644)  # readable by 'nobody', not writable
+        result = subprocess.run(["runuser", "-u", "nobody", "--"] + reachable_cli(project.root.parent)
+                                + ["--config", str(project.config), "status"],
+                                capture_output=True, text=True, cwd=project.root.parent)
+        store = project.state / "metrics.sqlite"
+        assert result.returncode == 78, result.stderr
+        assert (f"The store {store} cannot be opened by 'nobody' (attempt to write a readonly database): even to "
+                f"read it, SQLite writes metrics.sqlite-shm beside it, in {project.state}, which belongs to user "
+                f"'root': run it as root" in result.stderr)
+        assert "damaged" not in result.stderr
+    finally:
+        shutil.rmtree(root)
+
+
 def test_malformed_records_are_quarantined_with_reason_and_origin(project):
     project.configure(extra_top="max_quarantine_share = 0.5")
     good = [statement(learner=f"u{i}") for i in range(12)]
