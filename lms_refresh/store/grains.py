@@ -77,11 +77,15 @@ FROM ({_grouped(CELL_EVENTS, "staged_events")}) AS e
 JOIN ({_grouped(CELL_LEARNERS, "learner_days")}) AS l ON l.day = e.day AND l.course_id = e.course_id"""
 
 
+_INTO_PERIODS = (f"INSERT INTO learner_periods (grain, period, course_id, actor, learner_key, "
+                 f"{', '.join(PERIOD_COUNTS)})")
+
+
 # Presence added to (sign 1) or taken from (sign -1) a period's learners: the rows of learner_days that
 # `select` gives (parameters grain, period, then its own), each learner's counts moved by theirs. Taken, a
 # learner's row is always there (it was added with those days).
 def _moving(select):
-    return f"""INSERT INTO learner_periods (grain, period, course_id, actor, learner_key, {", ".join(PERIOD_COUNTS)})
+    return f"""{_INTO_PERIODS}
 {select}
 ON CONFLICT (grain, period, course_id, actor) DO UPDATE SET {", ".join(
     f"{count} = learner_periods.{count} + excluded.{count}" for count in PERIOD_COUNTS)}"""
@@ -100,10 +104,23 @@ _ADD, _SUBTRACT = _one_day(1), _one_day(-1)
 # All of a period's days in one statement (a dialect with `presence_by_period`): each learner's rows of those
 # days grouped, so that a learner is inserted or updated once, not once a day. Parameter: the days
 # (`{days_in}`'s).
-def _moving_days(sign, days_in):
-    return _moving(f"""SELECT ?, ?, course_id, actor, MAX(learner_key), {sign} * COUNT(*),
+def _grouped_days(sign, days_in):
+    return f"""SELECT ?, ?, course_id, actor, MAX(learner_key), {sign} * COUNT(*),
     {", ".join(f"{sign} * SUM({flag})" for flag in PRESENCE_FLAGS)}
-FROM learner_days WHERE {days_in} GROUP BY course_id, actor""")
+FROM learner_days WHERE {days_in} GROUP BY course_id, actor"""
+
+
+def _moving_days(sign, days_in):
+    return _moving(_grouped_days(sign, days_in))
+
+
+# The same, added to a period that holds no learner yet (each period of a first run or of a rebuild): nothing can
+# conflict, so its learners are inserted as they are, in key order. The upsert checks the key before each insert
+# and confirms it after, and its hash aggregate hands rows over in no order: for a week of 102,445 learners
+# (PostgreSQL 15, EXPLAIN (ANALYZE, BUFFERS, WAL), issue 23) 2.24 s, 7.6 buffer hits and 3 WAL records a row,
+# against 1.07 s, 2.4 and 2 so.
+def _filling_days(days_in):
+    return f"{_INTO_PERIODS}\n{_grouped_days(1, days_in)} ORDER BY course_id, actor"
 
 
 _REBUILD = f"""INSERT INTO period_metrics (grain, period, course_id, {", ".join(_LEARNERS)}, learner_key,
@@ -222,12 +239,18 @@ class Grains:
         for (grain, label), (first, last) in sorted(calendar.periods_of(days).items()):
             in_period = sorted(day for day in days if first <= day <= last)
             if self.dialect.presence_by_period:
-                self.execute(grouped, (grain, label, self.dialect.day_set(in_period)))
+                filling = statement is _ADD and self._holds_no_learner(grain, label)
+                self.execute(_filling_days(self.dialect.days_in) if filling else grouped,
+                             (grain, label, self.dialect.day_set(in_period)))
             else:
                 for day in in_period:  # day by day: each pass in key order
                     self.execute(statement, (grain, label, day))
             if statement is _SUBTRACT:
                 self.execute("DELETE FROM learner_periods WHERE grain = ? AND period = ? AND days = 0", (grain, label))
+
+    def _holds_no_learner(self, grain, label):
+        return self.execute("SELECT 1 FROM learner_periods WHERE grain = ? AND period = ? LIMIT 1",
+                            (grain, label)).fetchone() is None
 
     def rebuild_periods(self, days, calendar, everything=(), also=None):
         """Rebuild the cells of every period of `calendar` that holds one of `days` (ISO text, already rebuilt),

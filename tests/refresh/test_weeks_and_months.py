@@ -110,6 +110,37 @@ def test_voids_take_a_learner_out_of_a_week_only_once_no_day_of_it_holds_them(pr
     assert project.query("SELECT COUNT(*) FROM learner_periods WHERE days <= 0") == [(0,)]
 
 
+def presence_recount(project):
+    """learner_periods' weeks and months as learner_days says they are: each learner's days, and days doing each
+    thing, in each (period, course)."""
+    counted = {}
+    for day, course, actor, key, *flags in project.query("SELECT * FROM learner_days"):
+        for grain in periods.CALENDAR_GRAINS:
+            row = counted.setdefault((grain, periods.period_of(grain, day)[0], course, actor), [key, 0] + [0] * 6)
+            row[1:] = [row[1] + 1] + [total + flag for total, flag in zip(row[2:], flags, strict=True)]
+    return sorted(key + tuple(row) for key, row in counted.items())
+
+
+def test_a_period_filled_whole_and_then_moved_by_a_late_day_equals_the_recount(project):
+    # The first run fills its weeks and its month whole (on PostgreSQL, an insert into periods with no learner yet);
+    # the second re-delivers a day of them with late statements (its old presence moved out, its new in) and opens
+    # a week that holds no learner yet, in the same month.
+    configure(project)
+    written = activity(4, dt.date(2026, 10, 5), 13)  # to 2026-10-18, local (Paris), at the latest
+    project.write("a.ndjson", written)
+    project.invoke("run", now="2026-10-19T04:15:00Z", check=0)
+    assert project.query("SELECT COUNT(*) FROM learner_periods WHERE grain = 'week' AND period = '2026-W43'") == [(0,)]
+    late = [statement(learner=f"l{n}", course=course, verb="passed", timestamp="2026-10-08T09:00:00Z",
+                      stored="2026-10-20T05:00:00Z") for n in (0, 1, 7, 8) for course in ("BIO101", "CHEM1")]
+    late += activity(5, dt.date(2026, 10, 19), 2)
+    project.write("b.ndjson", late)
+    project.invoke("run", now="2026-10-21T04:15:00Z", check=0)
+    check_every_grain(project, written + late, "Europe/Paris", moment("2026-10-21T04:15:00Z"))
+    assert project.query("SELECT grain, period, course_id, actor, learner_key, days, attempt_days, completion_days, "
+                         "passed_days, failed_days, score_days, duration_days FROM learner_periods "
+                         "ORDER BY grain, period, course_id, actor") == presence_recount(project)
+
+
 def test_iso_week_53_and_the_week_year_boundary(project):
     configure(project, timezone="UTC")
     written = [statement(learner=f"l{n}", course="BIO101", timestamp=f"{day}T12:00:00Z")
