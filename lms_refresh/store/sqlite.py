@@ -201,7 +201,7 @@ class SqliteStore(SqlStore):
                 return StateError(f"The store {self.path} is on a read-only file system ({error}); remount it "
                                   "read-write (or point store.path at a writable place).")
             directory = os.path.dirname(os.path.abspath(self.path))
-            if not os.access(directory, os.W_OK):  # a reader of a WAL store writes its index (-shm) beside it
+            if os.path.isdir(directory) and not os.access(directory, os.W_OK):  # a WAL reader writes -shm there
                 owner = user_name(os.stat(directory).st_uid)
                 return StateError(f"The store {self.path} cannot be opened by '{user_name(os.geteuid())}' ({error}): "
                                   f"even to read it, SQLite writes {os.path.basename(self.path)}-shm beside it, in "
