@@ -87,7 +87,8 @@ def from_os_error(error, what, outcome=None):
     """Given an OSError met while writing `what`, return the domain error it means, or None.
 
     A full disk or quota is transient (69: the retry may find room); a read-only
-    file system is named as such (78: someone has to remount it). `outcome` ends
+    file system is named as such (78: someone has to remount it), and so is an
+    input/output error (78: someone has to look at the device). `outcome` ends
     the sentence with what the failure means for the command (default: nothing
     was committed).
     """
@@ -99,4 +100,8 @@ def from_os_error(error, what, outcome=None):
     if number == errno.EROFS:
         return StateError(f"Cannot write {what}: it is on a read-only file system; remount it read-write "
                           "(or point the configuration at a writable place)" + (f" — {outcome}" if outcome else "."))
+    if number == errno.EIO:  # not a permission to grant: the device or the file system under it failed
+        return StateError(f"Cannot write {what}: an input/output error ({error.strerror}); the disk or the file "
+                          "system under it failed — see the kernel's log (journalctl -k) and check the device"
+                          + (f" — {outcome}" if outcome else "."))
     return None

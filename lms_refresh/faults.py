@@ -9,8 +9,8 @@ set it. Unset, `point()` costs one comparison.
 
 Actions: `kill` (SIGKILL, as a power cut would), `term` (SIGTERM to this
 process, as `systemctl stop` does), `termgroup` (SIGTERM to the whole process
-group, parsing workers included), `raise` (an unexpected exception) and
-`enospc` (the disk is full).
+group, parsing workers included), `raise` (an unexpected exception),
+`enospc` (the disk is full) and `eio` (the device failed).
 """
 
 import errno
@@ -37,7 +37,7 @@ PHASES = (
     "replace-synced",       # the temporary is fsynced; not yet renamed
     "replace-renamed",      # renamed over the file; the directory is not yet fsynced
 )
-ACTIONS = ("kill", "term", "termgroup", "raise", "enospc")
+ACTIONS = ("kill", "term", "termgroup", "raise", "enospc", "eio")
 
 _armed = None  # (phase, occurrence, action) once arm() found a fault to inject
 _reached = {}
@@ -86,3 +86,5 @@ def point(phase, subject=None):
         raise InjectedFault(f"fault injected at {phase}")
     elif action == "enospc":
         raise OSError(errno.ENOSPC, f"No space left on device (injected at {phase})")
+    elif action == "eio":
+        raise OSError(errno.EIO, f"Input/output error (injected at {phase})")

@@ -269,6 +269,26 @@ def test_an_unexpected_failure_while_publishing_says_the_store_is_committed(sqli
     assert read_publication(publication(sqlite_project))[1] == sqlite_project.serving()
 
 
+def test_an_io_error_while_publishing_names_the_device_not_the_permissions(sqlite_project):
+    """EIO is not a permission to grant: the sentence sends the operator to the kernel's log and the device."""
+    from lms_refresh import faults
+
+    noisy(sqlite_project)
+    sqlite_project.write("a.ndjson", learners(12))
+    result = sqlite_project.invoke("run", now=NOW,
+                                   env={faults.ENVIRONMENT_VARIABLE: "replace-written/serving.sqlite:eio"})
+    path = publication(sqlite_project)
+    assert result.returncode == 78
+    assert (f"Cannot write the publication {path}: an input/output error (Input/output error (injected at "
+            "replace-written)); the disk or the file system under it failed — see the kernel's log (journalctl -k) "
+            "and check the device — the store is committed, and the next run publishes it.") in result.stderr
+    assert "writable" not in result.stderr and "nothing was committed" not in result.stderr
+    assert sqlite_project.runs()[-1][:3] == ("run", "publish-failed", 78)
+    assert not path.exists() and publication_leftovers(sqlite_project) == []
+    sqlite_project.invoke("run", now=NOW, check=0)
+    assert read_publication(path)[1] == sqlite_project.serving()
+
+
 def test_an_unexpected_failure_after_the_commit_and_the_publication_does_not_say_nothing_was_committed(
         sqlite_project, tmp_path, monkeypatch):
     """Past the publication, the job still reports (the metrics textfile): an unexpected failure there exits 1
