@@ -1,5 +1,6 @@
 """The publication's weeks, months and terms: what lms_refresh.disclosure.policy allows of their cells, and their
-tables in the SQLite publication file (on PostgreSQL, views of the same names in `<schema>_serving`).
+tables in the SQLite publication file (run/publication.py; on PostgreSQL, views of the same names in
+`<schema>_serving`).
 
 Each period's cell is thresholded on its own true counts and perturbed with its own record keys
 (its distinct learners' keys for its learner count), never summed from published days: the
@@ -50,10 +51,3 @@ def publish(store, period_courses, settings, *, config, now, rebuilt=None, whole
                                  row=lambda label, values, grain=grain: row(grain, label, values))
     store.close_periods(cutoff(config, now))
 
-
-# A period table of the publication file: `{schema}` is the file's schema name, `{table}` the grain's table.
-TABLE = """CREATE TABLE {schema}.{table} (
-    period TEXT NOT NULL, period_start TEXT NOT NULL, period_end TEXT NOT NULL, course TEXT,
-    active_learners INTEGER, statements INTEGER, attempts INTEGER, completions INTEGER, passed INTEGER,
-    failed INTEGER, avg_scaled_score REAL, total_duration_seconds REAL, suppressed INTEGER NOT NULL,
-    complete INTEGER NOT NULL)"""

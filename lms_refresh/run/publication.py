@@ -54,10 +54,12 @@ COMMITTED = "the store is committed, and the next run publishes it."
 # `course` is NULL in the whole site's rows (the convention of GROUP BY ROLLUP): a key that is NULL-aware, since
 # a PRIMARY KEY or UNIQUE constraint takes two NULLs for different values. `{schema}` is the file's schema name
 # on the connection that writes it ("main", or the name it is attached under).
-_TABLE = """CREATE TABLE {schema}.daily_metrics (
-    day TEXT NOT NULL, course TEXT, active_learners INTEGER, statements INTEGER, attempts INTEGER,
-    completions INTEGER, passed INTEGER, failed INTEGER, avg_scaled_score REAL, total_duration_seconds REAL,
-    suppressed INTEGER NOT NULL)"""
+# The metric columns every row table has (the day's, each period's), after what names the row.
+_METRICS = """active_learners INTEGER, statements INTEGER, attempts INTEGER, completions INTEGER,
+    passed INTEGER, failed INTEGER, avg_scaled_score REAL, total_duration_seconds REAL, suppressed INTEGER NOT NULL"""
+_TABLE = f"CREATE TABLE {{schema}}.daily_metrics (day TEXT NOT NULL, course TEXT, {_METRICS})"
+_PERIOD_TABLE = (f"CREATE TABLE {{schema}}.{{table}} (period TEXT NOT NULL, period_start TEXT NOT NULL, "
+                 f"period_end TEXT NOT NULL, course TEXT, {_METRICS}, complete INTEGER NOT NULL)")
 _KEY = "CREATE UNIQUE INDEX {schema}.{table}_key ON {table} ({period}, ifnull(course, ''))"
 _COURSES = """CREATE TABLE {schema}.courses (
     course TEXT NOT NULL PRIMARY KEY, name TEXT, short_name TEXT, category TEXT, start_date TEXT, end_date TEXT)"""
@@ -260,7 +262,7 @@ def _create(execute, schema):
     """Create the publication's tables in the (empty) file that is `schema` on `execute`'s connection."""
     execute(_TABLE.format(schema=schema))
     for table, _, _ in _TABLES[1:-1]:
-        execute(period_publication.TABLE.format(schema=schema, table=table))
+        execute(_PERIOD_TABLE.format(schema=schema, table=table))
     execute(_COURSES.format(schema=schema))
     execute(_ABOUT.format(schema=schema))
 
@@ -304,10 +306,10 @@ def _write_rows(path, rows, settings, *, wanted, courses):
         db.execute("PRAGMA journal_mode = DELETE")  # readers without write access cannot use WAL
         db.execute("BEGIN")
         _create(db.execute, "main")
-        for (table, columns, _), table_rows in zip(_TABLES, (rows[0], *(rows[1].get(table, ()) for table, _, _
-                                                                          in _TABLES[1:-1]), courses), strict=True):
+        given = {"daily_metrics": rows[0], **rows[1], "courses": courses}
+        for table, columns, _ in _TABLES:
             db.executemany(f"INSERT INTO {table} ({', '.join(columns)}) "
-                           f"VALUES ({', '.join('?' for _ in columns)})", table_rows)
+                           f"VALUES ({', '.join('?' for _ in columns)})", given.get(table, ()))
         _finish(db.execute, "main", settings, wanted)
         db.execute("COMMIT")
 
