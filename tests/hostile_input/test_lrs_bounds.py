@@ -8,14 +8,13 @@ the LRS sends — an error body, a header, a status line — may reach stderr,
 the run log or a Healthchecks ping.
 """
 
-import socket
-import threading
 import time
 
 import pytest
 
 from helpers.commands import cli_command, run_for_peak_rss
 from helpers.lrs_sample import lrs_project, post_then_mark, sample_statements, text
+from helpers.rawhttp import answering
 from helpers.receiver import Receiver
 
 MEMORY_BOUND_MIB = 200  # README, "Bad input": the peak resident memory of any run
@@ -122,22 +121,7 @@ def test_the_bounds_leave_a_normal_lrs_alone(tmp_path, ralph, posted):
 
 def _garbage_server():
     """A server answering every connection with a status line that is the secret itself."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-
-    def serve():
-        while True:
-            try:
-                connection, _ = listener.accept()
-            except OSError:
-                return
-            with connection:
-                connection.recv(65536)
-                connection.sendall(f"{SECRET}\r\n\r\n".encode())
-
-    threading.Thread(target=serve, daemon=True).start()
-    return listener
+    return answering(f"{SECRET}\r\n\r\n".encode(), forever=True)
 
 
 @pytest.mark.parametrize("case, code, sentence", [

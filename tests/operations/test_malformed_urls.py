@@ -14,6 +14,7 @@ import string
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from helpers.rawhttp import answering
 from helpers.statements import statement
 from lms_refresh.config import validate
 from lms_refresh.config.validators import LONGEST_URL, url_problem
@@ -167,21 +168,7 @@ def test_a_url_urllib_cannot_use_is_logged_without_it(caplog, url):
 
 def _answering(*answers):
     """A local TCP server that answers its connections with `answers` in turn (raw bytes); return its port."""
-    import socket
-    import threading
-
-    listener = socket.create_server(("127.0.0.1", 0))
-
-    def answer_each():
-        with listener:
-            for answer in answers:
-                connection, _ = listener.accept()
-                with connection:
-                    connection.recv(65536)
-                    connection.sendall(answer)
-
-    threading.Thread(target=answer_each, daemon=True).start()
-    return listener.getsockname()[1]
+    return answering(*answers).getsockname()[1]
 
 
 @pytest.mark.parametrize(("answer", "said"), [
