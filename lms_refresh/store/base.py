@@ -47,6 +47,10 @@ class SqlStore(Staging, Erasure, Grains, Published, RebuildCheck, RunLog, Course
     """A metrics store in SQL written once; a subclass is a `driver.Driver` (sqlite.py, postgres.py)."""
 
     dialect = None  # a store.dialect.Dialect
+    # Into an empty store, each store stages without the unique index on statement ids and builds it at the end
+    # (its begin_staging says how); a statement id under two staging keys then fails the build (StageAgain).
+    _bulk = False  # the index is not there: this run is staging into an empty store
+    bulk_staging = True  # False once a run had to stage again: its second try keeps the index
 
     def __init__(self, connection, location):
         self.db = connection

@@ -1,7 +1,8 @@
 """The PostgreSQL metrics store: the SQLite store's guarantees, on a shared server.
 
 One refresh is one transaction here too. Staging goes through COPY into a
-temporary table, then one INSERT ... ON CONFLICT DO NOTHING. A session-level
+temporary table, then one INSERT ... ON CONFLICT DO NOTHING (into an empty
+store, COPY straight into staging: PostgresStore.begin_staging). A session-level
 advisory lock, held for the whole run, keeps two hosts (each with its own
 flock) from refreshing the same store at once.
 """
@@ -18,9 +19,8 @@ from lms_refresh import faults
 from lms_refresh.disclosure.redaction import url_without_password
 from lms_refresh.errors import ConfigError, StateError, UnavailableError
 from lms_refresh.postgresql import connect, connection_error, first_line, unreachable
-from lms_refresh.sources.records import EVENT_ID
 from lms_refresh.store.base import SqlStore
-from lms_refresh.store.pg_copy import staged_text
+from lms_refresh.store.pg_staging import PgStaging
 from lms_refresh.store.postgres_schema import MIGRATIONS, POSTGRESQL, SCHEMA_VERSION
 from lms_refresh.store.tables import PERIOD_VIEWS, TABLES, courses_view, period_view, serving_view
 
@@ -44,7 +44,7 @@ def format_style(statement):
     return _LEXEMES.sub(convert, statement)
 
 
-class PostgresStore(SqlStore):
+class PostgresStore(PgStaging, SqlStore):
     driver_error = psycopg.Error  # what `errors` turns into the domain's
     dialect = POSTGRESQL
     schema_target = SCHEMA_VERSION
@@ -244,6 +244,7 @@ class PostgresStore(SqlStore):
                 # cannot take another command. Closing it makes the server roll back.
                 self.db.close()
         self.forget_transaction()
+        self._bulk = False  # the index dropped by begin_staging is back
 
     def rollback_quietly(self):
         """Roll back on the way out of a failure; a failing ROLLBACK must not replace the failure."""
@@ -253,31 +254,3 @@ class PostgresStore(SqlStore):
             with contextlib.suppress(psycopg.Error):
                 self.db.close()  # the server rolls back a closed session's transaction
         self.forget_transaction()
-
-    def insert_events(self, events):
-        with self.db.cursor().copy("COPY pg_temp.incoming FROM STDIN") as copy:
-            copy.write(staged_text(events))  # not write_row: see pg_copy.py
-        # One arbiter, the unique event_id (a clash of the key is one of it): a third less per row than
-        # checking both unique indexes, and less than half for rows staged already (measured 2026-12-03).
-        inserted = self.db.execute(
-            "INSERT INTO staged_events SELECT * FROM pg_temp.incoming ON CONFLICT (event_id) DO NOTHING").rowcount
-        self.db.execute("TRUNCATE pg_temp.incoming")
-        return inserted
-
-    def begin_staging(self):
-        """Nothing to prepare: the server keeps the index on statement ids (staging is never built without it)."""
-
-    def staged_versions(self, events):
-        """Return {event_id: staged row} for those of the `events`' ids that are staged."""
-        ids = list({event[EVENT_ID] for event in events})
-        rows = self.db.execute("SELECT * FROM staged_events WHERE event_id = ANY(%s)", (ids,))
-        return {bytes(row[3]): row for row in rows}
-
-    def finish_staging(self):
-        """Delete the targets of this run's voiding statements; return the days they were in."""
-        if not self._void_targets:
-            return set()
-        days = {row[0] for row in self.db.execute(
-            "DELETE FROM staged_events WHERE event_id = ANY(%s) RETURNING day", (list(self._void_targets),))}
-        self._void_targets.clear()
-        return days

@@ -248,9 +248,6 @@ class SqliteStore(SqlStore):
     # Without the index the staging key (day, course, learner, statement id) still refuses a statement
     # again under the same key (a re-delivery; a second version, quarantined). One id under two keys
     # fails the index's build: the run is staged again with the index in place (StageAgain).
-    _bulk = False  # the index is not there: this run is staging into an empty store
-    bulk_staging = True  # False once a run had to stage again: its second try keeps the index
-
     def begin_staging(self):
         """Drop the unique index on statement ids if staging is empty (it is built by finish_staging)."""
         self._bulk = self.bulk_staging and not self.db.execute(

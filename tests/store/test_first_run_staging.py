@@ -1,5 +1,5 @@
-"""A first run stages into an empty store: on SQLite without the unique index on statement ids, built once
-at the end (store/sqlite.py, issue 23's "linear to 10 million statements").
+"""A first run stages into an empty store without the unique index on statement ids, built once at the end
+(store/sqlite.py, issue 23's "linear to 10 million statements"; store/pg_staging.py, COPY straight into staging).
 
 What a first run publishes, quarantines and counts must not depend on that: every case here is run
 twice, with the index built at the end and with it kept up throughout (`bulk_staging = False`, what every
@@ -16,11 +16,13 @@ import pytest
 from helpers.reference import expected_serving
 from helpers.statements import statement, voiding
 from lms_refresh.sources.xapi import ADL
-from lms_refresh.store.sqlite import SqliteStore
+from lms_refresh.store.base import SqlStore
 
 T = dt.datetime(2026, 11, 3, 3, 15, tzinfo=dt.UTC)  # Tuesday 04:15 in Paris
 CONFLICT = "conflicting statement id: already staged with other content"
 AGAIN = "Staging again, with the index on statement ids kept up throughout"
+EARLIER = "2026-11-01T00:00:00+00:00"  # before every statement's `stored`: a run then creates an empty store
+PG_INDEXES = "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'lms_refresh' ORDER BY indexname"
 
 
 def base(learners=12):
@@ -46,7 +48,7 @@ def first_run(project, files, *, share="0.5"):
                                 "FROM staged_events ORDER BY stored, event_id"),
         "run": project.query("SELECT outcome, statements_read, staged, voided, quarantined FROM runs"),
         "schema": project.query("SELECT type, name, sql FROM sqlite_master ORDER BY name")
-        if project.postgres is None else [],
+        if project.postgres is None else project.query(PG_INDEXES),
     }
     return result.stderr, outcome
 
@@ -54,7 +56,7 @@ def first_run(project, files, *, share="0.5"):
 def both_ways(tmp_path, make_project, monkeypatch, files):
     """Run `files` into a new store with the index built at the end (SQLite) and with it kept up throughout."""
     built_after, stderr = first_run(make_project(tmp_path / "bulk"), files)[::-1]
-    monkeypatch.setattr(SqliteStore, "bulk_staging", False)
+    monkeypatch.setattr(SqlStore, "bulk_staging", False)
     kept_up, kept_stderr = first_run(make_project(tmp_path / "kept"), files)[::-1]
     assert AGAIN not in kept_stderr
     # The record keys differ by store (each has its own secret key); everything else is the same.
@@ -75,10 +77,11 @@ def test_a_first_run_with_redeliveries_and_a_second_version_under_the_same_key(t
     assert outcome["quarantine"] == [(f"statement {statements[6]['id'].replace('-', '')}", CONFLICT)]
     assert outcome["run"] == [("success", 18, 17, 0, 1)]
     assert outcome["serving"] == recount(statements)
-    if store_kind == "sqlite":
-        # The index built at the end is the one a migration creates, text and all.
-        assert ("index", "staged_events_event_id",
-                "CREATE UNIQUE INDEX staged_events_event_id ON staged_events (event_id)") in outcome["schema"]
+    # The index built at the end is the one a migration creates, text and all (both_ways compared the schemas).
+    assert {"sqlite": ("index", "staged_events_event_id",
+                       "CREATE UNIQUE INDEX staged_events_event_id ON staged_events (event_id)"),
+            "postgresql": ("staged_events_event_id", "CREATE UNIQUE INDEX staged_events_event_id ON "
+                           "lms_refresh.staged_events USING btree (event_id)")}[store_kind] in outcome["schema"]
 
 
 @pytest.mark.parametrize("field", ["learner", "course", "day"])
@@ -93,8 +96,89 @@ def test_a_statement_id_under_two_staging_keys_reads_the_run_again(tmp_path, mak
     voided = voiding(statements[4]["id"], "2026-11-02T14:00:00Z")
     outcome, stderr = both_ways(tmp_path, make_project, monkeypatch,
                                 {"a.ndjson": statements, "b.ndjson": [second, voided]})
-    assert (AGAIN in stderr) == (store_kind == "sqlite"), stderr
+    assert AGAIN in stderr
     # Counted once, not twice: what the first reading staged and quarantined was rolled back with it.
     assert outcome["run"] == [("success", 14, 12, 1, 1)]
     assert outcome["quarantine"] == [(f"statement {kept['id'].replace('-', '')}", CONFLICT)]
     assert outcome["serving"] == recount(statements[:4] + statements[5:])
+
+
+# -- PostgreSQL: dropping the index needs the table's owner and the table to itself (store/pg_staging.py) --------
+
+def _staged_by(project, server, tmp_path, role, files):
+    """Create the store as its owner (a run with nothing to read), then run `files` as `role`, which has every
+    privilege a run needs (check's list) but owns nothing; return that run's stderr."""
+    project.configure(extra_top="max_quarantine_share = 0.5")
+    project.invoke("run", now=EARLIER, check=0)
+    server.admin(f"DO $$ BEGIN CREATE ROLE {role} LOGIN PASSWORD 'dml'; EXCEPTION WHEN duplicate_object THEN "
+                 "NULL; END $$")
+    for grant in ("USAGE ON SCHEMA lms_refresh", "SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA lms_refresh",
+                  "USAGE ON ALL SEQUENCES IN SCHEMA lms_refresh", "USAGE ON SCHEMA lms_refresh_serving",
+                  "SELECT ON ALL TABLES IN SCHEMA lms_refresh_serving"):
+        server.admin(f"GRANT {grant} TO {role}", project.database)
+    (tmp_path / "dml-password").write_text("dml\n")
+    project.config.write_text(project.config.read_text().replace("lms_refresh@", f"{role}@")
+                              .replace(server.password_file, str(tmp_path / "dml-password")))
+    for name, statements in files.items():
+        project.write(name, statements)
+    return project.invoke("run", now=T.isoformat(), check=0).stderr
+
+
+@pytest.mark.postgresql
+def test_a_role_that_does_not_own_staging_stages_a_first_run_with_the_index_kept_up(tmp_path, postgres_server):
+    """DROP INDEX needs the table's owner: a role granted only what a run needs would fail the run there."""
+    from helpers.project import Project
+
+    project = Project(tmp_path / "dml", postgres_server)
+    statements = base()
+    second = statement(learner="u3", verb="completed", course="C1", timestamp="2026-11-01T10:00:00Z",
+                       id=statements[3]["id"], stored="2026-11-02T13:00:00Z")  # an id under two keys
+    stderr = _staged_by(project, postgres_server, tmp_path, "dml_only", {"a.ndjson": statements, "b.ndjson": [second]})
+    assert AGAIN not in stderr  # the index was there throughout: the second version was refused as it came
+    assert project.query("SELECT outcome, statements_read, staged, quarantined FROM runs ORDER BY staged") == [
+        ("success", 0, 0, 0), ("success", 13, 12, 1)]
+    assert project.serving(site=True) == recount(statements)
+    assert ("staged_events_event_id", "CREATE UNIQUE INDEX staged_events_event_id ON lms_refresh.staged_events "
+            "USING btree (event_id)") in project.query(PG_INDEXES)
+
+
+@pytest.mark.postgresql
+def test_a_first_run_does_not_wait_for_a_session_reading_staging(tmp_path, postgres_server):
+    """Another session reading staged_events holds a lock that DROP INDEX would wait for until that session ends
+    (and every later reader would queue behind it): the run gives up the drop after 2 s and stages with the index
+    kept up. The reading session is ended by a timer after 120 s at the latest, so that a run that waited could
+    not hang the suite; the run must have ended long before."""
+    import threading
+
+    import psycopg
+
+    from helpers.project import Project
+
+    project = Project(tmp_path / "busy", postgres_server)
+    project.configure()
+    project.invoke("run", now=EARLIER, check=0)  # the store, empty
+    project.write("a.ndjson", base())
+    reader = psycopg.connect(host=postgres_server.sockets, port=postgres_server.port, user="postgres",
+                             dbname=project.database)
+    reader.execute("SELECT COUNT(*) FROM lms_refresh.staged_events")  # its transaction stays open, lock and all
+    ended = threading.Event()
+
+    def end_reader():
+        ended.set()
+        reader.rollback()
+
+    timer = threading.Timer(120, end_reader)
+    timer.start()
+    try:
+        result = project.invoke("-v", "run", now=T.isoformat(), check=0)
+        assert not ended.is_set(), "the run waited for the reading session to end"
+    finally:
+        timer.cancel()
+        if not ended.is_set():
+            reader.rollback()
+        reader.close()
+    assert AGAIN not in result.stderr and " ERROR " not in result.stderr and " WARNING " not in result.stderr
+    assert project.query("SELECT outcome, staged FROM runs ORDER BY staged") == [("success", 0), ("success", 12)]
+    assert project.serving(site=True) == recount(base())
+    assert ("staged_events_event_id", "CREATE UNIQUE INDEX staged_events_event_id ON lms_refresh.staged_events "
+            "USING btree (event_id)") in project.query(PG_INDEXES)
