@@ -168,8 +168,14 @@ class PostgresStore(PgStaging, SqlStore):
         return f"{holder[0] or 'another session'}" + (f" from {holder[1]}" if holder[1] else "")
 
     def size_bytes(self):
+        # pg_total_relation_size waits for a table's lock: a first run holds staged_events exclusively while it
+        # stages without its index (pg_staging.py), and `status` must not wait for the run's end. Such a table
+        # is counted by the catalog's page count (what its last VACUUM or ANALYZE saw) instead.
         return self.db.execute(
-            "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c "
+            "SELECT COALESCE(SUM(CASE WHEN EXISTS (SELECT 1 FROM pg_locks l WHERE l.relation = c.oid "
+            "AND l.mode = 'AccessExclusiveLock' AND l.pid <> pg_backend_pid()) "
+            "THEN c.relpages::bigint * current_setting('block_size')::bigint "
+            "ELSE pg_total_relation_size(c.oid) END), 0)::bigint FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r'",
             (self.schema,)).fetchone()[0]
 

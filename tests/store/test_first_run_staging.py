@@ -10,6 +10,7 @@ and says so.
 
 import datetime as dt
 import json
+import re
 
 import pytest
 
@@ -182,3 +183,40 @@ def test_a_first_run_does_not_wait_for_a_session_reading_staging(tmp_path, postg
     assert project.serving(site=True) == recount(base())
     assert ("staged_events_event_id", "CREATE UNIQUE INDEX staged_events_event_id ON lms_refresh.staged_events "
             "USING btree (event_id)") in project.query(PG_INDEXES)
+
+
+@pytest.mark.postgresql
+def test_status_does_not_wait_for_a_first_run_that_holds_staging(tmp_path, postgres_server):
+    """A first run holds staged_events exclusively while it stages without the index (as long as a backfill
+    takes): `status` (and `status --check`, a monitoring plugin with its own timeout) and `check` must answer
+    meanwhile. The
+    run's lock is held here by a session of the test's own; status is given 120 s, where it takes well under 1 s.
+    """
+    import subprocess
+
+    import psycopg
+
+    from helpers.project import Project
+
+    project = Project(tmp_path / "held", postgres_server)
+    project.configure()
+    project.write("a.ndjson", base())
+    project.invoke("run", now=T.isoformat(), check=0)
+    holder = psycopg.connect(host=postgres_server.sockets, port=postgres_server.port, user="postgres",
+                             dbname=project.database)
+    try:
+        holder.execute("LOCK TABLE lms_refresh.staged_events IN ACCESS EXCLUSIVE MODE")
+        status = subprocess.run(project.cli_args("status", now=T.isoformat()), capture_output=True, text=True,
+                                env=project.environment(), timeout=120)
+        plugin = subprocess.run(project.cli_args("status", "--check", now=T.isoformat()), capture_output=True,
+                                text=True, env=project.environment(), timeout=120)
+        check = subprocess.run(project.cli_args("check", now=T.isoformat()), capture_output=True, text=True,
+                               env=project.environment(), timeout=120)
+    finally:
+        holder.rollback()
+        holder.close()
+    assert status.returncode == 0, status.stderr
+    assert re.search(rf"^store: +postgresql postgresql://lms_refresh@127\.0\.0\.1:{postgres_server.port}/"
+                     rf"{project.database} \([1-9][0-9,]* bytes, schema v[0-9]+\)$", status.stdout, re.M), status.stdout
+    assert plugin.returncode == 0 and plugin.stdout.startswith("LMS-REFRESH OK"), plugin.stdout
+    assert check.returncode == 0 and "; its role may write every table" in check.stdout, check.stdout
