@@ -27,6 +27,18 @@ if os.environ.get(REQUIRE_ALL) == "1":
     hypothesis.settings.load_profile("reproducible")
 
 
+# Every HTTP server the tests reach listens on loopback (Ralph, tests/helpers' receivers and raw servers). A proxy
+# in the environment (http_proxy, https_proxy: a CI machine may reach the internet through one, e.g. for the
+# autopkgtest's pip) would carry those requests, urllib's (pings, webhooks) and requests' (the LRS source, the
+# Ralph helper) alike, to the proxy, which cannot reach this machine's loopback: "Connection refused" in place
+# of the answer under test. Both honour no_proxy, as the program does on purpose (README: "HTTPS_PROXY and
+# NO_PROXY from the environment are honoured"), so loopback joins it, in this process and every CLI it starts.
+LOOPBACK = ("127.0.0.1", "localhost")
+for _name in ("no_proxy", "NO_PROXY"):
+    _hosts = [host.strip() for host in os.environ.get(_name, "").split(",") if host.strip()]
+    os.environ[_name] = ",".join(_hosts + [host for host in LOOPBACK if host not in _hosts])
+
+
 def _missing_postgresql():
     import glob
     import importlib.util
