@@ -11,6 +11,7 @@
 - reference: the independent recount the serving table is compared with
 - attacks: the disclosure attacks of the README's "Threat model"
 - pgserver, lrsserver, moodledb: a throwaway PostgreSQL server, a Ralph LRS, a Moodle log database
+- ports: loopback ports held for a server that starts later, or for none
 - lrs_sample: projects reading Ralph, and sample statements timed for Ralph's real clock
 - receiver: a local HTTP server standing for a webhook or Healthchecks
 - publication: where a project's SQLite publication is, and what a dashboard reads from it

@@ -13,7 +13,6 @@ Everything else — validation, `stored`, paging, filtering — is Ralph's own.
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -22,6 +21,7 @@ import uuid
 import requests
 
 from helpers.paths import REPO
+from helpers.ports import held_port
 
 ROOT = REPO  # the repository, or the copy debian/tests/suite runs in
 VENV = os.environ.get("LMS_REFRESH_RALPH_VENV", os.path.join(ROOT, ".venv-ralph"))
@@ -100,12 +100,6 @@ uvicorn.run(Faults(app), host="127.0.0.1", port=int(sys.argv[1]), log_level="war
 '''
 
 
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 class RalphServer:
     USER, PASSWORD = "lms-refresh", "lrs-secret"
 
@@ -115,7 +109,8 @@ class RalphServer:
         if not os.path.exists(python):
             raise RuntimeError(f"Ralph's virtualenv {VENV} is missing; tests/run.sh creates it.")
         self.base = tempfile.mkdtemp(prefix="lmsr-ralph-")
-        self.port = free_port()
+        self.port_holder = held_port()  # held until the server stops: nothing else is given the port meanwhile
+        self.port = self.port_holder.getsockname()[1]
         self.faults = os.path.join(self.base, "faults.json")
         data = os.path.join(self.base, "data")
         os.mkdir(data)
@@ -216,6 +211,7 @@ class RalphServer:
             self.process.wait(timeout=1)
         except subprocess.TimeoutExpired:
             self.process.kill()
+        self.port_holder.close()
         self.log.close()
         shutil.rmtree(self.base, ignore_errors=True)
 

@@ -5,6 +5,8 @@ import os
 import shutil
 import subprocess
 
+from helpers.ports import held_port
+
 
 def _server_binaries():
     """The newest installed PostgreSQL's bin directory: 15 on Debian 12, 17 on Debian 13."""
@@ -20,7 +22,6 @@ class PostgresServer:
     PASSWORD = "refresh-secret"
 
     def __init__(self, durable=False):
-        import socket
         import tempfile
 
         self.bin = _server_binaries()
@@ -30,9 +31,8 @@ class PostgresServer:
         for path in (self.data, self.sockets):
             os.mkdir(path)
             shutil.chown(path, "postgres", "postgres")
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        self.port_holder = held_port()  # held until the server stops: nothing else is given the port meanwhile
+        self.port = self.port_holder.getsockname()[1]
         self._postgres(f"{self.bin}/initdb", "-D", self.data, "-A", "trust", "--auth-host=scram-sha-256",
                        "-U", "postgres", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync")
         self._postgres(f"{self.bin}/pg_ctl", "-D", self.data, "-l", os.path.join(self.data, "server.log"), "-w",
@@ -69,4 +69,5 @@ class PostgresServer:
     def stop(self):
         subprocess.run(["runuser", "-u", "postgres", "--", f"{self.bin}/pg_ctl", "-D", self.data, "-m", "immediate",
                         "-w", "stop"], capture_output=True, timeout=60)
+        self.port_holder.close()
         shutil.rmtree(self.base, ignore_errors=True)

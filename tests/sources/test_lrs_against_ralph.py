@@ -10,7 +10,8 @@ import uuid
 import pytest
 
 from helpers.lrs_sample import PARIS, lrs_project, post_then_mark, sample_statements, text
-from helpers.lrsserver import RalphServer, free_port
+from helpers.lrsserver import RalphServer
+from helpers.ports import unused_port
 from helpers.project import Project
 from helpers.reference import expected_serving
 
@@ -70,9 +71,10 @@ def test_a_500_on_page_7_of_10_commits_nothing_and_the_next_run_converges(tmp_pa
 
 
 def test_lrs_down_exits_69_naming_the_url_and_commits_nothing(tmp_path, ralph):
-    endpoint = f"http://127.0.0.1:{free_port()}/xAPI/"
-    project = lrs_project(tmp_path / "lrs", ralph, endpoint=endpoint)
-    result = project.invoke("run")
+    with unused_port() as port:
+        endpoint = f"http://127.0.0.1:{port}/xAPI/"
+        project = lrs_project(tmp_path / "lrs", ralph, endpoint=endpoint)
+        result = project.invoke("run")
     assert result.returncode == 69, result.stderr
     assert f"The LRS at {endpoint}statements could not be read after 2 attempt(s) (cannot connect" in result.stderr
     assert ralph.PASSWORD not in result.stderr + result.stdout

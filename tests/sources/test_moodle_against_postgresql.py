@@ -1,7 +1,7 @@
 """The Moodle source against a real PostgreSQL holding Moodle's own log table."""
 
-from helpers.lrsserver import free_port
 from helpers.moodledb import EXPECTED_TWO_DAYS, SITE, course_iri, load_two_days, moodle_project
+from helpers.ports import unused_port
 from helpers.project import Project
 
 
@@ -71,18 +71,19 @@ def test_moodle_failures_exit_with_their_codes_and_commit_nothing(tmp_path, mood
     load_two_days(moodle)
     wrong = tmp_path / "wrong"
     wrong.write_text("nope\n")
-    cases = [
-        ({"password_file": str(wrong)}, 78, "refused the credentials"),
-        ({"url": f"postgresql://moodle_reader@127.0.0.1:{free_port()}/{moodle.name}"}, 69, "is unreachable"),
-        ({"prefix": "mdl2_"}, 78, "has no table mdl2_logstore_standard_log; check source.prefix"),
-    ]
-    for number, (settings, code, message) in enumerate(cases):
-        project = moodle_project(tmp_path / f"p{number}", moodle, moodle_reader, **settings)
-        result = project.invoke("run", now="2026-11-25T04:15:00+01:00")
-        assert result.returncode == code and message in result.stderr, (settings, result.stderr)
-        assert "moodle-secret" not in result.stderr and "nope" not in result.stderr
-        assert project.serving() == [] and "watermark" not in (project.meta() if project.has_store() else {})
-        assert project.invoke("check").returncode == code
+    with unused_port() as port:
+        cases = [
+            ({"password_file": str(wrong)}, 78, "refused the credentials"),
+            ({"url": f"postgresql://moodle_reader@127.0.0.1:{port}/{moodle.name}"}, 69, "is unreachable"),
+            ({"prefix": "mdl2_"}, 78, "has no table mdl2_logstore_standard_log; check source.prefix"),
+        ]
+        for number, (settings, code, message) in enumerate(cases):
+            project = moodle_project(tmp_path / f"p{number}", moodle, moodle_reader, **settings)
+            result = project.invoke("run", now="2026-11-25T04:15:00+01:00")
+            assert result.returncode == code and message in result.stderr, (settings, result.stderr)
+            assert "moodle-secret" not in result.stderr and "nope" not in result.stderr
+            assert project.serving() == [] and "watermark" not in (project.meta() if project.has_store() else {})
+            assert project.invoke("check").returncode == code
 
 
 def test_check_reads_without_writing_and_warns_about_a_writable_role(tmp_path, moodle, moodle_reader,
