@@ -72,6 +72,10 @@ class SqlStore(Staging, Erasure, Grains, Published, RebuildCheck, RunLog, Course
     def execute(self, statement, parameters=()):
         return self.db.execute(self._sql(statement), parameters)
 
+    def sorting(self):
+        """A context for one statement that sorts many rows (a store may give the sort memory of its own)."""
+        return contextlib.nullcontext()
+
     def executemany(self, statement, rows):
         cursor = self.db.cursor()
         cursor.executemany(self._sql(statement), rows)
