@@ -118,11 +118,15 @@ def _moving_days(sign, days_in):
 # conflict, so its learners are inserted as they are, in key order. The upsert checks the key before each insert
 # and confirms it after, and its hash aggregate hands rows over in no order: for a week of 102,445 learners
 # (PostgreSQL 15, EXPLAIN (ANALYZE, BUFFERS, WAL), issue 23) 2.24 s, 7.6 buffer hits and 3 WAL records a row,
-# against 1.07 s, 2.4 and 2 so. SQLite, which moves presence day by day, fills a period of more than one day so too:
-# a month of the benchmark's full 1M (873,580 learner-days, 119,972 learners) took 2.1-3.4 s day by day and
+# against 1.07 s, 2.4 and 2 so. SQLite, which moves presence day by day, fills so a period of more than a week's
+# days: a month of the benchmark's full 1M (873,580 learner-days, 119,972 learners) took 2.1-3.4 s day by day and
 # 0.94-1.21 s grouped, a week about the same either way (2026-12-05): the longer the period, the more often each
-# learner comes back. A period that holds learners already is still updated day by day on SQLite, where the grouped
-# upsert's sort only paid from about ten days on.
+# learner comes back. Fewer days stay day by day, in key order: the cost model's two days (a first run's week and
+# month) cost 95,729 instructions a statement in its recompute grouped, 75,260 day by day. A period that holds
+# learners already is updated day by day on SQLite, where the grouped upsert's sort only paid from about ten days on.
+GROUPED_FILL_AFTER = 7
+
+
 def _filling_days(days_in):
     return f"{_INTO_PERIODS}\n{_grouped_days(1, days_in)} ORDER BY course_id, actor"
 
@@ -242,7 +246,7 @@ class Grains:
         grouped = _moving_days(1 if statement is _ADD else -1, self.dialect.days_in)
         for (grain, label), (first, last) in sorted(calendar.periods_of(days).items()):
             in_period = sorted(day for day in days if first <= day <= last)
-            grouping = self.dialect.presence_by_period or len(in_period) > 1
+            grouping = self.dialect.presence_by_period or len(in_period) > GROUPED_FILL_AFTER
             if statement is _ADD and grouping and self._holds_no_learner(grain, label):
                 with self.sorting():  # one sort of the period's rows by learner, each learner inserted once
                     self.execute(_filling_days(self.dialect.days_in), (grain, label, self.dialect.day_set(in_period)))
