@@ -177,8 +177,9 @@ def from_unix(seconds, what="time"):
 
 
 def future_limit(now):
-    """Return the latest instant a source's record may carry at a run at `now`."""
-    return now + FUTURE_TOLERANCE
+    """Return the latest instant a source's record may carry at a run at `now`: never past the range's last
+    instant (a run within 2 days of its end would otherwise have a limit that is no cursor of an instant)."""
+    return min(now + FUTURE_TOLERANCE, END - dt.timedelta(microseconds=1))
 
 
 def parse_user_time(text, timezone):

@@ -152,7 +152,7 @@ def calendar_day(value):
     if not isinstance(value, dt.date):
         raise ValueError(f"expected a date such as 2026-09-01, not {str(value)[:40]!r}")
     day = value.isoformat()
-    if not instants.FIRST_DAY < day < instants.LAST_DAY:
+    if not instants.FIRST_DAY <= day <= instants.LAST_DAY:
         raise ValueError(f"must lie between {instants.FIRST_DAY} and {instants.LAST_DAY}, not {day}")
     return day
 

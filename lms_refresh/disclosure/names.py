@@ -82,15 +82,27 @@ def clean_name(text, *, language=None, identifiers=()):
     text = text[:_MAX_READ]
     if language is not None:
         text = reduce_multilang(text, language)
-    text = "".join(" " if unicodedata.category(c) in _SPACED else c for c in text
-                   if unicodedata.category(c) not in _REMOVED or c in "\t\n\r\f\v")
-    text = _SPACE.sub(" ", text).strip()
-    text = redaction.without_identifiers(text, identifiers) if identifiers else redaction.scrub_text(text)
+    text = _plain(text)
+    if identifiers:
+        # An identifier is looked for as the name is shown: cleaned the same way (composed, without the characters
+        # removed, white space as one space), so "John  Smith" or a decomposed "José" in an actor is still found.
+        identifiers = [*identifiers, *(_plain(value) for value in identifiers if isinstance(value, str))]
+        text = redaction.without_identifiers(text, [value for value in identifiers if value])
+    else:
+        text = redaction.scrub_text(text)
     if cut and len(text) <= MAX_NAME_CHARS:
         # What was cut off at _MAX_READ reaches the name (cleaning shortened the rest): its last word may
         # be part of an address that scrubbing could not recognise, so it goes.
         text = text[:max(text.rfind(" "), 0)]
     return text[:MAX_NAME_CHARS].rstrip() or None
+
+
+def _plain(text):
+    """`text` composed (NFC), without the characters a name loses, its runs of white space as one space."""
+    text = unicodedata.normalize("NFC", text)
+    text = "".join(" " if unicodedata.category(c) in _SPACED else c for c in text
+                   if unicodedata.category(c) not in _REMOVED or c in "\t\n\r\f\v")
+    return _SPACE.sub(" ", text).strip()
 
 
 def pick_language(names, language):

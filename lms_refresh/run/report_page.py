@@ -10,6 +10,7 @@ a `<title>` and a table holding the same numbers. Every text that reaches the pa
 import html
 
 from lms_refresh import atomic
+from lms_refresh.disclosure.names import clean_name
 from lms_refresh.run.report_data import WITHHELD, read_publication
 
 _STYLE = """body{font:14px/1.4 sans-serif;margin:1.5em;color:#222}h1{font-size:1.4em}
@@ -83,7 +84,7 @@ def _weekly(data):
                        f"{_chart(series, data.weeks, scale)}</figure>")
     head = "".join(f'<th scope="col">{_text(week)}</th>' for week in data.weeks)
     body = "".join(
-        f'<tr data-course="{_text(series.course or "")}"><th scope="row">{_text(series.label)}</th>'
+        f'<tr data-course="{_text(_iri(series.course))}"><th scope="row">{_text(series.label)}</th>'
         + "".join(f"<td>{_text(_cell(value))}</td>" for value in series.values) + "</tr>"
         for series in data.series)
     return ('<section id="weekly"><h2>Weekly active learners</h2><p>Distinct learners per ISO week, the last '
@@ -93,9 +94,15 @@ def _weekly(data):
             f"<tbody>{body}</tbody></table></details></section>")
 
 
+def _iri(course):
+    """A course's IRI as an attribute may carry it: cleaned as names are (no bidi override, no address, at most
+    200 characters), like every text of the page; "" for the whole site."""
+    return (clean_name(course) or "") if isinstance(course, str) else ""
+
+
 def _outcomes(data):
     rows = "".join(
-        f'<tr data-course="{_text(outcome.course or "")}"><th scope="row">{_text(outcome.label)}</th>'
+        f'<tr data-course="{_text(_iri(outcome.course))}"><th scope="row">{_text(outcome.label)}</th>'
         f"<td>{_text(_cell(outcome.completions))}</td><td>{_text(_cell(outcome.passed))}</td>"
         f"<td>{_text(_cell(outcome.failed))}</td><td>{outcome.withheld}</td></tr>" for outcome in data.outcomes)
     bars = _outcome_chart(data.outcomes)
