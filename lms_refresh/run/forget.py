@@ -117,15 +117,18 @@ def _forget(config, store, identifier, *, report, stop):
     store.begin()
     try:
         store.follow_key(fingerprint(key))  # records quarantined under an earlier key name no one (store/erasure.py)
-        days = store.forget_learner(pseudonym)
+        days, present = store.forget_learner(pseudonym)
         report.events = len(days)
         report.quarantined = store.forget_quarantined(pseudonym)
-        # Days before the staging horizon hold no staged events, so none of them is rebuilt here.
+        # Days before the staging horizon hold no staged events, so none of them is rebuilt here; the weeks, months
+        # and terms that counted the learner on such a day and still have a day open are counted again.
         report.partitions = sorted(set(days))
-        if report.partitions:
+        closed = present - set(days)
+        if report.partitions or closed:
             # A store upgraded in place gets its cell keys in the rebuild.
             report.rows_written, report.suppressed = recompute(store, set(days), record_keys=RecordKeys(key),
-                                                                  config=config, now=dt.datetime.now(dt.UTC))
+                                                                  config=config, now=dt.datetime.now(dt.UTC),
+                                                                  periods_of=closed)
         if report.dry_run:
             store.rollback()
         else:

@@ -112,12 +112,13 @@ def published_digest(path):
         return None  # damaged or foreign: replaced by the next publication
 
 
-def recompute(store, days, *, record_keys, config, now):
+def recompute(store, days, *, record_keys, config, now, periods_of=()):
     """Rebuild the partitions of `days` in `store` from their staged events, and their weeks, months and terms
     (`config`'s), and publish again the courses they touch (all of them after a settings change) as the settings
     in force allow (a period is complete once `now` is past its end plus `config`'s safety lag); return (rows
     written, suppressed cells among the published rows of the days rebuilt)."""
-    done = store.recompute(days, record_keys=record_keys, calendar=period_publication.calendar(config))
+    done = store.recompute(days, record_keys=record_keys, calendar=period_publication.calendar(config),
+                           periods_of=periods_of)
     for name in done.uncounted_terms:
         logger.warning("The term %r is not counted: it begins before the oldest day whose learners the store still "
                        "keeps (retention.staging_days), so its distinct learners cannot be counted whole; give it a "

@@ -245,7 +245,7 @@ class SqlStore(Staging, Erasure, Grains, Published, RebuildCheck, RunLog, Course
         return {row[0] for row in self.execute("SELECT course_id FROM published_metrics UNION "
                                                "SELECT course_id FROM daily_metrics").fetchall()}
 
-    def recompute(self, days, *, record_keys, calendar):
+    def recompute(self, days, *, record_keys, calendar, periods_of=()):
         """Delete and rebuild the partitions of `days` from all staged events of those days, and the periods of
         `calendar` (a periods.Calendar) that hold them; return what it did (a Recomputed: the courses they touch,
         or all after a settings change, are to be published; every term's after a change of the terms)."""
@@ -259,7 +259,13 @@ class SqlStore(Staging, Erasure, Grains, Published, RebuildCheck, RunLog, Course
         uncounted = [] if recounted is None else recounted.pop(None, [])
         written = self.rebuild_partitions(days, calendar)
         grains = periods.GRAINS if everything else () if recounted is None else ("term",)
-        period_courses, labels = self.rebuild_periods(days, calendar, everything=grains, also=recounted)
+        # `periods_of`: days whose presence changed without their events (a learner forgotten on a closed day):
+        # their periods with a day still open are counted again; the days themselves, and periods wholly closed,
+        # stay as they are.
+        also = {period: bounds for period, bounds in calendar.periods_of(periods_of).items()
+                if horizon is None or bounds[1] >= horizon}
+        also.update(recounted or {})
+        period_courses, labels = self.rebuild_periods(days, calendar, everything=grains, also=also)
         return Recomputed(written, days, self._courses_to_publish(courses | self.courses_on(days)), period_courses,
                           tuple(uncounted), labels, ("day",) + grains if everything else grains)
 

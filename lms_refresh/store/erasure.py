@@ -40,10 +40,12 @@ class Erasure:
     """A mixin of SqlStore: `execute`, `meta` and `set_meta` come from it."""
 
     def forget_learner(self, actor):
-        """Delete the staged events of one pseudonymised learner; return the day of each deleted event."""
-        for table in ("learner_days", "learner_periods"):  # closed days' too: the periods count them
-            self.execute(f"DELETE FROM {table} WHERE actor = ?", (actor,))
-        return [row[0] for row in self.execute("DELETE FROM staged_events WHERE actor = ? RETURNING day", (actor,))]
+        """Delete the staged events of one pseudonymised learner; return the day of each deleted event, and the
+        days of their presence (learner_days), closed days' too, whose periods count them."""
+        present = {row[0] for row in self.execute("DELETE FROM learner_days WHERE actor = ? RETURNING day", (actor,))}
+        self.execute("DELETE FROM learner_periods WHERE actor = ?", (actor,))
+        days = [row[0] for row in self.execute("DELETE FROM staged_events WHERE actor = ? RETURNING day", (actor,))]
+        return days, present
 
     def forget_quarantined(self, pseudonym):
         """Delete the quarantined records that name this pseudonym, in every form they were written; return how many."""

@@ -1,0 +1,37 @@
+"""Review (branch review-a): `forget` of a learner whose staged events retention already dropped, but whose
+presence on a closed day still counts in a week, month and term with days open."""
+
+from helpers.statements import HOME, statement
+
+TERM = '[[terms]]\nname = "Autumn"\nfirst_day = 2026-09-14\nlast_day = 2026-12-18\n'
+
+
+def _configure(project, retention):
+    project.configure(extra_top="min_cell_size = 1\n" + (f"[retention]\nstaging_days = {retention}\n" if retention
+                                                          else "") + TERM)
+
+
+def _site(project, grain, period):
+    return [row[4] for row in project.grain_rows(grain, site=True) if row[0] == period and row[3] is None]
+
+
+def test_forget_counts_again_the_open_periods_that_held_the_learner_on_a_closed_day(project):
+    stored = "2026-11-19T10:00:00Z"
+    statements = [statement(learner=learner, timestamp=f"2026-10-{day}T10:00:00Z", stored=stored)
+                  for learner in ("a", "b") for day in (20, 23)]
+    statements.append(statement(learner="x", timestamp="2026-10-20T10:00:00Z", stored=stored))  # only on the 20th
+    project.write("a.ndjson", statements)
+    _configure(project, None)
+    project.cli("run", now="2026-11-20T00:00:00Z", check=0)
+    _configure(project, 30)  # the horizon becomes 2026-10-22: the 20th closes, its week, month and term stay open
+    project.cli("run", now="2026-11-21T12:00:00Z", check=0)
+    assert project.meta()["staging_horizon"] == "2026-10-22"
+    assert _site(project, "week", "2026-W43") == [3] and _site(project, "month", "2026-10") == [3]
+
+    project.cli("forget", "--account-homepage", HOME, "--account-name", "x", check=0)
+
+    # The closed day keeps its published row; the open periods no longer count the forgotten learner.
+    assert [row[2] for row in project.serving(site=True) if row[0] == "2026-10-20" and row[1] is None] == [3]
+    assert _site(project, "week", "2026-W43") == [2]
+    assert _site(project, "month", "2026-10") == [2]
+    assert _site(project, "term", "Autumn") == [2]
