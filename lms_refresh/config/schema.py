@@ -29,7 +29,7 @@ SOURCE_KEYS = {
 # description says from what); REQUIRED means the key must be given.
 REQUIRED = object()
 MAX_TERMS = 100  # [[terms]] tables at most
-MAX_TERM_DAYS = 731  # from a term's first day to its last, at most
+MAX_TERM_DAYS = 731  # a term's days, its first and last included, at most
 
 
 class Key(collections.namedtuple("Key", "check default description")):
@@ -168,7 +168,7 @@ TERM_KEYS = {
     "name": Key(v.label, REQUIRED, "The term's name: its `period` in term_metrics; no two terms share one."),
     "first_day": Key(v.calendar_day, REQUIRED, "Its first local day, inclusive."),
     "last_day": Key(v.calendar_day, REQUIRED, f"Its last local day, inclusive: on or after first_day, at most "
-                                              f"{MAX_TERM_DAYS} days after it."),
+                                              f"{MAX_TERM_DAYS - 1} days after it (a term of {MAX_TERM_DAYS} days at most)."),
 }
 
 
