@@ -52,6 +52,8 @@ def test_state_directory_from_systemd_wins(tmp_path):
                  "key 'source.course_pattern' is not a valid regular expression (nested too deeply)",
                  id="a-pattern-nested-5000-deep"),
     ("this is = not toml", "is not valid TOML"),
+    # 0 made every delivery fail at once (a non-blocking connect, a sendmail killed at its start)
+    (MINIMAL + "[alerts]\ntimeout = 0\n", "key 'alerts.timeout' must be at least 1 second"),
 ])
 def test_mistakes_name_the_file_and_key(tmp_path, text, message):
     with pytest.raises(ConfigError) as error:
