@@ -132,3 +132,20 @@ def test_a_run_that_finds_the_lock_held_leaves_no_unfinished_healthchecks_start(
         assert paths.count("/ping/secret-token/start") <= len([p for p in paths if not p.endswith("/start")]), paths
     finally:
         receiver.server.shutdown()
+
+
+def test_a_sendmail_that_queues_and_exits_0_is_a_delivery_even_if_its_child_lingers(tmp_path):
+    """An MTA may hand the mail to a background delivery process and exit 0: the alert was accepted. A
+    child that keeps the inherited output open made the alert wait out its timeout and call the mail failed."""
+    from lms_refresh.config.sections import Alerts
+    from lms_refresh.ops.alerts import compose, deliver
+
+    stub = tmp_path / "sendmail"
+    stub.write_text(f"#!/bin/sh\ncat > {tmp_path / 'mail.txt'}\n( sleep 30 ) &\nexit 0\n")
+    stub.chmod(0o755)
+    alert = compose("lms-refresh.service", "69", "exit-code", invocation=None, last_run=None, lines=[], secrets=[])
+    settings = Alerts(mail_to="data-team@example.edu", sendmail=str(stub), webhook_url_file=None, timeout=3,
+                      healthchecks_url_file=None)
+    began = time.monotonic()
+    assert deliver(alert, settings, {}) == (1, 1)
+    assert time.monotonic() - began < 2
