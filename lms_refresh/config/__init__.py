@@ -7,6 +7,7 @@ impossible values are refused with one sentence naming the file and the key.
 import dataclasses
 import datetime as dt
 import os
+import stat
 import tomllib
 
 from lms_refresh.config import validators as v
@@ -81,11 +82,24 @@ def resolve_state_directory(configured, environ):
     return configured or DEFAULT_STATE_DIRECTORY
 
 
+MAX_CONFIG_BYTES = 1 << 20  # the packaged configuration, every key explained, is about 20 KB
+
+
 def read_toml(path):
     """Given a path, return the parsed TOML document or raise ConfigError saying what is wrong."""
     try:
-        with open(path, "rb") as handle:
-            return tomllib.load(handle)
+        # Non-blocking, so that a FIFO is refused instead of waiting for a writer that never comes.
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if stat.S_ISDIR(info.st_mode):
+                raise IsADirectoryError(path)
+            if not stat.S_ISREG(info.st_mode):
+                raise ConfigError(f"The configuration path {path} is not a regular file (a FIFO, socket or device); "
+                                  "point --config at the TOML file.")
+            text = handle.read(MAX_CONFIG_BYTES + 1)
+            if len(text) > MAX_CONFIG_BYTES:
+                raise ConfigError(f"{path} is larger than {MAX_CONFIG_BYTES >> 20} MiB: not a configuration file.")
+            return tomllib.loads(text.decode("utf-8"))
     except FileNotFoundError:
         raise NotConfiguredError(
             f"No configuration file at {path}; create it (see README, 'Configuration') "

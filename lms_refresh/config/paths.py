@@ -142,6 +142,11 @@ def _collision(a, b):
     if not a.named.directory and (_inside(b.real, a.real) or _inside(b.folded, a.folded)):
         return (f"{_quoted(b.named.key)} ({b.named.path}) lies inside {a.named.path}, the file "
                 f"{_quoted(a.named.key)} names; a file cannot hold another — point them at different places.")
+    if b.named.key == "source.path" and (_inside(a.real, b.real) or _inside(a.folded, b.folded)):
+        # The export tree is read, never written: a file written there may replace an export file, or be
+        # read back as one.
+        return (f"{_quoted(a.named.key)} ({a.named.path}) lies inside {b.named.path}, the export directory "
+                f"{_quoted(b.named.key)} names; a run would write among the files it reads — point it elsewhere.")
     return None
 
 

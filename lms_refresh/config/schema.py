@@ -127,7 +127,7 @@ SCHEMA = {
         # $CREDENTIALS_DIRECTORY (LoadCredential=), anything else is a path.
         "webhook_url_file": Key(v.path, None, "A file holding the URL a failed run's alert is POSTed to as JSON."),
         "healthchecks_url_file": Key(v.path, None, "A file holding the Healthchecks URL scheduled runs ping."),
-        "timeout": Key(v.parse_duration, 10, "Timeout of each delivery and ping."),
+        "timeout": Key(v.at_least_a_second, 10, "Timeout of each delivery and ping."),
     },
     "monitoring": {
         "textfile": Key(v.path, None, "Write Prometheus gauges to this node_exporter textfile after each run."),

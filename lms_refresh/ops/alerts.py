@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 import subprocess
+import tempfile
 import time
 
 from lms_refresh import logs
@@ -199,12 +200,18 @@ def deliver(alert, settings, environ):
         if not os.access(sendmail, os.X_OK):
             logger.warning("No %s to send the alert mail with; install a mail transfer agent.", sendmail)
         else:
-            try:
-                subprocess.run([sendmail, "-t", "-oi"], input=mail_text(alert, recipient).encode(), check=True,
-                               timeout=settings.timeout, capture_output=True)
-                delivered += 1
-            except (subprocess.SubprocessError, OSError) as error:
-                logger.warning("Sending the alert mail with %s failed: %s", sendmail, error)
+            # Its output goes to a file, not a pipe: an MTA that queues the mail, exits 0 and leaves a delivery
+            # process holding the pipe made run() wait for that child and report the mail failed.
+            with tempfile.TemporaryFile() as said:
+                try:
+                    subprocess.run([sendmail, "-t", "-oi"], input=mail_text(alert, recipient).encode(), check=True,
+                                   timeout=settings.timeout, stdout=said, stderr=said)
+                    delivered += 1
+                except (subprocess.SubprocessError, OSError) as error:
+                    said.seek(0)
+                    words = said.read(500).decode("utf-8", "replace").strip()
+                    logger.warning("Sending the alert mail with %s failed: %s%s", sendmail, error,
+                                   f" It said: {words}" if words else "")
     if settings.webhook_url_file:
         attempted += 1
         try:

@@ -78,11 +78,15 @@ def run_job(refresh, sleep=time.sleep, clock=time.monotonic):
     if not request.dry_run and report is not None and report.quarantined:
         logger.warning("%d of %d records in the window were quarantined (see the store's quarantine table).",
                        report.quarantined, report.statements_read, extra=logs.run_fields(logs.QUARANTINE, report))
-    if not request.dry_run and not (report is not None and report.outcome == "lock-held"):
+    lock_held = report is not None and report.outcome == "lock-held"
+    if not request.dry_run:
         code, message = exit_status(outcome.error)
+        # A /start left without its finish is a failure to Healthchecks once its grace time is over: the run
+        # that found the lock held ends as it exits, with 0.
         pings.finish(code, message)
-        _write_metrics(refresh.config, refresh.environ, refresh.now, exit_code=code, duration=clock() - began,
-                       report=report)
+        if not lock_held:
+            _write_metrics(refresh.config, refresh.environ, refresh.now, exit_code=code,
+                           duration=clock() - began, report=report)
     return outcome
 
 

@@ -8,8 +8,10 @@ never logged.
 import datetime as dt
 import http.client
 import logging
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import zoneinfo
 
@@ -58,6 +60,14 @@ def post(url, body, content_type, *, timeout, pause=1.0):
             else:  # the URL is not to blame
                 logger.warning("Delivery to %s failed: its answer was no complete HTTP response (%s).",
                                url_origin(url), type(error).__name__)
+        except urllib.error.HTTPError as error:
+            if 300 <= error.code < 400:  # not followed: a POST redirected as a GET loses its body
+                target = urllib.parse.urljoin(url, error.headers.get("Location") or "")
+                logger.warning("Delivery to %s failed: it answered %d, a redirect to %s, which is not followed "
+                               "(a redirected POST loses its body); write the URL it redirects to in the file.",
+                               url_origin(url), error.code, url_origin(target))
+            else:
+                logger.warning("Delivery to %s failed: %s", url_origin(url), error.reason)
         except (urllib.error.URLError, OSError) as error:
             reason = getattr(error, "reason", error)
             logger.warning("Delivery to %s failed: %s", url_origin(url), reason)
@@ -66,11 +76,39 @@ def post(url, body, content_type, *, timeout, pause=1.0):
         return False
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is an answer, not an instruction: urllib would repeat a POST redirected by 301, 302 or 303
+    as a GET without its body, and report the alert delivered."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
 def _post_once(url, body, content_type, *, timeout):
+    """POST once; `timeout` bounds the whole exchange, not only each read: a receiver that trickles its answer
+    a byte at a time would otherwise hold the run (or the alert) as long as it likes."""
     request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": content_type,
                                                                              "User-Agent": "lms-refresh"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return 200 <= response.status < 300
+    outcome = {}
+
+    def exchange():
+        try:
+            with _OPENER.open(request, timeout=timeout) as response:
+                outcome["ok"] = 200 <= response.status < 300
+        except BaseException as error:  # handed to the caller's thread below
+            outcome["error"] = error
+
+    worker = threading.Thread(target=exchange, name="lms-refresh-delivery", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():  # abandoned: a daemon thread, gone with the process
+        raise TimeoutError(f"no complete answer within {timeout:g} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["ok"]
 
 
 class Healthchecks:

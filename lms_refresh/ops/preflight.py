@@ -12,7 +12,7 @@ from lms_refresh.errors import ConfigError, StateError
 from lms_refresh.ops.monitoring import read_url
 from lms_refresh.run import publication
 from lms_refresh.sources import OK, WARNING, Finding, build_source, json_decoding
-from lms_refresh.state_directory import user_name
+from lms_refresh.state_directory import refuse_a_file, user_name
 from lms_refresh.store import open_store, store_exists
 
 
@@ -27,6 +27,7 @@ def preflight(config, euid, environ):
     findings.append(Finding(OK, f"paths: the {len(written)} files a run writes are distinct from each other and "
                                 "from the files it reads"))
     directory = config.state_directory
+    refuse_a_file(directory)  # as run and status do (78), not a traceback further down
     if os.path.isdir(directory):
         if not os.access(directory, os.W_OK | os.X_OK) or (euid == 0 and os.stat(directory).st_uid != 0):
             owner = user_name(os.stat(directory).st_uid)

@@ -16,9 +16,10 @@ import contextlib
 import fcntl
 import os
 import socket
+import stat
 
 from lms_refresh.config.paths import refuse_collisions
-from lms_refresh.errors import UnavailableError
+from lms_refresh.errors import StateError, UnavailableError
 from lms_refresh.state_directory import LOCK_NAME, check_writable_file, prepare_state_directory
 from lms_refresh.store import open_store
 
@@ -142,8 +143,25 @@ def run_lock(config, euid, dry_run=False):
     if dry_run and not os.path.isdir(config.state_directory):
         return contextlib.nullcontext()
     prepare_state_directory(config.state_directory, euid)
+    refuse_odd_lock(lock_path)
     check_writable_file(lock_path, euid)
     return RunLock(lock_path)
+
+
+def refuse_odd_lock(path):
+    """Refuse (78) a lock path that is not a plain file: a directory or a FIFO ended the run with a traceback
+    (exit 1), and a symbolic link had the run write its PID over the file it points to."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(info.st_mode):
+        what = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file"
+        if stat.S_ISDIR(info.st_mode):
+            what = "a directory"
+        elif stat.S_ISFIFO(info.st_mode):
+            what = "a FIFO"
+        raise StateError(f"The run lock {path} is {what}; remove it (the next run creates the file it needs).")
 
 
 @contextlib.contextmanager

@@ -191,6 +191,10 @@ def _listing(folder):
         raise ConfigError(denied(folder, "list the directory")) from error
     except (FileNotFoundError, NotADirectoryError):
         return []  # removed or replaced since its parent was listed
+    except OSError as error:  # e.g. a tree nested past PATH_MAX (ENAMETOOLONG): an operator must move it
+        shown = folder if len(folder) <= 300 else folder[:300] + "…"
+        raise ConfigError(f"Cannot list the directory {shown} ({error.strerror}); move it out of source.path.") \
+            from None
     entries.sort()
     return entries
 

@@ -28,7 +28,7 @@ import multiprocessing
 import os
 import zlib
 
-from lms_refresh.errors import BadInputError, ConfigError
+from lms_refresh.errors import BadInputError, ConfigError, UnavailableError
 from lms_refresh.sources import OK, WARNING, BaseSource, Batch, Finding
 from lms_refresh.sources.files import NotRegularFile, UpTo, denied, export_files, numbered_lines, open_regular
 from lms_refresh.sources.ndjson_worker import (
@@ -100,10 +100,11 @@ class _FileTracker:
         earliest future limit this content was read with (the lines after it were quarantined, see Intake's
         `settled`; an unchanged file keeps the one it was first read with)."""
         if self.changed:
-            # No entry: the next run reads whatever is at this path then, from its start.
-            logger.warning("%s was removed or replaced while the run read it; what was read is kept, and the "
-                           "file now at that path is read by the next run.", self.path)
-            return Batch()
+            # Committing what was read would move the watermark past the lines never read, and the next run,
+            # whose window starts there, would skip them in the file now at this path: fail (69, retried by a
+            # scheduled run) with nothing committed, so that the next attempt reads this window again.
+            raise UnavailableError(f"{self.path} was removed, replaced or truncated while the run read it; "
+                                   "nothing was committed, and the next run reads the window again.")
         return Batch(state={self.path: list(signature) + [self.low, self.high, future]})
 
 

@@ -174,13 +174,17 @@ def read_chunk(mapper, chunk, reading):
                             "again.") from error
     try:
         with handle:
-            if signature is not None and info.st_ino != signature.inode:
+            # Replaced, or truncated (rewritten in place): what the run planned to read is no longer there.
+            if signature is not None and (info.st_ino != signature.inode or info.st_size < signature.size):
                 result.changed = True
                 return result
             size = info.st_size if signature is None else signature.size
             end = size if chunk.end is None else min(chunk.end, size)
             lines, result.resume = chunk_lines(handle, chunk.start, end, size=size, limit=limit,
                                                max_lines=reading.max_lines)
+            if signature is not None and os.fstat(handle.fileno()).st_size < signature.size:
+                result.changed = True  # truncated while this chunk was read
+                return result
     except OSError as error:
         raise BadInputError(f"Cannot read {path} ({error.strerror or error}); fix or move the file and run "
                             "again.") from error

@@ -209,7 +209,7 @@ def test_a_state_directory_that_is_a_file_is_refused_with_a_sentence(sqlite_proj
     blocker.write_text("keep me\n")
     for path in (blocker, blocker / "state"):
         project.config.write_text(project.config.read_text().replace(str(project.state), str(path)))
-        for command in (["run"], ["backfill", "--since", "2026-11-01", "--until", "2026-11-02"], ["status"]):
+        for command in (["run"], ["backfill", "--since", "2026-11-01", "--until", "2026-11-02"], ["status"], ["check"]):
             result = project.invoke(*command, now="2026-11-03T04:15:00+01:00")
             assert result.returncode == 78, (command, result.stderr)
             assert f"The state directory {path} is not a directory; point state_directory at one." in result.stderr

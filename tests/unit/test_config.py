@@ -1,6 +1,7 @@
 """Configuration: every mistake is refused with one sentence naming the file and the key."""
 
 import dataclasses
+import os
 
 import pytest
 
@@ -52,6 +53,8 @@ def test_state_directory_from_systemd_wins(tmp_path):
                  "key 'source.course_pattern' is not a valid regular expression (nested too deeply)",
                  id="a-pattern-nested-5000-deep"),
     ("this is = not toml", "is not valid TOML"),
+    # 0 made every delivery fail at once (a non-blocking connect, a sendmail killed at its start)
+    (MINIMAL + "[alerts]\ntimeout = 0\n", "key 'alerts.timeout' must be at least 1 second"),
 ])
 def test_mistakes_name_the_file_and_key(tmp_path, text, message):
     with pytest.raises(ConfigError) as error:
@@ -170,3 +173,19 @@ def test_the_typed_sections_hold_exactly_the_keys_schema_declares_with_their_typ
     for kind, cls in sections.SOURCE_SETTINGS.items():
         keys = ("type",) + tuple(sorted(SOURCE_KEYS[kind][0]))
         assert {f.name: f.type for f in dataclasses.fields(cls)} == expected("source", keys), kind
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "huge"])
+def test_a_configuration_path_that_is_no_small_regular_file_is_refused_at_once(tmp_path, kind):
+    """A FIFO made every command (is-configured, the unit's ExecCondition, too) wait forever for a writer;
+    /dev/zero or a sparse file of gigabytes was read whole into memory (MemoryError, exit 1)."""
+    path = tmp_path / "config.toml"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "huge":
+        with open(path, "wb") as handle:
+            handle.truncate(1 << 31)
+    else:
+        path = "/dev/zero"
+    with pytest.raises(ConfigError, match="not a regular file|larger than 1 MiB"):
+        load_config(str(path), {})

@@ -204,3 +204,16 @@ def test_the_run_lock_checks_again_what_appeared_after_loading(sqlite_project):
     with pytest.raises(ConfigError, match="'pseudonymisation.key_file' .* and 'publication.path' name the same file"):
         run_lock(config, os.geteuid())
     assert not (project.state / "refresh.lock").exists()
+
+
+@pytest.mark.parametrize("section, key", [("report", "path"), ("publication", "path"), ("monitoring", "textfile")])
+@pytest.mark.parametrize("name", ["a.ndjson", "sub/out.file"])
+def test_a_written_file_inside_the_export_directory_is_refused(tmp_path, section, key, name):
+    """A file a run writes may not lie in the export tree it reads: named after an export file, a run would
+    replace that export file's statements with its own bytes (and every later run would quarantine them)."""
+    inbox = tmp_path / "inbox"
+    (inbox / "sub").mkdir(parents=True)
+    (inbox / "a.ndjson").write_text("{}\n")
+    document_ = document(tmp_path, section, key, str(inbox / name))
+    with pytest.raises(ConfigError, match=rf"'{section}.{key}' \(.*\) lies inside .*'source.path'"):
+        validate(document_, str(tmp_path / "config.toml"), {})

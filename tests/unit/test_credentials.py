@@ -75,3 +75,13 @@ def test_a_directory_or_binary_file_is_a_configuration_error(tmp_path):
     for name in ("dir", "binary"):
         with pytest.raises(ConfigError):
             read_secret(name, {"LMS_REFRESH_CREDENTIALS": str(tmp_path)})
+
+
+def test_a_fifo_a_device_or_a_huge_file_is_refused_at_once(tmp_path):
+    """A FIFO as healthchecks_url_file held every scheduled run (and check, and the alert) forever."""
+    os.mkfifo(tmp_path / "fifo")
+    with open(tmp_path / "huge", "wb") as handle:
+        handle.truncate(1 << 30)
+    for name in ("fifo", "huge", "/dev/zero"):
+        with pytest.raises(ConfigError, match="not a regular file|larger than"):
+            read_secret(name, {"LMS_REFRESH_CREDENTIALS": str(tmp_path)})

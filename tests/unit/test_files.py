@@ -2,6 +2,9 @@
 
 import os
 
+import pytest
+
+from lms_refresh.errors import ConfigError
 from lms_refresh.sources.files import export_files
 
 
@@ -29,3 +32,28 @@ def test_the_walk_yields_each_export_file_once_by_its_first_name_in_path_order(t
     assert found == [("file", name) for name in [
         "a-b/hard.ndjson", "a-b/x.ndjson", "a.ndjson", "a/b/y.jsonl", "a/early-link.ndjson", "a/far-1.ndjson",
         "a/x.ndjson", "z/m.ndjson.gz"]]
+
+
+def test_a_tree_nested_past_path_max_is_a_sentence_not_a_traceback(tmp_path):
+    """scandir of a folder whose path passes PATH_MAX (ENAMETOOLONG) ended a run with exit 1 and a traceback."""
+    here = os.getcwd()
+    try:
+        os.chdir(tmp_path)
+        for _ in range(2100):  # "a/" 2,100 times: past Linux's 4,096
+            os.mkdir("a")
+            os.chdir("a")
+    finally:
+        os.chdir(here)
+    try:
+        with pytest.raises(ConfigError, match=r"Cannot list the directory .*move it out of source.path"):
+            list(export_files(str(tmp_path)))
+    finally:  # removed here, bottom up: pytest's own clean-up of tmp_path recurses past Python's limit
+        os.chdir(tmp_path)
+        depth = 0
+        while os.path.isdir("a"):
+            os.chdir("a")
+            depth += 1
+        for _ in range(depth):
+            os.chdir("..")
+            os.rmdir("a")
+        os.chdir(here)
