@@ -167,8 +167,9 @@ SCHEMA = {
 TERM_KEYS = {
     "name": Key(v.label, REQUIRED, "The term's name: its `period` in term_metrics; no two terms share one."),
     "first_day": Key(v.calendar_day, REQUIRED, "Its first local day, inclusive."),
-    "last_day": Key(v.calendar_day, REQUIRED, f"Its last local day, inclusive: on or after first_day, at most "
-                                              f"{MAX_TERM_DAYS - 1} days after it (a term of {MAX_TERM_DAYS} days at most)."),
+    "last_day": Key(v.calendar_day, REQUIRED,
+                    f"Its last local day, inclusive: on or after first_day, at most {MAX_TERM_DAYS - 1} days after "
+                    f"it (a term of {MAX_TERM_DAYS} days at most)."),
 }
 
 
