@@ -124,6 +124,11 @@ def _forget(config, store, identifier, *, report, stop):
         # and terms that counted the learner on such a day and still have a day open are counted again.
         report.partitions = sorted(set(days))
         closed = present - set(days)
+        if not (days or present or report.quarantined):
+            # Not an error (forgetting twice is harmless), but an operator's typo must not look like an erasure.
+            logger.warning("Nothing in the store matched this learner: no staged event, no presence on a closed day "
+                           "and no quarantined record. Identifiers are compared exactly (letter case, a trailing "
+                           "'/'); a learner forgotten before matches nothing either.")
         if report.partitions or closed:
             # A store upgraded in place gets its cell keys in the rebuild.
             report.rows_written, report.suppressed = recompute(store, set(days), record_keys=RecordKeys(key),

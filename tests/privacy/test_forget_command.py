@@ -71,6 +71,8 @@ def test_forget_deletes_the_learner_and_rebuilds_their_days_to_a_recount_without
     # Forgetting again finds nothing and changes nothing.
     again = project.invoke("forget", *account, check=0)
     assert "deleted: 0 staged events" in again.stdout and project.serving(site=True) == after
+    assert again.returncode == 0 and "Nothing in the store matched this learner" in again.stderr
+    assert "Nothing in the store matched" not in result.stderr
 
 
 def test_forget_by_mbox_also_deletes_the_learners_quarantined_records(project):
