@@ -24,7 +24,6 @@ class Dialect:
     types = {}  # tables' column types -> the dialect's
     serving = ""  # the serving view's name
     serving_courses = ""  # the serving view of course names (tables.courses_view)
-    create_view_again = "CREATE VIEW IF NOT EXISTS"  # what creates a view a store taken back by hand may still have
     insertion_order = ""  # what orders a logged table's rows (tables.Table.logged)
     days_in = ""  # the condition "day is one of the days given as the statement's one parameter"
     legacy_average = legacy_duration = ""  # the serving view's computed columns until schema version 3
@@ -97,6 +96,10 @@ class Dialect:
         return (f"CREATE {'UNIQUE ' if index.unique else ''}INDEX{exists} {index.name} "
                 f"ON {self.name(index.table)} ({', '.join(index.columns)})")
 
+    def replace_view(self, name, select):
+        """Return the statements that make view `name` the SELECT `select`, whether or not it exists."""
+        return [f"DROP VIEW IF EXISTS {name}", f"CREATE VIEW {name} AS{select}"]
+
     def migration(self, version):
         """Return the statements that bring a store from schema version `version` - 1 to `version`."""
         statements = self.prelude() if version == 1 else []
@@ -112,8 +115,8 @@ class Dialect:
             elif kind == "period view":  # created again if a store was taken back past it by hand
                 name = self.serving_of(tables.PERIOD_VIEWS[item])
                 statements += [f"DROP VIEW IF EXISTS {name}", f"CREATE VIEW {name} AS{tables.period_view(self, item)}"]
-            elif kind == "courses view":
-                statements.append(f"{self.create_view_again} {self.serving_courses} AS{tables.courses_view(self)}")
+            elif kind == "courses view":  # replaced whole: a store taken back by hand may still have it
+                statements += self.replace_view(self.serving_courses, tables.courses_view(self))
             else:  # the serving view
                 if version > 1:
                     statements.append(f"DROP VIEW {self.serving}")

@@ -17,7 +17,6 @@ class PostgresDialect(Dialect):
              tables.TEXT: "text", tables.BYTES: "bytea", tables.SERIAL: "bigserial"}
     serving = "{s}_serving.daily_metrics"
     serving_courses = "{s}_serving.courses"
-    create_view_again = "CREATE OR REPLACE VIEW"
     insertion_order = "seq"
     days_in = "day = ANY(?)"
     legacy_average = "ROUND(m.score_sum_micro::numeric / m.score_count / 1000000, 6)::float8"
@@ -43,6 +42,10 @@ class PostgresDialect(Dialect):
                 # One row per migration applied (SQLite keeps the version in meta alone).
                 "CREATE TABLE {s}.schema_version (version integer PRIMARY KEY, "
                 "applied_at timestamptz NOT NULL DEFAULT now())"]
+
+    def replace_view(self, name, select):
+        """In place (a dashboard's own view that reads it would stop a DROP); its columns stay the same."""
+        return [f"CREATE OR REPLACE VIEW {name} AS{select}"]
 
     def shape(self, table):
         """Rows of a table have no order here: a logged table's key is a row number (its own key stays unique)."""

@@ -248,10 +248,11 @@ CROSS JOIN (SELECT CAST(value AS INTEGER) AS k FROM {dialect.name("meta")} WHERE
 # the site's rows (course NULL).
 VIEW_CHANGES = (1, 3, 7)
 
-# The serving view of course names: every course that has published rows, with its name where the
-# source gave one (NULL otherwise), so that a dashboard joins daily_metrics to it without losing rows.
+# The serving view of course names: every course that has published rows on some grain (a course whose
+# days are all withheld can have a published week), with its name where the source gave one (NULL
+# otherwise), so that a dashboard joins any metrics table to it without losing rows.
 COURSE_COLUMNS = ("course", "name", "short_name", "category", "start_date", "end_date")
-COURSES_VIEW_SINCE = 6
+COURSES_VIEW_CHANGES = (6, 8)  # 8: the courses published only on a week, month or term
 
 
 def courses_view(dialect):
@@ -261,7 +262,8 @@ SELECT c.iri AS course, n.name, n.short_name, n.category, {dialect.date("n.start
   {dialect.date("n.end_date")} AS end_date
 FROM {dialect.name("courses")} AS c
 LEFT JOIN {dialect.name("course_names")} AS n ON n.course_id = c.course_id
-WHERE c.course_id IN (SELECT course_id FROM {dialect.name("published_metrics")})
+WHERE c.course_id IN (SELECT course_id FROM {dialect.name("published_metrics")}
+  UNION SELECT course_id FROM {dialect.name("published_periods")})
 """
 
 # What a migration does besides creating tables, columns and indexes; `{name}` is a table's (or
@@ -288,7 +290,7 @@ DATA_STEPS = {
     7: ["INSERT INTO {pending_days} SELECT DISTINCT day FROM {staged_events} WHERE true ON CONFLICT DO NOTHING"],
 }
 
-SCHEMA_VERSION = 7  # the version this description is at: a new migration raises it
+SCHEMA_VERSION = 8  # the version this description is at: a new migration raises it
 
 
 def migration(version):
@@ -304,6 +306,6 @@ def migration(version):
         steps.append(("view", version))
     if version in (5, 7):
         steps += [("period view", grain) for grain in PERIOD_VIEWS]
-    if version == COURSES_VIEW_SINCE:
+    if version in COURSES_VIEW_CHANGES:
         steps.append(("courses view", version))
     return steps

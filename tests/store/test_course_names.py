@@ -197,3 +197,19 @@ def test_a_dashboard_role_reads_the_courses_view_and_a_dropped_view_comes_back(t
     assert "The serving view lms_refresh_serving.courses was missing and has been re-created" in result.stderr
     assert "lms_refresh_serving.daily_metrics was missing" not in result.stderr
     assert published_courses(project) == [(iri("BIO"), "Biology", None, None, None, None)]
+
+
+def test_a_course_published_only_as_a_week_is_named_too(project):
+    """Three learners on three days of one week, one a day: every day of the course is withheld (k = 3), its
+    week and month are published, and so is its name (courses holds every course any table publishes)."""
+    project.configure(extra_top="min_cell_size = 3")
+    weekly = []
+    for number, day in enumerate(("2026-11-02", "2026-11-03", "2026-11-04")):
+        body = named("WEEKLY", {"en": "Weekly Seminar"}, learners=1, stored=f"{day}T10:00:00Z", prefix=f"w{number}")
+        weekly += body
+    project.write("a.ndjson", weekly + named("DAILY", {"en": "Daily Course"}, learners=3))
+    project.invoke("run", now=NOW, check=0)
+    assert {row[1] for row in project.serving()} == {iri("DAILY")}
+    assert {row[3] for row in project.grain_rows("week")} == {iri("DAILY"), iri("WEEKLY")}
+    assert published_courses(project) == [(iri("DAILY"), "Daily Course", None, None, None, None),
+                                          (iri("WEEKLY"), "Weekly Seminar", None, None, None, None)]
