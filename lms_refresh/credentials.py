@@ -8,9 +8,9 @@ same secret as the timer's run. A name with a "/" is a path, read as is.
 """
 
 import os
-import stat
 
 from lms_refresh.errors import ConfigError
+from lms_refresh.regular_files import NotRegularFile, TooLarge, read_bounded
 
 CREDENTIALS_DIRECTORY = "/etc/lms-refresh/credentials"
 MAX_SECRET_BYTES = 64 << 10  # a password or a URL; more is no credential
@@ -48,15 +48,13 @@ def read_secret(name, environ):
                 f"(install -m 0640 -o root -g lms-refresh /dev/stdin {path}; README, \"Credentials\")."
             )
     try:
-        # Non-blocking and bounded: a FIFO (or a device) here held the run, check or the alert forever.
-        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                raise ConfigError(f"The credential {path} is not a regular file; put the secret in a file there.")
-            data = handle.read(MAX_SECRET_BYTES + 1)
-        if len(data) > MAX_SECRET_BYTES:
-            raise ConfigError(f"The credential {path} is larger than {MAX_SECRET_BYTES >> 10} KiB: no password or "
-                              "URL is; put the secret alone in it.")
-        secret = data.decode("utf-8").strip()
+        secret = read_bounded(path, MAX_SECRET_BYTES).decode("utf-8").strip()
+    except NotRegularFile as error:
+        raise ConfigError(f"The credential {path} is {error.strerror}, not a regular file; put the secret in a "
+                          "file there.") from None
+    except TooLarge:
+        raise ConfigError(f"The credential {path} is larger than {MAX_SECRET_BYTES >> 10} KiB: no password or "
+                          "URL is; put the secret alone in it.") from None
     except PermissionError as error:
         raise ConfigError(f"Cannot read the credential {path}: {error.strerror}; the service user reads it through "
                           "its group: chown root:lms-refresh and chmod 0640 it (and 0750 its directory).") from error

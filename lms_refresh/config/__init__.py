@@ -7,7 +7,6 @@ impossible values are refused with one sentence naming the file and the key.
 import dataclasses
 import datetime as dt
 import os
-import stat
 import tomllib
 
 from lms_refresh.config import validators as v
@@ -38,6 +37,7 @@ from lms_refresh.config.sections import (
     XapiNdjsonSource,
 )
 from lms_refresh.errors import ConfigError, NotConfiguredError
+from lms_refresh.regular_files import NotRegularFile, TooLarge, read_bounded
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,18 +88,7 @@ MAX_CONFIG_BYTES = 1 << 20  # the packaged configuration, every key explained, i
 def read_toml(path):
     """Given a path, return the parsed TOML document or raise ConfigError saying what is wrong."""
     try:
-        # Non-blocking, so that a FIFO is refused instead of waiting for a writer that never comes.
-        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if stat.S_ISDIR(info.st_mode):
-                raise IsADirectoryError(path)
-            if not stat.S_ISREG(info.st_mode):
-                raise ConfigError(f"The configuration path {path} is not a regular file (a FIFO, socket or device); "
-                                  "point --config at the TOML file.")
-            text = handle.read(MAX_CONFIG_BYTES + 1)
-            if len(text) > MAX_CONFIG_BYTES:
-                raise ConfigError(f"{path} is larger than {MAX_CONFIG_BYTES >> 20} MiB: not a configuration file.")
-            return tomllib.loads(text.decode("utf-8"))
+        return tomllib.loads(read_bounded(path, MAX_CONFIG_BYTES).decode("utf-8"))
     except FileNotFoundError:
         raise NotConfiguredError(
             f"No configuration file at {path}; create it (see README, 'Configuration') "
@@ -107,8 +96,11 @@ def read_toml(path):
         ) from None
     except PermissionError:
         raise ConfigError(f"Cannot read the configuration file {path}: permission denied.") from None
-    except IsADirectoryError:
-        raise ConfigError(f"The configuration path {path} is a directory, not a TOML file.") from None
+    except NotRegularFile as error:
+        raise ConfigError(f"The configuration path {path} is {error.strerror}, not a regular file; "
+                          "point --config at the TOML file.") from None
+    except TooLarge:
+        raise ConfigError(f"{path} is larger than {MAX_CONFIG_BYTES >> 20} MiB: not a configuration file.") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path} is not valid TOML: {error}.") from None
     except UnicodeDecodeError:

@@ -20,22 +20,12 @@ import stat
 import sys
 
 from lms_refresh.errors import ConfigError, UnavailableError
+from lms_refresh.regular_files import kind_of
 from lms_refresh.state_directory import user_name
 
 SUFFIXES = (".ndjson", ".jsonl", ".ndjson.gz", ".jsonl.gz")
 SKIP_BLOCK = 1 << 20  # bytes held at a time while reading past an oversized record
 _WITHOUT_NEWLINE = operator.itemgetter(slice(None, -1))  # a line read with its newline, without it
-KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
-         stat.S_IFBLK: "a block device", stat.S_IFDIR: "a directory"}
-
-
-class NotRegularFile(OSError):
-    """A path that is not a regular file; the message says what it is."""
-
-
-def kind_of(mode):
-    """Return what a file mode describes, as words for a warning ('a FIFO', 'a socket', ...)."""
-    return KINDS.get(stat.S_IFMT(mode), "not a regular file")
 
 
 def denied(path, verb="read"):
@@ -43,25 +33,6 @@ def denied(path, verb="read"):
     user = user_name(os.geteuid())
     return (f"Cannot {verb} {path}: permission denied for user '{user}'; let '{user}' read it "
             "(e.g. its group and mode) or move it out of source.path.")
-
-
-def open_regular(path):
-    """Open `path` for binary reading if it is a regular file; return (file object, its stat).
-
-    O_NONBLOCK makes opening a FIFO return at once instead of waiting for a
-    writer; fstat on the open descriptor then refuses it (and anything else
-    that is not a regular file, even if it replaced the file since it was listed).
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise NotRegularFile(errno.EINVAL, kind_of(info.st_mode), path)
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb"), info
-    except BaseException:
-        os.close(fd)
-        raise
 
 
 # -- which files ---------------------------------------------------------------

@@ -29,8 +29,9 @@ import os
 import zlib
 
 from lms_refresh.errors import BadInputError, ConfigError, UnavailableError
+from lms_refresh.regular_files import NotRegularFile, open_regular
 from lms_refresh.sources import OK, WARNING, BaseSource, Batch, Finding
-from lms_refresh.sources.files import NotRegularFile, UpTo, denied, export_files, numbered_lines, open_regular
+from lms_refresh.sources.files import UpTo, denied, export_files, numbered_lines
 from lms_refresh.sources.ndjson_worker import (
     BYTES_PER_STATEMENT,
     LINES_PER_STATEMENT_BUDGET,

@@ -13,8 +13,9 @@ import typing
 
 from lms_refresh import faults
 from lms_refresh.errors import BadInputError, ConfigError
+from lms_refresh.regular_files import NotRegularFile, open_regular
 from lms_refresh.sources import RAW_KEPT, Batch, json_decoding
-from lms_refresh.sources.files import NotRegularFile, chunk_lines, denied, open_regular
+from lms_refresh.sources.files import chunk_lines, denied
 from lms_refresh.sources.records import NOTHING, Intake
 from lms_refresh.sources.xapi_fields import InvalidStatement, stored_cursor
 

@@ -15,14 +15,14 @@ ROOT = os.path.dirname(PACKAGE)
 # Top to bottom, as the code map lists them; a module may import its own layer and those below.
 LAYERS = [
     {"lms_refresh.__main__"},
-    {"lms_refresh.cli", "lms_refresh.manpage", "lms_refresh.demo"},
+    {"lms_refresh.cli", "lms_refresh.demo"},
     {"lms_refresh.ops"},
     {"lms_refresh.run"},
     {"lms_refresh.sources", "lms_refresh.store"},
     {"lms_refresh.config", "lms_refresh.disclosure"},
     {"lms_refresh", "lms_refresh.errors", "lms_refresh.logs", "lms_refresh.window",
      "lms_refresh.state_directory", "lms_refresh.credentials", "lms_refresh.postgresql", "lms_refresh.faults",
-     "lms_refresh.atomic", "lms_refresh.instants"},
+     "lms_refresh.atomic", "lms_refresh.instants", "lms_refresh.regular_files"},
 ]
 MAX_TOP_LEVEL_MODULES = 12  # issue 19: at most 12 modules left at the top of lms_refresh/
 MAX_LINES = 350

@@ -12,10 +12,10 @@ import lms_refresh
 from helpers.paths import REPO
 from lms_refresh import logs
 from lms_refresh.cli import cli
+from lms_refresh.cli.manpage import format_default, format_duration, read_units, render
 from lms_refresh.config.schema import SCHEMA, TERM_KEYS, Key, _check_schema
 from lms_refresh.config.validators import typed
 from lms_refresh.errors import MEANINGS
-from lms_refresh.manpage import format_default, format_duration, read_units, render
 
 ROOT = REPO  # the repository, or the copy debian/tests/suite runs in
 README = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
@@ -71,8 +71,8 @@ def test_the_page_as_the_package_build_writes_it_reads_cleanly_as_text(page, tmp
 
     if shutil.which("groff") is None:
         pytest.skip("groff is not installed (tests/run.sh installs groff-base)")
-    built = subprocess.run([sys.executable, "-m", "lms_refresh.manpage", "2026-11-30", os.path.join(ROOT, "systemd")],
-                           capture_output=True, text=True, cwd=ROOT)
+    built = subprocess.run([sys.executable, "-m", "lms_refresh.cli.manpage", "2026-11-30",
+                            os.path.join(ROOT, "systemd")], capture_output=True, text=True, cwd=ROOT)
     assert built.returncode == 0 and built.stderr == "", built.stderr
     assert built.stdout == page
     path = tmp_path / "lms-refresh.8"
@@ -149,7 +149,7 @@ def test_a_schema_entry_in_the_old_form_is_refused():
 
 def test_the_package_builds_and_installs_the_page_and_the_readme():
     rules = open(os.path.join(ROOT, "debian", "rules")).read()
-    assert "python3 -m lms_refresh.manpage" in rules and "> debian/lms-refresh.8" in rules
+    assert "python3 -m lms_refresh.cli.manpage" in rules and "> debian/lms-refresh.8" in rules
     assert open(os.path.join(ROOT, "debian", "lms-refresh.manpages")).read().split() == ["debian/lms-refresh.8"]
     assert "README.md" in open(os.path.join(ROOT, "debian", "lms-refresh.docs")).read().split()
 

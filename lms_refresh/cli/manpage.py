@@ -6,7 +6,7 @@ the exit statuses from errors.MEANINGS, the journal's MESSAGE_IDs from
 logs.MESSAGE_IDS and the units from their files, so the page cannot drift
 from the program. The package build runs:
 
-    python3 -m lms_refresh.manpage DATE systemd/ > lms-refresh.8
+    python3 -m lms_refresh.cli.manpage DATE systemd/ > lms-refresh.8
 """
 
 import configparser
