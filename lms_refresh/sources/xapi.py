@@ -191,7 +191,9 @@ class StatementMapper:
             if course is not None:
                 return course, activity
         for activity, candidate in [(target, object_id)] + [(a, a.get("id")) for a in related]:
-            if isinstance(candidate, str):
+            # A context activity's id that is no IRI is passed over, as a course-typed one's is: the course
+            # column is published as the pattern gives it (the object's id was checked where it was read).
+            if isinstance(candidate, str) and (activity is target or candidate in self._iris or is_iri(candidate)):
                 match = self.course_pattern.search(candidate)
                 if match:
                     course = match.group(1) if match.re.groups else match.group(0)

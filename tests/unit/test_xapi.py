@@ -124,6 +124,37 @@ def test_a_course_typed_context_activity_whose_id_is_not_an_iri_is_passed_over()
     assert counted(body)[1] == COURSE
 
 
+# RFC 3987 4.1: no bidirectional formatting character in an IRI; 2.2: none of what ucschar leaves out (noncharacters,
+# specials, tags), and private use characters in the query only.
+HOSTILE_IRI_CHARACTERS = ["\u200e", "\u200f", "\u202a", "\u202b", "\u202c", "\u202d", "\u202e", "\u2066", "\u2067",
+                          "\u2068", "\u2069", "\ufdd0", "\ufffe", "\ufff9", "\U0001fffe", "\U000e0041", "\ue000",
+                          "\U000f0000"]
+
+
+@pytest.mark.parametrize("character", HOSTILE_IRI_CHARACTERS, ids=lambda c: f"U+{ord(c):04X}")
+def test_an_iri_with_a_character_rfc_3987_excludes_is_not_an_iri(character):
+    hostile = f"{HOME}/course/abc{character}lmth.exe"
+    body = ann()
+    body["object"] = {"objectType": "Activity", "id": hostile}
+    quarantined(body, f"object.id {hostile[:60]!r} is not an IRI")  # as any object id that is no IRI
+    body = ann()
+    body["verb"] = {"id": f"https://verbs.example/did{character}"}
+    quarantined(body, f"verb.id {body['verb']['id']!r} is not an IRI")
+    for parent in ({"id": hostile, "definition": {"type": COURSE_TYPE}}, {"id": hostile}):
+        body = ann()
+        body["object"] = {"objectType": "Agent", "mbox": "mailto:bo@example.edu"}  # the context names the course
+        body["context"]["contextActivities"]["parent"] = [parent]
+        assert counted(body)[1] == "unknown"  # passed over, course-typed or not, as any context id that is no IRI
+
+
+def test_private_use_characters_are_allowed_in_an_iris_query_only():
+    body = ann()
+    body["object"]["id"] = f"{COURSE}/quiz/1?x=\ue000"
+    assert counted(body)[1] == COURSE
+    body["object"]["id"] = f"{COURSE}/quiz/1#\ue000"
+    quarantined(body, f"object.id {body['object']['id'][:60]!r} is not an IRI")
+
+
 # -- durations ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("text, milliseconds", [
