@@ -29,7 +29,7 @@ import zoneinfo
 from lms_refresh import instants
 from lms_refresh.disclosure.redaction import marker
 from lms_refresh.run import period_publication
-from lms_refresh.sources.records import DAY, Event
+from lms_refresh.sources.records import DAY, Event, statement_of
 
 CLOSED_REASON = "older than the staging horizon"
 HORIZON_KEY = "staging_horizon"  # in the store's meta: the first local day whose staged events are kept
@@ -48,7 +48,8 @@ def staging_horizon(config, now, meta):
 
 
 def hold_back(batch, horizon):
-    """Move the batch's events of days before the horizon to its quarantine, never staged; return how many.
+    """Move the batch's events of days before the horizon to its quarantine, never staged; return their
+    statements ({records.statement_of(event)}: what they named is not kept either).
 
     They are not malformed, so they do not count toward max_quarantine_share: a watermark set back
     before the horizon (or a rebuild or backfill from before it) re-reads statements counted long
@@ -56,10 +57,10 @@ def hold_back(batch, horizon):
     that `forget` finds it like any quarantined record of theirs.
     """
     if horizon is None or not batch.events:
-        return 0
+        return set()
     late = [Event._make(event) for event in batch.events if event[DAY] < horizon]  # (plain tuples from workers)
     if not late:
-        return 0
+        return set()
     batch.events = [event for event in batch.events if event[DAY] >= horizon]
     for event in late:
         record_id = str(uuid.UUID(bytes=bytes(event.event_id)))
@@ -73,7 +74,7 @@ def hold_back(batch, horizon):
             "were dropped (retention.staging_days), so it cannot be counted without publishing an incomplete day",
             raw,
         ))
-    return len(late)
+    return set(map(statement_of, late))
 
 
 def apply(store, config, now, *, horizon, days):

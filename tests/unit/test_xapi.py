@@ -19,6 +19,7 @@ import pytest
 from helpers.statements import HOME, statement
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser
 from lms_refresh.sources import json_decoding
+from lms_refresh.sources.records import title_of
 from lms_refresh.sources.xapi import ADL, COURSE_TYPE, StatementMapper, name_id
 from lms_refresh.sources.xapi_fields import InvalidStatement, parse_duration_ms, stored_cursor
 
@@ -519,7 +520,12 @@ def test_the_course_activity_names_the_course_the_latest_stored_in_a_batch_wins(
     with pytest.raises(InvalidStatement):  # a statement quarantined for another reason names nothing either
         names.map(dict(_named("Broken", stored="2026-11-04T10:00:00Z"), verb={"id": "not an iri"}))
     taken = names.take_new_names()
-    assert taken[("title", name_id(COURSE))] == ("2026-11-03T10:00:00.000000Z", "Second", None, None, None, None)
+    # Every naming statement's name, newest first: which one names the course waits for which of them count
+    # (records.names_without; tests/store/test_course_names.py).
+    assert [(title[0], title[2]) for title in taken[("title", name_id(COURSE))]] == [
+        ("2026-11-03T10:00:00.000000Z", {"en-US": "Second"}), ("2026-11-02T10:00:00.000000Z", {"en-US": "First"})]
+    assert title_of(taken[("title", name_id(COURSE))]) == ("2026-11-03T10:00:00.000000Z", "Second", None, None, None,
+                                                            None)
     assert ("title", name_id(COURSE)) not in names.take_new_names()  # taken once
 
 
@@ -535,4 +541,4 @@ def test_a_course_found_by_the_pattern_is_named_only_by_the_activity_that_is_the
     enrolment["object"] = {"objectType": "Activity", "id": COURSE,
                            "definition": {"type": COURSE_TYPE, "name": {"en": "Biology"}}}
     names.map(enrolment)
-    assert names.take_new_names()[("title", name_id(COURSE))][1] == "Biology"
+    assert title_of(names.take_new_names()[("title", name_id(COURSE))])[1] == "Biology"
