@@ -14,8 +14,10 @@ recorded horizon stay closed.
 
 Learners' presence per (day, course) (learner_days, what weeks and months count
 distinct learners from) is kept a little longer: from the first day of the week or
-month that holds the horizon, whichever is earlier, so that a period with a day
-still open is always counted whole; it goes with the staged events after that.
+month that holds the horizon, or of a term that holds it — configured, or the one the
+store's rows were counted with, until the run syncs an edited term — whichever is
+earliest, so that a period with a day still open is always counted whole; it goes
+with the staged events after that.
 
 `[retention] quarantine_days`: quarantined records older than that are deleted
 in the run's transaction.
@@ -84,7 +86,10 @@ def apply(store, config, now, *, horizon, days):
     """
     if horizon is not None:
         store.drop_staged_before(horizon)
-        kept = period_publication.calendar(config).first_kept_presence(horizon)
+        # The terms the store counted with too: until this run's recompute has synced an edited term, the presence
+        # it is counted again from is the one kept for the term as it was.
+        kept = min(period_publication.calendar(config).first_kept_presence(horizon),
+                   store.stored_calendar().first_kept_presence(horizon))
         store.drop_presence_before(kept)  # until no open period needs it
         store.set_meta(HORIZON_KEY, horizon)
         days = {day for day in days if day >= horizon}
