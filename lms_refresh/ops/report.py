@@ -12,6 +12,7 @@ from lms_refresh.errors import ConfigError
 from lms_refresh.ops.monitoring import staleness
 from lms_refresh.ops.status import collect_status
 from lms_refresh.run import report_page
+from lms_refresh.run.report_data import local_today
 
 
 def freshness(config, environ, now):
@@ -34,6 +35,7 @@ def write_report(config, environ, now, output=None):
         raise ConfigError(f"There is no publication at {path} yet: `lms-refresh run` writes it (and the report).")
     info = os.stat(path)
     shown = freshness(config, environ, now)
-    written = report_page.write_report(path, output or config.report.path, shown, mode=stat.S_IMODE(info.st_mode),
+    written = report_page.write_report(path, output or config.report.path, shown,
+                                       today=local_today(now, config.timezone), mode=stat.S_IMODE(info.st_mode),
                                        group=info.st_gid)
     return written, shown

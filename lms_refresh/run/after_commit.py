@@ -14,6 +14,7 @@ from lms_refresh import instants
 from lms_refresh.errors import RefreshError, exit_status
 from lms_refresh.run import identity, report_page
 from lms_refresh.run.publication import publish_if_behind
+from lms_refresh.run.report_data import local_today
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +65,7 @@ def write_report(refresh, store):
                 "`lms-refresh status` says whether the last successful refresh is recent enough"),
         }
         return report_page.write_report(config.publication.path, config.report.path, freshness,
+                                        today=local_today(refresh.now, config.timezone),
                                         mode=stat.S_IMODE(info.st_mode), group=info.st_gid)
     except Exception as error:  # never the run's failure: the publication, the dashboards' data, stands
         logger.warning("Could not write the HTML report %s (%s: %s); the publication stands.", config.report.path,

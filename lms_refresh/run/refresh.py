@@ -166,8 +166,9 @@ class Refresh:
         source.restore(store.source_state_of)
         store.begin_staging()
         for batch in source.batches(window):
-            report.closed += retention.hold_back(batch, horizon)  # days whose staged events were dropped stay closed
-            days |= store.stage(batch.events, batch.voids, batch.names)
+            held = retention.hold_back(batch, horizon)  # days whose staged events were dropped stay closed
+            report.closed += len(held)
+            days |= store.stage(batch.events, batch.voids, batch.names, rejected=held)
             quarantined = batch.quarantined + conflict_records(store.take_conflicts())
             if quarantined:
                 again = store.quarantine(report.run_id, quarantined, now_text, redactor=self._redactor)

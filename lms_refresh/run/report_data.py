@@ -3,7 +3,7 @@
 `read_publication` returns a `ReportData`: the privacy settings the publication was computed with,
 the course names, the last weeks of `weekly_metrics` per course and for the whole site (`course`
 NULL, when the publication has such rows), the completions, passed and failed of the current term
-(`term_metrics`, when the publication has it) or else of the last 4 weeks, and how many of the
+(`term_metrics`, when the publication has it: see `current_term`) or else of the last 4 weeks, and how many of the
 cells it shows are withheld. Every text it returns is made safe to show by disclosure/names.py;
 escaping it is the page's job (run/report_page.py).
 """
@@ -11,6 +11,7 @@ escaping it is the page's job (run/report_page.py).
 import contextlib
 import dataclasses
 import sqlite3
+import zoneinfo
 
 from lms_refresh.disclosure.names import clean_name
 from lms_refresh.errors import StateError
@@ -68,17 +69,23 @@ def _tables(db):
     return {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
 
-def read_publication(path, *, weeks=WEEKS):
-    """Given the path of a SQLite publication, return its ReportData; StateError if it cannot be read."""
+def local_today(now, timezone):
+    """The local date (ISO text) of the instant `now` in `timezone`: the day whose term is the current one."""
+    return now.astimezone(zoneinfo.ZoneInfo(timezone)).date().isoformat()
+
+
+def read_publication(path, *, today, weeks=WEEKS):
+    """Given the path of a SQLite publication and today's local date (ISO text), return its ReportData;
+    StateError if it cannot be read."""
     try:
         with contextlib.closing(sqlite3.connect(read_only_uri(path), uri=True)) as db:
-            return _read(db, weeks)
+            return _read(db, weeks, today)
     except sqlite3.Error as error:
         raise StateError(f"Cannot read the publication {path} ({error}); a run (re)writes it — on a SQLite "
                          "store, run `lms-refresh run` first.") from error
 
 
-def _read(db, weeks):
+def _read(db, weeks, today):
     tables = _tables(db)
     about = db.execute("SELECT min_cell_size, method, max_noise, variance, withhold_zeros FROM publication").fetchone()
     settings = dict(zip(("min_cell_size", "method", "max_noise", "variance", "withhold_zeros"), about, strict=True))
@@ -96,7 +103,7 @@ def _read(db, weeks):
     ordered = sorted(by_course, key=lambda course: (course is not SITE, label(course, names).casefold(), course))
     series = tuple(Series(course, label(course, names), tuple(by_course[course].get(week) for week in shown))
                    for course in ordered)
-    span, outcome_rows = _outcome_rows(db, tables, shown)
+    span, outcome_rows = _outcome_rows(db, tables, shown, today)
     totals = {}
     for course, completions, passed, failed, suppressed in outcome_rows:
         entry = totals.setdefault(course, [None, None, None, 0])
@@ -113,13 +120,24 @@ def _read(db, weeks):
     return ReportData(settings, tuple(shown), series, span, outcomes, cells, withheld)
 
 
-def _outcome_rows(db, tables, shown):
+def current_term(terms, today):
+    """Given the published terms ((name, first day, last day), ISO text) and today's local date, return the current
+    one: the term that holds today (of several, the one that started last), else the one that ended most recently;
+    None if every term is yet to come."""
+    holding = [term for term in terms if term[1] <= today <= term[2]]
+    if holding:
+        return max(holding, key=lambda term: (term[1], term[2], term[0]))
+    ended = [term for term in terms if term[2] < today]
+    return max(ended, key=lambda term: (term[2], term[1], term[0])) if ended else None
+
+
+def _outcome_rows(db, tables, shown, today):
     """(what the outcomes cover, their rows (course, completions, passed, failed, suppressed)): the current
-    term's (the latest started) when the publication has terms, else the last OUTCOME_WEEKS weeks'."""
+    term's (`current_term`) when the publication has one, else the last OUTCOME_WEEKS weeks'."""
     columns = "course, completions, passed, failed, suppressed"
     if "term_metrics" in tables:
-        term = db.execute("SELECT period, period_start, period_end FROM term_metrics "
-                          "ORDER BY period_start DESC, period DESC LIMIT 1").fetchone()
+        term = current_term([tuple(map(str, row)) for row in db.execute(
+            "SELECT DISTINCT period, period_start, period_end FROM term_metrics")], today)
         if term is not None:
             rows = db.execute(f"SELECT {columns} FROM term_metrics WHERE period = ?", (term[0],)).fetchall()
             return f"the term {clean_name(term[0]) or '?'} ({term[1]} to {term[2]})", rows

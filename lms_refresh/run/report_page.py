@@ -140,10 +140,10 @@ def render(data, freshness):
             f"{_outcomes(data)}</body></html>\n")
 
 
-def write_report(publication_path, output, freshness, *, mode=0o644, group=None):
-    """Render the report of the publication at `publication_path` and replace `output` by it atomically,
-    with `mode` and `group` (the publication's); return `output`."""
-    page = render(read_publication(publication_path), freshness)
+def write_report(publication_path, output, freshness, *, today, mode=0o644, group=None):
+    """Render the report of the publication at `publication_path` as of `today` (the local date, ISO text) and
+    replace `output` by it atomically, with `mode` and `group` (the publication's); return `output`."""
+    page = render(read_publication(publication_path, today=today), freshness)
     atomic.replace_bytes(output, page.encode("utf-8"), mode=mode, group=group, what=f"the report {output}",
                          outcome="the publication stands.")
     return output

@@ -14,8 +14,10 @@ recorded horizon stay closed.
 
 Learners' presence per (day, course) (learner_days, what weeks and months count
 distinct learners from) is kept a little longer: from the first day of the week or
-month that holds the horizon, whichever is earlier, so that a period with a day
-still open is always counted whole; it goes with the staged events after that.
+month that holds the horizon, or of a term that holds it — configured, or the one the
+store's rows were counted with, until the run syncs an edited term — whichever is
+earliest, so that a period with a day still open is always counted whole; it goes
+with the staged events after that.
 
 `[retention] quarantine_days`: quarantined records older than that are deleted
 in the run's transaction.
@@ -29,7 +31,7 @@ import zoneinfo
 from lms_refresh import instants
 from lms_refresh.disclosure.redaction import marker
 from lms_refresh.run import period_publication
-from lms_refresh.sources.records import DAY, Event
+from lms_refresh.sources.records import DAY, Event, statement_of
 
 CLOSED_REASON = "older than the staging horizon"
 HORIZON_KEY = "staging_horizon"  # in the store's meta: the first local day whose staged events are kept
@@ -48,7 +50,8 @@ def staging_horizon(config, now, meta):
 
 
 def hold_back(batch, horizon):
-    """Move the batch's events of days before the horizon to its quarantine, never staged; return how many.
+    """Move the batch's events of days before the horizon to its quarantine, never staged; return their
+    statements ({records.statement_of(event)}: what they named is not kept either).
 
     They are not malformed, so they do not count toward max_quarantine_share: a watermark set back
     before the horizon (or a rebuild or backfill from before it) re-reads statements counted long
@@ -56,10 +59,10 @@ def hold_back(batch, horizon):
     that `forget` finds it like any quarantined record of theirs.
     """
     if horizon is None or not batch.events:
-        return 0
+        return set()
     late = [Event._make(event) for event in batch.events if event[DAY] < horizon]  # (plain tuples from workers)
     if not late:
-        return 0
+        return set()
     batch.events = [event for event in batch.events if event[DAY] >= horizon]
     for event in late:
         record_id = str(uuid.UUID(bytes=bytes(event.event_id)))
@@ -73,7 +76,7 @@ def hold_back(batch, horizon):
             "were dropped (retention.staging_days), so it cannot be counted without publishing an incomplete day",
             raw,
         ))
-    return len(late)
+    return set(map(statement_of, late))
 
 
 def apply(store, config, now, *, horizon, days):
@@ -83,7 +86,10 @@ def apply(store, config, now, *, horizon, days):
     """
     if horizon is not None:
         store.drop_staged_before(horizon)
-        kept = period_publication.calendar(config).first_kept_presence(horizon)
+        # The terms the store counted with too: until this run's recompute has synced an edited term, the presence
+        # it is counted again from is the one kept for the term as it was.
+        kept = min(period_publication.calendar(config).first_kept_presence(horizon),
+                   store.stored_calendar().first_kept_presence(horizon))
         store.drop_presence_before(kept)  # until no open period needs it
         store.set_meta(HORIZON_KEY, horizon)
         days = {day for day in days if day >= horizon}

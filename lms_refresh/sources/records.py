@@ -13,6 +13,7 @@ import collections
 import zoneinfo
 
 from lms_refresh import instants
+from lms_refresh.disclosure.names import actor_identifiers, clean_name, pick_language
 from lms_refresh.sources import Batch
 
 # The canonical event, in the staging table's column order: the one list of its fields. The last two are
@@ -26,7 +27,8 @@ EVENT_FIELDS = (
 # staging process as plain tuples of the same fields (see ndjson_worker._worker_read): what reads a batch's
 # events reads them by position (DAY, EVENT_ID, RECORD_KEY), or names them with Event._make.
 Event = collections.namedtuple("Event", EVENT_FIELDS)
-DAY, EVENT_ID, RECORD_KEY = (EVENT_FIELDS.index(name) for name in ("day", "event_id", "record_key"))
+DAY, EVENT_ID, STORED, RECORD_KEY = (EVENT_FIELDS.index(name) for name in ("day", "event_id", "stored", "record_key"))
+TITLE = "title"  # a batch's names: (TITLE, course id) -> the course's name (see `title_of`)
 # A statement that voids another: (the voided statement's key, the voiding statement's key, its stored cursor).
 Void = collections.namedtuple("Void", ("target_id", "voiding_id", "stored"))
 EVENT, VOID = "event", "void"
@@ -95,6 +97,39 @@ def future_reason(cursor, future):
             "time): the clock of the LRS or exporter that stored it was wrong")
 
 
+def statement_of(event):
+    """The (statement id, stored) that tells an event's statement apart, even from another version of its id."""
+    return event[EVENT_ID], event[STORED]
+
+
+def names_without(names, rejected):
+    """Return a batch's `names` without what statements in `rejected` ({statement_of(event)}: quarantined, or left
+    out of the run) named: a statement that does not count names no course either. An xAPI course's names are its
+    naming statements, newest first (see xapi.StatementMapper.take_new_names), of which the store keeps the first
+    left (`title_of`); a source's own names (a tuple) stay as they are."""
+    if not rejected:
+        return names
+    kept = {}
+    for key, name in names.items():
+        if type(name) is list:
+            name = [title for title in name if (title[1], title[0]) not in rejected]
+            if not name:
+                continue
+        kept[key] = name
+    return kept
+
+
+def title_of(name):
+    """Return a batch's name of a course as the store keeps it, (named_at or None, name, short name, category,
+    start, end): a source's own as it is; of an xAPI course's naming statements, the newest's, made safe to publish
+    (disclosure/names.py: its language, without its writer's identifiers), or None if nothing of it is left."""
+    if type(name) is not list:
+        return name
+    stored, _, texts, actor, language = name[0]
+    text = clean_name(pick_language(texts, language), identifiers=actor_identifiers(actor))
+    return None if text is None else (stored, text, None, None, None, None)
+
+
 class Intake:
     """The one loop that maps a source's records into a Batch.
 
@@ -140,7 +175,7 @@ class Intake:
         since, until, low, high = self.since, self.until, self.low, self.high
         future, settled = self.future, self.settled
         windowed = since is not None
-        prefilter, streak, read, skipped = peek is not None, 0, 0, 0
+        prefilter, streak, read, skipped, left_out = peek is not None, 0, 0, 0, set()
         # This runs once per record (in the NDJSON workers, per line): its state is kept in locals.
         for number, record in records:
             cursor = peek(record) if prefilter else None
@@ -164,6 +199,8 @@ class Intake:
             if windowed:
                 if settled is not None and settled[0] < cursor and (settled[1] is None or cursor <= settled[1]):
                     skipped += 1
+                    if kind == EVENT:
+                        left_out.add(statement_of(row))
                     continue
                 inside = kind is not None and since <= cursor < until
                 if not inside and future is not None and cursor > future:
@@ -180,6 +217,8 @@ class Intake:
                 if not inside:
                     skipped += 1
                     prefilter, streak = peek is not None, 0
+                    if kind == EVENT:
+                        left_out.add(statement_of(row))  # it names no course in this run either
                     continue
                 streak += 1
                 if streak >= PREFILTER_STREAK:
@@ -190,4 +229,5 @@ class Intake:
         self.skipped += skipped
         batch.read += read
         batch.names = self._names()
+        batch.names = names_without(batch.names, left_out)
         return batch

@@ -16,13 +16,13 @@ checked IRIs are cached (bounded).
 """
 
 import hashlib
+import operator
 import re
 
 from lms_refresh import instants
 from lms_refresh.disclosure.cell_key import NoRecordKeys
-from lms_refresh.disclosure.names import actor_identifiers, clean_name, pick_language
 from lms_refresh.instants import UTC_MILLIS, UTC_TIME
-from lms_refresh.sources.records import CACHE_LIMIT, EVENT, VOID, LocalDays, Void, bounded, make_event
+from lms_refresh.sources.records import CACHE_LIMIT, EVENT, TITLE, VOID, LocalDays, Void, bounded, make_event
 from lms_refresh.sources.xapi_fields import (
     InvalidStatement,
     actor_identifier,
@@ -46,6 +46,7 @@ ATTEMPTED, COMPLETED, PASSED, FAILED = (ADL + v for v in ("attempted", "complete
 COURSE_TYPE = "http://adlnet.gov/expapi/activities/course"
 # Objects whose id is an activity's; Open edX's event-routing-backends sends "GroupActivity".
 _NOT_ACTIVITIES = frozenset(("Agent", "Group", "SubStatement", "StatementRef"))
+_STORED = operator.itemgetter(0)
 
 
 def name_id(iri):
@@ -88,7 +89,7 @@ class StatementMapper:
         self._courses = {}  # course -> 64-bit id
         self._verbs = {}  # verb IRI -> 64-bit id (only IRIs get here)
         self.new_names = {}  # (kind, id) -> IRI first seen by this mapper; the store records them
-        self._titles = {}  # course id -> (stored, definition.name, statement) of its latest named statement
+        self._titles = {}  # course id -> [(stored, statement id, definition.name, actor, language)] of each naming one
         self._name_limit = self.latest or "\uffff"  # a later stored names no course (see map)
 
     def day_of(self, timestamp):
@@ -191,7 +192,9 @@ class StatementMapper:
             if course is not None:
                 return course, activity
         for activity, candidate in [(target, object_id)] + [(a, a.get("id")) for a in related]:
-            if isinstance(candidate, str):
+            # A context activity's id that is no IRI is passed over, as a course-typed one's is: the course
+            # column is published as the pattern gives it (the object's id was checked where it was read).
+            if isinstance(candidate, str) and (activity is target or candidate in self._iris or is_iri(candidate)):
                 match = self.course_pattern.search(candidate)
                 if match:
                     course = match.group(1) if match.re.groups else match.group(0)
@@ -214,14 +217,14 @@ class StatementMapper:
         return self._name_id("verb", verb_id, self._verbs)
 
     def take_new_names(self):
-        """Return and forget the names first seen since the last call, with each course's latest name
-        (("title", course id): see store/course_names.py), made safe to publish here, once per batch."""
+        """Return and forget the names first seen since the last call, with each course's naming statements
+        ((TITLE, course id): [(stored, statement id, definition.name, actor, language)], newest first), once per
+        batch. Which of them names the course waits until the run knows which statements count; only that one
+        is made safe to publish (records.title_of), so that a batch cleans one name per course."""
         names, self.new_names = self.new_names, {}
-        for course, (stored, texts, statement) in self._titles.items():
-            writer = actor_identifiers(statement.get("actor"))
-            name = clean_name(pick_language(texts, self.language), identifiers=writer)
-            if name is not None:
-                names[("title", course)] = (stored, name, None, None, None, None)
+        for course, titles in self._titles.items():
+            titles.sort(key=_STORED, reverse=True)  # stable: of the same time, the first read
+            names[(TITLE, course)] = titles
         self._titles = {}
         return names
 
@@ -303,14 +306,15 @@ class StatementMapper:
         course, activity = self.course_of(statement, object_id, target)
         course_key = self._courses.get(course) or self._name_id("course", course, self._courses)
         verb_key = self._verbs.get(verb_id) or self._verb_key(verb_id)
-        # The course's own activity may name it: the latest stored wins (store/course_names.py), but never
-        # a statement stored after the future limit, quarantined, whose name would otherwise win for good.
+        # The course's own activity may name it: the latest stored of the statements that count wins
+        # (records.chosen_title), never a statement stored after the future limit (quarantined).
         if activity is not None:
             definition = activity.get("definition")
-            if type(definition) is dict and "name" in definition:
-                known = self._titles.get(course_key)
-                if (known is None or stored > known[0]) and stored <= self._name_limit:
-                    self._titles[course_key] = (stored, definition["name"], statement)
+            if type(definition) is dict and "name" in definition and stored <= self._name_limit:
+                titles = self._titles.get(course_key)
+                if titles is None:
+                    titles = self._titles[course_key] = []
+                titles.append((stored, key, definition["name"], statement.get("actor"), self.language))
         return EVENT, make_event(
             day=day, course_id=course_key, actor=actor, event_id=key, stored=stored, occurred=occurred,
             verb_id=verb_key,

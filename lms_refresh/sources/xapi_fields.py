@@ -13,8 +13,17 @@ import re
 from lms_refresh import instants
 from lms_refresh.sources.records import InvalidRecord
 
-# An absolute IRI (RFC 3987): a scheme, a colon, then no space, control, surrogate or character IRIs exclude.
-_IRI = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:[^\x00-\x20<>\"{}|\\^`\x7f-\x9f\ud800-\udfff]+")
+# An absolute IRI (RFC 3987): a scheme, a colon, then none of the characters IRIs exclude — space, controls,
+# <>"{}|\^`, surrogates, what section 2.2's ucschar leaves out (noncharacters, specials, tags), the bidirectional
+# formatting characters section 4.1 forbids (LRM, RLM, LRE..RLO, and the isolates LRI..PDI) — with the private use
+# characters (iprivate) in the query alone.
+_EXCLUDED = ("\x00-\x20<>\"{}|\\\\^`\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+             "\ufdd0-\ufdef\ufff0-\uffff"
+             + "".join(f"{chr(plane << 16 | 0xFFFE)}{chr(plane << 16 | 0xFFFF)}" for plane in range(1, 17))
+             + "\U000e0000-\U000e0fff")
+_PRIVATE = "\ue000-\uf8ff\U000f0000-\U0010ffff"
+_IRI = re.compile(rf"[A-Za-z][A-Za-z0-9+.\-]*:(?=.)[^{_EXCLUDED}{_PRIVATE}?#]*(?:\?[^{_EXCLUDED}#]*)?"
+                  rf"(?:#[^{_EXCLUDED}{_PRIVATE}]*)?", re.DOTALL)
 _MAILTO = re.compile(r"(?i:mailto):[^@\s]+@[^@\s]+")
 _SHA1 = re.compile(r"[0-9a-fA-F]{40}")
 _NUMBER = r"([0-9]+(?:[.,][0-9]+)?)"

@@ -9,6 +9,8 @@ statements again never takes a course back to an old name, whatever order the ba
 Moodle name (named_at None) is what the course table says now: it replaces the one kept.
 """
 
+from lms_refresh.sources.records import title_of
+
 _COLUMNS = ("course_id", "name", "short_name", "category", "start_date", "end_date", "named_at")
 _FIELDS = ", ".join(_COLUMNS)
 _UPDATE = ", ".join(f"{column} = excluded.{column}" for column in _COLUMNS[1:])
@@ -25,8 +27,10 @@ class CourseNames:
     serving_courses = ""  # the serving view of course names, as this store names it
 
     def record_names(self, names):
-        """Keep a batch's `names`: {(kind, id): IRI} of courses and verbs, {("title", id): name} of courses."""
-        titles = {number: title for (kind, number), title in names.items() if kind == "title"}
+        """Keep a batch's `names`: {(kind, id): IRI} of courses and verbs, {("title", id): name} of courses (an
+        xAPI course's, what the newest of its naming statements says: sources.records.title_of)."""
+        titles = {number: title_of(title) for (kind, number), title in names.items() if kind == "title"}
+        titles = {number: title for number, title in titles.items() if title is not None}
         for (kind, number), iri in names.items():
             if kind != "title":
                 table = "courses" if kind == "course" else "verbs"

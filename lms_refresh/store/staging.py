@@ -2,7 +2,7 @@
 and the second versions of staged statement ids kept aside for the quarantine (a mixin of base.SqlStore;
 each store inserts in bulk its own way: `insert_events`, between its `begin_staging` and `finish_staging`)."""
 
-from lms_refresh.sources.records import DAY, EVENT_ID, RECORD_KEY, Event
+from lms_refresh.sources.records import DAY, EVENT_ID, RECORD_KEY, TITLE, Event, names_without, statement_of
 from lms_refresh.sources.redelivery import same_statement
 
 
@@ -28,14 +28,16 @@ class Staging:
             self._void_targets.add(target)
         return self._voided
 
-    def stage(self, events, voids, names):
+    def stage(self, events, voids, names, rejected=frozenset()):
         """Upsert events (Events or plain tuples of their fields, with the record keys the mappers computed),
         record voids and new course/verb names; return the days the events touch.
 
         Voided targets are removed by `finish_staging`, once per run, so a target
-        staged earlier in the same run (or in an earlier run) goes too.
+        staged earlier in the same run (or in an earlier run) goes too. The courses' names are kept last, without
+        those of the statements quarantined: `rejected` ({records.statement_of(event)}, held back before) and the
+        conflicting versions found here.
         """
-        self.record_names(names)
+        self.record_names({key: name for key, name in names.items() if key[0] != TITLE})  # the IRIs conflicts read
         voided = self.record_voids(voids)
         if voided:
             events = [event for event in events if event[EVENT_ID] not in voided]
@@ -43,6 +45,9 @@ class Staging:
             raise ValueError("events without record keys cannot be staged: their cells would have no cell key")
         if events and self.insert_events(events) < len(events):
             self._find_conflicts(events)
+        if self._conflicts:
+            rejected = {*rejected, *map(statement_of, self._conflicts)}
+        self.record_names(names_without({key: name for key, name in names.items() if key[0] == TITLE}, rejected))
         return {event[DAY] for event in events}
 
     def _find_conflicts(self, events):

@@ -3,7 +3,7 @@
 import hashlib
 
 from helpers.statements import statement
-from lms_refresh.sources.xapi import ADL
+from lms_refresh.sources.xapi import ADL, COURSE_TYPE
 
 NOW = "2026-11-03T04:15:00+01:00"  # a Tuesday, 04:15 in Paris
 COURSE = "https://lms.example.edu/course/BIO101"
@@ -55,3 +55,28 @@ def test_new_statement_forms_count_as_the_readme_says(project):
     assert project.serving() == [("2026-11-02", COURSE, 14, 17, 13, None, 13, 0, None,
                                   12 * 60 + 7 * 86400, 1)]
     assert project.query("SELECT count(*) FROM quarantine") == [(0,)]
+
+
+def test_an_iri_with_a_bidi_override_never_becomes_a_published_course(project):
+    """RFC 3987 4.1: U+202E (and the other bidirectional formatting characters) make no IRI. An object id with one
+    is quarantined, as any object id that is no IRI; a context activity's, course-typed or not, is passed over."""
+    hostile = "https://lms.example.edu/course/abc\u202elmth.exe"
+    good = [statement(learner=f"u{i}", timestamp="2026-11-02T10:00:00Z") for i in range(12)]
+    in_object = [statement(learner=f"v{i}", timestamp="2026-11-02T10:00:00Z") for i in range(12)]
+    for body in in_object:
+        body["object"] = {"objectType": "Activity", "id": hostile + "/quiz/1"}
+        body["context"]["contextActivities"]["parent"] = [{"id": hostile}]
+    in_context = [statement(learner=f"w{i}", timestamp="2026-11-02T10:00:00Z") for i in range(12)]
+    for index, body in enumerate(in_context):
+        body["object"] = {"objectType": "Agent", "mbox": "mailto:tutor@example.edu"}
+        parent = {"id": hostile, "definition": {"type": COURSE_TYPE}} if index % 2 else {"id": hostile}
+        body["context"]["contextActivities"]["parent"] = [parent]
+    path = project.write("a.ndjson", good + in_object + in_context)
+    project.configure(extra_top="max_quarantine_share = 0.5")
+    project.invoke("run", now=NOW, check=0)
+    assert sorted(set(project.query("SELECT origin, reason FROM quarantine"))) == [
+        (f"{path}:{line}", f"object.id {(hostile + '/quiz/1')[:60]!r} is not an IRI") for line in range(13, 25)]
+    assert [row[:4] for row in project.serving()] == [("2026-11-02", COURSE, 12, 12), ("2026-11-02", "unknown", 12, 12)]
+    published = {row[1] for row in project.serving()} | {row[0] for row in project.query("SELECT iri FROM courses")}
+    assert not any(character in iri for iri in published for character in "\u200e\u200f\u202a\u202b\u202c\u202d"
+                   "\u202e\u2066\u2067\u2068\u2069")

@@ -6,6 +6,8 @@ import json
 import os
 import sqlite3
 
+import pytest
+
 from helpers import inprocess
 from helpers.publication import publication
 from helpers.report_page import Page, build, period_row, week_label
@@ -18,6 +20,7 @@ HOSTILE = {
     "https://lms.example.edu/course/4": "x" * 10_000,
     'https://lms.example.edu/course/"><img src=x onerror=alert(1)>': None,  # no name: the IRI is shown
 }
+TODAY = "2026-12-02"  # the local date of FRESH's "written"
 FRESH = {"last_success": "2026-12-02T04:15:00Z", "watermark": "2026-12-02T04:10:00Z", "stale": None,
          "written": "2026-12-02T04:16:00Z"}
 
@@ -32,7 +35,7 @@ def hostile_publication(path, site=True):
 
 def test_the_page_shows_the_publications_numbers_and_the_site_as_whole_site(tmp_path):
     path = hostile_publication(tmp_path / "serving.sqlite")
-    page = Page(report_page.render(report_data.read_publication(path), FRESH))
+    page = Page(report_page.render(report_data.read_publication(path, today=TODAY), FRESH))
     with sqlite3.connect(path) as db:
         published = {(course, period): learners for course, period, learners in db.execute(
             "SELECT course, period, active_learners FROM weekly_metrics WHERE NOT suppressed")}
@@ -62,7 +65,7 @@ def test_the_page_shows_the_publications_numbers_and_the_site_as_whole_site(tmp_
 
 def test_hostile_names_are_text_never_markup(tmp_path):
     path = hostile_publication(tmp_path / "serving.sqlite")
-    text = report_page.render(report_data.read_publication(path), FRESH)
+    text = report_page.render(report_data.read_publication(path, today=TODAY), FRESH)
     page = Page(text)
     assert {tag for tag, _ in page.elements} <= {"html", "head", "meta", "title", "style", "body", "h1", "h2",
                                                  "section", "p", "dl", "dt", "dd", "b", "span", "div", "figure",
@@ -79,10 +82,10 @@ def test_hostile_names_are_text_never_markup(tmp_path):
 
 def test_a_publication_without_site_rows_or_weeks(tmp_path):
     path = hostile_publication(tmp_path / "serving.sqlite", site=False)
-    page = Page(report_page.render(report_data.read_publication(path), FRESH))
+    page = Page(report_page.render(report_data.read_publication(path, today=TODAY), FRESH))
     assert "Whole site" not in page.rows("weekly-table") and len(page.rows("weekly-table")) == 6
     empty = build(tmp_path / "empty.sqlite", {}, [])
-    page = Page(report_page.render(report_data.read_publication(empty), FRESH))
+    page = Page(report_page.render(report_data.read_publication(empty, today=TODAY), FRESH))
     assert page.rows("weekly-table") == {} and page.texts["cells"] == "0"
 
 
@@ -90,9 +93,45 @@ def test_the_current_term_when_the_publication_has_terms(tmp_path):
     term = [("Autumn", "2026-09-01", "2026-12-20", None, 500, 900, 80, 70, 60, 10, 0.5, 1.0, 0, 0),
             ("Spring", "2026-01-10", "2026-05-30", None, 400, 800, 80, 1, 1, 1, 0.5, 1.0, 0, 1)]
     path = build(tmp_path / "serving.sqlite", {}, [period_row(0, None, 100)], terms=term)
-    data = report_data.read_publication(path)
+    data = report_data.read_publication(path, today=TODAY)
     assert data.outcome_span == "the term Autumn (2026-09-01 to 2026-12-20)"
     assert Page(report_page.render(data, FRESH)).rows("outcomes-table")["Whole site"] == ["70", "60", "10", "0"]
+
+
+def _term(name, first, last, completions):
+    return (name, first, last, None, 500, 900, 80, completions, 1, 1, 0.5, 1.0, 0, 0)
+
+
+@pytest.mark.parametrize("today, current", [
+    ("2026-10-01", "Autumn"),  # inside Autumn alone; the later-starting Spring 2027 (with rows) is not current
+    ("2026-10-06", "Block week"),  # inside Autumn and Block week: the one that started last
+    ("2026-12-24", "Autumn"),  # between terms: the one that ended most recently, not the next one
+    ("2027-06-30", "Spring 2027"),  # after them all
+    ("2026-08-01", "Summer 2026"),  # before Autumn: Summer ended most recently, though Spring 2026 began later
+])
+def test_the_current_term_is_the_one_that_holds_today(tmp_path, today, current):
+    terms = [_term("Spring 2027", "2027-01-11", "2027-05-28", 1), _term("Autumn", "2026-09-14", "2026-12-18", 2),
+             _term("Block week", "2026-10-05", "2026-10-09", 3), _term("Summer 2026", "2026-06-01", "2026-07-31", 4),
+             _term("Spring 2026", "2026-07-01", "2026-07-15", 5)]
+    path = build(tmp_path / "serving.sqlite", {}, [period_row(0, None, 100)], terms=terms)
+    data = report_data.read_publication(path, today=today)
+    first, last, completions = next(term[1:3] + (term[7],) for term in terms if term[0] == current)
+    assert data.outcome_span == f"the term {current} ({first} to {last})"
+    assert Page(report_page.render(data, FRESH)).rows("outcomes-table")["Whole site"][0] == str(completions)
+
+
+def test_today_is_the_local_date_of_the_run():
+    import datetime as dt
+
+    late = dt.datetime(2026, 10, 4, 22, 30, tzinfo=dt.UTC)  # 00:30 on 5 October in Paris: Block week's first day
+    assert report_data.local_today(late, "Europe/Paris") == "2026-10-05"
+    assert report_data.local_today(late, "America/New_York") == "2026-10-04"
+
+
+def test_without_a_term_begun_yet_the_last_weeks_are_shown(tmp_path):
+    path = build(tmp_path / "serving.sqlite", {}, [period_row(week, None, 100) for week in range(6)],
+                 terms=[_term("Spring 2027", "2027-01-11", "2027-05-28", 1)])
+    assert report_data.read_publication(path, today="2026-12-02").outcome_span.startswith("the last 4 week(s), ")
 
 
 def environment():

@@ -43,7 +43,7 @@ def test_chromium_renders_the_publications_numbers_and_runs_nothing_injected(tmp
               for index, course in enumerate(NAMES) for week in range(14)]
     site = [period_row(week, None, 300 + week, completions=40, passed=20, failed=3) for week in range(14)]
     path = build(tmp_path / "serving.sqlite", NAMES, weekly, site=site)
-    page_path = report_page.write_report(str(path), str(tmp_path / "report.html"), FRESHNESS)
+    page_path = report_page.write_report(str(path), str(tmp_path / "report.html"), FRESHNESS, today="2026-12-02")
     url = f"file://{page_path}"
 
     dom = Page(chromium(tmp_path, "--dump-dom", url))

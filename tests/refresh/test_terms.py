@@ -193,3 +193,35 @@ def test_a_rebuild_whose_staging_horizon_straddles_a_week_and_a_term_keeps_them_
     assert after == before
     assert [row[:3] for row in after["week"] if row[3] is None][:2] == [
         ("2026-W35", "2026-08-24", "2026-08-30"), ("2026-W36", "2026-08-31", "2026-09-06")]
+
+
+def test_a_term_edited_off_the_staging_horizon_is_counted_as_a_fresh_store_counts_it(tmp_path, make_project):
+    """A term that held the staging horizon kept its days' presence; edited so that it no longer holds it, the run
+    that counts it again must still find that presence (retention keeps it for the terms the store counted with
+    until they are synced): its rows equal a store that had the edited term from the start, and the recount."""
+    summer, edited = ("Summer school", "2026-08-24", "2026-09-11"), ("Summer school", "2026-08-24", "2026-08-31")
+    early, later = activity(13, dt.date(2026, 8, 24), 12), activity(14, dt.date(2026, 9, 5), 80)
+    stores = {}
+    for name, term in (("edited", summer), ("fresh", edited)):
+        project = stores[name] = make_project(tmp_path / name)
+        configure(project)
+        text = project.config.read_text().replace("bootstrap_days = 400", "bootstrap_days = 90")
+        project.config.write_text(text.replace("[retry]", "[retention]\nstaging_days = 90\n[retry]"))
+        add_terms(project, (term,))
+        project.write("a.ndjson", early)
+        project.invoke("run", now="2026-09-05T04:15:00Z", check=0)
+        project.write("b.ndjson", later)
+        project.invoke("run", now="2026-11-30T04:15:00Z", check=0)
+    assert stores["edited"].meta()["presence_from"] == "2026-08-24"  # the term holds the horizon, 1 September
+    add_terms(stores["edited"], (edited,))  # now it ends before the horizon
+    for project in stores.values():
+        result = project.invoke("run", now="2026-11-30T05:15:00Z", check=0)
+        assert "is not counted" not in result.stderr
+    rows = stores["edited"].grain_rows("term", site=True)
+    assert rows == stores["fresh"].grain_rows("term", site=True)
+    assert rows == expected_periods(early + later, "Europe/Paris", K, "term", moment("2026-11-30T05:15:00Z"),
+                                    (edited,)) != []
+    # Once the store counts with the edited term, the presence it no longer needs goes.
+    stores["edited"].invoke("run", now="2026-11-30T06:15:00Z", check=0)
+    assert stores["edited"].meta()["presence_from"] == "2026-08-31"
+    assert stores["edited"].grain_rows("term", site=True) == rows

@@ -213,3 +213,32 @@ def test_a_course_published_only_as_a_week_is_named_too(project):
     assert {row[3] for row in project.grain_rows("week")} == {iri("DAILY"), iri("WEEKLY")}
     assert published_courses(project) == [(iri("DAILY"), "Daily Course", None, None, None, None),
                                           (iri("WEEKLY"), "Weekly Seminar", None, None, None, None)]
+
+
+def test_a_quarantined_statement_names_no_course(project):
+    """A statement quarantined — a second version of a staged statement id, or one older than the staging
+    horizon — counts for nothing, so it names nothing either, however late it was stored; in the same batch the
+    newest statement that counts names the course (review-a, issue 2)."""
+    project.configure(extra_top="min_cell_size = 2\nmax_quarantine_share = 0.5")
+    project.config.write_text(project.config.read_text() + "[retention]\nstaging_days = 30\n")
+    biology = named("BIO", {"en": "Biology"}, stored="2026-11-02T09:00:00Z")
+    project.write("a.ndjson", biology)
+    project.invoke("run", now="2026-11-03T04:15:00Z", check=0)
+    assert published_courses(project) == [(iri("BIO"), "Biology", None, None, None, None)]
+    renamed = named("BIO", {"en": "Biology II"}, stored="2026-11-03T10:00:00Z", prefix="r")
+    conflicting = named("BIO", {"en": "Conflicting version"}, stored="2026-11-04T09:00:00Z", prefix="x", learners=1)
+    conflicting[0]["id"] = biology[0]["id"]  # the same statement id, another learner: a conflicting version
+    closed = named("BIO", {"en": "Older than the horizon"}, stored="2026-11-04T10:00:00Z", prefix="y", learners=1)
+    closed[0]["timestamp"] = "2026-10-01T10:00:00Z"  # before the horizon (2026-10-06): held back
+    project.write("b.ndjson", renamed + conflicting + closed)
+    project.invoke("run", now="2026-11-05T04:15:00Z", check=0)
+    reasons = sorted(reason.split(":")[0] for (reason,) in project.query("SELECT reason FROM quarantine"))
+    assert reasons == ["conflicting statement id", "older than the staging horizon"]
+    assert published_courses(project) == [(iri("BIO"), "Biology II", None, None, None, None)]
+    # A later run whose only naming statement is quarantined leaves the name as it is.
+    again = named("BIO", {"en": "Conflicting again"}, stored="2026-11-05T09:00:00Z", prefix="z", learners=1)
+    again[0]["id"] = renamed[0]["id"]
+    project.write("c.ndjson", named("BIO", None, stored="2026-11-05T08:00:00Z", prefix="n") + again)
+    project.invoke("run", now="2026-11-06T04:15:00Z", check=0)
+    assert project.query("SELECT count(*) FROM quarantine") == [(3,)]
+    assert published_courses(project) == [(iri("BIO"), "Biology II", None, None, None, None)]

@@ -31,7 +31,7 @@ def test_the_reports_course_attributes_carry_no_address_and_no_bidi_override(tmp
     weekly = [period_row(week, course, 12) for course in hostile for week in range(3)]
     path = build(tmp_path / "serving.sqlite", hostile, weekly)
     fresh = {"last_success": None, "watermark": None, "stale": None, "written": "2026-12-02T04:16:00Z"}
-    page = Page(report_page.render(report_data.read_publication(path), fresh))
+    page = Page(report_page.render(report_data.read_publication(path, today="2026-12-02"), fresh))
     courses = [attrs["data-course"] for tag, attrs in page.elements if "data-course" in attrs]
     assert courses and all("john.smith" not in value and "\u202e" not in value and len(value) <= 200
                            for value in courses)
