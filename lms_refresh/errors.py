@@ -14,7 +14,7 @@ USAGE = 2  # usage error (click's own code)
 BAD_INPUT = 65  # EX_DATAERR: bad input beyond the configured tolerance
 UNAVAILABLE = 69  # EX_UNAVAILABLE: source or store unreachable (transient)
 CONFIG = 78  # EX_CONFIG: configuration or state an operator must fix
-TERMINATED = 143  # 128 + SIGTERM: stopped and rolled back
+TERMINATED = 143  # 128 + SIGTERM: stopped before any commit (a run's transaction is rolled back)
 INTERRUPTED = 130  # 128 + SIGINT: ^C at a terminal (a person saw it; no service exits so)
 
 MEANINGS = {
@@ -24,7 +24,7 @@ MEANINGS = {
     BAD_INPUT: "bad input beyond the configured tolerance; nothing committed",
     UNAVAILABLE: "source or store unreachable, or a full disk (transient)",  # after a commit, the sentence says so
     CONFIG: "configuration or state error; fix it before the next run",
-    TERMINATED: "stopped by SIGTERM; rolled back",
+    TERMINATED: "stopped by SIGTERM; nothing committed (a run's open transaction is rolled back)",
 }
 
 
@@ -61,7 +61,7 @@ class UnavailableError(RefreshError):
 
 
 class Terminated(BaseException):
-    """SIGTERM arrived; the transaction was rolled back.
+    """SIGTERM arrived before the command committed anything; its message says what was undone.
 
     A BaseException, like KeyboardInterrupt, so that no library's
     `except Exception` can swallow the stop request on its way out.

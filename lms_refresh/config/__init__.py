@@ -17,8 +17,8 @@ from lms_refresh.config.schema import (
     MAX_TERMS,
     REQUIRED,
     SCHEMA,
-    SOURCE_KEYS,
     TERM_KEYS,
+    TYPE_KEYS,
 )
 from lms_refresh.config.sections import (
     SOURCE_SETTINGS,
@@ -169,14 +169,13 @@ def validate(document, origin, environ):
     for section in SCHEMA:
         values.update(_section_values(document, section, origin))
 
-    _check_source_keys(document.get("source", {}), values, origin)
+    for section in TYPE_KEYS:
+        _check_type_keys(section, document.get(section, {}), values, origin)
     staging_days = values["retention.staging_days"]
     if staging_days is not None and staging_days < values["window.bootstrap_days"]:
         raise ConfigError(f"{origin}: key 'retention.staging_days' ({staging_days}) must be at least "
                           f"window.bootstrap_days ({values['window.bootstrap_days']}), or a first run would "
                           "quarantine the days it reads.")
-    if values["store.type"] == "postgresql" and not values["store.url"]:
-        raise ConfigError(f"{origin}: key 'store.url' is required when store.type is \"postgresql\".")
     _check_privacy(values, origin)
     state_directory = resolve_state_directory(values["state_directory"], environ)
     key_file = values["pseudonymisation.key_file"] or os.path.join(state_directory, "pseudonymisation.key")
@@ -266,20 +265,20 @@ def _check_privacy(values, origin):
             f"{noise} allows ({float(noise_bounds(noise)):.2f}); lower the variance or raise max_noise.")
 
 
-def _check_source_keys(table, values, origin):
-    """Refuse [source] keys that do not apply to the chosen type, and require the ones it needs."""
-    kind = values["source.type"]
-    allowed, required = SOURCE_KEYS[kind]
+def _check_type_keys(section, table, values, origin):
+    """Refuse keys of [source] or [store] that do not apply to its chosen type, and require the ones it needs."""
+    kind, by_type = values[f"{section}.type"], TYPE_KEYS[section]
+    allowed, required = by_type[kind]
     for key in table:
         if key != "type" and key not in allowed:
-            users = [name for name, (keys, _) in SOURCE_KEYS.items() if key in keys]
+            users = [name for name, (keys, _) in by_type.items() if key in keys]
             raise ConfigError(
-                f"{origin}: key 'source.{key}' does not apply to source type \"{kind}\""
+                f"{origin}: key '{section}.{key}' does not apply to {section} type \"{kind}\""
                 + (f" (it is for {', '.join(users)})." if users else ".")
             )
     for key in sorted(required):
-        if values[f"source.{key}"] is None:
-            raise ConfigError(f"{origin}: key 'source.{key}' is required when source.type is \"{kind}\".")
+        if values[f"{section}.{key}"] is None:
+            raise ConfigError(f"{origin}: key '{section}.{key}' is required when {section}.type is \"{kind}\".")
 
 
 def is_configured(path, environ):

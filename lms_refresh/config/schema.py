@@ -23,6 +23,14 @@ SOURCE_KEYS = {
                 "guest_user_id", "timeout"}, {"url", "site_url"}),
 }
 
+# The [store] keys each store type takes (beyond type), and those it requires.
+STORE_KEYS = {
+    "sqlite": ({"path"}, set()),
+    "postgresql": ({"url", "password_file", "schema"}, {"url"}),
+}
+# The tables whose keys depend on their `type`.
+TYPE_KEYS = {"source": SOURCE_KEYS, "store": STORE_KEYS}
+
 # section -> key -> Key(check, default, description). Every entry is a `Key`:
 # its description is the one place that explains the key (the man page is
 # generated from it). A default of `None` means "unset" or "derived" (the
@@ -54,7 +62,7 @@ SCHEMA = {
         "safety_lag": Key(v.parse_duration, 300, "A run reads up to now minus this lag."),
         "lookback": Key(v.parse_duration, 0, "Re-read this much before the watermark (safe: staging is keyed)."),
     },
-    # One table for every source type; SOURCE_KEYS says which keys each type takes.
+    # One table for every source type; SOURCE_KEYS says which keys each type takes (STORE_KEYS for [store]).
     "source": {
         "type": Key(v.choice(*SOURCE_TYPES), REQUIRED, "The kind of source: " + ", ".join(SOURCE_TYPES) + "."),
         "batch_size": Key(v.typed(int, 1, 100_000), 5000, "Records per batch; bounds memory."),
@@ -66,7 +74,7 @@ SCHEMA = {
                                 "xapi-ndjson: a longer line is skipped unread and quarantined by origin and length."),
         "endpoint": Key(v.http_url, None, "xapi-lrs: the xAPI base URL before /statements, without credentials."),
         "username": Key(v.typed(str), None, "xapi-lrs: the HTTP basic auth user."),
-        "password_file": Key(v.path, None, "xapi-lrs, moodle: the password's file, a credential name "
+        "password_file": Key(v.credential, None, "xapi-lrs, moodle: the password's file, a credential name "
                                           "($CREDENTIALS_DIRECTORY, else /etc/lms-refresh/credentials) or a path."),
         "ca_bundle": Key(v.path, None, "xapi-lrs: CA certificates for a private CA (TLS is always verified)."),
         "page_size": Key(v.typed(int, 1, 10_000), 500, "xapi-lrs: statements asked for per page (the LRS may cap it)."),
@@ -99,7 +107,7 @@ SCHEMA = {
         "path": Key(v.path, None, "sqlite: the store file; default <state directory>/metrics.sqlite."),
         "url": Key(v.postgres_url, None, "postgresql: a URL without the password, "
                                         "e.g. postgresql://lms_refresh@db.example.edu/metrics."),
-        "password_file": Key(v.path, None, "postgresql: the password's file, a credential name "
+        "password_file": Key(v.credential, None, "postgresql: the password's file, a credential name "
                                           "($CREDENTIALS_DIRECTORY, else /etc/lms-refresh/credentials) or a path."),
         "schema": Key(v.identifier, "lms_refresh", "postgresql: the schema of the tables; the view is in "
                                                   "<schema>_serving."),
@@ -124,9 +132,10 @@ SCHEMA = {
         "mail_to": Key(v.typed(str), None, "Mail a failed run's alert to this address."),
         "sendmail": Key(v.path, "/usr/sbin/sendmail", "The sendmail program the alert mail goes through."),
         # Files holding URLs with tokens are credentials: a bare name is looked up in
-        # $CREDENTIALS_DIRECTORY (LoadCredential=), anything else is a path.
-        "webhook_url_file": Key(v.path, None, "A file holding the URL a failed run's alert is POSTed to as JSON."),
-        "healthchecks_url_file": Key(v.path, None, "A file holding the Healthchecks URL scheduled runs ping."),
+        # $CREDENTIALS_DIRECTORY (LoadCredential=), anything else is an absolute path.
+        "webhook_url_file": Key(v.credential, None,
+                                "A file holding the URL a failed run's alert is POSTed to as JSON."),
+        "healthchecks_url_file": Key(v.credential, None, "A file holding the Healthchecks URL scheduled runs ping."),
         "timeout": Key(v.at_least_a_second, 10, "Timeout of each delivery and ping."),
     },
     "monitoring": {

@@ -8,6 +8,7 @@ man page are built from them (see lms_refresh.config).
 """
 
 import datetime as dt
+import functools
 import ipaddress
 import math
 import re
@@ -61,15 +62,33 @@ def at_least_a_second(value):
     return seconds
 
 
+# Files of the time zone database that name no place's zone: the machine's own zone (which changes with it, and
+# the published calendar with it), the rules of POSIX TZ strings, and tzdata's placeholder for an unset zone.
+_NOT_A_PLACE = {"localtime": "this machine's zone (/etc/localtime), which changes when the machine's does",
+                "posixrules": "the time zone database's rules for POSIX TZ strings",
+                "Factory": "the time zone database's placeholder for a zone nobody set"}
+
+
+@functools.cache
+def _zone_names():
+    return zoneinfo.available_timezones()  # IANA names only: no posix/ or right/ copies
+
+
 @accepting('an IANA time zone name such as "Europe/Paris"', str)
 def timezone(value):
     if not isinstance(value, str):
         raise ValueError("expected a time zone name such as \"Europe/Paris\"")
+    if value in _NOT_A_PLACE:
+        raise ValueError(f"{value!r} is not a time zone name but {_NOT_A_PLACE[value]}; name the zone "
+                         "explicitly, such as \"Europe/Paris\" (see timedatectl list-timezones)")
     try:
         zoneinfo.ZoneInfo(value)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"{value!r} is not a known time zone (see timedatectl list-timezones; "
+        raise ValueError(f"{value[:100]!r} is not a known time zone (see timedatectl list-timezones; "
                          "is tzdata installed?)") from None
+    if value not in _zone_names():  # a file of the database that is no IANA name (posix/..., right/...)
+        raise ValueError(f"{value[:100]!r} is not an IANA time zone name; name the zone explicitly, such as "
+                         "\"Europe/Paris\" (see timedatectl list-timezones)")
     return value
 
 
@@ -170,12 +189,30 @@ def label(value):
     return value
 
 
-@accepting("a path", str)
+@accepting("an absolute path (it starts with /)", str)
 def path(value):
+    """A path, absolute: a relative one would be read from the working directory, which is / under systemd
+    and wherever an operator stands otherwise."""
     value = typed(str)(value)
+    if not value:
+        raise ValueError("must not be empty; give an absolute path")
     if "\0" in value:
         raise ValueError("must not contain a NUL character (no file name can)")
+    if not value.isprintable():  # a newline or an escape would forge lines in every message naming the path
+        raise ValueError(f"must not contain control or format characters: {value[:100]!r}")
+    if not value.startswith("/"):
+        raise ValueError(f"must be an absolute path (starting with /), not {value[:100]!r}: a relative path would be "
+                         "read from the working directory, which is / under systemd")
     return value
+
+
+@accepting('a credential name without "/" (see README, "Credentials") or an absolute path', str)
+def credential(value):
+    """A credential: a bare name, looked up in the credentials directories, or an absolute path."""
+    value = typed(str)(value)
+    if value and "/" not in value and value.isprintable() and value not in (".", ".."):
+        return value
+    return path(value)
 
 
 @accepting("true or false", bool)

@@ -56,7 +56,8 @@ def run_demo(directory, learners, days, *, seed, now, environ, echo, command="lm
 
     `command` is how the user can run lms-refresh again (see command_hint).
     """
-    directory = directory or tempfile.mkdtemp(prefix="lms-refresh-demo-")
+    # Absolute: the configuration it writes takes absolute paths only.
+    directory = os.path.abspath(directory or tempfile.mkdtemp(prefix="lms-refresh-demo-"))
     statements = os.path.join(directory, "statements")
     state = os.path.join(directory, "state")
     if os.path.exists(statements):

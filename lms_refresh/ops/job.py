@@ -132,4 +132,6 @@ def _pause(refresh, error, number, *, attempts, sleep):
     logger.warning("%s Retrying in %d s (attempt %d of %d).", message, delay, number + 1, attempts,
                    extra=logs.fields(logs.RUN_RETRYING, RETRY_ATTEMPT=number + 1, EXIT_STATUS=code))
     refresh.progress(f"Unreachable; attempt {number + 1} of {attempts} in {delay} s", force=True)
-    sleep(delay)  # a stop meanwhile: the stop policy raises Terminated
+    with stopping.installed() as stop, stop.during("Stopped by SIGTERM while waiting to retry, between attempts: "
+                                                   "nothing was under way and nothing was committed."):
+        sleep(delay)  # a stop meanwhile: the stop policy raises Terminated

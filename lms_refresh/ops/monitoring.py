@@ -276,7 +276,7 @@ def plugin_report(status, now, timezone, *, grace):
                 "a crash or a stop) and is not caught up yet")
     if last_run is not None and last_run["exit_code"] == TERMINATED:
         stopped = from_cursor(last_run["started_at"], "time").astimezone(zone).isoformat(timespec="minutes")
-        text = f"{text}; the last run ({last_run['kind']}, started {stopped}) was stopped (143) and rolled back"
+        text = f"{text}; the last run ({last_run['kind']}, started {stopped}) was stopped (143) before its commit"
     elif last_run is not None and last_run["exit_code"] != 0:
         failed = from_cursor(last_run["started_at"], "time").astimezone(zone).isoformat(timespec="minutes")
         return PLUGIN_WARNING, plugin_line(

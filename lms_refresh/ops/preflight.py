@@ -70,7 +70,52 @@ def preflight(config, euid, environ):
     if config.store.type == "sqlite" and config.publication.group:
         gid = publication.group_id(config.publication.group)  # the run would fail after its commit
         findings.append(Finding(OK, f"publication.group {config.publication.group}: exists (gid {gid})"))
+    if config.store.type == "sqlite":
+        findings.extend(_publication_findings(config, user_name(euid)))
     return findings
+
+
+def _directory_problem(path, user):
+    """Return (the directory a run writes `path` into — or, missing, the nearest ancestor it creates it in —,
+    what is wrong with it for the running user or None)."""
+    directory = os.path.dirname(path)
+    while not os.path.lexists(directory):  # the paths are absolute: "/" ends it
+        directory = os.path.dirname(directory)
+    if not os.path.isdir(directory):
+        return directory, "is not a directory"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return directory, f"is not writable by '{user}'"
+    return directory, None
+
+
+def _publication_findings(config, user):
+    """Refuse (78) a publication whose directory the running user may not write, as the run would after its
+    commit; a report's is a note, since a run only warns that it wrote no report."""
+    path = config.publication.path
+    directory, problem = _directory_problem(path, user)
+    if problem:
+        raise StateError(
+            f"The publication {path} cannot be written: {directory} {problem}, so a run would commit "
+            "the store and then fail (78) to publish it; make that directory writable by the service user (its "
+            "owner or mode, and a ReadWritePaths= drop-in for the unit), or point publication.path elsewhere.")
+    findings = [Finding(OK, f"publication {path}: {_writable(path, directory, user)}")]
+    if config.report.enabled:
+        path = config.report.path
+        directory, problem = _directory_problem(path, user)
+        if problem:
+            findings.append(Finding(WARNING, f"the report {path} cannot be written: {directory} {problem}, "
+                                             "so each run would publish but warn that it wrote no report; "
+                                             "make that directory writable by the service user, point report.path "
+                                             "elsewhere or set report.enabled = false", about="report"))
+        else:
+            findings.append(Finding(OK, f"report {path}: {_writable(path, directory, user)}"))
+    return findings
+
+
+def _writable(path, directory, user):
+    if directory == os.path.dirname(path):
+        return f"its directory is writable by '{user}'"
+    return f"its directory will be created in {directory}, which is writable by '{user}'"
 
 
 def _url_findings(config, environ):

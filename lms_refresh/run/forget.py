@@ -72,6 +72,9 @@ def _strings(value):
     return [value] if isinstance(value, str) and value else []
 
 
+FORGET_STOPPED = "Stopped by SIGTERM before the erasure was committed; nothing was forgotten."
+
+
 def forget(config, identifier, environ, *, euid, dry_run=False):
     """Delete the staged events and quarantined records of the learner `identifier` names, and rebuild their days.
 
@@ -84,7 +87,7 @@ def forget(config, identifier, environ, *, euid, dry_run=False):
         return report
     try:
         # SIGTERM before the commit rolls back; after it, the erasure stands and the command finishes.
-        with run_lock(config, euid, dry_run), stopping.installed() as stop:
+        with run_lock(config, euid, dry_run), stopping.installed() as stop, stop.during(FORGET_STOPPED):
             if config.store.type == "sqlite" and not dry_run:
                 check_writable_file(config.store.path, euid)
             with locked_store(config, environ, create=False) as store:

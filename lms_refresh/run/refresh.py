@@ -61,7 +61,7 @@ class Refresh:
 
     def run(self):
         """Run the refresh; return its Outcome. Rolls back on failure; the error is returned, never raised."""
-        with stopping.installed() as self.stop:
+        with stopping.installed() as self.stop, self.stop.during(stopping.RUN_STOPPED):
             self.stop.begin()
             try:
                 load_driver(self.config)

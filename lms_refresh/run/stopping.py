@@ -1,7 +1,10 @@
 """What SIGTERM (`systemctl stop`) does to a command.
 
 Before a run commits, a stop rolls it back: the handler raises `Terminated`
-(exit 143). Once it has committed, the work is done and kept, so a stop only
+(exit 143), whose sentence says what the stop undid — a run's rollback only
+while a run is under way (`during`); a command with nothing to roll back
+(`check`, `alert`, `status`, the pause between a run's attempts) just says it
+was stopped. Once it has committed, the work is done and kept, so a stop only
 lets the run finish its report and exit 0 — dying by the signal then would
 make systemd mark a successful run failed and fire the failure alert. The
 commit itself runs with SIGTERM blocked, so a stop lands either before it or
@@ -17,6 +20,9 @@ from lms_refresh.errors import Terminated
 
 logger = logging.getLogger(__name__)
 
+STOPPED = "Stopped by SIGTERM."  # what a stop means when no work of the command is under way
+RUN_STOPPED = "Stopped by SIGTERM; the run was rolled back and nothing was committed."
+
 
 class StopPolicy:
     """The process's SIGTERM handler and whether the run has committed yet."""
@@ -25,6 +31,7 @@ class StopPolicy:
         self.committed = False
         self.requested = False
         self.pid = os.getpid()
+        self.sentence = STOPPED  # the Terminated's: what a stop now means
 
     def handler(self, signum, frame):
         if os.getpid() != self.pid:
@@ -40,11 +47,20 @@ class StopPolicy:
         if self.committed:
             logger.warning("SIGTERM after the run committed; finishing the report, the run's result stands.")
             return
-        raise Terminated("Stopped by SIGTERM; the run was rolled back and nothing was committed.")
+        raise Terminated(self.sentence)
 
     def begin(self):
         """A new attempt of a run: nothing of it is committed yet."""
         self.committed = False
+
+    @contextlib.contextmanager
+    def during(self, sentence):
+        """Run the block with `sentence` as what a stop means (e.g. RUN_STOPPED while a run is under way)."""
+        previous, self.sentence = self.sentence, sentence
+        try:
+            yield
+        finally:
+            self.sentence = previous
 
     @contextlib.contextmanager
     def commit(self):

@@ -7,6 +7,8 @@ export directory:
   device may have side effects); FIFOs, sockets, devices, dangling links and
   link loops are skipped and reported, never opened;
 - a permission error names the path and the user (exit 78: an operator must fix it);
+- a name is shown escaped when it holds a control character (`shown_path`): a file named
+  "a\nERROR ..." must not start a line of its own in the journal or on stderr;
 - a line is never held whole beyond the record limit: a longer one is read
   past in blocks and stands for itself only by its length;
 - a file is read no further than the size it had when the run planned it.
@@ -28,10 +30,16 @@ SKIP_BLOCK = 1 << 20  # bytes held at a time while reading past an oversized rec
 _WITHOUT_NEWLINE = operator.itemgetter(slice(None, -1))  # a line read with its newline, without it
 
 
+def shown_path(path):
+    """Return `path` as every message shows it: as it is when each character is printable, else quoted with
+    Python's escapes (a newline as \\n, an undecodable byte as \\udcXX), so that no file name can forge a line."""
+    return path if path.isprintable() else repr(path)
+
+
 def denied(path, verb="read"):
     """The sentence for a file or directory the running user may not read."""
     user = user_name(os.geteuid())
-    return (f"Cannot {verb} {path}: permission denied for user '{user}'; let '{user}' read it "
+    return (f"Cannot {verb} {shown_path(path)}: permission denied for user '{user}'; let '{user}' read it "
             "(e.g. its group and mode) or move it out of source.path.")
 
 
@@ -53,17 +61,18 @@ def export_files(top):
     try:
         info = os.stat(top)
     except FileNotFoundError as error:
-        raise UnavailableError(f"The xAPI source path {top} does not exist (is the export share mounted?).") from error
+        raise UnavailableError(f"The xAPI source path {shown_path(top)} does not exist (is the export share "
+                               "mounted?).") from error
     except PermissionError as error:
         raise ConfigError(denied(top, "reach")) from error
     except OSError as error:
-        raise ConfigError(f"The xAPI source path {top} cannot be opened ({error.strerror}); "
+        raise ConfigError(f"The xAPI source path {shown_path(top)} cannot be opened ({error.strerror}); "
                           "point source.path at a directory of export files.") from error
     if stat.S_ISREG(info.st_mode):
         yield "file", top, info
         return
     if not stat.S_ISDIR(info.st_mode):
-        raise ConfigError(f"The xAPI source path {top} is {kind_of(info.st_mode)}, not an export file or "
+        raise ConfigError(f"The xAPI source path {shown_path(top)} is {kind_of(info.st_mode)}, not an export file or "
                           "a directory of them; point source.path at a directory of export files.")
     names = _Names(top)
     for kind, path in _walk(top):
@@ -74,7 +83,7 @@ def export_files(top):
             info = os.stat(path)
         except FileNotFoundError:
             if os.path.islink(path):
-                yield "skipped", path, f"a dangling symbolic link (to {os.readlink(path)})"
+                yield "skipped", path, f"a dangling symbolic link (to {shown_path(os.readlink(path))})"
             continue  # else removed between listing and now
         except PermissionError as error:
             raise ConfigError(denied(path, "reach")) from error
@@ -163,7 +172,7 @@ def _listing(folder):
     except (FileNotFoundError, NotADirectoryError):
         return []  # removed or replaced since its parent was listed
     except OSError as error:  # e.g. a tree nested past PATH_MAX (ENAMETOOLONG): an operator must move it
-        shown = folder if len(folder) <= 300 else folder[:300] + "…"
+        shown = shown_path(folder if len(folder) <= 300 else folder[:300] + "…")
         raise ConfigError(f"Cannot list the directory {shown} ({error.strerror}); move it out of source.path.") \
             from None
     entries.sort()

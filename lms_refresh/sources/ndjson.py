@@ -31,7 +31,7 @@ import zlib
 from lms_refresh.errors import BadInputError, ConfigError, UnavailableError
 from lms_refresh.regular_files import NotRegularFile, open_regular
 from lms_refresh.sources import OK, WARNING, BaseSource, Batch, Finding
-from lms_refresh.sources.files import UpTo, denied, export_files, numbered_lines
+from lms_refresh.sources.files import UpTo, denied, export_files, numbered_lines, shown_path
 from lms_refresh.sources.ndjson_worker import (
     BYTES_PER_STATEMENT,
     LINES_PER_STATEMENT_BUDGET,
@@ -104,7 +104,7 @@ class _FileTracker:
             # Committing what was read would move the watermark past the lines never read, and the next run,
             # whose window starts there, would skip them in the file now at this path: fail (69, retried by a
             # scheduled run) with nothing committed, so that the next attempt reads this window again.
-            raise UnavailableError(f"{self.path} was removed, replaced or truncated while the run read it; "
+            raise UnavailableError(f"{shown_path(self.path)} was removed, replaced or truncated while the run read it; "
                                    "nothing was committed, and the next run reads the window again.")
         return Batch(state={self.path: list(signature) + [self.low, self.high, future]})
 
@@ -125,14 +125,15 @@ class NdjsonSource(BaseSource):
         self.lookup = _no_index  # until restored: every file is read
 
     def describe(self):
-        return f"xAPI NDJSON files at {self.path}"
+        return f"xAPI NDJSON files at {shown_path(self.path)}"
 
     def preflight(self):
         files = unreadable = 0
         first_unreadable, skipped = None, []
         for kind, path, detail in export_files(self.path):
             if kind == "skipped":
-                skipped.append(Finding(WARNING, f"{path} is skipped: it is {detail}; only regular files are read"))
+                skipped.append(Finding(WARNING, f"{shown_path(path)} is skipped: it is {detail}; "
+                                                 "only regular files are read"))
                 del skipped[SKIPPED_SHOWN:]  # the first ones: a count says the rest
                 continue
             files += 1
@@ -142,7 +143,7 @@ class NdjsonSource(BaseSource):
         if unreadable:
             more = f" ({unreadable - 1} more unreadable)" if unreadable > 1 else ""
             raise ConfigError(denied(first_unreadable) + more)
-        return [Finding(OK, f"{files} export file(s) readable under {self.path}")] + skipped
+        return [Finding(OK, f"{files} export file(s) readable under {shown_path(self.path)}")] + skipped
 
     def restore(self, lookup):
         """Take up the file index an earlier committed run recorded, through `lookup(paths)`, which
@@ -176,7 +177,7 @@ class NdjsonSource(BaseSource):
         for kind, path, detail in export_files(self.path):
             if kind == "skipped":
                 if not compressed:
-                    logger.warning("Skipped %s: it is %s; only regular files are read.", path, detail)
+                    logger.warning("Skipped %s: it is %s; only regular files are read.", shown_path(path), detail)
             elif path.endswith(".gz") == compressed:
                 yield path, detail
 
@@ -273,8 +274,8 @@ class NdjsonSource(BaseSource):
         except PermissionError as error:
             raise ConfigError(denied(path)) from error
         except OSError as error:
-            raise BadInputError(f"Cannot read {path} ({error.strerror or error}); fix or move the file and run "
-                                "again.") from error
+            raise BadInputError(f"Cannot read {shown_path(path)} ({error.strerror or error}); fix or move the file "
+                                "and run again.") from error
         with handle:
             if info.st_ino != signature.inode:
                 changed = ChunkResult()
@@ -306,8 +307,8 @@ class NdjsonSource(BaseSource):
                 grew = os.fstat(handle.fileno()).st_size > signature.size
                 if grew or (isinstance(error, EOFError) and info.st_mtime > changed_after):
                     logger.warning("%s was still being written when the run read it; what was complete is read "
-                                   "now, the rest by the next run.", path)
+                                   "now, the rest by the next run.", shown_path(path))
                     return
-                raise BadInputError(f"Cannot read {path} to the end ({error}); fix or move the file and run "
-                                    "again.") from error
+                raise BadInputError(f"Cannot read {shown_path(path)} to the end ({error}); fix or move the file "
+                                    "and run again.") from error
 

@@ -15,7 +15,7 @@ from lms_refresh import faults
 from lms_refresh.errors import BadInputError, ConfigError
 from lms_refresh.regular_files import NotRegularFile, open_regular
 from lms_refresh.sources import RAW_KEPT, Batch, json_decoding
-from lms_refresh.sources.files import chunk_lines, denied
+from lms_refresh.sources.files import chunk_lines, denied, shown_path
 from lms_refresh.sources.records import NOTHING, Intake
 from lms_refresh.sources.xapi_fields import InvalidStatement, stored_cursor
 
@@ -171,7 +171,7 @@ def read_chunk(mapper, chunk, reading):
     except PermissionError as error:
         raise ConfigError(denied(path)) from error
     except OSError as error:
-        raise BadInputError(f"Cannot read {path} ({error.strerror or error}); fix or move the file and run "
+        raise BadInputError(f"Cannot read {shown_path(path)} ({error.strerror or error}); fix or move the file and run "
                             "again.") from error
     try:
         with handle:
@@ -187,7 +187,7 @@ def read_chunk(mapper, chunk, reading):
                 result.changed = True  # truncated while this chunk was read
                 return result
     except OSError as error:
-        raise BadInputError(f"Cannot read {path} ({error.strerror or error}); fix or move the file and run "
+        raise BadInputError(f"Cannot read {shown_path(path)} ({error.strerror or error}); fix or move the file and run "
                             "again.") from error
     numbered = enumerate(lines, 1)
     if int in map(type, lines):  # a line given as its length is rare: `oversized`, a generator, costs per line

@@ -364,3 +364,38 @@ def test_corrupt_compressed_data_is_bad_input_not_a_crash(tmp_path):
     (tmp_path / "a.ndjson.gz").write_bytes(bytes(data))
     with pytest.raises(BadInputError, match="a.ndjson.gz to the end"):
         collect(NdjsonSource(str(tmp_path), MAPPER, batch_size=100))
+
+
+def test_a_file_name_with_a_newline_cannot_forge_a_log_line(sqlite_project):
+    """A FIFO named "a\\nERROR forged line.ndjson" made the "Skipped" warning two lines, the second one an ERROR
+    record of its own on stderr (and a line of its own in `check`'s output and in the journal's text)."""
+    project = sqlite_project
+    project.write("good.ndjson", good_lines(20))
+    inbox = project.source
+    name = "a\nERROR forged line.ndjson"
+    os.mkfifo(inbox / name)
+    os.symlink(f"{inbox}/gone\n\x1b[2Jcleared.ndjson", inbox / "b\rok  forged.ndjson")  # dangling, to a name with ESC
+    result = project.invoke("run", now=NOW)
+    checked = project.invoke("check", now=NOW)
+    assert result.returncode == 0 and checked.returncode == 0, (result.stderr, checked.stderr)
+    shown = repr(f"{inbox}/{name}")
+    assert f"Skipped {shown}: it is a FIFO; only regular files are read." in result.stderr
+    assert f"note  source: warning: {shown} is skipped: it is a FIFO; only regular files are read" in checked.stdout
+    target = repr(f"{inbox}/gone\n\x1b[2Jcleared.ndjson")
+    assert f"Skipped {repr(f'{inbox}/b' + chr(13) + 'ok  forged.ndjson')}: it is a dangling symbolic link " \
+           f"(to {target}); only regular files are read." in result.stderr
+    for output in (result.stderr, checked.stdout):
+        assert "\x1b" not in output and "\r" not in output
+        assert not [line for line in output.splitlines() if line.startswith(("ERROR forged", "ok  forged"))]
+    assert "read 20 statements, staged 20" in result.stderr
+
+
+def test_messages_naming_an_export_file_show_its_control_characters_escaped(tmp_path):
+    from lms_refresh.sources.files import denied, shown_path
+
+    assert shown_path("/srv/exports/2026-11.ndjson") == "/srv/exports/2026-11.ndjson"
+    assert shown_path("/srv/a\nERROR forged line.ndjson") == "'/srv/a\\nERROR forged line.ndjson'"
+    assert shown_path("/srv/\udcff.ndjson") == "'/srv/\\udcff.ndjson'"  # an undecodable byte of the name
+    message = denied("/srv/a\nERROR forged line.ndjson")
+    assert message.startswith("Cannot read '/srv/a\\nERROR forged line.ndjson': permission denied for user ")
+    assert "\n" not in message

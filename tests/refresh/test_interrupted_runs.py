@@ -113,7 +113,7 @@ def test_a_stop_sends_no_failure_ping_and_is_no_warning(monkeypatch):
               "last_run": dict(run, exit_code=143, outcome="failed", message="Stopped by SIGTERM")}
     now = dt.datetime(2026, 11, 3, 5, 0, tzinfo=dt.UTC)
     code, line = plugin_report(status, now, "Europe/Paris", grace=7200)
-    assert code == 0 and "was stopped (143) and rolled back" in line, line
+    assert code == 0 and "was stopped (143) before its commit" in line and "rolled back" not in line, line
     status["last_run"] = dict(run, exit_code=69, outcome="failed", message="unreachable")
     assert plugin_report(status, now, "Europe/Paris", grace=7200)[0] == 1
 

@@ -4,6 +4,7 @@
 import multiprocessing
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -130,3 +131,60 @@ def test_a_process_forked_from_a_run_dies_by_a_stop_instead_of_raising_the_runs_
         printed = errors.read()
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status
     assert printed == ""
+
+
+# -- commands with nothing to roll back say only that they were stopped ---------------------------------------
+
+def _stopped_while_waiting(project, command, ready, env=None):
+    """Run `command`, SIGTERM it once `ready()` says it waits on the outside world; return (exit status, stderr)."""
+    process = subprocess.Popen(project.cli_args(*command), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=project.environment(env))
+    try:
+        ready()
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    return process.returncode, err
+
+
+def test_check_stopped_while_it_reaches_the_source_does_not_claim_a_rollback(sqlite_project, tmp_path):
+    """check writes nothing and runs no run: it said "the run was rolled back and nothing was committed"."""
+    project = sqlite_project
+    listener = socket.create_server(("127.0.0.1", 0))  # accepts, never answers: check waits on it
+    password = tmp_path / "lrs-password"
+    password.write_text("secret\n")
+    project.source_settings = {"type": "xapi-lrs", "endpoint": f"http://127.0.0.1:{listener.getsockname()[1]}/xAPI/",
+                               "username": "lms", "password_file": str(password)}
+    project.configure()
+    listener.settimeout(60)
+    held = []  # the accepted connection, kept open (unanswered) until check is stopped
+    with listener:
+        code, err = _stopped_while_waiting(project, ["check"], lambda: held.append(listener.accept()[0]))
+        for connection in held:
+            connection.close()
+    assert code == 143, err
+    assert "ERROR Stopped by SIGTERM.\n" in err
+    assert "rolled back" not in err and "run" not in err.split("ERROR", 1)[1]
+
+
+def test_alert_stopped_while_it_mails_does_not_claim_a_rollback(sqlite_project, tmp_path):
+    project = sqlite_project
+    started = tmp_path / "sendmail-started"
+    sendmail = tmp_path / "sendmail"
+    sendmail.write_text(f"#!/bin/sh\ncat >/dev/null\ntouch {started}\nsleep 60\n")
+    sendmail.chmod(0o755)
+    project.config.write_text(project.config.read_text()
+                              + f'[alerts]\nmail_to = "ops@example.edu"\nsendmail = "{sendmail}"\n')
+
+    def mailing():
+        deadline = time.monotonic() + 60
+        while not started.exists():
+            assert time.monotonic() < deadline, "sendmail was never started"
+            time.sleep(0.05)
+
+    code, err = _stopped_while_waiting(project, ["alert", "--exit-status", "1", "--result", "exit-code"], mailing)
+    assert code == 143, err
+    assert "ERROR Stopped by SIGTERM.\n" in err
+    assert "rolled back" not in err

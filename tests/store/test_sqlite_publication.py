@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.commands import reachable_cli
 from helpers.exports import deliver
 from helpers.project import Project
 from helpers.publication import publication, read_publication
@@ -128,6 +129,66 @@ def test_a_publication_that_cannot_be_written_fails_after_the_commit_and_says_wh
     noisy(sqlite_project)
     sqlite_project.invoke("run", now="2026-11-21T04:20:00Z", check=0)
     assert read_publication(publication(sqlite_project))[1] == sqlite_project.serving()
+
+
+def test_check_refuses_a_publication_whose_directory_is_no_directory(sqlite_project, tmp_path):
+    """The run above fails after its commit; `check` said "ok" to the same configuration."""
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    noisy(sqlite_project, f'\n[publication]\npath = "{blocker / "serving.sqlite"}"')
+    result = sqlite_project.invoke("check", now=NOW)
+    assert result.returncode == 78, result.stdout
+    assert (f"The publication {blocker / 'serving.sqlite'} cannot be written: {blocker} is not a directory, so a "
+            "run would commit the store and then fail (78) to publish it" in result.stderr)
+
+
+def check_as_nobody(project, publication_directory, report_directory=None):
+    """`check` as 'nobody', who owns the state directory, with the publication (and report) in those directories."""
+    settings = f'\n[publication]\npath = "{publication_directory / "serving.sqlite"}"'
+    if report_directory is not None:
+        settings += f'\n[report]\npath = "{report_directory / "report.html"}"'
+    noisy(project, settings)
+    for path in (project.state, *project.state.iterdir()):
+        os.chown(path, 65534, 65534)
+    return subprocess.run(["runuser", "-u", "nobody", "--"] + reachable_cli(project.root.parent)
+                          + ["--config", str(project.config), "--now", NOW, "check"],
+                          capture_output=True, text=True, cwd=project.root.parent, timeout=120)
+
+
+def test_check_refuses_a_publication_directory_the_service_user_cannot_write(world_readable_root):
+    project = Project(world_readable_root / "p")
+    (world_readable_root / "p").chmod(0o755)
+    published = world_readable_root / "published"  # root's, 0755: 'nobody' may not write there
+    published.mkdir(mode=0o755)
+    result = check_as_nobody(project, published)
+    assert result.returncode == 78, (result.stdout, result.stderr)
+    assert (f"The publication {published / 'serving.sqlite'} cannot be written: {published} is not writable by "
+            "'nobody', so a run would commit the store and then fail (78) to publish it; make that directory "
+            "writable by the service user" in result.stderr)
+    missing = published / "one" / "two"  # a run would have to create it in `published`
+    result = check_as_nobody(project, missing)
+    assert result.returncode == 78
+    assert f"cannot be written: {published} is not writable by 'nobody'" in result.stderr
+    os.chown(published, 65534, 65534)
+    result = check_as_nobody(project, missing)
+    assert result.returncode == 0, result.stderr
+    assert (f"ok  publication {missing / 'serving.sqlite'}: its directory will be created in {published}, which "
+            "is writable by 'nobody'") in result.stdout
+
+
+def test_check_notes_a_report_directory_the_service_user_cannot_write(world_readable_root):
+    """A run only warns that it wrote no report: `check` says so in a note and exits 0."""
+    project = Project(world_readable_root / "p")
+    (world_readable_root / "p").chmod(0o755)
+    published, reports = world_readable_root / "published", world_readable_root / "reports"
+    published.mkdir()
+    reports.mkdir(mode=0o755)
+    os.chown(published, 65534, 65534)
+    result = check_as_nobody(project, published, reports)
+    assert result.returncode == 0, result.stderr
+    assert f"ok  publication {published / 'serving.sqlite'}: its directory is writable by 'nobody'" in result.stdout
+    assert (f"note  report: warning: the report {reports / 'report.html'} cannot be written: {reports} is not "
+            "writable by 'nobody', so each run would publish but warn that it wrote no report" in result.stdout)
 
 
 # -- a dashboard's own account ------------------------------------------------------------------------

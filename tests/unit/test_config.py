@@ -189,3 +189,160 @@ def test_a_configuration_path_that_is_no_small_regular_file_is_refused_at_once(t
         path = "/dev/zero"
     with pytest.raises(ConfigError, match="not a regular file|larger than 1 MiB"):
         load_config(str(path), {})
+
+
+# -- review b: values that named nothing stable ------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", ["check", "run"])
+def test_an_empty_source_path_is_a_configuration_error_naming_the_key(sqlite_project, command):
+    project = sqlite_project
+    """`path = ""` was read as the export share not mounted (69, retried three times by the timer)."""
+    project.config.write_text(project.config.read_text().replace(f'path = "{project.source}"', 'path = ""'))
+    result = project.invoke(command)
+    assert result.returncode == 78, result.stderr
+    assert f"{project.config}: key 'source.path' must not be empty; give an absolute path." in result.stderr
+
+
+LRS = '[source]\ntype = "xapi-lrs"\nendpoint = "https://lrs.example.edu/xAPI/"\nusername = "u"\n'
+POSTGRES = '[store]\ntype = "postgresql"\nurl = "postgresql://lms@db.example.edu/metrics"\n'
+
+
+@pytest.mark.parametrize("text, message", [
+    (MINIMAL + '[store]\nurl = "postgresql://lms@db.example.edu/metrics"\n',
+     "key 'store.url' does not apply to store type \"sqlite\" (it is for postgresql)."),
+    (MINIMAL + '[store]\ntype = "sqlite"\npassword_file = "store-password"\n',
+     "key 'store.password_file' does not apply to store type \"sqlite\" (it is for postgresql)."),
+    (MINIMAL + '[store]\nschema = "metrics"\n',
+     "key 'store.schema' does not apply to store type \"sqlite\" (it is for postgresql)."),
+    (MINIMAL + POSTGRES + 'path = "/srv/metrics.sqlite"\n',
+     "key 'store.path' does not apply to store type \"postgresql\" (it is for sqlite)."),
+    (MINIMAL + '[store]\ntype = "postgresql"\n', "key 'store.url' is required when store.type is \"postgresql\"."),
+])
+def test_store_keys_belong_to_their_kind(tmp_path, text, message):
+    """As [source] keys do: a key of the other backend was ignored without a word."""
+    with pytest.raises(ConfigError) as error:
+        load(tmp_path, text)
+    assert str(error.value) == f"{tmp_path / 'config.toml'}: {message}"
+
+
+def test_a_store_key_of_the_other_backend_fails_check_and_run_with_78(project, store_kind):
+    if store_kind == "sqlite":
+        foreign, other = '[store]\nschema = "metrics"\n', "store.schema' does not apply to store type \"sqlite\""
+    else:  # the project's [store] table comes last
+        foreign, other = 'path = "/srv/metrics.sqlite"\n', "store.path' does not apply to store type \"postgresql\""
+    project.config.write_text(project.config.read_text() + foreign)
+    for command in ("check", "run"):
+        result = project.invoke(command)
+        assert result.returncode == 78, result.stderr
+        assert f"{project.config}: key '{other}" in result.stderr
+
+
+RELATIVE = [
+    ('state_directory = "state"\n' + MINIMAL, "state_directory"),
+    ('[source]\ntype = "xapi-ndjson"\npath = "exports"\n', "source.path"),
+    ('[source]\ntype = "xapi-ndjson"\npath = "./exports"\n', "source.path"),
+    (LRS + 'password_file = "lrs/password"\nca_bundle = "/etc/ssl/ca.pem"\n', "source.password_file"),
+    (LRS + 'password_file = "lrs-password"\nca_bundle = "ca.pem"\n', "source.ca_bundle"),
+    (MINIMAL + '[store]\npath = "metrics.sqlite"\n', "store.path"),
+    (MINIMAL + POSTGRES + 'password_file = "secrets/store-password"\n', "store.password_file"),
+    (MINIMAL + '[pseudonymisation]\nkey_file = "../keys/pseudonymisation.key"\n', "pseudonymisation.key_file"),
+    (MINIMAL + '[alerts]\nsendmail = "sendmail"\n', "alerts.sendmail"),
+    (MINIMAL + '[alerts]\nwebhook_url_file = "etc/webhook"\n', "alerts.webhook_url_file"),
+    (MINIMAL + '[alerts]\nhealthchecks_url_file = "./hc-url"\n', "alerts.healthchecks_url_file"),
+    (MINIMAL + '[monitoring]\ntextfile = "lms_refresh.prom"\n', "monitoring.textfile"),
+    (MINIMAL + '[publication]\npath = "serving.sqlite"\n', "publication.path"),
+    (MINIMAL + '[report]\npath = "report.html"\n', "report.path"),
+]
+
+
+@pytest.mark.parametrize("text, key", RELATIVE, ids=[f"{key}-{n}" for n, (_, key) in enumerate(RELATIVE)])
+def test_a_relative_path_is_refused_naming_the_key(tmp_path, text, key):
+    """A relative path was read from the working directory: / under systemd, elsewhere for an operator's
+    `check`, so the two looked at different files."""
+    with pytest.raises(ConfigError) as error:
+        load(tmp_path, text)
+    assert f"{tmp_path / 'config.toml'}: key '{key}' must be an absolute path (starting with /), not " \
+        in str(error.value)
+    assert "which is / under systemd." in str(error.value)
+
+
+def test_a_relative_alert_path_is_refused_by_the_alert_too(tmp_path):
+    from lms_refresh.config import load_alerts
+
+    path = tmp_path / "config.toml"
+    path.write_text('[alerts]\nmail_to = "ops@example.edu"\nsendmail = "bin/sendmail"\n')
+    with pytest.raises(ConfigError, match="key 'alerts.sendmail' must be an absolute path"):
+        load_alerts(str(path))
+
+
+def test_credential_names_and_absolute_paths_are_accepted(tmp_path):
+    config = load(tmp_path, MINIMAL + POSTGRES + 'password_file = "store-password"\n'
+                  '[alerts]\nwebhook_url_file = "/etc/lms-refresh/webhook"\nhealthchecks_url_file = "hc-url"\n')
+    assert config.store.password_file == "store-password"
+    assert (config.alerts.webhook_url_file, config.alerts.healthchecks_url_file) == ("/etc/lms-refresh/webhook",
+                                                                                     "hc-url")
+
+
+@pytest.mark.parametrize("text, key", [
+    (MINIMAL + '[publication]\npath = ""\n', "publication.path"),
+    ('state_directory = ""\n' + MINIMAL, "state_directory"),
+    (MINIMAL + '[alerts]\nwebhook_url_file = ""\n', "alerts.webhook_url_file"),
+])
+def test_an_empty_path_is_refused_not_taken_for_the_default(tmp_path, text, key):
+    with pytest.raises(ConfigError, match=f"key '{key}' must not be empty; give an absolute path"):
+        load(tmp_path, text)
+
+
+def test_a_path_with_a_control_character_is_refused(tmp_path):
+    """Every message that names the path would carry the newline: a forged line in the journal."""
+    with pytest.raises(ConfigError, match=r"key 'source.path' must not contain control or format characters: "
+                                          r"'/srv/x\\nERROR forged'"):
+        load(tmp_path, '[source]\ntype = "xapi-ndjson"\npath = "/srv/x\\nERROR forged"\n')
+
+
+def test_a_relative_path_fails_check_and_run_with_78(sqlite_project):
+    project = sqlite_project
+    project.config.write_text(project.config.read_text().replace(f'path = "{project.source}"', 'path = "inbox"'))
+    for command in ("check", "run"):
+        result = project.invoke(command)
+        assert result.returncode == 78, result.stderr
+        assert f"{project.config}: key 'source.path' must be an absolute path (starting with /), not 'inbox'" \
+            in result.stderr
+
+
+@pytest.mark.parametrize("zone, meaning", [
+    ("localtime", "this machine's zone (/etc/localtime), which changes when the machine's does"),
+    ("posixrules", "the time zone database's rules for POSIX TZ strings"),
+    ("Factory", "the time zone database's placeholder for a zone nobody set"),
+])
+def test_a_time_zone_that_names_no_place_is_refused(tmp_path, zone, meaning):
+    """zoneinfo accepts 'localtime' (/usr/share/zoneinfo/localtime -> /etc/localtime): the published calendar
+    then moved whenever the machine's zone did."""
+    with pytest.raises(ConfigError) as error:
+        load(tmp_path, f'timezone = "{zone}"\n' + MINIMAL)
+    assert str(error.value) == (f"{tmp_path / 'config.toml'}: key 'timezone' is invalid: '{zone}' is not a time zone "
+                                f"name but {meaning}; name the zone explicitly, such as \"Europe/Paris\" (see "
+                                "timedatectl list-timezones).")
+
+
+@pytest.mark.parametrize("zone", ["posix/Europe/Paris", "right/UTC"])
+def test_a_copy_of_a_zone_under_another_name_is_refused(tmp_path, zone):
+    """zoneinfo opens any file of the database; these are copies (right/: with leap seconds), no IANA names.
+    Where tzdata does not install them (Debian 13 moved right/ to tzdata-legacy), they are unknown names."""
+    with pytest.raises(ConfigError, match=f"key 'timezone' is invalid: '{zone}' is not an IANA time zone name; "
+                                          "name the zone explicitly|is not a known time zone"):
+        load(tmp_path, f'timezone = "{zone}"\n' + MINIMAL)
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Paris", "America/Argentina/Buenos_Aires", "Etc/GMT+5"])
+def test_iana_zone_names_are_accepted(tmp_path, zone):
+    assert load(tmp_path, f'timezone = "{zone}"\n' + MINIMAL).timezone == zone
+
+
+def test_localtime_fails_check_with_78(sqlite_project):
+    project = sqlite_project
+    project.config.write_text(project.config.read_text().replace('timezone = "Europe/Paris"', 'timezone = "localtime"'))
+    result = project.invoke("check")
+    assert result.returncode == 78
+    assert "key 'timezone' is invalid: 'localtime' is not a time zone name" in result.stderr
+    assert "name the zone explicitly" in result.stderr

@@ -158,7 +158,9 @@ def test_a_stop_while_waiting_to_retry_ends_the_job_with_143(project, tmp_path):
 
     report, error = run_job(refresh_of(project), sleep=sleep)
     assert report is None and isinstance(error, errors.Terminated)
-    assert errors.exit_status(error) == (143, "Stopped by SIGTERM; the run was rolled back and nothing was committed.")
+    # No run was under way while it waited: nothing was rolled back, and it does not say that anything was.
+    assert errors.exit_status(error) == (143, "Stopped by SIGTERM while waiting to retry, between attempts: nothing "
+                                              "was under way and nothing was committed.")
     assert "lms_refresh_last_exit_code 143.000000" in textfile.read_text()
     assert signal.getsignal(signal.SIGTERM) is before
 
