@@ -223,6 +223,6 @@ def _all_commands(group, prefix=""):
 if __name__ == "__main__":
     from lms_refresh.cli import cli
 
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the source tree
     sys.stdout.write(render(cli, sys.argv[1] if len(sys.argv) > 1 else "2026-11-30",
                             read_units(sys.argv[2] if len(sys.argv) > 2 else os.path.join(here, "systemd"))))

@@ -71,8 +71,12 @@ def test_the_page_as_the_package_build_writes_it_reads_cleanly_as_text(page, tmp
 
     if shutil.which("groff") is None:
         pytest.skip("groff is not installed (tests/run.sh installs groff-base)")
-    built = subprocess.run([sys.executable, "-m", "lms_refresh.cli.manpage", "2026-11-30",
-                            os.path.join(ROOT, "systemd")], capture_output=True, text=True, cwd=ROOT)
+    # As debian/rules runs it in the source tree: the units found beside the package. The installed package
+    # (debian/tests/suite) has no units beside it: they are named there.
+    from_source = os.path.dirname(os.path.dirname(os.path.abspath(lms_refresh.__file__))) == os.path.abspath(ROOT)
+    units = [] if from_source else [os.path.join(ROOT, "systemd")]
+    built = subprocess.run([sys.executable, "-m", "lms_refresh.cli.manpage", "2026-11-30", *units],
+                           capture_output=True, text=True, cwd=ROOT)
     assert built.returncode == 0 and built.stderr == "", built.stderr
     assert built.stdout == page
     path = tmp_path / "lms-refresh.8"
