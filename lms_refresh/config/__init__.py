@@ -17,6 +17,7 @@ from lms_refresh.config.schema import (
     MAX_TERMS,
     REQUIRED,
     SCHEMA,
+    SQLITE_ONLY_KEYS,
     TERM_KEYS,
     TYPE_KEYS,
 )
@@ -66,6 +67,17 @@ class Config:
     publication: Publication
     report: Report
     terms: tuple = ()  # of Term, from the [[terms]] tables, as written
+    unused: tuple = ()  # the keys written in the file that this store type does not use (SQLITE_ONLY_KEYS)
+
+    def unused_keys_sentence(self):
+        """The warning `check` and each run give about `unused`, or None."""
+        if not self.unused:
+            return None
+        keys = ", ".join(f"'{key}'" for key in self.unused)
+        named = f"keys {keys} only apply" if len(self.unused) > 1 else f"key {keys} only applies"
+        return (f"{self.origin}: {named} to a SQLite store: "
+                f"with store type \"{self.store.type}\" no publication file or report is written (dashboards read "
+                f"the serving views); remove {'them' if len(self.unused) > 1 else 'it'} from the configuration.")
 
     @property
     def store_location(self):
@@ -211,6 +223,8 @@ def validate(document, origin, environ):
         publication=table(Publication, "publication"),
         report=table(Report, "report"),
         terms=_terms(document.get("terms", []), origin),
+        unused=() if values["store.type"] == "sqlite" else tuple(
+            key for key in SQLITE_ONLY_KEYS if key.split(".")[1] in document.get(key.split(".")[0], {})),
     )
     refuse_collisions(config)  # before anything is written: no key may name a file another one does
     return config

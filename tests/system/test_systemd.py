@@ -735,6 +735,7 @@ def test_a_manual_start_fails_fast_and_a_stop_during_the_timers_retry_wait_pages
 
 
 def test_freshness_comes_from_runs_not_from_a_backfill_of_an_old_window(system):
+    configure(system)  # its own configuration: run alone, nothing earlier in the module has written one
     system.run("systemctl", "start", UNIT)
     fresh = json.loads(as_service_user(system, "status", "--json").stdout)["last_success"]
     as_service_user(system, "backfill", "--since", "2026-01-01", "--until", "2026-01-02")

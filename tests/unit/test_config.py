@@ -237,6 +237,37 @@ def test_a_store_key_of_the_other_backend_fails_check_and_run_with_78(project, s
         assert f"{project.config}: key '{other}" in result.stderr
 
 
+def test_the_sqlite_publication_keys_are_named_as_unused_under_postgresql(tmp_path):
+    text = MINIMAL + '[publication]\npath = "/srv/serving.sqlite"\nlanguage = "fr"\n[report]\nenabled = false\n'
+    assert load(tmp_path, text).unused == ()  # SQLite uses them all
+    config = load(tmp_path, text + POSTGRES)
+    assert config.unused == ("publication.path", "report.enabled")  # not the course names' language
+    assert config.unused_keys_sentence() == (
+        f"{tmp_path / 'config.toml'}: keys 'publication.path', 'report.enabled' only apply to a SQLite store: with "
+        'store type "postgresql" no publication file or report is written (dashboards read the serving views); '
+        "remove them from the configuration.")
+    assert load(tmp_path, MINIMAL + POSTGRES).unused_keys_sentence() is None
+
+
+def test_check_and_every_run_warn_of_publication_keys_a_postgresql_store_does_not_use(project, store_kind):
+    """They were accepted without a word: an operator who set report.path waited for a report no run writes."""
+    text, added = project.config.read_text(), f'[report]\npath = "{project.config.parent / "report.html"}"\n'
+    if store_kind == "postgresql":  # the project's [store] table comes last
+        store = text.index("[store]")
+        project.config.write_text(text[:store] + added + text[store:])
+    else:
+        project.config.write_text(text + added)
+    warning = (f"{project.config}: key 'report.path' only applies to a SQLite store: with store type \"postgresql\" "
+               "no publication file or report is written")
+    check, run = project.invoke("check"), project.invoke("run")
+    assert run.returncode == 0, run.stderr
+    if store_kind == "postgresql":
+        assert check.returncode == 0 and warning in check.stdout + check.stderr, (check.stdout, check.stderr)
+        assert warning in run.stderr
+    else:
+        assert "to a SQLite store" not in check.stdout + check.stderr + run.stderr
+
+
 RELATIVE = [
     ('state_directory = "state"\n' + MINIMAL, "state_directory"),
     ('[source]\ntype = "xapi-ndjson"\npath = "exports"\n', "source.path"),
