@@ -190,3 +190,29 @@ def test_a_report_that_cannot_be_written_is_a_warning_and_the_run_succeeds(sqlit
     assert result.returncode == 0, result.stderr
     assert f"Could not write the HTML report {blocked}/report.html" in result.stderr
     assert "the publication stands" in result.stderr and publication(project).exists()
+
+
+def test_the_command_takes_the_current_term_from_now_in_the_configured_time_zone(sqlite_project, tmp_path):
+    """`report --now` is an instant; the current term is the one holding its local date in `timezone`
+    (Europe/Paris): 22:30 UTC on 29 November is still Autumn's last day there, 23:30 UTC already Winter's first,
+    and so is 23:30 on the 29th at UTC-1."""
+    from helpers.statements import statement
+
+    project = sqlite_project
+    project.configure(extra_top="min_cell_size = 2")
+    project.config.write_text(project.config.read_text() + '[[terms]]\nname = "Autumn"\nfirst_day = 2026-09-01\n'
+                              'last_day = 2026-11-29\n[[terms]]\nname = "Winter"\nfirst_day = 2026-11-30\n'
+                              'last_day = 2027-02-28\n')
+    project.write("a.ndjson", [statement(learner=f"u{n}", timestamp=f"2026-11-{day}T10:00:00Z", completion=True,
+                                         stored=f"2026-11-{day}T10:00:01Z") for day in (28, 30) for n in range(3)])
+    run = inprocess.invoke(["--config", str(project.config), "--now", "2026-12-01T05:00:00+00:00", "run"],
+                           environment())
+    assert run.returncode == 0, run.stderr
+    output = tmp_path / "out.html"
+    for now, span in (("2026-11-29T22:30:00+00:00", "the term Autumn (2026-09-01 to 2026-11-29)"),
+                      ("2026-11-29T23:30:00+00:00", "the term Winter (2026-11-30 to 2027-02-28)"),
+                      ("2026-11-29T23:30:00-01:00", "the term Winter (2026-11-30 to 2027-02-28)")):  # text: 29th
+        result = inprocess.invoke(["--config", str(project.config), "--now", now, "report", "--output", str(output)],
+                                  environment())
+        assert result.returncode == 0, result.stderr
+        assert f"Over {span}: " in output.read_text(), (now, span)

@@ -12,6 +12,7 @@ from helpers.paths import REPO
 from helpers.project import Project
 from helpers.publication import COURSE_COLUMNS as COLUMNS, publication, published_courses
 from helpers.statements import HOME, statement
+from lms_refresh.sources.records import PREFILTER_STREAK
 from lms_refresh.sources.xapi import COURSE_TYPE
 
 NOW = "2026-11-20T04:15:00Z"
@@ -242,3 +243,28 @@ def test_a_quarantined_statement_names_no_course(project):
     project.invoke("run", now="2026-11-06T04:15:00Z", check=0)
     assert project.query("SELECT count(*) FROM quarantine") == [(3,)]
     assert published_courses(project) == [(iri("BIO"), "Biology II", None, None, None, None)]
+
+
+@pytest.mark.parametrize("mapped", [False, True], ids=["skipped-unread", "read-then-left-out"])
+def test_a_statement_the_run_leaves_out_names_no_course_until_a_run_counts_it(project, mapped):
+    """A run counts the statements stored in its window only. One stored before the window (a late export
+    file: it is never counted) names nothing, however newer than the course's name; one stored after the window
+    (the next run's) names nothing yet, then names the course when the run that counts it comes. Both whether the
+    run skips their lines unread (its pre-filter of `stored`) or maps them first (the pre-filter pauses after
+    PREFILTER_STREAK lines in a row inside the window)."""
+    configure(project)
+    project.write("a.ndjson", named("BIO", {"en": "Biology"}, stored="2026-11-02T09:00:00Z"))
+    project.invoke("run", now="2026-11-03T04:15:00Z", check=0)
+    assert published_courses(project) == [(iri("BIO"), "Biology", None, None, None, None)]
+    inside = named("BIO", None, stored="2026-11-03T09:00:00Z", prefix="n", learners=PREFILTER_STREAK if mapped else 2)
+    before = named("BIO", {"en": "Before the window"}, stored="2026-11-02T10:00:00Z", prefix="b")
+    after = named("BIO", {"en": "After the window"}, stored="2026-11-04T05:00:00Z", prefix="a")
+    project.write("b.ndjson", inside + before + after)
+    result = project.invoke("run", now="2026-11-04T04:15:00Z", check=0)
+    assert "window 2026-11-03T04:15:00.000000Z .. 2026-11-04T04:15:00.000000Z" in result.stderr, result.stderr
+    staged = 2 + len(inside)  # before's and after's left out
+    assert project.query("SELECT count(*) FROM staged_events") == [(staged,)]
+    assert published_courses(project) == [(iri("BIO"), "Biology", None, None, None, None)]
+    project.invoke("run", now="2026-11-05T04:15:00Z", check=0)
+    assert project.query("SELECT count(*) FROM staged_events") == [(staged + 2,)]
+    assert published_courses(project) == [(iri("BIO"), "After the window", None, None, None, None)]
