@@ -4,6 +4,7 @@
     /usr/bin/python3 bench/cost_model.py --by-statement        # and the recompute's, SQL statement by statement
     /usr/bin/python3 bench/cost_model.py --check               # compare them with bench/cost_budget.toml
     /usr/bin/python3 bench/cost_model.py --pythonpath DIR      # with DIR's modules too (e.g. orjson)
+    /usr/bin/python3 bench/cost_model.py --floors              # what each step cannot cost less than, and the target
 
 Needs valgrind (`apt install valgrind`). Wall-clock figures on a shared VM move by
 ±20% from one minute to the next; instruction counts do not: with PYTHONHASHSEED
@@ -24,6 +25,19 @@ Steps (what a refresh does per statement; see bench/cost_workload.py):
   naive      the yardstick (not a step; not budgeted): per-line json.loads + executemany
 The publication file (run/publication.py) is not a step: its cost follows the published cells
 (days x courses), not the statements; N and 2N statements of one day publish the same 12 cells.
+
+--floors counts, with the same method on the same statements, the pieces of work a refresh cannot do
+without, each alone on the sample's own data (bench/cost_workload.py's `floors`), and prints each under the
+step it bounds: parse+map cannot cost less than decoding the lines (the worker's decoder: json_decoding's, on
+the path the workload uses, orjson's guards included), the events' record keys (the mapper's RecordKeys, its
+learners' keys cached as in the step) and marshal.dumps of the rows; stage than marshal.loads of them and an
+executemany of them into an empty staged_events (a new store's, with its unique index on event_id) in one
+transaction. Under the recompute, not floors: learner_days' rows (PRESENCE) and their weeks' and months'
+(move_presence), what the grains' rows cost as written today, as --by-statement counts them. Then the sum
+of the floors, with those rows, and today's total, against issue 23's target for the path (TARGETS).
+Today's steps there are those of the same runs, whose marks and arguments differ from --check's: by memory
+layout alone, a step's count may differ from --check's by a percent (parse+map 121,432 against 120,421 at
+first: the budgets are --check's).
 
 With both cores busy all the time, a refresh's rate is at most
 2 x (machine speed) / (its instructions per statement); the naive yardstick's is
@@ -55,12 +69,28 @@ import tomllib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from cost_workload import PARTS  # noqa: E402
+from cost_workload import FLOOR_PARTS, PARTS  # noqa: E402
 
 STEPS = ("parse+map", "stage", "recompute", "commit")
 PYTHON_BETWEEN = "(Python between them)"  # --by-statement: the recompute's Python, apart from its SQL statements
 ORJSON_STEPS = ("parse+map",)  # the steps the JSON parser changes: orjson's budgets
 BUDGETS = os.path.join(HERE, "cost_budget.toml")
+# --floors: under each step, the pieces of its work counted alone: the floors (FLOOR_PARTS) that bound it, or for the
+# recompute the grains' rows as --by-statement counts them (PRESENCE's place, and move_presence's, summed).
+PRESENCE, MOVING = "PRESENCE", "move_presence"
+PIECES = {"parse+map": ("decode", "record keys", "marshal dumps"), "stage": ("marshal loads", "staged insert"),
+          "recompute": (PRESENCE, MOVING), "commit": ()}
+AS_WRITTEN = (PRESENCE, MOVING)  # not floors
+FLOOR_WORDS = {
+    "decode": "the worker's JSON decoder alone (json_decoding.line_decoder()), each line",
+    "record keys": "each event's record key and its learner's (RecordKeys.keyers()) alone",
+    "marshal dumps": "marshal.dumps of the mapped rows, as a worker sends them",
+    "marshal loads": "marshal.loads of them, as the staging process takes them",
+    "staged insert": "executemany of the rows into an empty staged_events (its event_id index), one transaction",
+    PRESENCE: "learner_days' rows (grains.py PRESENCE), as written today: not a floor",
+    MOVING: "their weeks' and months' rows (grains.py move_presence), as written today: not a floor",
+}
+TARGETS = {"stdlib": 120_000, "orjson": 85_000}  # issue 23: a refresh's instructions per statement, in all
 PYTHON = "/usr/bin/python3"  # Debian's own, which the .deb runs on and the budgets were measured with
 
 
@@ -79,17 +109,18 @@ def environment(pycache, pythonpath=None, parser=None):
     return env
 
 
-def run_parts(python, path, count, *, work, run, naive, extra, by_statement=False):
+def run_parts(python, path, count, *, work, run, naive, extra, by_statement=False, floors=False):
     """Start the workload over `count` statements under callgrind in directory `run` of `work` (the code
     is in work/code); return a function that waits for it and returns ({part: instructions}, the JSON parser
     it used). With `by_statement`, the parts also hold each SQL statement of the recompute, by its place in
-    the code (summed over the times it ran), and PYTHON_BETWEEN, the recompute's Python between them."""
+    the code (summed over the times it ran), and PYTHON_BETWEEN, the recompute's Python between them; with
+    `floors` (and `by_statement`), FLOOR_PARTS, PRESENCE and MOVING too."""
     directory = os.path.join(work, run)
     os.mkdir(directory)
     out = os.path.join(directory, "callgrind.out")
     command = ["valgrind", "--tool=callgrind", "--dump-before=getppid", "--combine-dumps=yes",
                f"--callgrind-out-file={out}", python, "-s", os.path.join(work, "code", "cost_workload.py"),
-               path, str(count), f"naive={int(naive)}"] + (["statements=1"] if by_statement else [])
+               path, str(count), f"naive={int(naive)}"] + flags(by_statement, floors)
     env = dict(environment(os.path.join(work, "pycache"), **extra), PYTHONDONTWRITEBYTECODE="1")
     process = subprocess.Popen(command, cwd=directory, env=env, stdin=subprocess.DEVNULL,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -101,15 +132,21 @@ def run_parts(python, path, count, *, work, run, naive, extra, by_statement=Fals
         with open(out, encoding="utf-8") as handle:
             totals = [int(n) for n in re.findall(r"^totals: (\d+)", handle.read(), re.MULTILINE)]
         parser = re.search(r"^json parser: (\S+)$", output, re.MULTILINE)
-        counts = split_parts(totals, output, naive=naive, by_statement=by_statement)
+        counts = split_parts(totals, output, naive=naive, by_statement=by_statement, floors=floors)
         return counts, parser and parser.group(1)
     return wait
 
 
-def split_parts(totals, output, *, naive, by_statement):
+def flags(by_statement, floors):
+    """The workload's arguments after its `naive=`."""
+    return (["statements=1"] if by_statement else []) + (["floors=1"] if floors else [])
+
+
+def split_parts(totals, output, *, naive, by_statement, floors=False):
     """Given callgrind's totals, one per mark (the last: what follows the last mark, the exit), and what the
-    workload printed, return {part: instructions}; with `by_statement`, each SQL statement's too (see run_parts)."""
-    parts = PARTS if naive else PARTS[:-1]
+    workload printed, return {part: instructions}; with `by_statement`, each SQL statement's too, and with `floors`
+    each of FLOOR_PARTS, PRESENCE's and MOVING's (see run_parts)."""
+    parts = (PARTS if naive else PARTS[:-1]) + (FLOOR_PARTS if floors else ())
     places = re.findall(r"^statement: (\S+)$", output, re.MULTILINE)
     pieces = 2 * len(places)  # within the recompute: each statement, and the Python after it
     if len(totals) != len(parts) + 1 + pieces:
@@ -122,14 +159,22 @@ def split_parts(totals, output, *, naive, by_statement):
         counts[PYTHON_BETWEEN] = sum(inside[0::2])
         for place, count in zip(places, inside[1::2], strict=True):
             counts[place] = counts.get(place, 0) + count
+    if floors:
+        presence = re.findall(r"^presence: (\S+)$", output, re.MULTILINE)
+        if len(presence) != 1:
+            raise SystemExit(f"The recompute ran PRESENCE from {len(presence)} places, not 1: {', '.join(presence)}")
+        counts[PRESENCE] = counts[presence[0]]
+        counts[MOVING] = sum(count for place, count in counts.items() if place.split(":")[1:2] == [MOVING])
     return counts
 
 
-def measure(statements, *, python=PYTHON, naive=True, pythonpath=None, parser=None, by_statement=False):
+def measure(statements, *, python=PYTHON, naive=True, pythonpath=None, parser=None, by_statement=False,
+            floors=False):
     """Return ({step: instructions per statement} (and "naive" if asked; with `by_statement`, each of the
-    recompute's SQL statements by its place in the code too) over `statements` statements, the JSON parser
-    the workload used); `pythonpath` and `parser` go to its environment."""
+    recompute's SQL statements by its place in the code too; with `floors`, the floors, PRESENCE and MOVING) over
+    `statements` statements, the JSON parser the workload used); `pythonpath` and `parser` go to its environment."""
     extra = {"pythonpath": pythonpath, "parser": parser}
+    by_statement = by_statement or floors  # the grains' rows, as written today: two places' SQL statements
     from refresh_bench import write_days
 
     with tempfile.TemporaryDirectory(prefix="lms-cost-", dir="/tmp") as work:
@@ -144,12 +189,14 @@ def measure(statements, *, python=PYTHON, naive=True, pythonpath=None, parser=No
         # its own, so both measured runs read the same bytecode and neither compiles any.
         warm = os.path.join(work, "warm")
         os.mkdir(warm)
-        subprocess.run([python, "-s", os.path.join(code, "cost_workload.py"), path, "10", "naive=1"], cwd=warm,
+        subprocess.run([python, "-s", os.path.join(code, "cost_workload.py"), path, "10", "naive=1",
+                        *flags(by_statement, floors)], cwd=warm,
                        env=environment(os.path.join(work, "pycache"), **extra), check=True, stdin=subprocess.DEVNULL,
                        stdout=subprocess.DEVNULL)
         # The two runs at once, one per core: an instruction count does not depend on the other.
         waits = [run_parts(python, path, n, work=work, run=f"run-{i}", naive=naive, extra=extra,
-                           by_statement=by_statement) for i, n in ((1, statements), (2, 2 * statements))]
+                           by_statement=by_statement, floors=floors)
+                 for i, n in ((1, statements), (2, 2 * statements))]
         (one, used), (two, _) = (wait() for wait in waits)
     return {part: (two.get(part, 0) - one.get(part, 0)) / statements for part in two.keys() | one.keys()}, used
 
@@ -210,6 +257,30 @@ def print_counts(counts):
         print(f"  {sum(rest):>9,.0f}  the {len(rest)} other statements (under 100 each)")
 
 
+def print_floors(counts, parser):
+    """Print each step's count with the pieces of its work under it (PIECES), then the refresh's total against
+    issue 23's target for `parser`'s path: the floors' sum, with the grains' rows as written today, and today's."""
+    print("instructions/statement: each step today, and under it each piece of its work counted alone")
+    for step, pieces in PIECES.items():
+        print(f"{step:<18} {counts[step]:>9,.0f}  today")
+        for piece in pieces:
+            print(f"  {piece:<16} {counts[piece]:>9,.0f}  {FLOOR_WORDS[piece]}")
+        if pieces:
+            part = sum(counts[piece] for piece in pieces)
+            what = "as written today" if pieces[0] in AS_WRITTEN else "floors"
+            print(f"  {what:<16} {part:>9,.0f}  {part / counts[step]:.0%} of the step; the rest "
+                  f"{counts[step] - part:,.0f}")
+        else:
+            print("  (no floor counted)")
+    floors = sum(counts[piece] for pieces in PIECES.values() for piece in pieces if piece not in AS_WRITTEN)
+    written = floors + sum(counts[piece] for piece in AS_WRITTEN)
+    target = TARGETS[parser]
+    print(f"refresh total, JSON parser {parser}, against issue 23's target of {target:,}:")
+    for what, total in (("the floors' sum", floors), ("+ the grains' rows as written today", written),
+                        ("today", sum(counts[step] for step in STEPS))):
+        print(f"  {what:<36} {total:>9,.0f} = {total / target:.2f} x the target")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--statements", type=int, help="statements per run (default 2000; --check: the budgets')")
@@ -218,19 +289,25 @@ def main():
     parser.add_argument("--pythonpath", help="a directory of modules the workload may import too (e.g. orjson's)")
     parser.add_argument("--by-statement", action="store_true",
                         help="also count each SQL statement of the recompute apart (not with --check)")
+    parser.add_argument("--floors", action="store_true",
+                        help="count under each step the work it cannot do without, each piece alone, and compare "
+                             "their sum with issue 23's target (not with --check)")
     options = parser.parse_args()
     if options.check and options.statements is not None:
         parser.error("--check measures as many statements as its budgets were measured with")
-    if options.check and options.by_statement:
-        parser.error("--by-statement adds marks the budgets were not measured with: not with --check")
+    if options.check and (options.by_statement or options.floors):
+        parser.error("--by-statement and --floors add marks the budgets were not measured with: not with --check")
     if not options.check:
         options.statements = options.statements or 2000
         counts, used = measure(options.statements, python=options.python, pythonpath=options.pythonpath,
-                               by_statement=options.by_statement)
+                               naive=not options.floors, by_statement=options.by_statement, floors=options.floors)
         python, sqlite = interpreter(options.python)
         print(f"{options.statements} statements, Python {python}, SQLite {sqlite}, {platform.machine()}, "
               f"JSON parser {used}")
-        print_counts(counts)
+        if options.floors:
+            print_floors(counts, used)
+        else:
+            print_counts(counts)
         return 0
     try:
         budgets = load_budgets(BUDGETS)

@@ -1,7 +1,7 @@
 """What bench/cost_model.py runs under callgrind: the first COUNT statements of FILE through each
 step of a refresh, in the order a run takes them, in one process.
 
-    python3 cost_workload.py FILE COUNT naive=1|0 [statements=1]   # beside a copy of lms_refresh/ (cost_model.py)
+    python3 cost_workload.py FILE COUNT naive=1|0 [statements=1] [floors=1]   # beside a copy of lms_refresh/
 
 Each part ends with a call of os.getppid(), which nothing else here calls: the model runs this
 under `valgrind --tool=callgrind --dump-before=getppid`, so callgrind writes one count per part,
@@ -9,7 +9,11 @@ in the order of PARTS. Run it in an empty directory: the store is created in the
 
 With statements=1, the recompute is cut further: a mark before and after each SQL statement it
 executes, so that callgrind counts each statement apart from the Python between them; the
-statements' places in the code (file:function:line, in the order executed) are printed last.
+statements' places in the code (file:function:line, in the order executed) are printed last,
+and PRESENCE's place (learner_days' rows, lms_refresh/store/grains.py) once more as "presence: ...".
+
+With floors=1, FLOOR_PARTS follow: the pieces of work a refresh cannot do without, each alone
+on the same statements (see `floors`).
 """
 
 import datetime
@@ -23,6 +27,9 @@ import types
 # that fills the mapper's caches, as earlier chunks of a real run do) are not steps of the model:
 # they are counted apart so that the steps after them hold only their own work.
 PARTS = ("setup", "warm", "parse+map", "stage", "recompute", "commit", "naive")
+# With floors=1, after them: each floor, and before it (in parentheses, not a floor) what sets its data up.
+FLOOR_PARTS = ("(floors' data)", "decode", "record keys", "marshal dumps", "marshal loads", "(floor store)",
+               "staged insert")
 MARK = os.getppid  # the one call callgrind dumps its counts at (--dump-before=getppid)
 KEY = b"k" * 32
 WINDOW = ("2000-01-01T00:00:00.000000Z", "2100-01-01T00:00:00.000000Z")
@@ -71,7 +78,7 @@ class Fetched:
 
 def marking(store, places):
     """Make `store` mark (MARK) before and after each statement it executes (a query's rows read whole
-    between the two), and append to `places` where in the code each was executed from."""
+    between the two), and append to `places` where in the code each was executed from, with the statement."""
     execute = store.execute
 
     def marked(statement, parameters=()):
@@ -81,12 +88,51 @@ def marking(store, places):
             cursor = Fetched(cursor)
         MARK()
         caller = sys._getframe(1)
-        places.append(f"{os.path.basename(caller.f_code.co_filename)}:{caller.f_code.co_name}:{caller.f_lineno}")
+        places.append((f"{os.path.basename(caller.f_code.co_filename)}:{caller.f_code.co_name}:{caller.f_lineno}",
+                       statement))
         return cursor
     store.execute = marked
 
 
-def main(path, count, with_naive, by_statement=False):
+def floors(lines, rows, keys):
+    """Count (a mark after each: FLOOR_PARTS) what a refresh must do per statement at the least, each piece alone on
+    the sample's own data: decode its `lines` (the worker's decoder), compute the record keys of its `rows` (the
+    mapped events, as plain tuples: what the worker sends and Store.stage inserts) with `keys` (the mapper's, its
+    learners' keys cached as the mapper's are), marshal them (a worker) and back (the staging process), and insert
+    them into an empty staged_events of a new store, in one transaction, without conflict checks."""
+    import marshal
+
+    from lms_refresh.sources import json_decoding
+    from lms_refresh.sources.records import EVENT_FIELDS, EVENT_ID
+    from lms_refresh.store.sqlite import SqliteStore
+
+    decode, (event_key, learner_key) = json_decoding.line_decoder(), keys.keyers()
+    actor = EVENT_FIELDS.index("actor")
+    ids, actors = [row[EVENT_ID] for row in rows], [row[actor] for row in rows]
+    MARK()  # (floors' data)
+    for _ in map(decode, lines):
+        pass
+    MARK()  # decode
+    for _ in map(event_key, ids):
+        pass
+    for _ in map(learner_key, actors):
+        pass
+    MARK()  # record keys
+    sent = marshal.dumps(rows)
+    MARK()  # marshal dumps
+    marshal.loads(sent)
+    MARK()  # marshal loads
+    store = SqliteStore.open("floor.sqlite", create=True)  # staged_events and its unique index on event_id, empty
+    store.begin()
+    insert = f"INSERT INTO staged_events VALUES ({', '.join('?' * len(EVENT_FIELDS))})"
+    MARK()  # (floor store)
+    store.db.executemany(insert, rows)
+    MARK()  # staged insert
+    store.rollback()
+    store.close()
+
+
+def main(path, count, with_naive, by_statement=False, with_floors=False):
     from lms_refresh.disclosure.cell_key import RecordKeys
     from lms_refresh.disclosure.policy import PrivacySettings
     from lms_refresh.disclosure.pseudonyms import Pseudonymiser
@@ -134,10 +180,18 @@ def main(path, count, with_naive, by_statement=False):
     if with_naive:
         naive(lines)
         MARK()  # naive
+    if with_floors:
+        floors(lines, batch.events, keys)
     store.close()
-    for place in places:
+    from lms_refresh.store import grains
+
+    for place, _ in places:
         print(f"statement: {place}")
+    presence = grains.PRESENCE.format(days_in=store.dialect.days_in)  # as rebuild_partitions executes it
+    for place in {place for place, statement in places if statement == presence}:
+        print(f"presence: {place}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), sys.argv[3] == "naive=1", sys.argv[4:] == ["statements=1"])
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3] == "naive=1", "statements=1" in sys.argv[4:],
+         "floors=1" in sys.argv[4:])

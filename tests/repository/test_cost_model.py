@@ -137,3 +137,37 @@ def test_by_statement_the_recompute_is_its_statements_and_the_python_between_the
         "setup": 1, "warm": 2, "parse+map": 30, "stage": 40, "recompute": 318, "commit": 8}
     with pytest.raises(SystemExit, match="callgrind counted 10 parts, not 11"):
         cost_model.split_parts(totals[1:], output, naive=False, by_statement=True)
+
+
+def test_floors_follow_the_steps_and_the_grains_rows_are_their_statements_places():
+    # The steps as with --by-statement (the recompute: Python, PRESENCE, Python, move_presence twice, Python), the
+    # commit, then the floors, each after what sets its data up, then the exit.
+    floors = [50, 51, 52, 53, 54, 55, 56]
+    totals = [1, 2, 30, 40, 5, 100, 6, 200, 7, 300, 9, 8, *floors, 10]
+    output = ("json parser: orjson\nstatement: grains.py:rebuild_partitions:185\n"
+              "statement: grains.py:move_presence:257\nstatement: grains.py:move_presence:257\n"
+              "presence: grains.py:rebuild_partitions:185\n")
+    counts = cost_model.split_parts(totals, output, naive=False, by_statement=True, floors=True)
+    assert [counts[part] for part in cost_model.FLOOR_PARTS] == floors
+    assert counts["recompute"] == 627 and counts["commit"] == 8
+    assert counts[cost_model.PRESENCE] == 100 and counts[cost_model.MOVING] == 500
+    with pytest.raises(SystemExit, match="PRESENCE from 0 places, not 1"):
+        cost_model.split_parts(totals, output.replace("presence:", "other:"), naive=False, by_statement=True,
+                               floors=True)
+
+
+def test_floors_are_shown_under_their_steps_and_summed_against_the_parser_s_target(capsys):
+    counts = {"parse+map": 100_000, "decode": 40_000, "record keys": 7_000, "marshal dumps": 3_000,
+              "stage": 35_000, "marshal loads": 3_000, "staged insert": 30_000,
+              "recompute": 75_000, cost_model.PRESENCE: 14_000, cost_model.MOVING: 13_000, "commit": 500}
+    cost_model.print_floors(counts, "orjson")
+    lines = capsys.readouterr().out.splitlines()
+    sums = [line.split("  ")[1:] for line in lines if line.startswith(("  floors ", "  as written today "))]
+    assert [[field.strip() for field in fields if field] for fields in sums] == [
+        ["floors", "50,000", "50% of the step; the rest 50,000"],
+        ["floors", "33,000", "94% of the step; the rest 2,000"],
+        ["as written today", "27,000", "36% of the step; the rest 48,000"]]
+    assert "refresh total, JSON parser orjson, against issue 23's target of 85,000:" in lines
+    assert lines[-3:] == ["  the floors' sum                         83,000 = 0.98 x the target",
+                          "  + the grains' rows as written today    110,000 = 1.29 x the target",
+                          "  today                                  210,500 = 2.48 x the target"]
