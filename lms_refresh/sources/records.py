@@ -125,8 +125,11 @@ def title_of(name):
     (disclosure/names.py: its language, without its writer's identifiers), or None if nothing of it is left."""
     if type(name) is not list:
         return name
-    stored, _, texts, actor, language = name[0]
-    text = clean_name(pick_language(texts, language), identifiers=actor_identifiers(actor))
+    stored = name[0][0]
+    # Of the newest of the same `stored`, the greatest name, as the store breaks a tie between batches
+    # (course_names.py): whether two such statements share a batch must not decide the name.
+    text = max((clean_name(pick_language(texts, language), identifiers=actor_identifiers(actor))
+                for when, _, texts, actor, language in name if when == stored), key=lambda text: text or "")
     return None if text is None else (stored, text, None, None, None, None)
 
 

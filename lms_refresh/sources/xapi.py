@@ -56,7 +56,8 @@ NAMING_KEPT = 4
 
 
 def _newest(titles):
-    """The NAMING_KEPT newest of a course's naming statements, newest first (of the same time, the first read)."""
+    """The NAMING_KEPT newest of a course's naming statements, newest first (of the same time, the first read: of
+    more than NAMING_KEPT of one batch at its newest time, the first NAMING_KEPT read are compared: title_of)."""
     titles.sort(key=_STORED, reverse=True)  # stable
     return titles[:NAMING_KEPT]
 

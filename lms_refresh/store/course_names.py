@@ -4,8 +4,8 @@ view's rows of course names.
 A source hands course names as ("title", course id) entries of a batch's `names` (see sources.Batch):
 (named_at, name, short_name, category, start_date, end_date), already made safe to publish by
 lms_refresh.disclosure.names. An xAPI name carries the `stored` time of its statement, and a
-name replaces the one kept only if it is newer (the same time: the greater name), so reading old
-statements again never takes a course back to an old name, whatever order the batches come in. A
+name replaces the one kept only if it is newer (the same time: the greater name, by code point), so reading
+old statements again never takes a course back to an old name, whatever order the batches come in. A
 Moodle name (named_at None) is what the course table says now: it replaces the one kept.
 """
 
@@ -17,8 +17,13 @@ _UPDATE = ", ".join(f"{column} = excluded.{column}" for column in _COLUMNS[1:])
 # Only courses the store knows (they have staged events) get a name: a Moodle site names every course.
 _INSERT = (f"INSERT INTO course_names ({_FIELDS}) SELECT ?, ?, ?, ?, ?, ?, ? "
            f"WHERE EXISTS (SELECT 1 FROM courses WHERE course_id = ?) ON CONFLICT (course_id) DO UPDATE SET {_UPDATE}")
-_NEWER = (" WHERE excluded.named_at > course_names.named_at OR excluded.named_at = course_names.named_at "
-          "AND COALESCE(excluded.name, '') > COALESCE(course_names.name, '')")
+
+
+def _newer(bytewise):
+    """The condition of a name replacing the one kept: a later `stored`; of the same, the greater name (records.title_of
+    breaks a tie within a batch alike), by code point whatever the database's collation."""
+    return (" WHERE excluded.named_at > course_names.named_at OR excluded.named_at = course_names.named_at "
+            f"AND COALESCE(excluded.name, ''){bytewise} > COALESCE(course_names.name, ''){bytewise}")
 
 
 class CourseNames:
@@ -43,6 +48,6 @@ class CourseNames:
                   if named_at is not None]
         current = [(course, *rest, "", course) for course, (named_at, *rest) in titles.items() if named_at is None]
         if latest:
-            self.executemany(_INSERT + _NEWER, latest)
+            self.executemany(_INSERT + _newer(self.dialect.bytewise), latest)
         if current:
             self.executemany(_INSERT, current)

@@ -24,6 +24,9 @@ class PostgresDialect(Dialect):
     # One upsert per learner and period, not per learner-day: per-row upserts were 49 s of a 1M refresh
     # (1.75M rows, 587 MB of WAL), issue 23, 2026-12-03.
     presence_by_period = True
+    # A database's own collation (en_US.UTF-8: "B" < "a" is false) would break a tie of course names otherwise
+    # than SQLite and Python do (course_names.py).
+    bytewise = ' COLLATE "C"'
 
     def name(self, name):
         return f"{{s}}.{name}"
