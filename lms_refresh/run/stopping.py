@@ -45,7 +45,9 @@ class StopPolicy:
             return  # the first stop is already on its way out; raising again would interrupt the rollback
         self.requested = True
         if self.committed:
-            logger.warning("SIGTERM after the run committed; finishing the report, the run's result stands.")
+            logger.warning("SIGTERM after the run committed; finishing the report, the run's result stands."
+                           if self.sentence == RUN_STOPPED else
+                           "SIGTERM after the commit; the command finishes, and what it committed stands.")
             return
         raise Terminated(self.sentence)
 

@@ -17,9 +17,10 @@ import dataclasses
 import logging
 import os
 
+from lms_refresh import faults
 from lms_refresh.disclosure.pseudonyms import fingerprint, read_key
 from lms_refresh.errors import ConfigError, StateError
-from lms_refresh.run import identity
+from lms_refresh.run import identity, stopping
 from lms_refresh.run.lock import LockHeld, RunLock, lock_held, locked_store, run_lock
 from lms_refresh.run.publication import retire_publication
 from lms_refresh.state_directory import LOCK_NAME
@@ -60,12 +61,12 @@ def copy_from_sqlite(config, path, *, environ, euid):
                           "<state directory>/metrics.sqlite) to --from-sqlite.")
     load_driver(config)
     try:
-        with run_lock(config, euid), _old_store_lock(config, path), \
-                locked_store(config, environ, create=True) as target:
+        with run_lock(config, euid), _old_store_lock(config, path), stopping.installed() as stop, \
+                stop.during(STOPPED), locked_store(config, environ, create=True) as target:
             source = SqliteStore.open(path, create=False)  # an older store is upgraded, as its next run would
             try:
                 with source.errors():
-                    report = _copy(source, target, config)
+                    report = _copy(source, target, config, stop=stop)
             finally:
                 source.close()
             identity.remember_store(config, read_key(config.key_file))
@@ -117,7 +118,12 @@ def _refuse(source, target, config, *, key):
     return meta
 
 
-def _copy(source, target, config):
+# Before the commit a stop rolls the copy back; after it, the copy stands and the command goes on to retire the
+# old publication, as it would have (run/stopping.py).
+STOPPED = "Stopped by SIGTERM before the copy was committed; nothing was copied."
+
+
+def _copy(source, target, config, *, stop):
     meta = _refuse(source, target, config, key=read_key(config.key_file))
     rows = {}
     target.begin()
@@ -139,7 +145,10 @@ def _copy(source, target, config):
                 target.executemany(insert, batch)
                 count += len(batch)
             rows[table.name] = count
-        target.commit()
+        faults.point("before-commit")
+        with stop.commit():
+            target.commit()
+        faults.point("after-commit")
     except BaseException:
         target.rollback_quietly()
         raise

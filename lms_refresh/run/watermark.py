@@ -4,13 +4,15 @@ After a clock glitch the watermark can lie in the future, where every later
 window would start and silently skip what arrives before it. Setting it back
 to the last time the operator trusts makes the next run re-read the gap;
 staging is keyed by statement id, so what is read twice counts once.
+A SIGTERM before the commit leaves the watermark where it was (143, saying so); after it, the new
+one stands and the command ends as it would have (run/stopping.py).
 """
 
 import uuid
 
-from lms_refresh import __version__, instants, window as windows
+from lms_refresh import __version__, faults, instants, window as windows
 from lms_refresh.errors import ConfigError, StateError, from_os_error
-from lms_refresh.run import identity
+from lms_refresh.run import identity, stopping
 from lms_refresh.run.lock import LockHeld, lock_held, locked_store, run_lock
 from lms_refresh.store import load_driver, store_exists
 
@@ -41,12 +43,12 @@ def set_watermark(config, now, environ, *, euid, text):
                           "a watermark in the future would skip everything stored before it.")
     load_driver(config)
     try:
-        with run_lock(config, euid):
+        with run_lock(config, euid), stopping.installed() as stop, stop.during(STOPPED):
             if not store_exists(config, environ):
                 raise StateError(f"The store {config.store_location} does not exist yet; the first run chooses its "
                                  "window itself (or use 'lms-refresh backfill').")
             with locked_store(config, environ, create=False) as store:
-                return _set(store, now, axis, value=value)
+                return _set(store, now, axis, value=value, stop=stop)
     except LockHeld as held:
         raise lock_held(held.holder, "the watermark was not moved", "watermark set") from None
     except OSError as error:
@@ -56,7 +58,10 @@ def set_watermark(config, now, environ, *, euid, text):
         raise domain from error
 
 
-def _set(store, now, axis, *, value):
+STOPPED = "Stopped by SIGTERM before the new watermark was committed; the watermark was not moved."
+
+
+def _set(store, now, axis, *, value, stop):
     meta = store.meta()
     kind = meta.get("cursor_kind", windows.TIME.name) if meta.get("watermark") else axis.name
     if kind != axis.name:
@@ -74,5 +79,8 @@ def _set(store, now, axis, *, value):
         "rows_written": 0, "suppressed": 0, "message": f"watermark set by hand from {old} to {new}",
         "version": __version__,
     })
-    store.commit()
+    faults.point("before-commit")
+    with stop.commit():
+        store.commit()
+    faults.point("after-commit")
     return old, new

@@ -253,3 +253,26 @@ def test_a_dropped_serving_view_is_reported_and_the_next_run_re_creates_it(pg_pr
     assert project.query("SELECT period, course IS NULL FROM lms_refresh_serving.weekly_metrics ORDER BY course") == [
         ("2026-W45", False), ("2026-W45", True)]  # the course's row, and the site's
     assert json.loads(project.invoke("status", "--json", now=LATER, check=0).stdout)["publication"]["current"] is True
+
+
+@pytest.mark.parametrize("phase", ["before-commit", "after-commit"])
+def test_a_stop_during_a_watermark_set_says_whether_it_moved(project, phase):
+    """`systemctl stop` or Ctrl-C reaching `watermark set`: before its commit nothing moved, and it says so (143);
+    after it the new watermark stands and the command ends with 0. It said "Stopped by SIGTERM." either way (143)."""
+    from lms_refresh import faults
+
+    project.write("a.ndjson", learners(12))
+    project.invoke("run", now=NOW, check=0)
+    before = project.meta()["watermark"]
+    result = project.cli("watermark", "set", "2026-11-03T03:00", now=LATER,
+                         env={faults.ENVIRONMENT_VARIABLE: f"{phase}:term"})
+    if phase == "before-commit":
+        assert result.returncode == 143, result.stderr
+        assert "Stopped by SIGTERM before the new watermark was committed; the watermark was not moved." \
+            in result.stderr
+        assert project.meta()["watermark"] == before and project.runs()[-1][0] == "run"
+    else:
+        assert result.returncode == 0, result.stderr
+        assert "SIGTERM after the commit; the command finishes, and what it committed stands." in result.stderr
+        assert project.meta()["watermark"] == "2026-11-03T02:00:00.000000Z" != before
+        assert project.runs()[-1][:3] == ("watermark-set", "watermark-set", 0)

@@ -115,3 +115,31 @@ def test_copy_store_waits_for_no_one_a_held_lock_is_69_and_nothing_is_copied(tmp
     assert (tmp_path / "p" / "state-publication" / "serving.sqlite").exists()  # untouched
     project.cli("copy-store", "--from-sqlite", str(project.state / "metrics.sqlite"), now=FIRST, check=0)
     assert [row[:4] for row in project.serving()] == [("2026-11-02", "https://lms.example.edu/course/BIO101", 12, 12)]
+
+
+@pytest.mark.postgresql
+@pytest.mark.parametrize("phase", ["before-commit", "after-commit"])
+def test_a_stop_during_copy_store_says_whether_it_copied(tmp_path, postgres_server, phase):
+    """A SIGTERM before the copy's commit leaves the target empty and says so (143), and the old publication
+    stays; after it the copy stands, the command finishes (the old publication retired) and exits 0. It said
+    "Stopped by SIGTERM." either way (143), after the commit too."""
+    from lms_refresh import faults
+
+    project = Project(tmp_path / "p")
+    project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
+    project.cli("run", now=FIRST, check=0)
+    project.postgres, project.database = postgres_server, postgres_server.new_database()
+    project.configure()
+    publication = tmp_path / "p" / "state-publication" / "serving.sqlite"
+    result = project.cli("copy-store", "--from-sqlite", str(project.state / "metrics.sqlite"), now=FIRST,
+                         env={faults.ENVIRONMENT_VARIABLE: f"{phase}:term"})
+    if phase == "before-commit":
+        assert result.returncode == 143, result.stderr
+        assert "Stopped by SIGTERM before the copy was committed; nothing was copied." in result.stderr
+        assert project.query("SELECT COUNT(*) FROM staged_events") == [(0,)] and publication.exists()
+        project.cli("copy-store", "--from-sqlite", str(project.state / "metrics.sqlite"), now=FIRST, check=0)
+    else:
+        assert result.returncode == 0, result.stderr
+        assert "SIGTERM after the commit; the command finishes, and what it committed stands." in result.stderr
+        assert not publication.exists()
+    assert project.query("SELECT COUNT(*) FROM staged_events") == [(12,)]
