@@ -27,7 +27,7 @@ class TooLarge(OSError):
 
 def kind_of(mode):
     """Return what a file mode describes, as words for a warning ('a FIFO', 'a socket', ...)."""
-    return KINDS.get(stat.S_IFMT(mode), "not a regular file")
+    return KINDS.get(stat.S_IFMT(mode), "a file of another kind")  # (none on Linux: S_IFLNK is followed)
 
 
 def open_regular(path):
