@@ -32,6 +32,7 @@ class StopPolicy:
         self.requested = False
         self.pid = os.getpid()
         self.sentence = STOPPED  # the Terminated's: what a stop now means
+        self.committed_during = None  # the sentence in force at the commit: whose work it was (a run's or not)
 
     def handler(self, signum, frame):
         if os.getpid() != self.pid:
@@ -45,8 +46,10 @@ class StopPolicy:
             return  # the first stop is already on its way out; raising again would interrupt the rollback
         self.requested = True
         if self.committed:
+            # Whose commit it was, not what is under way now: after Refresh.run returns (the job's pings and
+            # textfile, the summary) the run's `during` is over, but what was committed is still the run's.
             logger.warning("SIGTERM after the run committed; finishing the report, the run's result stands."
-                           if self.sentence == RUN_STOPPED else
+                           if self.committed_during == RUN_STOPPED else
                            "SIGTERM after the commit; the command finishes, and what it committed stands.")
             return
         raise Terminated(self.sentence)
@@ -70,7 +73,7 @@ class StopPolicy:
         previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         try:
             yield
-            self.committed = True
+            self.committed, self.committed_during = True, self.sentence
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
