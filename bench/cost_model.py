@@ -274,6 +274,9 @@ def print_floors(counts, parser):
             print("  (no floor counted)")
     floors = sum(counts[piece] for pieces in PIECES.values() for piece in pieces if piece not in AS_WRITTEN)
     written = floors + sum(counts[piece] for piece in AS_WRITTEN)
+    if parser not in TARGETS:
+        raise SystemExit(f"The workload named no JSON parser issue 23 has a target for ({parser!r}); "
+                         f"known: {', '.join(TARGETS)}.")
     target = TARGETS[parser]
     print(f"refresh total, JSON parser {parser}, against issue 23's target of {target:,}:")
     for what, total in (("the floors' sum", floors), ("+ the grains' rows as written today", written),

@@ -73,11 +73,12 @@ class Config:
         """The warning `check` and each run give about `unused`, or None."""
         if not self.unused:
             return None
-        keys = ", ".join(f"'{key}'" for key in self.unused)
-        named = f"keys {keys} only apply" if len(self.unused) > 1 else f"key {keys} only applies"
-        return (f"{self.origin}: {named} to a SQLite store: "
-                f"with store type \"{self.store.type}\" no publication file or report is written (dashboards read "
-                f"the serving views); remove {'them' if len(self.unused) > 1 else 'it'} from the configuration.")
+        keys = [f"'{key}'" for key in self.unused]
+        named = (f"keys {', '.join(keys[:-1])} and {keys[-1]} only apply" if len(keys) > 1
+                 else f"key {keys[0]} only applies")
+        return (f"{self.origin}: {named} to a SQLite store; with store type \"{self.store.type}\" no publication "
+                f"file or report is written (dashboards read the serving views), so "
+                f"{'they do' if len(keys) > 1 else 'it does'} nothing: remove {'them' if len(keys) > 1 else 'it'}.")
 
     @property
     def store_location(self):

@@ -28,9 +28,10 @@ STORE_KEYS = {
     "sqlite": ({"path"}, set()),
     "postgresql": ({"url", "password_file", "schema"}, {"url"}),
 }
-# Keys that only a SQLite store uses (its publication file and the report beside it): under another store they
-# are accepted, for a configuration may switch stores, but `check` and every run say that they do nothing.
-SQLITE_ONLY_KEYS = ("publication.path", "publication.group", "report.enabled", "report.path")
+# Keys that only a SQLite store uses (its publication file's group and the report beside it): under another store
+# they are accepted, for a configuration may switch stores, but `check` and every run say that they do nothing.
+# Not publication.path: a PostgreSQL store's runs and copy-store remove the SQLite publication left there.
+SQLITE_ONLY_KEYS = ("publication.group", "report.enabled", "report.path")
 # The tables whose keys depend on their `type`.
 TYPE_KEYS = {"source": SOURCE_KEYS, "store": STORE_KEYS}
 

@@ -65,6 +65,8 @@ def run_job(refresh, sleep=time.sleep, clock=time.monotonic):
     """Run `refresh` (a Refresh) with retries, pings for scheduled runs and the textfile for real ones;
     return the Outcome (report, error) of its last attempt."""
     request = refresh.request
+    if refresh.config.unused:  # once a job, not once an attempt: the journal says it where `check` is not run
+        logger.warning("%s", refresh.config.unused_keys_sentence())
     pings = _pings(refresh.config, refresh.environ, enabled=request.scheduled)
     began = clock()
     pings.start()

@@ -63,8 +63,6 @@ class Refresh:
         """Run the refresh; return its Outcome. Rolls back on failure; the error is returned, never raised."""
         with stopping.installed() as self.stop, self.stop.during(stopping.RUN_STOPPED):
             self.stop.begin()
-            if self.config.unused:  # every run, so that the journal says it where `check` is not run
-                logger.warning("%s", self.config.unused_keys_sentence())
             try:
                 load_driver(self.config)
                 with self.lock():

@@ -257,7 +257,7 @@ def test_a_dropped_serving_view_is_reported_and_the_next_run_re_creates_it(pg_pr
 
 @pytest.mark.parametrize("phase", ["before-commit", "after-commit"])
 def test_a_stop_during_a_watermark_set_says_whether_it_moved(project, phase):
-    """`systemctl stop` or Ctrl-C reaching `watermark set`: before its commit nothing moved, and it says so (143);
+    """`systemctl stop` (SIGTERM) reaching `watermark set`: before its commit nothing moved, and it says so (143);
     after it the new watermark stands and the command ends with 0. It said "Stopped by SIGTERM." either way (143)."""
     from lms_refresh import faults
 

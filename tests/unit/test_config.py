@@ -238,14 +238,17 @@ def test_a_store_key_of_the_other_backend_fails_check_and_run_with_78(project, s
 
 
 def test_the_sqlite_publication_keys_are_named_as_unused_under_postgresql(tmp_path):
-    text = MINIMAL + '[publication]\npath = "/srv/serving.sqlite"\nlanguage = "fr"\n[report]\nenabled = false\n'
+    text = (MINIMAL + '[publication]\npath = "/srv/serving.sqlite"\ngroup = "dash"\nlanguage = "fr"\n'
+                      '[report]\nenabled = false\npath = "/srv/report.html"\n')
     assert load(tmp_path, text).unused == ()  # SQLite uses them all
     config = load(tmp_path, text + POSTGRES)
-    assert config.unused == ("publication.path", "report.enabled")  # not the course names' language
+    # Not the course names' language, nor publication.path: a PostgreSQL store's runs (and copy-store) remove the
+    # SQLite publication left there.
+    assert config.unused == ("publication.group", "report.enabled", "report.path")
     assert config.unused_keys_sentence() == (
-        f"{tmp_path / 'config.toml'}: keys 'publication.path', 'report.enabled' only apply to a SQLite store: with "
-        'store type "postgresql" no publication file or report is written (dashboards read the serving views); '
-        "remove them from the configuration.")
+        f"{tmp_path / 'config.toml'}: keys 'publication.group', 'report.enabled' and 'report.path' only apply to a "
+        'SQLite store; with store type "postgresql" no publication file or report is written (dashboards read the '
+        "serving views), so they do nothing: remove them.")
     assert load(tmp_path, MINIMAL + POSTGRES).unused_keys_sentence() is None
 
 
@@ -257,13 +260,20 @@ def test_check_and_every_run_warn_of_publication_keys_a_postgresql_store_does_no
         project.config.write_text(text[:store] + added + text[store:])
     else:
         project.config.write_text(text + added)
-    warning = (f"{project.config}: key 'report.path' only applies to a SQLite store: with store type \"postgresql\" "
-               "no publication file or report is written")
+    warning = (f"{project.config}: key 'report.path' only applies to a SQLite store; with store type \"postgresql\" "
+               "no publication file or report is written (dashboards read the serving views), so it does nothing: "
+               "remove it.")
     check, run = project.invoke("check"), project.invoke("run")
     assert run.returncode == 0, run.stderr
     if store_kind == "postgresql":
         assert check.returncode == 0 and warning in check.stdout + check.stderr, (check.stdout, check.stderr)
-        assert warning in run.stderr
+        assert run.stderr.count(warning) == 1, run.stderr
+        # Once a job, not once an attempt: a run retried (the export directory gone, 69).
+        project.config.write_text(project.config.read_text().replace("attempts = 1", "attempts = 2"))
+        project.source.rename(project.root / "gone")
+        retried = project.invoke("run")  # at a terminal, as from a timer, an unreachable source is retried
+        assert retried.returncode == 69 and "Retrying in 1 s (attempt 2 of 2)" in retried.stderr, retried.stderr
+        assert retried.stderr.count(warning) == 1, retried.stderr
     else:
         assert "to a SQLite store" not in check.stdout + check.stderr + run.stderr
 
