@@ -10,7 +10,6 @@ mapper makes of a record.
 """
 
 import collections
-import operator
 import zoneinfo
 
 from lms_refresh import instants
@@ -120,29 +119,6 @@ def names_without(names, rejected):
     return kept
 
 
-_STORED = operator.itemgetter(0)
-# A course's naming statements kept per batch: the newest few, since which of them counts is known only when the
-# store has looked for conflicts. Keeping every one sent each statement's name map and actor to the staging
-# process: for the benchmark's 20,000 statements of a chunk, 3.4 MB marshalled against the events' 3.0 MB.
-# A course whose NAMING_KEPT newest naming statements of one batch are all quarantined keeps its name until a
-# later statement names it.
-NAMING_KEPT = 4
-
-
-def newest_titles(titles):
-    """The NAMING_KEPT newest of a course's naming statements, newest first; of the same `stored`, the greater
-    published name first (title_of, and the store's rule between batches), so that where a batch ends does
-    not decide the name. Names are cleaned only for a tie that the cut falls in (an LRS stamps a whole POSTed batch
-    with one `stored`): statements stored at distinct times, the usual case, cost a sort."""
-    titles.sort(key=_STORED, reverse=True)  # stable
-    if len(titles) > NAMING_KEPT and titles[NAMING_KEPT - 1][0] == titles[NAMING_KEPT][0]:
-        tied = titles[NAMING_KEPT][0]
-        first = next(place for place, title in enumerate(titles) if title[0] == tied)
-        end = next((place for place in range(NAMING_KEPT, len(titles)) if titles[place][0] != tied), len(titles))
-        titles[first:end] = sorted(titles[first:end], key=lambda title: published_name(title) or "", reverse=True)
-    return titles[:NAMING_KEPT]
-
-
 def title_of(name):
     """Return a batch's name of a course as the store keeps it, (named_at or None, name, short name, category,
     start, end): a source's own as it is; of an xAPI course's naming statements, the newest's, made safe to publish
@@ -152,15 +128,9 @@ def title_of(name):
     stored = name[0][0]
     # Of the newest of the same `stored`, the greatest name, as the store breaks a tie between batches
     # (course_names.py): whether two such statements share a batch must not decide the name.
-    text = max((published_name(title) for title in name if title[0] == stored), key=lambda text: text or "")
+    text = max((clean_name(pick_language(texts, language), identifiers=actor_identifiers(actor))
+                for when, _, texts, actor, language in name if when == stored), key=lambda text: text or "")
     return None if text is None else (stored, text, None, None, None, None)
-
-
-def published_name(title):
-    """The name one naming statement (stored, statement id, definition.name, actor, language) gives its course as
-    it would be published (disclosure/names.py), or None."""
-    _, _, texts, actor, language = title
-    return clean_name(pick_language(texts, language), identifiers=actor_identifiers(actor))
 
 
 class Intake:

@@ -289,12 +289,12 @@ def test_names_of_one_stored_time_break_their_tie_alike_in_one_batch_or_two(requ
     """Two statements stored at the same instant (an LRS stamps a whole POSTed batch alike) name a course
     differently: the greater name by code point wins, whether they come in one batch (the newest of the batch,
     records.title_of) or in two runs (the store's rule), and whatever the database's collation; daily runs and one
-    backfill must publish the same name. It was the first read in one batch, and the collation's order in two."""
+    backfill must publish the same name (of up to NAMING_KEPT such statements in one batch: xapi._newest). It was
+    the first read in one batch, and the collation's order in two."""
     project = _linguistic(request, store_kind, tmp_path)
     configure(project)
-    # More than NAMING_KEPT of each: a batch keeps only that many of a course's newest naming statements.
-    upper = named("BIO", {"en": "B-Biology"}, stored="2026-11-02T09:00:00Z", prefix="b", learners=5)
-    lower = named("BIO", {"en": "a-Biology"}, stored="2026-11-02T09:00:00Z", prefix="a", learners=5)
+    upper = named("BIO", {"en": "B-Biology"}, stored="2026-11-02T09:00:00Z", prefix="b")
+    lower = named("BIO", {"en": "a-Biology"}, stored="2026-11-02T09:00:00Z", prefix="a")
     if batches == "one":
         project.write("a.ndjson", upper + lower)  # "B-Biology" read first
         project.invoke("run", now="2026-11-03T04:15:00Z", check=0)

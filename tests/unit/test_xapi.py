@@ -544,33 +544,18 @@ def test_a_course_found_by_the_pattern_is_named_only_by_the_activity_that_is_the
     assert title_of(names.take_new_names()[("title", name_id(COURSE))])[1] == "Biology"
 
 
-def test_a_batch_keeps_only_the_newest_naming_statements_of_a_course_the_greater_name_first_among_equals():
+def test_a_batch_keeps_only_the_newest_naming_statements_of_a_course_first_read_first_among_equals():
     """Every naming statement's name map and actor went to the staging process (3.4 MB a 20,000-statement chunk of
     the benchmark); a batch keeps the NAMING_KEPT newest of a course, which is all the store needs unless that many
-    of the newest are all quarantined (README, "Course names"). Of the same `stored`, the greater name goes first,
-    as the store breaks the tie between batches: the first read did, so a batch's end decided the name."""
-    from lms_refresh.sources.records import NAMING_KEPT
+    of the newest are all quarantined (README, "Course names")."""
+    from lms_refresh.sources.xapi import NAMING_KEPT
 
     names = mapper()
     order = [5, 1, 9, 3, 9, 7, 2, 8, 6, 4, 0, 9] * 3  # out of order, with equal times
     for number, minute in enumerate(order):
-        names.map(_named(f"n{number:02d}", stored=f"2026-11-02T10:{minute:02d}:00Z"))
+        names.map(_named(f"n{number}", stored=f"2026-11-02T10:{minute:02d}:00Z"))
     taken = names.take_new_names()[("title", name_id(COURSE))]
-    # All of minute 9 (nine of them: n02 n04 n11 n14 n16 n23 n26 n28 n35, read in that order) are newer than any
-    # other: the NAMING_KEPT greatest names of them, greatest first.
-    minute_9 = [f"n{number:02d}" for number, minute in enumerate(order) if minute == 9]
-    expected = sorted(minute_9, reverse=True)[:NAMING_KEPT]
-    assert NAMING_KEPT == 4 and [title[2]["en-US"] for title in taken] == expected == ["n35", "n28", "n26", "n23"]
+    # All of minute 9 (six of them) are newer than any other: the first NAMING_KEPT read, in the order read.
+    expected = [f"n{number}" for number, minute in enumerate(order) if minute == 9][:NAMING_KEPT]
+    assert NAMING_KEPT == 4 and [title[2]["en-US"] for title in taken] == expected
     assert {title[0] for title in taken} == {"2026-11-02T10:09:00.000000Z"}
-    assert title_of(taken)[1] == "n35"
-
-
-def test_a_rename_inside_a_post_of_one_stored_time_wins_wherever_the_batches_end():
-    """An LRS stamps a whole POSTed batch with one `stored`: four statements with the old name, then one with the new,
-    all at one instant. Read in one batch or split across two, the greater name wins, as the store keeps it."""
-    from lms_refresh.sources.records import newest_titles
-
-    titles = [("2026-11-02T10:00:00.000000Z", bytes([n]) * 16, {"en": "Biology II" if n == 4 else "Biology"},
-               {"mbox": f"mailto:u{n}@example.edu"}, "en") for n in range(5)]
-    assert title_of(newest_titles(list(titles)))[1] == "Biology II"  # one batch
-    assert max(title_of(newest_titles(titles[:3]))[1], title_of(newest_titles(titles[3:]))[1]) == "Biology II"
