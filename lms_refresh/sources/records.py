@@ -105,8 +105,8 @@ def statement_of(event):
 def names_without(names, rejected):
     """Return a batch's `names` without what statements in `rejected` ({statement_of(event)}: quarantined, or left
     out of the run) named: a statement that does not count names no course either. An xAPI course's names are its
-    naming statements, newest first (see xapi.StatementMapper.take_new_names), of which the store keeps the first
-    left (`title_of`); a source's own names (a tuple) stay as they are."""
+    naming statements, newest first (see xapi.StatementMapper.take_new_names), of which `title_of` picks the one
+    the store keeps; a source's own names (a tuple) stay as they are."""
     if not rejected:
         return names
     kept = {}
@@ -121,16 +121,21 @@ def names_without(names, rejected):
 
 def title_of(name):
     """Return a batch's name of a course as the store keeps it, (named_at or None, name, short name, category,
-    start, end): a source's own as it is; of an xAPI course's naming statements, the newest's, made safe to publish
-    (disclosure/names.py: its language, without its writer's identifiers), or None if nothing of it is left."""
+    start, end): a source's own as it is; of an xAPI course's naming statements (newest first), the newest one's
+    name made safe to publish (disclosure/names.py: its language, without its writer's identifiers) — of the same
+    `stored`, the greatest; a statement whose name cleans to nothing names nothing, and the next one is read —,
+    or None if none is left. The store compares names across batches alike (course_names.py), so whether two
+    statements share a batch does not decide the name (of at most NAMING_KEPT of them: xapi._newest)."""
     if type(name) is not list:
         return name
-    stored = name[0][0]
-    # Of the newest of the same `stored`, the greatest name, as the store breaks a tie between batches
-    # (course_names.py): whether two such statements share a batch must not decide the name.
-    text = max((clean_name(pick_language(texts, language), identifiers=actor_identifiers(actor))
-                for when, _, texts, actor, language in name if when == stored), key=lambda text: text or "")
-    return None if text is None else (stored, text, None, None, None, None)
+    best = None
+    for stored, _, texts, actor, language in name:  # at most NAMING_KEPT
+        if best is not None and stored < best[0]:
+            break
+        text = clean_name(pick_language(texts, language), identifiers=actor_identifiers(actor))
+        if text is not None and (best is None or (stored, text) > best):
+            best = (stored, text)
+    return None if best is None else (*best, None, None, None, None)
 
 
 class Intake:

@@ -319,7 +319,7 @@ class StatementMapper:
         course_key = self._courses.get(course) or self._name_id("course", course, self._courses)
         verb_key = self._verbs.get(verb_id) or self._verb_key(verb_id)
         # The course's own activity may name it: the latest stored of the statements that count wins
-        # (records.chosen_title), never a statement stored after the future limit (quarantined).
+        # (records.title_of), never a statement stored after the future limit (quarantined).
         if activity is not None:
             definition = activity.get("definition")
             if type(definition) is dict and "name" in definition and stored <= self._name_limit:

@@ -559,3 +559,18 @@ def test_a_batch_keeps_only_the_newest_naming_statements_of_a_course_first_read_
     expected = [f"n{number}" for number, minute in enumerate(order) if minute == 9][:NAMING_KEPT]
     assert NAMING_KEPT == 4 and [title[2]["en-US"] for title in taken] == expected
     assert {title[0] for title in taken} == {"2026-11-02T10:09:00.000000Z"}
+
+
+@pytest.mark.parametrize("nothing", [{"en-US": ""}, "Biology", {}, {"en": "\u200b\u200b"}])
+def test_a_name_that_cleans_to_nothing_names_nothing_and_the_next_newest_names_the_course(nothing):
+    """Across batches the store never keeps an empty name, so an older statement's name stands; in one batch the
+    newest statement's empty name (an empty or invisible text, a plain string instead of a language map) took
+    the batch's name away instead (review of c3f45a0)."""
+    names = mapper()
+    newer = _named("ignored", stored="2026-11-02T10:01:00Z")
+    newer["context"]["contextActivities"]["parent"][0]["definition"]["name"] = nothing
+    names.map(newer)
+    names.map(_named("Biology", stored="2026-11-02T10:00:00Z"))
+    names.map(_named("Aardvark", stored="2026-11-02T10:00:00Z"))  # the same stored: the greater name wins
+    assert title_of(names.take_new_names()[("title", name_id(COURSE))]) == (
+        "2026-11-02T10:00:00.000000Z", "Biology", None, None, None, None)
