@@ -41,7 +41,7 @@ import stat
 from lms_refresh import atomic
 from lms_refresh.disclosure import policy
 from lms_refresh.errors import ConfigError, RefreshError, StateError, from_os_error
-from lms_refresh.run import period_publication
+from lms_refresh.run import period_publication, report_page
 from lms_refresh.store import open_store, periods, store_exists
 from lms_refresh.store.sqlite import read_only_uri
 from lms_refresh.store.tables import COURSE_COLUMNS, PERIOD_SERVING_COLUMNS, SERVING_COLUMNS
@@ -147,7 +147,7 @@ def publish_if_behind(config, store, euid):
     mode and group `publication.group` asks for (a changed group applies at the next run); return True
     if written. Runs after the commit: every failure is a RefreshError whose sentence says so."""
     if config.store.type != "sqlite":
-        retire_sqlite_publication(config.publication.path)
+        retire_sqlite_publication(config)
         return False
     try:
         return _publish(config, store, euid)
@@ -174,19 +174,21 @@ def _publish(config, store, euid):
     return True
 
 
-def retire_sqlite_publication(path):
+def retire_sqlite_publication(config):
     """On a PostgreSQL store, remove the SQLite publication a SQLite store left behind (switched without
-    copy-store, which removes it itself): nothing writes it any more, and dashboards reading it (every
-    account may) would see stale numbers. Only a file that is a publication is removed."""
-    try:
-        outcome = retire_publication(path)
-    except OSError as error:
-        logger.warning("The SQLite publication %s is no longer written since the store is PostgreSQL, and could not "
-                       "be removed (%s); remove it, dashboards read the store's serving view now.", path, error)
-        return
-    if outcome == "removed":
-        logger.warning("Removed the SQLite publication %s: the store is PostgreSQL now and dashboards read its "
-                       "serving view; the file would only have gone stale.", path, extra={"PUBLICATION": path})
+    copy-store, which removes it itself) and the HTML report beside it: nothing writes them any more, and
+    dashboards reading them (every account may) would see stale numbers. Only files this program wrote go."""
+    for what, path, retire in (("SQLite publication", config.publication.path, retire_publication),
+                               ("HTML report", config.report.path, report_page.retire)):
+        try:
+            outcome = retire(path)
+        except OSError as error:
+            logger.warning("The %s %s is no longer written since the store is PostgreSQL, and could not be removed "
+                           "(%s); remove it, dashboards read the store's serving view now.", what, path, error)
+            continue
+        if outcome == "removed":
+            logger.warning("Removed the %s %s: the store is PostgreSQL now and dashboards read its serving view; the "
+                           "file would only have gone stale.", what, path, extra={"PUBLICATION": path})
 
 
 def group_id(name):

@@ -8,9 +8,11 @@ a `<title>` and a table holding the same numbers. Every text that reaches the pa
 """
 
 import html
+import os
 
 from lms_refresh import atomic
 from lms_refresh.disclosure.names import clean_name
+from lms_refresh.regular_files import NotRegularFile, open_regular
 from lms_refresh.run.report_data import WITHHELD, read_publication
 
 _STYLE = """body{font:14px/1.4 sans-serif;margin:1.5em;color:#222}h1{font-size:1.4em}
@@ -133,11 +135,33 @@ def _outcome_chart(outcomes):
 def render(data, freshness):
     """Given a ReportData and the freshness ({"last_success", "watermark", "stale", "written"}), return the
     page as text."""
-    return ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-            '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'">'
-            f"<title>LMS activity report</title><style>{_STYLE}</style></head><body><h1>LMS activity report</h1>"
+    return (f"{_HEAD}<style>{_STYLE}</style></head><body><h1>LMS activity report</h1>"
             f'<section id="freshness">{_freshness(freshness)}</section>{_privacy(data)}{_weekly(data)}'
             f"{_outcomes(data)}</body></html>\n")
+
+
+# How every page begins: what tells a report this program wrote from any other file (retire).
+_HEAD = ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'">'
+         "<title>LMS activity report</title>")
+
+
+def retire(path):
+    """Remove the report at `path` once its store has moved to PostgreSQL (no run writes it any more: a web server
+    would go on serving its old numbers and freshness); return "removed", "absent", or "kept" for a file there
+    that this program did not write."""
+    try:
+        handle, _ = open_regular(path)
+    except FileNotFoundError:
+        return "absent"
+    except NotRegularFile:
+        return "kept"
+    head = _HEAD.encode()
+    with handle:
+        ours = handle.read(len(head)) == head
+    if ours:
+        os.unlink(path)
+    return "removed" if ours else "kept"
 
 
 def write_report(publication_path, output, freshness, *, today, mode=0o644, group=None):

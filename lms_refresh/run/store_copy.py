@@ -20,7 +20,7 @@ import os
 from lms_refresh import faults
 from lms_refresh.disclosure.pseudonyms import fingerprint, read_key
 from lms_refresh.errors import ConfigError, StateError
-from lms_refresh.run import identity, stopping
+from lms_refresh.run import identity, report_page, stopping
 from lms_refresh.run.lock import LockHeld, RunLock, lock_held, locked_store, run_lock
 from lms_refresh.run.publication import retire_publication
 from lms_refresh.state_directory import LOCK_NAME
@@ -73,6 +73,8 @@ def copy_from_sqlite(config, path, *, environ, euid):
     except LockHeld as held:
         raise lock_held(held.holder, "nothing was copied", "copy-store") from None
     report.publication = retire_publication(config.publication.path)
+    if report_page.retire(config.report.path) == "removed":  # no run writes it any more: it would go stale
+        logger.warning("Removed the HTML report %s: the store is PostgreSQL now.", config.report.path)
     logger.warning("Copied the SQLite store %s into %s: %s; the old publication %s was %s.", path,
                    config.store_location, ", ".join(f"{n} {t}" for t, n in report.rows.items()),
                    config.publication.path, report.publication)

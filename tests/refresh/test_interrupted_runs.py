@@ -137,16 +137,34 @@ def test_switching_to_postgresql_removes_the_stale_world_readable_sqlite_publica
     _populate(project)
     project.invoke("run", now="2026-11-02T12:00:00Z", check=0)
     publication = tmp_path / "p" / "state-publication" / "serving.sqlite"
-    assert publication.exists() and publication.stat().st_mode & 0o004
+    report = publication.parent / "report.html"  # a web server pointed there served it as the dashboard
+    assert publication.exists() and publication.stat().st_mode & 0o004 and report.exists()
+    other = publication.parent / "index.html"
+    other.write_text("<!DOCTYPE html><title>the site's own page</title>")  # not ours: it stays
     database = postgres_server.new_database()
     project.config.write_text(project.config.read_text() + (
         f'[store]\ntype = "postgresql"\nurl = "{postgres_server.url(database)}"\n'
         f'password_file = "{postgres_server.password_file}"\n'))
     result = project.invoke("run", now="2026-11-02T13:00:00Z", check=0)
-    assert not publication.exists()
+    assert not publication.exists() and not report.exists() and other.exists()
     assert (f"Removed the SQLite publication {publication}: the store is PostgreSQL now and dashboards read its "
             "serving view") in result.stderr
+    assert f"Removed the HTML report {report}: the store is PostgreSQL now" in result.stderr
     assert "Removed" not in project.invoke("run", now="2026-11-02T14:00:00Z", check=0).stderr
+
+
+def test_only_a_report_this_program_wrote_is_retired(tmp_path):
+    from helpers.report_page import build
+    from lms_refresh.run import report_page
+
+    ours, theirs, fifo = tmp_path / "report.html", tmp_path / "theirs.html", tmp_path / "fifo"
+    report_page.write_report(build(tmp_path / "serving.sqlite", {}, []), str(ours), {"written": "2026-11-02T12:00:00Z"},
+                             today="2026-11-02")
+    theirs.write_text(ours.read_text()[:100])  # cut short: not a page of ours
+    os.mkfifo(fifo)
+    assert [report_page.retire(str(path)) for path in (ours, theirs, fifo, tmp_path / "absent")] == [
+        "removed", "kept", "kept", "absent"]
+    assert not ours.exists() and theirs.exists() and fifo.exists()
 
 
 def test_a_marker_whose_pid_is_the_checking_process_itself_is_no_live_run(tmp_path):

@@ -58,6 +58,9 @@ def test_copy_store_carries_the_whole_history_and_the_next_run_continues_it(tmp_
     assert f"copied:      {before['staged'][0][0]} staged events" in result.stdout
     assert f"watermark:   {before['watermark']} (the next run reads on from there)" in result.stdout
     assert f"publication: {publication} removed; dashboards read lms_refresh_serving.daily_metrics now" in result.stdout
+    report = publication.parent / "report.html"
+    assert not report.exists()  # the report beside it went too: it would go stale
+    assert f"Removed the HTML report {report}: the store is PostgreSQL now." in result.stderr
     assert not publication.exists() and old_store.exists()
     assert _state(project) == before  # everything, on the other store
 
@@ -137,9 +140,10 @@ def test_a_stop_during_copy_store_says_whether_it_copied(tmp_path, postgres_serv
         assert result.returncode == 143, result.stderr
         assert "Stopped by SIGTERM before the copy was committed; nothing was copied." in result.stderr
         assert project.query("SELECT COUNT(*) FROM staged_events") == [(0,)] and publication.exists()
+        assert (publication.parent / "report.html").exists()
         project.cli("copy-store", "--from-sqlite", str(project.state / "metrics.sqlite"), now=FIRST, check=0)
     else:
         assert result.returncode == 0, result.stderr
         assert "SIGTERM after the commit; the command finishes, and what it committed stands." in result.stderr
-        assert not publication.exists()
+        assert not publication.exists() and not (publication.parent / "report.html").exists()
     assert project.query("SELECT COUNT(*) FROM staged_events") == [(12,)]
