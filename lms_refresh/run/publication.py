@@ -176,19 +176,19 @@ def _publish(config, store, euid):
 
 def retire_sqlite_publication(config):
     """On a PostgreSQL store, remove the SQLite publication a SQLite store left behind (switched without
-    copy-store, which removes it itself) and the HTML report beside it: nothing writes them any more, and
-    dashboards reading them (every account may) would see stale numbers. Only files this program wrote go."""
-    for what, path, retire in (("SQLite publication", config.publication.path, retire_publication),
-                               ("HTML report", config.report.path, report_page.retire)):
-        try:
-            outcome = retire(path)
-        except OSError as error:
-            logger.warning("The %s %s is no longer written since the store is PostgreSQL, and could not be removed "
-                           "(%s); remove it, dashboards read the store's serving view now.", what, path, error)
-            continue
-        if outcome == "removed":
-            logger.warning("Removed the %s %s: the store is PostgreSQL now and dashboards read its serving view; the "
-                           "file would only have gone stale.", what, path, extra={"PUBLICATION": path})
+    copy-store, which removes it itself), and the HTML report beside it: nothing writes them any more, and
+    dashboards reading them (every account may) would see stale numbers. Only what this program wrote goes."""
+    path = config.publication.path
+    report_page.retire(config.report.path)
+    try:
+        outcome = retire_publication(path)
+    except OSError as error:
+        logger.warning("The SQLite publication %s is no longer written since the store is PostgreSQL, and could not "
+                       "be removed (%s); remove it, dashboards read the store's serving view now.", path, error)
+        return
+    if outcome == "removed":
+        logger.warning("Removed the SQLite publication %s: the store is PostgreSQL now and dashboards read its "
+                       "serving view; the file would only have gone stale.", path, extra={"PUBLICATION": path})
 
 
 def group_id(name):

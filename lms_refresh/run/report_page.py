@@ -8,12 +8,15 @@ a `<title>` and a table holding the same numbers. Every text that reaches the pa
 """
 
 import html
+import logging
 import os
 
 from lms_refresh import atomic
 from lms_refresh.disclosure.names import clean_name
-from lms_refresh.regular_files import NotRegularFile, open_regular
+from lms_refresh.regular_files import open_regular
 from lms_refresh.run.report_data import WITHHELD, read_publication
+
+logger = logging.getLogger(__name__)
 
 _STYLE = """body{font:14px/1.4 sans-serif;margin:1.5em;color:#222}h1{font-size:1.4em}
 .stale{background:#b00020;color:#fff;padding:.6em 1em;font-weight:bold;font-size:1.2em}
@@ -147,21 +150,28 @@ _HEAD = ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
 
 
 def retire(path):
-    """Remove the report at `path` once its store has moved to PostgreSQL (no run writes it any more: a web server
-    would go on serving its old numbers and freshness); return "removed", "absent", or "kept" for a file there
-    that this program did not write."""
+    """Remove the report at `path` once its store has moved to PostgreSQL: no run writes it any more, and a web
+    server would go on serving its old numbers and freshness. Return "removed", "absent", or "kept" for a file
+    there that this program did not write (or that could not be removed: said in the journal, never raised)."""
     try:
         handle, _ = open_regular(path)
     except FileNotFoundError:
         return "absent"
-    except NotRegularFile:
+    except OSError:  # not a regular file (a FIFO, a directory) or unreadable: not a page of ours to remove
         return "kept"
     head = _HEAD.encode()
     with handle:
-        ours = handle.read(len(head)) == head
-    if ours:
+        if handle.read(len(head)) != head:
+            return "kept"
+    try:
         os.unlink(path)
-    return "removed" if ours else "kept"
+    except OSError as error:
+        logger.warning("The HTML report %s is no longer written since the store is PostgreSQL, and could not be "
+                       "removed (%s); remove it.", path, error)
+        return "kept"
+    logger.warning("Removed the HTML report %s: the store is PostgreSQL now. No run writes it any more, and a web "
+                   "server would go on serving its old numbers.", path)
+    return "removed"
 
 
 def write_report(publication_path, output, freshness, *, today, mode=0o644, group=None):

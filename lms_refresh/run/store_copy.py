@@ -73,8 +73,7 @@ def copy_from_sqlite(config, path, *, environ, euid):
     except LockHeld as held:
         raise lock_held(held.holder, "nothing was copied", "copy-store") from None
     report.publication = retire_publication(config.publication.path)
-    if report_page.retire(config.report.path) == "removed":  # no run writes it any more: it would go stale
-        logger.warning("Removed the HTML report %s: the store is PostgreSQL now.", config.report.path)
+    report_page.retire(config.report.path)
     logger.warning("Copied the SQLite store %s into %s: %s; the old publication %s was %s.", path,
                    config.store_location, ", ".join(f"{n} {t}" for t, n in report.rows.items()),
                    config.publication.path, report.publication)
