@@ -76,6 +76,11 @@ class SqlStore(Staging, Erasure, Grains, Published, RebuildCheck, RunLog, Course
         """A context for one statement that sorts many rows (a store may give the sort memory of its own)."""
         return contextlib.nullcontext()
 
+    def filling(self, table):
+        """A context for one statement that inserts rows into `table` (a store may fill an empty table in
+        bulk: pg_bulk.py)."""
+        return contextlib.nullcontext()
+
     def executemany(self, statement, rows):
         cursor = self.db.cursor()
         cursor.executemany(self._sql(statement), rows)

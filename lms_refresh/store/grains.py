@@ -182,7 +182,8 @@ class Grains:
         presence, cells = (statement.format(days_in=self.dialect.days_in) for statement in (PRESENCE, CELLS))
         self.execute(f"DELETE FROM daily_metrics WHERE {self.dialect.days_in}", (day_set,))
         self.execute(f"DELETE FROM learner_days WHERE {self.dialect.days_in}", (day_set,))
-        self.execute(presence, (day_set,))
+        with self.filling("learner_days"):  # a first run's, a rebuild's
+            self.execute(presence, (day_set,))
         written = self.execute(cells, (day_set, day_set)).rowcount
         for (day,) in self.execute(f"SELECT DISTINCT day FROM daily_metrics WHERE {self.dialect.days_in}",
                                    (day_set,)).fetchall():

@@ -20,6 +20,7 @@ from lms_refresh.disclosure.redaction import url_without_password
 from lms_refresh.errors import ConfigError, StateError, UnavailableError
 from lms_refresh.postgresql import connect, connection_error, first_line, unreachable
 from lms_refresh.store.base import SqlStore
+from lms_refresh.store.pg_bulk import PgBulk
 from lms_refresh.store.pg_staging import PgStaging
 from lms_refresh.store.postgres_schema import MIGRATIONS, POSTGRESQL, SCHEMA_VERSION
 from lms_refresh.store.tables import PERIOD_VIEWS, TABLES, courses_view, period_view, serving_view
@@ -44,7 +45,7 @@ def format_style(statement):
     return _LEXEMES.sub(convert, statement)
 
 
-class PostgresStore(PgStaging, SqlStore):
+class PostgresStore(PgStaging, PgBulk, SqlStore):
     driver_error = psycopg.Error  # what `errors` turns into the domain's
     dialect = POSTGRESQL
     schema_target = SCHEMA_VERSION

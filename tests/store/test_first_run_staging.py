@@ -106,11 +106,31 @@ def test_a_statement_id_under_two_staging_keys_reads_the_run_again(tmp_path, mak
 
 # -- PostgreSQL: dropping the index needs the table's owner and the table to itself (store/pg_staging.py) --------
 
-def _staged_by(project, server, tmp_path, role, files):
+def _bulk_marks(project):
+    """What a bulk fill changes (store/pg_bulk.py): the oid of each index of staging and of learner_days (a new
+    one when an index was dropped and built again), and the tables' row counts as their statistics have them
+    (pg_class.reltuples, which ANALYZE sets; the tests' tables are kept from autovacuum, see _no_autovacuum)."""
+    return dict(project.query(
+        "SELECT c.relname, CASE WHEN c.relkind = 'i' THEN c.oid::bigint ELSE c.reltuples::bigint END FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'lms_refresh' AND c.relname IN "
+        "('staged_events', 'learner_days', 'staged_events_pkey', 'learner_days_pkey')"))
+
+
+def _no_autovacuum(server, project):
+    """Keep autovacuum's ANALYZE away from the tables whose statistics a test reads (it could come at any time)."""
+    for table in ("staged_events", "learner_days"):
+        server.admin(f"ALTER TABLE lms_refresh.{table} SET (autovacuum_enabled = false)", project.database)
+
+
+def _staged_by(project, server, tmp_path, role, files, before=None):
     """Create the store as its owner (a run with nothing to read), then run `files` as `role`, which has every
-    privilege a run needs (check's list) but owns nothing; return that run's stderr."""
+    privilege a run needs (check's list) but owns nothing; return that run's stderr (`before`, a dict, is given
+    the store's _bulk_marks before that run)."""
     project.configure(extra_top="max_quarantine_share = 0.5")
     project.invoke("run", now=EARLIER, check=0)
+    _no_autovacuum(server, project)
+    if before is not None:
+        before.update(_bulk_marks(project))
     server.admin(f"DO $$ BEGIN CREATE ROLE {role} LOGIN PASSWORD 'dml'; EXCEPTION WHEN duplicate_object THEN "
                  "NULL; END $$")
     for grant in ("USAGE ON SCHEMA lms_refresh", "SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA lms_refresh",
@@ -134,8 +154,12 @@ def test_a_role_that_does_not_own_staging_stages_a_first_run_with_the_index_kept
     statements = base()
     second = statement(learner="u3", verb="completed", course="C1", timestamp="2026-11-01T10:00:00Z",
                        id=statements[3]["id"], stored="2026-11-02T13:00:00Z")  # an id under two keys
-    stderr = _staged_by(project, postgres_server, tmp_path, "dml_only", {"a.ndjson": statements, "b.ndjson": [second]})
-    assert AGAIN not in stderr  # the index was there throughout: the second version was refused as it came
+    marks = {}
+    stderr = _staged_by(project, postgres_server, tmp_path, "dml_only", {"a.ndjson": statements, "b.ndjson": [second]},
+                        before=marks)
+    assert AGAIN not in stderr
+    # Nor may it drop learner_days' key, nor analyze what it filled: the same index, the owner's statistics.
+    assert _bulk_marks(project) == marks  # the index was there throughout: the second version was refused as it came
     assert project.query("SELECT outcome, statements_read, staged, quarantined FROM runs ORDER BY staged") == [
         ("success", 0, 0, 0), ("success", 13, 12, 1)]
     assert project.serving(site=True) == recount(statements)
@@ -158,10 +182,14 @@ def test_a_first_run_does_not_wait_for_a_session_reading_staging(tmp_path, postg
     project = Project(tmp_path / "busy", postgres_server)
     project.configure()
     project.invoke("run", now=EARLIER, check=0)  # the store, empty
+    _no_autovacuum(postgres_server, project)
     project.write("a.ndjson", base())
     reader = psycopg.connect(host=postgres_server.sockets, port=postgres_server.port, user="postgres",
                              dbname=project.database)
-    reader.execute("SELECT COUNT(*) FROM lms_refresh.staged_events")  # its transaction stays open, lock and all
+    before = _bulk_marks(project)
+    # Its transaction stays open, locks and all: on staging, and on the presence a first run fills in bulk.
+    reader.execute("SELECT COUNT(*) FROM lms_refresh.staged_events")
+    reader.execute("SELECT COUNT(*) FROM lms_refresh.learner_days")
     ended = threading.Event()
 
     def end_reader():
@@ -180,6 +208,7 @@ def test_a_first_run_does_not_wait_for_a_session_reading_staging(tmp_path, postg
         reader.close()
     assert AGAIN not in result.stderr and " ERROR " not in result.stderr and " WARNING " not in result.stderr
     assert project.query("SELECT outcome, staged FROM runs ORDER BY staged") == [("success", 0), ("success", 12)]
+    assert _bulk_marks(project)["learner_days_pkey"] == before["learner_days_pkey"]  # kept up, not dropped
     assert project.serving(site=True) == recount(base())
     assert ("staged_events_event_id", "CREATE UNIQUE INDEX staged_events_event_id ON lms_refresh.staged_events "
             "USING btree (event_id)") in project.query(PG_INDEXES)
@@ -205,7 +234,8 @@ def test_status_does_not_wait_for_a_first_run_that_holds_staging(tmp_path, postg
     holder = psycopg.connect(host=postgres_server.sockets, port=postgres_server.port, user="postgres",
                              dbname=project.database)
     try:
-        holder.execute("LOCK TABLE lms_refresh.staged_events IN ACCESS EXCLUSIVE MODE")
+        # A first run also holds learner_days so while it fills it (store/pg_bulk.py).
+        holder.execute("LOCK TABLE lms_refresh.staged_events, lms_refresh.learner_days IN ACCESS EXCLUSIVE MODE")
         status = subprocess.run(project.cli_args("status", now=T.isoformat()), capture_output=True, text=True,
                                 env=project.environment(), timeout=120)
         plugin = subprocess.run(project.cli_args("status", "--check", now=T.isoformat()), capture_output=True,
@@ -220,3 +250,36 @@ def test_status_does_not_wait_for_a_first_run_that_holds_staging(tmp_path, postg
                      rf"{project.database} \([1-9][0-9,]* bytes, schema v[0-9]+\)$", status.stdout, re.M), status.stdout
     assert plugin.returncode == 0 and plugin.stdout.startswith("LMS-REFRESH OK"), plugin.stdout
     assert check.returncode == 0 and "; its role may write every table" in check.stdout, check.stdout
+
+
+@pytest.mark.postgresql
+def test_a_first_run_fills_presence_in_bulk_and_analyzes_what_it_filled(tmp_path, postgres_server):
+    """Into an empty store the run drops learner_days' key while it fills it and builds it after, and analyzes
+    staging and presence before the recompute reads them (store/pg_bulk.py); a later run, whose tables are not
+    empty, keeps the key up. The key built is the migrations' own, and the metrics are the recount's."""
+    from helpers.project import Project
+
+    project = Project(tmp_path / "bulk", postgres_server)
+    project.configure()
+    project.invoke("run", now=EARLIER, check=0)  # the store, empty
+    _no_autovacuum(postgres_server, project)
+    empty = _bulk_marks(project)
+    project.write("a.ndjson", base())
+    project.invoke("run", now=T.isoformat(), check=0)
+    first = _bulk_marks(project)
+    present = project.query("SELECT COUNT(*) FROM learner_days")[0][0]
+    assert present == 12  # one course-day each
+    assert (first["staged_events"], first["learner_days"]) == (12, present)  # what ANALYZE counted, in the run
+    assert first["learner_days_pkey"] != empty["learner_days_pkey"]  # dropped and built again
+    assert ("learner_days_pkey", "CREATE UNIQUE INDEX learner_days_pkey ON lms_refresh.learner_days USING btree "
+            "(day, course_id, actor)") in project.query(PG_INDEXES)
+    assert project.query("SELECT conname, contype FROM pg_constraint WHERE conrelid = "
+                         "'lms_refresh.learner_days'::regclass") == [("learner_days_pkey", "p")]
+    assert project.serving(site=True) == recount(base())
+    # Another day: the day rebuilt is emptied first, and a table left empty so is filled in bulk again.
+    later = [statement(learner=f"v{i}", course="C0", timestamp=f"2026-11-03T11:{i:02d}:00Z",
+                       stored="2026-11-03T12:00:00Z") for i in range(3)]
+    project.write("b.ndjson", later)
+    project.invoke("run", now=(T + dt.timedelta(days=1)).isoformat(), check=0)
+    assert _bulk_marks(project) == first  # the same key, and no ANALYZE: autovacuum's business from now on
+    assert project.serving(site=True) == recount(base() + later)
