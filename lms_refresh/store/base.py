@@ -76,10 +76,13 @@ class SqlStore(Staging, Erasure, Grains, Published, RebuildCheck, RunLog, Course
         """A context for one statement that sorts many rows (a store may give the sort memory of its own)."""
         return contextlib.nullcontext()
 
+    def is_empty(self, table):
+        return not self.execute(f"SELECT EXISTS (SELECT 1 FROM {table})").fetchone()[0]
+
     def filling(self, table):
-        """A context for one statement that inserts rows into `table` (a store may fill an empty table in
-        bulk: pg_bulk.py)."""
-        return contextlib.nullcontext()
+        """A context for statements that only insert rows into `table` (no upsert, no look-up by its key): it
+        gives whether `table` was empty. A store may fill an empty table in bulk (pg_bulk.py)."""
+        return contextlib.nullcontext(self.is_empty(table))
 
     def executemany(self, statement, rows):
         cursor = self.db.cursor()

@@ -15,6 +15,7 @@ The whole site is one more course of the cells (tables.SITE), counted from the c
 learner once (one more ordering of a rebuilt day's or period's learners, by learner), never summed.
 """
 
+import contextlib
 import json
 
 from lms_refresh import instants
@@ -245,19 +246,26 @@ class Grains:
         learner_days holds on `days`; a learner left on no day of a period leaves it."""
         days = {day for day in days if instants.FIRST_DAY <= day <= instants.LAST_DAY}
         grouped = _moving_days(1 if statement is _ADD else -1, self.dialect.days_in)
-        for (grain, label), (first, last) in sorted(calendar.periods_of(days).items()):
-            in_period = sorted(day for day in days if first <= day <= last)
-            grouping = self.dialect.presence_by_period or len(in_period) > GROUPED_FILL_AFTER
-            if statement is _ADD and grouping and self._holds_no_learner(grain, label):
-                with self.sorting():  # one sort of the period's rows by learner, each learner inserted once
-                    self.execute(_filling_days(self.dialect.days_in), (grain, label, self.dialect.day_set(in_period)))
-            elif self.dialect.presence_by_period:
-                self.execute(grouped, (grain, label, self.dialect.day_set(in_period)))
-            else:
-                for day in in_period:  # day by day: each pass in key order
-                    self.execute(statement, (grain, label, day))
-            if statement is _SUBTRACT:
-                self.execute("DELETE FROM learner_periods WHERE grain = ? AND period = ? AND days = 0", (grain, label))
+        # Into no learner at all (a first run's, a rebuild's), every period is filled and nothing else is done
+        # to the table (a store fills it in bulk then, without its key: pg_bulk.py): a dialect that moves presence
+        # by period fills each period whole (a SQLite week of up to GROUPED_FILL_AFTER days is added day by day,
+        # an upsert, but SQLite keeps its key).
+        with self.filling("learner_periods") if statement is _ADD else contextlib.nullcontext(False) as empty:
+            for (grain, label), (first, last) in sorted(calendar.periods_of(days).items()):
+                in_period = sorted(day for day in days if first <= day <= last)
+                grouping = self.dialect.presence_by_period or len(in_period) > GROUPED_FILL_AFTER
+                if statement is _ADD and grouping and (empty or self._holds_no_learner(grain, label)):
+                    with self.sorting():  # one sort of the period's rows by learner, each learner inserted once
+                        self.execute(_filling_days(self.dialect.days_in),
+                                     (grain, label, self.dialect.day_set(in_period)))
+                elif self.dialect.presence_by_period:
+                    self.execute(grouped, (grain, label, self.dialect.day_set(in_period)))
+                else:
+                    for day in in_period:  # day by day: each pass in key order
+                        self.execute(statement, (grain, label, day))
+                if statement is _SUBTRACT:
+                    self.execute("DELETE FROM learner_periods WHERE grain = ? AND period = ? AND days = 0",
+                                 (grain, label))
 
     def _holds_no_learner(self, grain, label):
         return self.execute("SELECT 1 FROM learner_periods WHERE grain = ? AND period = ? LIMIT 1",

@@ -106,6 +106,10 @@ def test_a_statement_id_under_two_staging_keys_reads_the_run_again(tmp_path, mak
 
 # -- PostgreSQL: dropping the index needs the table's owner and the table to itself (store/pg_staging.py) --------
 
+_BULK = ("staged_events", "learner_days", "learner_periods")  # the tables a first run fills whole
+_NAMES = ", ".join(f"'{name}', '{name}_pkey'" for name in _BULK)
+
+
 def _bulk_marks(project):
     """What a bulk fill changes (store/pg_bulk.py): the oid of each index of staging and of learner_days (a new
     one when an index was dropped and built again), and the tables' row counts as their statistics have them
@@ -113,12 +117,12 @@ def _bulk_marks(project):
     return dict(project.query(
         "SELECT c.relname, CASE WHEN c.relkind = 'i' THEN c.oid::bigint ELSE c.reltuples::bigint END FROM pg_class c "
         "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'lms_refresh' AND c.relname IN "
-        "('staged_events', 'learner_days', 'staged_events_pkey', 'learner_days_pkey')"))
+        f"({_NAMES})"))
 
 
 def _no_autovacuum(server, project):
     """Keep autovacuum's ANALYZE away from the tables whose statistics a test reads (it could come at any time)."""
-    for table in ("staged_events", "learner_days"):
+    for table in _BULK:
         server.admin(f"ALTER TABLE lms_refresh.{table} SET (autovacuum_enabled = false)", project.database)
 
 
@@ -188,8 +192,8 @@ def test_a_first_run_does_not_wait_for_a_session_reading_staging(tmp_path, postg
                              dbname=project.database)
     before = _bulk_marks(project)
     # Its transaction stays open, locks and all: on staging, and on the presence a first run fills in bulk.
-    reader.execute("SELECT COUNT(*) FROM lms_refresh.staged_events")
-    reader.execute("SELECT COUNT(*) FROM lms_refresh.learner_days")
+    for table in _BULK:
+        reader.execute(f"SELECT COUNT(*) FROM lms_refresh.{table}")
     ended = threading.Event()
 
     def end_reader():
@@ -208,7 +212,8 @@ def test_a_first_run_does_not_wait_for_a_session_reading_staging(tmp_path, postg
         reader.close()
     assert AGAIN not in result.stderr and " ERROR " not in result.stderr and " WARNING " not in result.stderr
     assert project.query("SELECT outcome, staged FROM runs ORDER BY staged") == [("success", 0), ("success", 12)]
-    assert _bulk_marks(project)["learner_days_pkey"] == before["learner_days_pkey"]  # kept up, not dropped
+    after = _bulk_marks(project)
+    assert [after[f"{table}_pkey"] for table in _BULK] == [before[f"{table}_pkey"] for table in _BULK]  # kept up
     assert project.serving(site=True) == recount(base())
     assert ("staged_events_event_id", "CREATE UNIQUE INDEX staged_events_event_id ON lms_refresh.staged_events "
             "USING btree (event_id)") in project.query(PG_INDEXES)
@@ -234,8 +239,9 @@ def test_status_does_not_wait_for_a_first_run_that_holds_staging(tmp_path, postg
     holder = psycopg.connect(host=postgres_server.sockets, port=postgres_server.port, user="postgres",
                              dbname=project.database)
     try:
-        # A first run also holds learner_days so while it fills it (store/pg_bulk.py).
-        holder.execute("LOCK TABLE lms_refresh.staged_events, lms_refresh.learner_days IN ACCESS EXCLUSIVE MODE")
+        # A first run also holds the presence tables so while it fills them (store/pg_bulk.py).
+        holder.execute("LOCK TABLE lms_refresh.staged_events, lms_refresh.learner_days, lms_refresh.learner_periods "
+                       "IN ACCESS EXCLUSIVE MODE")
         status = subprocess.run(project.cli_args("status", now=T.isoformat()), capture_output=True, text=True,
                                 env=project.environment(), timeout=120)
         plugin = subprocess.run(project.cli_args("status", "--check", now=T.isoformat()), capture_output=True,
@@ -254,9 +260,9 @@ def test_status_does_not_wait_for_a_first_run_that_holds_staging(tmp_path, postg
 
 @pytest.mark.postgresql
 def test_a_first_run_fills_presence_in_bulk_and_analyzes_what_it_filled(tmp_path, postgres_server):
-    """Into an empty store the run drops learner_days' key while it fills it and builds it after, and analyzes
-    staging and presence before the recompute reads them (store/pg_bulk.py); a later run, whose tables are not
-    empty, keeps the key up. The key built is the migrations' own, and the metrics are the recount's."""
+    """Into an empty store the run drops the presence tables' keys while it fills them and builds them after, and
+    analyzes staging and presence before the recompute reads them (store/pg_bulk.py); a later run, whose tables
+    are not empty, keeps the keys up. The key built is the migrations' own, and the metrics are the recount's."""
     from helpers.project import Project
 
     project = Project(tmp_path / "bulk", postgres_server)
@@ -267,14 +273,19 @@ def test_a_first_run_fills_presence_in_bulk_and_analyzes_what_it_filled(tmp_path
     project.write("a.ndjson", base())
     project.invoke("run", now=T.isoformat(), check=0)
     first = _bulk_marks(project)
-    present = project.query("SELECT COUNT(*) FROM learner_days")[0][0]
-    assert present == 12  # one course-day each
-    assert (first["staged_events"], first["learner_days"]) == (12, present)  # what ANALYZE counted, in the run
-    assert first["learner_days_pkey"] != empty["learner_days_pkey"]  # dropped and built again
+    counts = [project.query(f"SELECT COUNT(*) FROM {table}")[0][0] for table in _BULK]
+    assert counts == [12, 12, 24]  # a learner's one course-day, in its week and its month
+    assert [first[table] for table in _BULK] == counts  # what ANALYZE counted, in the run
+    # Dropped and built again (staging's key is kept up: its index on statement ids is the one dropped).
+    assert [first[f"{table}_pkey"] == empty[f"{table}_pkey"] for table in _BULK] == [True, False, False]
+    indexes = project.query(PG_INDEXES)
     assert ("learner_days_pkey", "CREATE UNIQUE INDEX learner_days_pkey ON lms_refresh.learner_days USING btree "
-            "(day, course_id, actor)") in project.query(PG_INDEXES)
-    assert project.query("SELECT conname, contype FROM pg_constraint WHERE conrelid = "
-                         "'lms_refresh.learner_days'::regclass") == [("learner_days_pkey", "p")]
+            "(day, course_id, actor)") in indexes
+    assert ("learner_periods_pkey", "CREATE UNIQUE INDEX learner_periods_pkey ON lms_refresh.learner_periods "
+            "USING btree (grain, period, course_id, actor)") in indexes
+    for table in _BULK[1:]:
+        assert project.query(f"SELECT conname, contype FROM pg_constraint WHERE conrelid = "
+                             f"'lms_refresh.{table}'::regclass") == [(f"{table}_pkey", "p")]
     assert project.serving(site=True) == recount(base())
     # Another day: the day rebuilt is emptied first, and a table left empty so is filled in bulk again.
     later = [statement(learner=f"v{i}", course="C0", timestamp=f"2026-11-03T11:{i:02d}:00Z",
