@@ -5,8 +5,9 @@ A first run, a backfill into an empty store or a rebuild from scratch writes who
 transaction. A B-tree kept up row by row costs each row a descent, a page touched and a WAL record; built
 after the rows, it costs one sort. And until an ANALYZE the planner sees a table as it was when last
 analyzed, an empty one never: autovacuum's comes after the commit, too late for the run's own recompute,
-which the planner then sorts on disk. Both measured on the benchmark's full refresh (1M statements over
-30 days, PostgreSQL 15 at its defaults, fsync on, auto_explain, 2026-12-05), see the README's benchmarks.
+which the planner then sorts on disk (it had counted on 165,000 staged rows of 1,000,000). On the
+benchmark's full refresh (1M statements over 30 days, PostgreSQL 15 at its defaults, fsync on, the server's
+statement log, 2026-12-05) the recompute took 7.58 s before and 4.84 s with both (README, "Benchmarks").
 
 Dropping needs the table's owner and a moment with no other session on it (a lock within 2 s): a role
 granted only DML, or a table in use, fills the usual way. Nothing here is undone by hand on a failure:
@@ -57,9 +58,8 @@ class PgBulk:
     def filling(self, table):
         """A context for statements that only insert rows into `table` (no upsert, no look-up by its key); it
         gives whether `table` was empty. If it was, its primary key is dropped before and built after, and
-        the table analyzed: PRESENCE into an empty learner_days (873,580 rows) took 2.38 s with the key kept
-        up and 1.55-1.75 s without, plus 0.32 s for the key's build; the day cells that read it next, 0.80 s
-        before its ANALYZE and 0.52 s after."""
+        the table analyzed: PRESENCE into an empty learner_days (873,580 rows) took 3.14 s before and 1.49 s
+        with the staging analyzed and the key dropped, plus 0.34 s for the key's build."""
         empty = self.is_empty(table)
         dropped = empty and self.owns(table) and self.alone(f"ALTER TABLE {table} DROP CONSTRAINT {table}_pkey")
         yield empty
