@@ -242,6 +242,7 @@ class Refresh:
     def _locked(self):
         try:
             with self.open_store() as store:
+                store.rehearsal = self.request.dry_run  # rolled back at the end: nothing written outside it
                 self._began = True
                 self._settle(store)
                 if self.stop.committed and not self.request.dry_run:

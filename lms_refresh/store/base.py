@@ -51,6 +51,9 @@ class SqlStore(Staging, Erasure, Grains, Published, RebuildCheck, RunLog, Course
     # (its begin_staging says how); a statement id under two staging keys then fails the build (StageAgain).
     _bulk = False  # the index is not there: this run is staging into an empty store
     bulk_staging = True  # False once a run had to stage again: its second try keeps the index
+    # A dry run's: its transaction is rolled back, so nothing may be written that a rollback would not undo
+    # (PostgreSQL's bulk paths write row counts into its catalog in place: pg_bulk.py).
+    rehearsal = False
 
     def __init__(self, connection, location):
         self.db = connection
@@ -79,9 +82,10 @@ class SqlStore(Staging, Erasure, Grains, Published, RebuildCheck, RunLog, Course
     def is_empty(self, table):
         return not self.execute(f"SELECT EXISTS (SELECT 1 FROM {table})").fetchone()[0]
 
-    def filling(self, table):
-        """A context for statements that only insert rows into `table` (no upsert, no look-up by its key): it
-        gives whether `table` was empty. A store may fill an empty table in bulk (pg_bulk.py)."""
+    def filling(self, table, source, days):
+        """A context for statements that only insert rows into `table` (no upsert, no look-up by its key), from
+        the rows of `source` on `days`: it gives whether `table` was empty. A store may fill an empty table in
+        bulk (pg_bulk.py)."""
         return contextlib.nullcontext(self.is_empty(table))
 
     def executemany(self, statement, rows):

@@ -183,7 +183,7 @@ class Grains:
         presence, cells = (statement.format(days_in=self.dialect.days_in) for statement in (PRESENCE, CELLS))
         self.execute(f"DELETE FROM daily_metrics WHERE {self.dialect.days_in}", (day_set,))
         self.execute(f"DELETE FROM learner_days WHERE {self.dialect.days_in}", (day_set,))
-        with self.filling("learner_days"):  # a first run's, a rebuild's
+        with self.filling("learner_days", "staged_events", day_set):  # a first run's, a rebuild's
             self.execute(presence, (day_set,))
         written = self.execute(cells, (day_set, day_set)).rowcount
         for (day,) in self.execute(f"SELECT DISTINCT day FROM daily_metrics WHERE {self.dialect.days_in}",
@@ -250,7 +250,8 @@ class Grains:
         # to the table (a store fills it in bulk then, without its key: pg_bulk.py): a dialect that moves presence
         # by period fills each period whole (a SQLite week of up to GROUPED_FILL_AFTER days is added day by day,
         # an upsert, but SQLite keeps its key).
-        with self.filling("learner_periods") if statement is _ADD else contextlib.nullcontext(False) as empty:
+        filling = self.filling("learner_periods", "learner_days", self.dialect.day_set(days))
+        with filling if statement is _ADD else contextlib.nullcontext(False) as empty:
             for (grain, label), (first, last) in sorted(calendar.periods_of(days).items()):
                 in_period = sorted(day for day in days if first <= day <= last)
                 grouping = self.dialect.presence_by_period or len(in_period) > GROUPED_FILL_AFTER

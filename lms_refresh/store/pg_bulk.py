@@ -10,8 +10,13 @@ benchmark's full refresh (1M statements over 30 days, PostgreSQL 15 at its defau
 statement log, 2026-12-05) the recompute took 7.58 s before and 4.84 s with both (README, "Benchmarks").
 
 Dropping needs the table's owner and a moment with no other session on it (a lock within 2 s): a role
-granted only DML, or a table in use, fills the usual way. Nothing here is undone by hand on a failure:
-the statement's error aborts the run's transaction, whose rollback restores what was dropped.
+granted only DML, a table in use (or a session that waits for a table the run holds already: a deadlock,
+which the server breaks by failing one side), or an object of the operator's own that depends on the key,
+and the table is filled the usual way. A table that stays empty (a quiet night on a store with no presence)
+is left alone. Nothing here is undone by hand on a failure: the statement's error aborts the run's
+transaction, whose rollback restores what was dropped. A dry run fills nothing in bulk (`rehearsal`):
+ANALYZE and the build of an index write the table's row count into pg_class in place, which its rollback
+would not undo (the planner would count rows that were never committed).
 """
 
 import contextlib
@@ -24,8 +29,15 @@ _KEYS = {table.name: table.key for table in TABLES}
 WAIT_FOR_TABLE = "2s"  # how long a drop waits for another session's lock before the table is filled as usual
 
 
+# What gives a drop up, the transaction going on without it: another session's lock held past WAIT_FOR_TABLE, a
+# lock cycle with another session, an object that depends on what would be dropped.
+_GIVE_UP = (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected,
+            psycopg.errors.DependentObjectsStillExist)
+
+
 class PgBulk:
-    """What PostgresStore does with a table it fills whole (`db`, `_ddl` and `is_empty` come from it)."""
+    """What PostgresStore does with a table it fills whole (`db`, `_ddl`, `execute`, `dialect`, `rehearsal` and
+    `is_empty` come from it)."""
 
     def owns(self, table):
         """Whether this role may drop `table`'s indexes and analyze it (it owns the table, or is a member
@@ -42,7 +54,7 @@ class PgBulk:
             self.db.execute(f"SET LOCAL lock_timeout = '{WAIT_FOR_TABLE}'")
             self.db.execute(self._ddl(statement))
             ran = True
-        except psycopg.errors.LockNotAvailable:
+        except _GIVE_UP:
             self.db.execute("ROLLBACK TO SAVEPOINT alone")
             ran = False
         self.db.execute("RELEASE SAVEPOINT alone")
@@ -51,18 +63,21 @@ class PgBulk:
 
     def analyze(self, table):
         """Take `table`'s statistics now, with this transaction's rows (ANALYZE counts them), if this role may."""
-        if self.owns(table):
+        if not self.rehearsal and self.owns(table):
             self.db.execute(f"ANALYZE {table}")
 
     @contextlib.contextmanager
-    def filling(self, table):
-        """A context for statements that only insert rows into `table` (no upsert, no look-up by its key); it
-        gives whether `table` was empty. If it was, its primary key is dropped before and built after, and
-        the table analyzed: PRESENCE into an empty learner_days (873,580 rows) took 3.14 s before and 1.49 s
-        with the staging analyzed and the key dropped, plus 0.34 s for the key's build."""
+    def filling(self, table, source, days):
+        """A context for statements that only insert rows into `table` (no upsert, no look-up by its key), from
+        the rows of `source` on `days` (`dialect.days_in`'s parameter); it gives whether `table` was empty. If
+        it was and `source` has rows there, the table's primary key is dropped before and built after, and the
+        table analyzed: PRESENCE into an empty learner_days (873,580 rows) took 3.14 s before and 1.49 s with
+        the staging analyzed and the key dropped, plus 0.34 s for the key's build."""
         empty = self.is_empty(table)
-        dropped = empty and self.owns(table) and self.alone(f"ALTER TABLE {table} DROP CONSTRAINT {table}_pkey")
+        worth = empty and not self.rehearsal and self.execute(
+            f"SELECT EXISTS (SELECT 1 FROM {source} WHERE {self.dialect.days_in})", (days,)).fetchone()[0]
+        dropped = worth and self.owns(table) and self.alone(f"ALTER TABLE {table} DROP CONSTRAINT {table}_pkey")
         yield empty
         if dropped:
             self.db.execute(f"ALTER TABLE {table} ADD PRIMARY KEY ({', '.join(_KEYS[table])})")
-            self.db.execute(f"ANALYZE {table}")
+            self.analyze(table)

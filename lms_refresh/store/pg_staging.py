@@ -20,19 +20,22 @@ class PgStaging:
     """What PostgresStore does with a batch of rows (`db`, `dialect`, `_ddl`, `_bulk`, `bulk_staging`,
     `_void_targets` and pg_bulk.PgBulk's methods come from it)."""
 
-    _began_empty = False  # staging was empty at begin_staging: finish_staging analyzes it
+    _began_empty = False  # staging was empty at begin_staging: finish_staging analyzes it (if it staged rows)
+    _staged_rows = 0
 
     def insert_events(self, events):
         text = staged_text(events)  # not psycopg's write_row: see pg_copy.py
         if self._bulk and self._copied_straight(text):
-            return len(events)
-        with self.db.cursor().copy("COPY pg_temp.incoming FROM STDIN") as copy:
-            copy.write(text)
-        # One arbiter, the unique event_id (a clash of the key is one of it): a third less per row than
-        # checking both unique indexes, and less than half for rows staged already (measured 2026-12-03).
-        inserted = self.db.execute(
-            "INSERT INTO staged_events SELECT * FROM pg_temp.incoming ON CONFLICT (event_id) DO NOTHING").rowcount
-        self.db.execute("TRUNCATE pg_temp.incoming")
+            inserted = len(events)
+        else:
+            with self.db.cursor().copy("COPY pg_temp.incoming FROM STDIN") as copy:
+                copy.write(text)
+            # One arbiter, the unique event_id (a clash of the key is one of it): a third less per row than
+            # checking both unique indexes, and less than half for rows staged already (measured 2026-12-03).
+            inserted = self.db.execute(
+                "INSERT INTO staged_events SELECT * FROM pg_temp.incoming ON CONFLICT (event_id) DO NOTHING").rowcount
+            self.db.execute("TRUNCATE pg_temp.incoming")
+        self._staged_rows += inserted
         return inserted
 
     # Staging into an empty store (a first run, a backfill, a rebuild from scratch) copies each batch straight
@@ -49,9 +52,9 @@ class PgStaging:
     def begin_staging(self):
         """Drop the unique index on statement ids if staging is empty and this role may (built again by
         finish_staging, or by the first batch that the staging key refuses)."""
-        self._bulk = False
+        self._bulk, self._staged_rows = False, 0
         self._began_empty = self.is_empty("staged_events")
-        if self.bulk_staging and self._began_empty and self.owns("staged_events"):
+        if self.bulk_staging and self._began_empty and not self.rehearsal and self.owns("staged_events"):
             self._bulk = self.alone(f"DROP INDEX {self.dialect.name(_ID_INDEX.name)}")
 
     def _copied_straight(self, text):
@@ -88,7 +91,7 @@ class PgStaging:
         keys), then delete the targets of this run's voiding statements; return the days they were in."""
         if self._bulk:
             self._build_id_index()
-        if self._began_empty:
+        if self._began_empty and self._staged_rows:
             self.analyze("staged_events")
         if not self._void_targets:
             return set()
