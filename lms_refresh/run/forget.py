@@ -90,7 +90,7 @@ def forget(config, identifier, environ, *, euid, dry_run=False):
         with run_lock(config, euid, dry_run), stopping.installed() as stop, stop.during(FORGET_STOPPED):
             if config.store.type == "sqlite" and not dry_run:
                 check_writable_file(config.store.path, euid)
-            with locked_store(config, environ, create=False) as store:
+            with locked_store(config, environ, create=False, rehearsal=dry_run) as store:
                 _forget(config, store, identifier, report=report, stop=stop)
                 _log(report)
                 if not dry_run:

@@ -165,10 +165,12 @@ def refuse_odd_lock(path):
 
 
 @contextlib.contextmanager
-def locked_store(config, environ, create):
+def locked_store(config, environ, create, *, rehearsal=False):
     """Yield the open store under its own run lock, with driver errors turned into the domain's;
-    raise LockHeld if another run holds it."""
+    raise LockHeld if another run holds it. A `rehearsal` (a dry run) is rolled back at the end: the
+    store writes nothing that a rollback would not undo (store/pg_bulk.py)."""
     store = open_store(config, environ, create=create)
+    store.rehearsal = rehearsal
     try:
         # Driver errors anywhere inside (a dropped connection while reading the
         # watermark as much as during the commit) become the domain's exit codes.

@@ -87,7 +87,7 @@ class Refresh:
             for path in [config.key_file] + ([config.store.path] if config.store.type == "sqlite" else []):
                 check_writable_file(path, self.euid)
         identity.verify_store_present(config, not store_exists(config, self.environ) and self.request.kind != REBUILD)
-        return locked_store(config, self.environ, create=not self.request.dry_run)
+        return locked_store(config, self.environ, create=not self.request.dry_run, rehearsal=self.request.dry_run)
 
     def check_state(self, store, meta):
         """Return the pseudonymisation key, once the clock and the store's identity are checked against it."""
@@ -242,7 +242,6 @@ class Refresh:
     def _locked(self):
         try:
             with self.open_store() as store:
-                store.rehearsal = self.request.dry_run  # rolled back at the end: nothing written outside it
                 self._began = True
                 self._settle(store)
                 if self.stop.committed and not self.request.dry_run:

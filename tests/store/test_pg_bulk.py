@@ -135,3 +135,16 @@ def test_a_dry_run_fills_nothing_in_bulk(tmp_path, postgres_server):
     project.invoke("run", now=T.isoformat(), check=0)
     assert [_bulk_marks(project)[table] for table in ("staged_events", "learner_days", "learner_periods")] == [
         12, 12, 24]
+
+
+def test_a_dry_forget_fills_nothing_in_bulk(tmp_path, postgres_server):
+    """`forget --dry-run` of a learner present on the store's one day rebuilds that day in its rolled-back
+    transaction, learner_days emptied first and filled again from the other learners: not in bulk either."""
+    from helpers.statements import HOME
+
+    project = _project(tmp_path, postgres_server, "dry-forget", base())
+    before = _bulk_marks(project)
+    dry = project.invoke("forget", "--dry-run", "--account-homepage", HOME, "--account-name", "u1", check=0)
+    assert "would delete: 1 staged events" in dry.stdout, dry.stdout
+    assert _bulk_marks(project) == before
+    assert project.serving(site=True) == recount(base())
