@@ -11,12 +11,12 @@ statement log, 2026-12-05) the recompute took 7.58 s before and 4.84 s with both
 
 Dropping needs the table's owner and a moment with no other session on it (a lock within 2 s): a role
 granted only DML, a table in use (or a session that waits for a table the run holds already: a deadlock,
-which the server breaks by failing one side), or an object of the operator's own that depends on the key,
-and the table is filled the usual way. A table that stays empty (a quiet night on a store with no presence)
-is left alone. Nothing here is undone by hand on a failure: the statement's error aborts the run's
-transaction, whose rollback restores what was dropped. A dry run fills nothing in bulk (`rehearsal`):
-ANALYZE and the build of an index write the table's row count into pg_class in place, which its rollback
-would not undo (the planner would count rows that were never committed).
+which the server breaks by failing one side), an object of the operator's own that depends on the key, or
+storage settings of the operator's own on the key, and the table is filled the usual way. A table that
+stays empty (a quiet night on a store with no presence) is left alone. Nothing here is undone by hand on a
+failure: the statement's error aborts the run's transaction, whose rollback restores what was dropped. A
+dry run fills nothing in bulk (`rehearsal`): ANALYZE and the build of an index write the table's row count
+into pg_class in place, which its rollback would not undo (the planner would count rows never committed).
 """
 
 import contextlib
@@ -44,6 +44,12 @@ class PgBulk:
         of its owner)."""
         return self.db.execute("SELECT pg_has_role(relowner, 'USAGE') FROM pg_class WHERE oid = %s::regclass",
                                (table,)).fetchone()[0]
+
+    def _as_built(self, index):
+        """Whether `index` has the storage the migrations gave it: a fillfactor or a tablespace of an operator's
+        own would be lost by a build with the session's defaults, so such a key is kept up instead."""
+        return self.db.execute("SELECT reloptions IS NULL AND reltablespace = 0 FROM pg_class WHERE oid = "
+                               "%s::regclass", (index,)).fetchone()[0]
 
     def alone(self, statement):
         """Run `statement` (DDL on a table this role owns) if it gets the table within WAIT_FOR_TABLE; return
@@ -76,7 +82,8 @@ class PgBulk:
         empty = self.is_empty(table)
         worth = empty and not self.rehearsal and self.execute(
             f"SELECT EXISTS (SELECT 1 FROM {source} WHERE {self.dialect.days_in})", (days,)).fetchone()[0]
-        dropped = worth and self.owns(table) and self.alone(f"ALTER TABLE {table} DROP CONSTRAINT {table}_pkey")
+        dropped = (worth and self.owns(table) and self._as_built(f"{table}_pkey")
+                   and self.alone(f"ALTER TABLE {table} DROP CONSTRAINT {table}_pkey"))
         yield empty
         if dropped:
             self.db.execute(f"ALTER TABLE {table} ADD PRIMARY KEY ({', '.join(_KEYS[table])})")

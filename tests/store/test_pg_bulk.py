@@ -148,3 +148,19 @@ def test_a_dry_forget_fills_nothing_in_bulk(tmp_path, postgres_server):
     assert "would delete: 1 staged events" in dry.stdout, dry.stdout
     assert _bulk_marks(project) == before
     assert project.serving(site=True) == recount(base())
+
+
+def test_a_key_with_storage_settings_of_an_operator_keeps_them(tmp_path, postgres_server):
+    """A fillfactor set on learner_days' key would be lost by a build with the session's defaults: the key is kept
+    up (and the setting with it), the other table filled in bulk as usual."""
+    project = _project(tmp_path, postgres_server, "fillfactor")
+    postgres_server.admin("ALTER INDEX lms_refresh.learner_days_pkey SET (fillfactor = 70)", project.database)
+    before = _bulk_marks(project)
+    project.write("a.ndjson", base())
+    project.invoke("run", now=T.isoformat(), check=0)
+    after = _bulk_marks(project)
+    assert after["learner_days_pkey"] == before["learner_days_pkey"]
+    assert after["learner_periods_pkey"] != before["learner_periods_pkey"]
+    assert postgres_server.admin("SELECT reloptions FROM pg_class WHERE oid = 'lms_refresh.learner_days_pkey'"
+                                 "::regclass", project.database) == [(["fillfactor=70"],)]
+    assert project.serving(site=True) == recount(base())
