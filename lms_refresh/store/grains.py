@@ -250,8 +250,9 @@ class Grains:
         # to the table (a store fills it in bulk then, without its key: pg_bulk.py): a dialect that moves presence
         # by period fills each period whole (a SQLite week of up to GROUPED_FILL_AFTER days is added day by day,
         # an upsert, but SQLite keeps its key).
-        filling = self.filling("learner_periods", "learner_days", self.dialect.day_set(days))
-        with filling if statement is _ADD else contextlib.nullcontext(False) as empty:
+        filling = (self.filling("learner_periods", "learner_days", self.dialect.day_set(days)) if statement is _ADD
+                   else contextlib.nullcontext(False))
+        with filling as empty:
             for (grain, label), (first, last) in sorted(calendar.periods_of(days).items()):
                 in_period = sorted(day for day in days if first <= day <= last)
                 grouping = self.dialect.presence_by_period or len(in_period) > GROUPED_FILL_AFTER
