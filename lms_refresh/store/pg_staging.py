@@ -54,7 +54,7 @@ class PgStaging:
         finish_staging, or by the first batch that the staging key refuses)."""
         self._bulk, self._staged_rows = False, 0
         self._began_empty = self.is_empty("staged_events")
-        if self.bulk_staging and self._began_empty and not self.rehearsal and self.owns("staged_events"):
+        if self.bulk_staging and self._began_empty and self.owns("staged_events"):
             self._bulk = self.alone(f"DROP INDEX {self.dialect.name(_ID_INDEX.name)}")
 
     def _copied_straight(self, text):
