@@ -17,6 +17,8 @@ stays empty (a quiet night on a store with no presence) is left alone. Nothing h
 failure: the statement's error aborts the run's transaction, whose rollback restores what was dropped. A
 dry run fills nothing in bulk (`rehearsal`): ANALYZE and the build of an index write the table's row count
 into pg_class in place, which its rollback would not undo (the planner would count rows never committed).
+A run that fails or is stopped after a fill leaves them so too (only the planner reads them; the next run's
+fills take them again).
 """
 
 import contextlib

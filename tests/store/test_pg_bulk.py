@@ -164,3 +164,26 @@ def test_a_key_with_storage_settings_of_an_operator_keeps_them(tmp_path, postgre
     assert postgres_server.admin("SELECT reloptions FROM pg_class WHERE oid = 'lms_refresh.learner_days_pkey'"
                                  "::regclass", project.database) == [(["fillfactor=70"],)]
     assert project.serving(site=True) == recount(base())
+
+
+@pytest.mark.parametrize("action, status", [("kill", -9), ("term", 143)])
+def test_a_first_run_stopped_after_its_bulk_fills_leaves_the_store_as_it_was(tmp_path, postgres_server, action,
+                                                                              status):
+    """Killed (or stopped by SIGTERM) after the recompute, its keys dropped and built again in its transaction:
+    nothing was committed, the keys are the ones from before, and the next run publishes the recount. (The tables'
+    row counts in pg_class are the rolled-back run's: ANALYZE and an index's build write them in place, as any
+    aborted CREATE INDEX does. Only the planner reads them, and the next run's fills take them again.)"""
+    project = _project(tmp_path, postgres_server, f"stopped-{action}")
+    before = _bulk_marks(project)
+    project.write("a.ndjson", base())
+    stopped = project.cli("run", now=T.isoformat(), env={"LMS_REFRESH_FAULT": f"after-recompute:{action}"})
+    assert stopped.returncode == status, stopped.stderr
+    if action == "term":
+        assert "Stopped by SIGTERM" in stopped.stderr, stopped.stderr
+    assert project.query("SELECT COUNT(*) FROM staged_events") == [(0,)]
+    keys = [f"{table}_pkey" for table in ("staged_events", "learner_days", "learner_periods")]
+    assert [_bulk_marks(project)[key] for key in keys] == [before[key] for key in keys]
+    project.invoke("run", now=T.isoformat(), check=0)
+    assert project.serving(site=True) == recount(base())
+    assert [_bulk_marks(project)[table] for table in ("staged_events", "learner_days", "learner_periods")] == [
+        12, 12, 24]
