@@ -11,7 +11,10 @@ export files to the committed serving table; peak RSS from wait4):
             the naive yardstick (json.loads + executemany) on the same files
   inc       a one-day refresh (--per-day statements) on top of 7 and of 365 days of history at the same
             rate, twice each, alternated, and the ratio of their medians (issue 23: at most 1.15x): what
-            the years behind a nightly run cost it
+            the years behind a nightly run cost it. On SQLite, the pages of the store each timed run
+            rewrote (bench/store_pages.py). With --settle N each history is first run N nights, a day
+            each: a history built by one first run has its index on statement ids packed full, and
+            the first nights on top of it split its pages
   terms     (--only terms) a one-day refresh on top of 365 days of history (--per-day statements a day),
             with two terms configured and without, back to back, twice each (a new history each time),
             and the ratio of their medians: what the terms cost a nightly run
@@ -35,6 +38,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+import store_pages
 from helpers.pgserver import PostgresServer
 from lms_refresh.demo.sample import _VERB_CHOICES, COURSES, statement
 
@@ -137,25 +141,37 @@ def report(store, name, count, seconds, rss):
           f"peak RSS {rss:6.1f} MiB", flush=True)
 
 
-def nightly(work, name, store, server, source, history, terms=()):
-    """Build `history` days from `source` in a new store, then time the one-day run that adds `source`-next's day.
+def nightly(work, name, store, server, source, history, terms=(), settle=0):
+    """Build `history` days from `source` in a new store, run `settle` nights (a day of `source`-next each),
+    then time the night that adds the next day of `source`-next.
 
-    Return (seconds, peak RSS in MiB) of that run; the store is removed afterwards."""
+    Return (seconds, peak RSS in MiB, the pages that night rewrote on SQLite or ""); the store is removed
+    afterwards."""
     root = os.path.join(work, name)
     os.makedirs(root)
     mine = os.path.join(root, "src")
     shutil.copytree(source, mine)
     config, _ = configure(root, mine, server if store == "postgresql" else None, terms)
     timed_run(config, START + dt.timedelta(days=history), "run")  # build the history
-    shutil.copytree(source + "-next", mine, dirs_exist_ok=True)
-    seconds, rss, _ = timed_run(config, START + dt.timedelta(days=history + 1), "run")
+    nights = sorted(os.listdir(source + "-next"))[:settle + 1]  # one file a day, in day order
+    for night, file_name in enumerate(nights):
+        shutil.copy(os.path.join(source + "-next", file_name), mine)
+        now = START + dt.timedelta(days=history + night + 1)
+        if night < settle:
+            timed_run(config, now, "run")
+            continue
+        database = os.path.join(root, "state", "metrics.sqlite")
+        before = store_pages.page_digests(database) if store == "sqlite" else None
+        seconds, rss, _ = timed_run(config, now, "run")
+        pages = store_pages.rewritten(database, before) if before is not None else None
     shutil.rmtree(root)
-    return seconds, rss
+    return seconds, rss, pages
 
 
-def alternated(work, label, stores, server, per_day, variants):
-    """Time each of `variants` (name -> (source, history, terms)) twice per store, alternated; print each
-    run and the ratio of the last variant's median to the first's."""
+def alternated(work, label, stores, server, per_day, variants, settle=0):
+    """Time each of `variants` (name -> (source, history, terms)) twice per store, alternated, each after
+    `settle` nights; print each run (and on SQLite the pages it rewrote) and the ratio of the last variant's
+    median to the first's."""
     import statistics
 
     names = list(variants)
@@ -164,20 +180,23 @@ def alternated(work, label, stores, server, per_day, variants):
         for attempt in range(2):
             for name in names:
                 source, history, terms = variants[name]
-                seconds, rss = nightly(work, f"{label}-{store}-{attempt}-{name.replace(' ', '-')}", store, server,
-                                       source, history, terms)
+                seconds, rss, pages = nightly(work, f"{label}-{store}-{attempt}-{name.replace(' ', '-')}", store,
+                                              server, source, history, terms, settle)
                 report(store, f"inc-{history}", per_day, seconds, rss)
-                print(f"{'':<10} ({name})", flush=True)
+                after = f", after {settle} night{'s' * (settle > 1)}" if settle else ""
+                print(f"{'':<10} ({name}{after})", flush=True)
+                if pages is not None:
+                    print(f"{'':<10} {store_pages.describe(pages, per_day)}", flush=True)
                 times[name].append(seconds)
         ratio = statistics.median(times[names[-1]]) / statistics.median(times[names[0]])
         print(f"{store:<10} {label}: {names[-1]} / {names[0]}: {ratio:.2f}x (medians of 2)", flush=True)
 
 
-def history_source(work, name, history, per_day, seed):
-    """Export files for `history` days at `per_day` a day, and the next day's beside them (name-next)."""
+def history_source(work, name, history, per_day, seed, nights=1):
+    """Export files for `history` days at `per_day` a day, and the next `nights` days' beside them (name-next)."""
     source = os.path.join(work, name)
     write_days(source, 0, history, per_day, seed=seed)
-    write_days(source + "-next", history, 1, per_day, seed=seed + 1000)
+    write_days(source + "-next", history, nights, per_day, seed=seed + 1000)
     return source
 
 
@@ -188,12 +207,13 @@ def terms_scenario(work, stores, server, per_day, history=365):
                {"no terms": (source, history, ()), "two terms": (source, history, TWO_TERMS)})
 
 
-def inc_scenario(work, stores, server, per_day):
-    """A nightly run on 7 and on 365 days of history at the same daily rate, alternated; print each and the ratio."""
-    short = history_source(work, "inc7-src", 7, per_day, seed=70)
-    long = history_source(work, "inc365-src", 365, per_day, seed=365)
+def inc_scenario(work, stores, server, per_day, settle=0):
+    """A nightly run on 7 and on 365 days of history at the same daily rate (after `settle` nights on each),
+    alternated; print each and the ratio."""
+    short = history_source(work, "inc7-src", 7, per_day, seed=70, nights=settle + 1)
+    long = history_source(work, "inc365-src", 365, per_day, seed=365, nights=settle + 1)
     alternated(work, "one-day run", stores, server, per_day,
-               {"7 days of history": (short, 7, ()), "365 days of history": (long, 365, ())})
+               {"7 days of history": (short, 7, ()), "365 days of history": (long, 365, ())}, settle)
 
 
 def tree_bytes(path):
@@ -251,6 +271,7 @@ def main():
     parser.add_argument("--work", default=None, help="work directory (default: a temporary one, removed)")
     parser.add_argument("--only", choices=["full", "inc", "terms", "linear"], default=None)
     parser.add_argument("--stores", default="sqlite,postgresql")
+    parser.add_argument("--settle", type=int, default=0, help="inc: nights run on each history before the timed one")
     options = parser.parse_args()
     work = options.work or tempfile.mkdtemp(prefix="lmsr-bench-")
     os.makedirs(work, exist_ok=True)  # a --work directory that does not exist yet is made
@@ -276,7 +297,7 @@ def main():
                   f"{naive_count / naive_seconds:>9,.0f} statements/s  (json.loads + executemany, one process: "
                   "the issue's yardstick, ~36,000/s on this kind of machine)", flush=True)
         if options.only in (None, "inc"):
-            inc_scenario(work, stores, server, options.per_day)
+            inc_scenario(work, stores, server, options.per_day, options.settle)
         if options.only == "terms":
             terms_scenario(work, stores, server, options.per_day)
         if options.only == "linear":
