@@ -9,7 +9,7 @@ Scenarios (each a separate `lms-refresh` process, timed end to end from
 export files to the committed serving table; peak RSS from wait4):
   full      one refresh of --statements statements spread over 30 days, then
             the naive yardstick (json.loads + executemany) on the same files
-  inc       a one-day refresh (--per-day statements) on top of 7 and of 365 days of history at the same
+  inc       a one-day refresh (--per-day statements) on top of 7 and of 365 (--history) days of history at the same
             rate, twice each, alternated, and the ratio of their medians (issue 23: at most 1.15x): what
             the years behind a nightly run cost it. On SQLite, the pages of the store each timed run
             rewrote (bench/store_pages.py). With --settle N each history is first run N nights, a day
@@ -207,13 +207,13 @@ def terms_scenario(work, stores, server, per_day, history=365):
                {"no terms": (source, history, ()), "two terms": (source, history, TWO_TERMS)})
 
 
-def inc_scenario(work, stores, server, per_day, settle=0):
-    """A nightly run on 7 and on 365 days of history at the same daily rate (after `settle` nights on each),
-    alternated; print each and the ratio."""
+def inc_scenario(work, stores, server, per_day, settle=0, history=365):
+    """A nightly run on 7 and on `history` days of history at the same daily rate (after `settle` nights on
+    each), alternated; print each and the ratio."""
     short = history_source(work, "inc7-src", 7, per_day, seed=70, nights=settle + 1)
-    long = history_source(work, "inc365-src", 365, per_day, seed=365, nights=settle + 1)
+    long = history_source(work, f"inc{history}-src", history, per_day, seed=365, nights=settle + 1)
     alternated(work, "one-day run", stores, server, per_day,
-               {"7 days of history": (short, 7, ()), "365 days of history": (long, 365, ())}, settle)
+               {"7 days of history": (short, 7, ()), f"{history} days of history": (long, history, ())}, settle)
 
 
 def tree_bytes(path):
@@ -272,6 +272,7 @@ def main():
     parser.add_argument("--only", choices=["full", "inc", "terms", "linear"], default=None)
     parser.add_argument("--stores", default="sqlite,postgresql")
     parser.add_argument("--settle", type=int, default=0, help="inc: nights run on each history before the timed one")
+    parser.add_argument("--history", type=int, default=365, help="inc: the long history's days (against 7)")
     options = parser.parse_args()
     work = options.work or tempfile.mkdtemp(prefix="lmsr-bench-")
     os.makedirs(work, exist_ok=True)  # a --work directory that does not exist yet is made
@@ -297,7 +298,7 @@ def main():
                   f"{naive_count / naive_seconds:>9,.0f} statements/s  (json.loads + executemany, one process: "
                   "the issue's yardstick, ~36,000/s on this kind of machine)", flush=True)
         if options.only in (None, "inc"):
-            inc_scenario(work, stores, server, options.per_day, options.settle)
+            inc_scenario(work, stores, server, options.per_day, options.settle, options.history)
         if options.only == "terms":
             terms_scenario(work, stores, server, options.per_day)
         if options.only == "linear":
