@@ -1,0 +1,60 @@
+"""bench/grains_bench.py compares the full refresh with the grains against "days only": the same CLI with the
+weeks, months, terms and site rows taken out where it runs. Its seams are checked here on a small project,
+so that a renamed one fails the suite instead of timing the whole refresh twice; and the bench itself refuses
+a run whose store does not match its variant."""
+
+import datetime as dt
+import importlib.util
+import os
+import sqlite3
+import sys
+
+import pytest
+
+from helpers.paths import REPO
+
+BENCH = os.path.join(REPO, "bench")
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(BENCH, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, BENCH)  # grains_bench imports refresh_bench as its script would
+    try:
+        yield _load("grains_bench")
+    finally:
+        sys.path.remove(BENCH)
+
+
+def test_days_only_counts_the_days_cells_and_no_period_nor_site_cell(bench, tmp_path):
+    source = str(tmp_path / "src")
+    bench.refresh_bench.write_days(source, 0, 3, 200, seed=3)
+    now = bench.refresh_bench.START + dt.timedelta(days=4)
+    counted = {}
+    for name, command in bench.VARIANTS.items():
+        root = str(tmp_path / name.replace(" ", "-"))
+        os.makedirs(root)
+        config, _ = bench.refresh_bench.configure(root, source, None, days=6)
+        bench.timed(command, config, now)
+        counted[name] = bench.grain_rows(root, None, None)
+        db = sqlite3.connect(os.path.join(root, "state", "metrics.sqlite"))
+        counted[name] += (db.execute("SELECT count(*) FROM daily_metrics WHERE course_id <> 0").fetchone()[0],)
+        db.close()
+    weeks_and_months, site_days, course_days = counted["with the grains"]
+    assert weeks_and_months > 0 and site_days > 0 and course_days > 0, counted  # 3 UTC days: 4 local days
+    assert counted["days only"] == (0, 0, course_days), counted  # the same day cells, nothing else
+    bench.checked("with the grains", counted["with the grains"][:2])
+    bench.checked("days only", counted["days only"][:2])
+
+
+def test_a_run_that_does_not_match_its_variant_is_refused(bench):
+    with pytest.raises(SystemExit, match="the 'days only' run left 14 period cells and 3 site day cells"):
+        bench.checked("days only", (14, 3))
+    with pytest.raises(SystemExit, match="the 'with the grains' run left 0 period cells and 0 site day cells"):
+        bench.checked("with the grains", (0, 0))
