@@ -16,10 +16,8 @@ import datetime as dt
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
@@ -36,19 +34,6 @@ main()
 """
 VARIANTS = {"with the grains": [sys.executable, "-m", "lms_refresh"],
             "days only": [sys.executable, "-c", DAYS_ONLY]}
-
-
-def timed(command, config, now):
-    """Run one refresh; return (seconds, peak RSS in MiB)."""
-    began = time.monotonic()
-    process = subprocess.Popen(command + ["--config", config, "--now", now.isoformat(), "run"],
-                               stderr=subprocess.PIPE, text=True)
-    _, status, usage = os.wait4(process.pid, 0)
-    elapsed = time.monotonic() - began
-    err = process.stderr.read()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"refresh failed:\n{err}")
-    return elapsed, usage.ru_maxrss / 1024
 
 
 # What each variant must hold after its run, so that a renamed seam cannot turn "days only" into the whole
@@ -100,7 +85,7 @@ def main():
                     os.makedirs(root)
                     on = server if store == "postgresql" else None
                     config, database = refresh_bench.configure(root, source, on, days=days + 2)
-                    seconds, rss = timed(command, config, now)
+                    seconds, rss, _ = refresh_bench.timed_run(config, now, "run", command=command)
                     checked(name, grain_rows(root, on, database))
                     times[name].append(seconds)
                     print(f"{store:<10} {name:<16} {count:>9,} statements  {seconds:8.2f} s  "

@@ -93,10 +93,10 @@ def configure(root, source, server, terms=(), days=3660):
     return config, database
 
 
-def timed_run(config, now, *args):
-    """Run the CLI once; return (seconds, peak RSS in MiB, stderr)."""
+def timed_run(config, now, *args, command=CLI):
+    """Run the CLI (`command`) once; return (seconds, peak RSS in MiB, stderr)."""
     began = time.monotonic()
-    process = subprocess.Popen(CLI + ["--config", config, "--now", now.isoformat()] + list(args),
+    process = subprocess.Popen(command + ["--config", config, "--now", now.isoformat()] + list(args),
                                stderr=subprocess.PIPE, text=True)
     _, status, usage = os.wait4(process.pid, 0)
     elapsed = time.monotonic() - began

@@ -41,7 +41,7 @@ def test_days_only_counts_the_days_cells_and_no_period_nor_site_cell(bench, tmp_
         root = str(tmp_path / name.replace(" ", "-"))
         os.makedirs(root)
         config, _ = bench.refresh_bench.configure(root, source, None, days=6)
-        bench.timed(command, config, now)
+        bench.refresh_bench.timed_run(config, now, "run", command=command)
         counted[name] = bench.grain_rows(root, None, None)
         db = sqlite3.connect(os.path.join(root, "state", "metrics.sqlite"))
         counted[name] += (db.execute("SELECT count(*) FROM daily_metrics WHERE course_id <> 0").fetchone()[0],)
