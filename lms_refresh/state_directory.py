@@ -50,6 +50,20 @@ def become_owner(path, euid):
     return entry.pw_name
 
 
+def refuse_unreadable(path, euid):
+    """Refuse (78) a state directory that this user may not read, naming its owner: every command reads its
+    key, lock or store there, and would otherwise end on a PermissionError (exit 1, a traceback) after it
+    had begun (a run's shutdown marker, status's lock). A directory not there yet is the first run's to make."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return
+    if stat.S_ISDIR(info.st_mode) and not os.access(path, os.R_OK | os.X_OK):
+        owner = user_name(info.st_uid)
+        raise StateError(f"The state directory {path} belongs to user '{owner}' and cannot be read by "
+                         f"'{user_name(euid)}': {run_as_hint(owner)}.")
+
+
 def refuse_a_file(path):
     """Refuse a state directory that is a file, or lies below one: a mistake in the configuration
     that no command can work around (nor may it touch the file)."""

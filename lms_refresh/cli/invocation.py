@@ -12,7 +12,7 @@ from lms_refresh.disclosure import redaction
 from lms_refresh.instants import NotAnInstant, parse_user_time
 from lms_refresh.logs import configure_logging
 from lms_refresh.run import stopping
-from lms_refresh.state_directory import become_owner
+from lms_refresh.state_directory import become_owner, refuse_unreadable
 
 logger = logging.getLogger("lms_refresh")
 
@@ -28,11 +28,13 @@ class Invocation:
         self.stop = stop or stopping.StopPolicy()
 
     def config(self):
-        """The validated configuration; as root, the process then becomes the state directory's owner."""
+        """The validated configuration; as root, the process then becomes the state directory's owner, and
+        any other user who may not read that directory is refused (78) before the command begins."""
         config = load_config(self.config_path, os.environ)
         user = become_owner(config.state_directory, os.geteuid())
         if user is not None:
             logger.debug("Running as %s, the owner of the state directory %s.", user, config.state_directory)
+        refuse_unreadable(config.state_directory, os.geteuid())
         return config
 
 

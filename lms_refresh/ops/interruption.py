@@ -92,6 +92,8 @@ class Marker:
         path = os.path.join(self.directory, MARKER)
         if not os.path.isdir(self.directory):
             return  # a first run: nothing before it to catch up, and its lock creates the directory
+        if not os.access(self.directory, os.W_OK | os.X_OK):
+            return  # the run is refused at its lock, with the directory's owner named: no warning before that
         try:
             previous = _read(path)
             if previous is not None and _alive(previous):

@@ -147,6 +147,38 @@ def _another_user_gets_told_who_owns_the_state(project):
     assert result.returncode == 78, result.stderr
     assert (f"The state directory {project.state} belongs to user 'root' and is not writable by 'nobody'"
             in result.stderr)
+    assert "Could not write" not in result.stderr, result.stderr  # no shutdown marker warned of first
+
+
+def test_another_user_who_may_not_read_the_state_is_refused_by_every_command_before_it_begins():
+    """A state directory of mode 0750 that is not theirs: each command names its owner (78), not a
+    PermissionError on the lock or the store (exit 1 and a traceback), and a run warns of nothing first."""
+    root = tempfile.mkdtemp(prefix="lmsr-unreadable-")
+    os.chmod(root, 0o755)  # reachable by 'nobody', unlike pytest's private tmp_path
+    try:
+        project = Project(pathlib.Path(root) / "p")
+        populated(project)  # as root: state owned by root
+        os.chmod(project.state, 0o750)
+        before = project.store.read_bytes()
+        for command in (["status"], ["status", "--json"], ["forget", "--mbox", "a@example.org"],
+                        ["report", "--output", str(pathlib.Path(root) / "r.html")], ["check"], ["run"],
+                        ["watermark", "set", "2026-01-01"]):
+            result = subprocess.run(["runuser", "-u", "nobody", "--", "env", "TRIGGER_UNIT=lms-refresh.timer"]
+                                    + reachable_cli(project.root.parent) + ["--config", str(project.config)]
+                                    + command, capture_output=True, text=True, cwd=project.root.parent)
+            assert result.returncode == 78, (command, result.stderr)
+            assert (f"The state directory {project.state} belongs to user 'root' and cannot be read by 'nobody': "
+                    "run it as root (it becomes that user) or as that user" in result.stderr), (command, result.stderr)
+            assert "Traceback" not in result.stderr and "WARNING" not in result.stderr, (command, result.stderr)
+        check = subprocess.run(["runuser", "-u", "nobody", "--"] + reachable_cli(project.root.parent)
+                               + ["--config", str(project.config), "status", "--check"],
+                               capture_output=True, text=True, cwd=project.root.parent)
+        assert check.returncode == 3 and check.stdout.startswith(
+            "LMS-REFRESH UNKNOWN - cannot read the state: The state directory "), check.stdout
+        assert project.store.read_bytes() == before
+        assert not (pathlib.Path(root) / "r.html").exists()
+    finally:
+        shutil.rmtree(root)
 
 
 def test_another_user_reading_the_status_is_told_why_the_store_cannot_be_opened():
