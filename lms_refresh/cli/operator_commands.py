@@ -195,8 +195,11 @@ def is_configured(settings):
 
     if configured(settings.config_path, os.environ):
         return errors.OK
-    logger.warning("%s has no [source] table yet and nothing else in it is wrong; the refresh is skipped until "
-                   "it is configured.", settings.config_path)
+    if not os.path.lexists(settings.config_path):
+        logger.warning("%s does not exist yet; the refresh is skipped until it is configured.", settings.config_path)
+    else:
+        logger.warning("%s has no [source] table yet and nothing else in it is wrong; the refresh is skipped until "
+                       "it is configured.", settings.config_path)
     return errors.FAILURE
 
 

@@ -334,7 +334,7 @@ def _dotted(section, key):
 
 
 def _known_keys():
-    return sorted(set(SCHEMA[""]) | {name for name in SCHEMA if name})
+    return sorted(set(SCHEMA[""]) | {name for name in SCHEMA if name} | {"terms"})  # [[terms]]: an array of tables
 
 
 def _phrase(error):

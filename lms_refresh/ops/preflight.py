@@ -70,7 +70,8 @@ def preflight(config, euid, environ):
     else:
         findings.append(Finding(OK, f"store {config.store_location}: will be created on the first run"))
     if config.store.type == "sqlite" and config.publication.group:
-        gid = publication.group_id(config.publication.group)  # the run would fail after its commit
+        gid = publication.group_id(config.publication.group,  # the run would fail after its commit
+                                   outcome="a run would commit the store, then fail to publish it.")
         findings.append(Finding(OK, f"publication.group {config.publication.group}: exists (gid {gid})"))
     if config.store.type == "sqlite":
         findings.extend(_publication_findings(config, user_name(euid)))

@@ -191,12 +191,14 @@ def retire_sqlite_publication(config):
                        "serving view; the file would only have gone stale.", path, extra={"PUBLICATION": path})
 
 
-def group_id(name):
+def group_id(name, outcome=COMMITTED):
+    """The gid of publication.group `name`; ConfigError ending with `outcome` (what the failure means: after a
+    run's commit, the store stands) if there is no such group."""
     try:
         return grp.getgrnam(name).gr_gid
     except KeyError:
         raise ConfigError(f"The group {name!r} named by publication.group does not exist; create it or fix the "
-                          f"key — {COMMITTED}") from None
+                          f"key — {outcome}") from None
 
 
 def _mode(gid):

@@ -50,6 +50,25 @@ def test_only_an_unconfigured_install_is_skipped_and_every_mistake_runs_to_fail_
         assert is_configured(path, {}), mistake
 
 
+def test_is_configured_says_which_of_the_two_unconfigured_states_it_found(sqlite_project):
+    sqlite_project.config.write_text(PACKAGED)
+    result = sqlite_project.invoke("is-configured")
+    assert result.returncode == 1 and f"{sqlite_project.config} has no [source] table yet" in result.stderr
+    sqlite_project.config.unlink()
+    result = sqlite_project.invoke("is-configured")
+    assert result.returncode == 1, result.stderr
+    assert (f"{sqlite_project.config} does not exist yet; the refresh is skipped until it is configured."
+            in result.stderr and "[source]" not in result.stderr), result.stderr
+
+
+def test_an_unknown_key_lists_every_known_top_level_name_terms_included(sqlite_project):
+    sqlite_project.config.write_text(sqlite_project.config.read_text().replace("[", "min_cel_size = 5\n[", 1))
+    result = sqlite_project.invoke("check")
+    assert result.returncode == 78 and "unknown key 'min_cel_size' (known: " in result.stderr, result.stderr
+    known = result.stderr.split("(known: ", 1)[1].split(")", 1)[0].split(", ")
+    assert "terms" in known and "min_cell_size" in known and "source" in known, known
+
+
 def test_a_misspelt_table_is_not_skipped_it_runs_and_fails_with_78(sqlite_project):
     sqlite_project.config.write_text(PACKAGED + '[sources]\ntype = "xapi-ndjson"\npath = "/srv/xapi"\n')
     assert sqlite_project.invoke("is-configured").returncode == 0

@@ -162,8 +162,13 @@ def test_check_fails_for_a_publication_group_that_does_not_exist(sqlite_project)
     project.config.write_text(project.config.read_text() + '\n[publication]\ngroup = "no-such-group-here"\n')
     result = project.invoke("check", now=NOW)
     assert result.returncode == 78
-    assert "The group 'no-such-group-here' named by publication.group does not exist" in result.stderr
-    assert project.invoke("run", now=NOW).returncode == 78  # as the run itself
+    assert ("The group 'no-such-group-here' named by publication.group does not exist; create it or fix the key "
+            "— a run would commit the store, then fail to publish it." in result.stderr), result.stderr
+    assert "the store is committed" not in result.stderr  # check commits nothing
+    run = project.invoke("run", now=NOW)
+    assert run.returncode == 78  # as the run itself, after its commit
+    assert "does not exist; create it or fix the key — the store is committed, and the next run publishes it." \
+        in run.stderr, run.stderr
 
 
 def test_check_passes_a_publication_group_that_exists(sqlite_project):
