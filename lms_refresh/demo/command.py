@@ -84,7 +84,7 @@ def run_demo(directory, learners, days, *, seed, now, environ, echo, command="lm
         f"A first run reads back bootstrap_days = {config.window.bootstrap_days} days "
         f"(the sample's {days} plus a week), "
         f"so it rebuilt the {len(partitions)} local days {partitions[0]} .. {partitions[-1]}, today included; "
-        f"{report.rows_written} metric rows (day x course) came out, {report.suppressed} of them with "
+        f"{report.rows_written} cells (day x course) were counted, {report.suppressed} of them with "
         "suppressed values.\n"
     )
     store = open_store(config, environment, create=False, read_only=True)
@@ -95,7 +95,8 @@ def run_demo(directory, learners, days, *, seed, now, environ, echo, command="lm
     echo(format_table(rows[-24:]))
     noise = config.privacy.max_noise if config.privacy.method != "none" else 0
     shown = "last 24" if len(rows) > 24 else "all"
-    echo(f"\n({shown} of {len(rows)} rows; '-' = withheld because fewer than {config.min_cell_size} learners"
+    echo(f"\n({shown} of the {len(rows)} published rows, the whole site's '{SITE_LABEL}' included; "
+         f"'-' = withheld because fewer than {config.min_cell_size} learners"
          + (f"; every other count is perturbed by up to ±{noise} (cell key method), so columns need not add up)"
             if noise else ")"))
     if config.report.enabled:

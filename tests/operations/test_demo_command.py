@@ -63,7 +63,8 @@ def test_the_demo_on_its_defaults_refreshes_a_store_and_prints_its_metrics(tmp_p
     assert set(out[header + 1]) == {"-", " "}
     rows = out[header + 2:header + 2 + 24]
     assert out[header + 2 + 24] == ""
-    footer = re.fullmatch(r"\(last 24 of (\d+) rows; '-' = withheld because fewer than 10 learners; every other count "
+    footer = re.fullmatch(r"\(last 24 of the (\d+) published rows, the whole site's '\(site\)' included; "
+                          r"'-' = withheld because fewer than 10 learners; every other count "
                           r"is perturbed by up to ±3 \(cell key method\), so columns need not add up\)",
                           out[header + 3 + 24])
     assert footer and int(footer.group(1)) == len(expected)

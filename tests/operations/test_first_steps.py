@@ -140,7 +140,8 @@ def test_the_demo_says_what_its_numbers_of_days_mean(tmp_path):
     assert "50 learners active on the 21 days 2026-11-09 .. 2026-11-29 (--days)" in demo.stdout
     assert ("A first run reads back bootstrap_days = 28 days (the sample's 21 plus a week), so it rebuilt the "
             "29 local days 2026-11-02 .. 2026-11-30, today included") in demo.stdout
-    assert ("(last 24 of 40 rows; '-' = withheld because fewer than 10 learners; every other count is perturbed by "
+    assert ("(last 24 of the 40 published rows, the whole site's '(site)' included; '-' = withheld because "
+            "fewer than 10 learners; every other count is perturbed by "
             "up to ±3 (cell key method), so columns need not add up)") in demo.stdout
     names = sorted(os.listdir(tmp_path / "d" / "statements"))
     assert names[-1] <= "statements-2026-11-30.ndjson"  # no file of a day still to come
