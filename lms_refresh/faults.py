@@ -32,6 +32,7 @@ PHASES = (
     "before-commit",
     "after-commit",
     "before-exit",          # the run's work and reporting are done; the process is about to exit
+    "exiting",              # past the stop policy (SIGTERM ignored): the process exits with its status
     # Inside every atomic replacement of a file (lms_refresh/atomic.py); /NAME picks the file:
     "replace-written",      # the temporary is written and has its final mode; not yet synced
     "replace-synced",       # the temporary is fsynced; not yet renamed

@@ -8,6 +8,7 @@ the group and the entry point, `refresh_commands.py` and `operator_commands.py` 
 import datetime as dt
 import io
 import os
+import signal
 import sys
 
 import click
@@ -71,9 +72,10 @@ def main(argv=None):
         sys.exit(errors.USAGE)
     # The process's one SIGTERM policy, installed here, where the process is owned; the run, the job and
     # `forget` consult it (see run/stopping.py): a stop after the commit must not kill it by the signal.
-    with stopping.installed() as stop:
+    with stopping.installed(then=signal.SIG_IGN) as stop:
         code = _main(argv, stop)
         faults.point("before-exit")
+    faults.point("exiting")  # SIGTERM ignored from here on: the command's exit status stands
     sys.exit(code)
 
 

@@ -72,7 +72,8 @@ def run_job(refresh, sleep=time.sleep, clock=time.monotonic):
     pings.start()
     marker = Marker(refresh.config.state_directory, refresh.report.run_id, refresh.now)
     if request.scheduled:
-        marker.begin()
+        with stopping.held_back():  # a stop as it is written finds it written: the run is caught up at boot
+            marker.begin()
     with stopping.installed():  # the process's policy (see run/stopping.py); it also covers the pauses
         outcome = _refresh_with_retries(refresh, sleep, clock)
     marker.end(stopped=isinstance(outcome.error, Terminated))

@@ -70,17 +70,28 @@ class StopPolicy:
     @contextlib.contextmanager
     def commit(self):
         """Run the block (the COMMIT) with SIGTERM held back, then count the run as committed."""
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-        try:
+        with held_back():
             yield
             self.committed, self.committed_during = True, self.sentence
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 @contextlib.contextmanager
-def installed():
-    """Yield the process's stop policy, installing it for the block only if none is in force yet.
+def held_back():
+    """Run the block with SIGTERM blocked: a stop meanwhile is delivered (and acted on) as the block ends, so the
+    block is done whole or not begun (the commit; the shutdown marker a stopped run must leave behind)."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+@contextlib.contextmanager
+def installed(then=None):
+    """Yield the process's stop policy, installing it for the block only if none is in force yet; after the
+    block, SIGTERM's disposition is `then` (the process's entry point: SIG_IGN, so that a stop in the last
+    moments of the process, with the command's work done and its exit status chosen, cannot replace that
+    status by a death by the signal), else what it was before.
 
     The policy belongs to the process, so it is installed once, by the outermost
     caller: `lms_refresh.cli.main` for every command, or a library caller (a test,
@@ -98,4 +109,4 @@ def installed():
     try:
         yield policy
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, previous if then is None else then)

@@ -38,6 +38,16 @@ def workers_of(pool):
     return list(getattr(pool, "_pool", []))
 
 
+def _death(code):
+    """How a worker with exit code `code` ended, and what usually does that."""
+    if code < 0 and -code in signal.valid_signals():
+        name = signal.Signals(-code).name
+        if -code == signal.SIGKILL:  # what the kernel's out-of-memory killer sends
+            return f"signal {name} — for example killed by the kernel for lack of memory (see 'journalctl -k')"
+        return f"signal {name} — sent to it alone, not to the run (see the journal around this time for who sent it)"
+    return f"status {code}"
+
+
 def result_of(pending, workers):
     """Return `pending.get()` (an AsyncResult), raising WorkerLost as soon as one of `workers` has died.
 
@@ -51,12 +61,9 @@ def result_of(pending, workers):
         for worker in workers:
             code = worker.exitcode
             if code is not None and not pending.ready():
-                how = f"signal {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals() \
-                    else f"status {code}"
                 raise WorkerLost(
-                    f"A parsing worker (pid {worker.pid}) ended with {how} while reading the export files — "
-                    "for example killed by the kernel for lack of memory (see 'journalctl -k'); nothing was "
-                    "committed, and the next run reads the same window again."
+                    f"A parsing worker (pid {worker.pid}) ended with {_death(code)} while reading the export files; "
+                    "nothing was committed, and the next run reads the same window again."
                 )
     return pending.get()
 

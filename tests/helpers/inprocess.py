@@ -69,7 +69,10 @@ def invoke(argv, environment):
             credentials._READ.clear()
         stdout, stderr = (stream.getvalue().decode("utf-8", "replace") for stream in streams[:2])
     assert exited, "lms_refresh.cli.main returned instead of exiting"
-    assert signal.getsignal(signal.SIGTERM) is sigterm, "the CLI left its SIGTERM handler installed"
+    # The entry point leaves SIGTERM ignored for the moments its process has left before it exits (the
+    # command's status stands: run/stopping.installed); this process goes on, so it is put back.
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN, "the CLI left SIGTERM other than ignored"
+    signal.signal(signal.SIGTERM, sigterm)
     assert signal.getsignal(signal.SIGALRM) is sigalrm and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0), \
         "the CLI left its SIGALRM handler installed or a timer running"
     assert os.getcwd() == cwd and _umask() == umask, "the CLI changed the working directory or the umask"

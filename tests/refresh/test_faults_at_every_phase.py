@@ -40,7 +40,7 @@ def test_every_phase_is_tested():
     """A phase added to faults.PHASES without a crash test here fails this test."""
     tested = {phase.split("@")[0] for phase in RUN_PHASES} | {"store-created", "migration-applied",
                                                               "migration-committed"} \
-        | {"chunk-parsed"} \
+        | {"chunk-parsed", "exiting"} \
         | {"replace-written", "replace-synced", "replace-renamed"}  # tests/unit/test_atomic.py: every writer
     assert tested == set(faults.PHASES)
 
@@ -101,6 +101,22 @@ def test_a_kill_or_stop_at_any_phase_leaves_previous_or_new_and_converges(scenar
     assert publication_bytes(victim) in (None, base.published)  # the copy starts without one
     victim.invoke("run", now=SECOND.isoformat(), check=0)
     assert victim.dump() == final and publication_bytes(victim) == base.published
+
+
+@pytest.mark.parametrize("action", ["term", "termgroup"])
+def test_a_stop_as_the_process_exits_leaves_its_exit_status_as_it_was(scenario, tmp_path, action):
+    """Past the stop policy (the command done, its status chosen), SIGTERM is ignored: a stop in those last
+    milliseconds neither kills the process by the signal (no status, no message) nor changes its status."""
+    base, previous, final = scenario
+    victim = copy(base, tmp_path / "victim")
+    result = victim.cli("run", now=SECOND.isoformat(), env={faults.ENVIRONMENT_VARIABLE: f"exiting:{action}"},
+                        start_new_session=True)  # termgroup signals the run's process group, not the tests'
+    assert result.returncode == 0, result.stderr
+    assert "SIGTERM" not in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert victim.dump() == final and publication_bytes(victim) == base.published
+    failing = victim.cli("--config", str(tmp_path / "absent.toml"), "status", now=SECOND.isoformat(),
+                         env={faults.ENVIRONMENT_VARIABLE: f"exiting:{action}"}, start_new_session=True)
+    assert failing.returncode == 78 and "Traceback" not in failing.stderr, failing.stderr  # its own status
 
 
 @pytest.mark.parametrize("phase", ["batch-staged@2", "before-commit"])

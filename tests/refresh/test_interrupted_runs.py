@@ -45,6 +45,21 @@ def test_a_run_stopped_before_its_commit_keeps_its_marker_and_the_next_run_catch
     assert "did not finish" not in again.stderr  # once
 
 
+def test_a_stop_while_the_marker_is_written_leaves_it_written_and_the_run_is_caught_up(sqlite_project):
+    project = sqlite_project
+    _populate(project)
+    project.invoke("run", now="2026-11-02T12:00:00Z", check=0)
+    for step in ("replace-written", "replace-renamed"):  # before and after the marker's rename
+        stopped = project.cli("run", now=NOW, env={"LMS_REFRESH_FAULT": f"{step}/{MARKER}:term"})
+        assert stopped.returncode == 143 and "Stopped by SIGTERM" in stopped.stderr, (step, stopped.stderr)
+        assert "Traceback" not in stopped.stderr, stopped.stderr
+        assert json.loads((project.state / MARKER).read_text())["started_at"].startswith("2026-11-03T03:15"), step
+        assert json.loads(project.invoke("status", "--json", check=0).stdout)["interrupted"], step
+        caught_up = project.invoke("run", now="2026-11-03T05:00:00+01:00", check=0)
+        assert "did not finish: the machine was shut down or crashed" in caught_up.stderr, (step, caught_up.stderr)
+        assert not (project.state / MARKER).exists()
+
+
 def test_a_failed_run_removes_its_marker_and_a_dry_run_or_backfill_writes_none(sqlite_project):
     project = sqlite_project
     _populate(project)

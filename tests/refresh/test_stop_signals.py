@@ -98,10 +98,16 @@ def test_a_parsing_worker_killed_mid_run_ends_the_run_with_a_sentence_instead_of
     result = project.cli("run", now="2026-11-03T04:15:00+01:00", env={faults.ENVIRONMENT_VARIABLE: "chunk-parsed:kill"})
     assert time.monotonic() - began < 60
     assert result.returncode == 1, result.stderr
-    assert "A parsing worker (pid " in result.stderr and "ended with signal SIGKILL while reading the export " \
-        "files — for example killed by the kernel for lack of memory" in result.stderr
+    assert "A parsing worker (pid " in result.stderr and "ended with signal SIGKILL — for example killed by the " \
+        "kernel for lack of memory (see 'journalctl -k') while reading the export files; nothing was committed" \
+        in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
     assert project.serving() == []
+    stopped = project.cli("run", now="2026-11-03T04:15:00+01:00",
+                          env={faults.ENVIRONMENT_VARIABLE: "chunk-parsed:term"})
+    assert stopped.returncode == 1, stopped.stderr  # a worker stopped alone: the run did not finish its reading
+    assert "ended with signal SIGTERM — sent to it alone, not to the run" in stopped.stderr, stopped.stderr
+    assert "lack of memory" not in stopped.stderr and project.serving() == []
     project.cli("run", now="2026-11-03T04:15:00+01:00", check=0)
     assert project.serving()[0][3] == 20000
 
