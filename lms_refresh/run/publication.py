@@ -192,8 +192,7 @@ def retire_sqlite_publication(config):
 
 
 def group_id(name, outcome=COMMITTED):
-    """The gid of publication.group `name`; ConfigError ending with `outcome` (what the failure means: after a
-    run's commit, the store stands) if there is no such group."""
+    """The gid of publication.group `name`, else a ConfigError that ends with `outcome` (what its failure means)."""
     try:
         return grp.getgrnam(name).gr_gid
     except KeyError:
