@@ -191,8 +191,7 @@ def retire_sqlite_publication(config):
                        "serving view; the file would only have gone stale.", path, extra={"PUBLICATION": path})
 
 
-def group_id(name, outcome=COMMITTED):
-    """The gid of publication.group `name`, else a ConfigError that ends with `outcome` (what its failure means)."""
+def group_id(name, outcome=COMMITTED):  # `outcome`: what a missing group means for the command asking
     try:
         return grp.getgrnam(name).gr_gid
     except KeyError:
