@@ -56,6 +56,10 @@ def refuse_unreadable(path, euid):
     had begun (a run's shutdown marker, status's lock). A directory not there yet is the first run's to make."""
     try:
         info = os.stat(path)
+    except PermissionError:  # a directory above it may not be searched
+        raise StateError(f"The state directory {path} cannot be reached by '{user_name(euid)}' (a directory above "
+                         "it may not be searched); run it as root (it becomes the directory's owner) or as that "
+                         "owner.") from None
     except OSError:
         return
     if stat.S_ISDIR(info.st_mode) and not os.access(path, os.R_OK | os.X_OK):

@@ -177,6 +177,16 @@ def test_another_user_who_may_not_read_the_state_is_refused_by_every_command_bef
             "LMS-REFRESH UNKNOWN - cannot read the state: The state directory "), check.stdout
         assert project.store.read_bytes() == before
         assert not (pathlib.Path(root) / "r.html").exists()
+        os.chmod(project.state, 0o755)
+        shutil.copy(project.config, pathlib.Path(root) / "config.toml")  # readable, where 'nobody' may reach it
+        os.chmod(pathlib.Path(root) / "config.toml", 0o644)
+        os.chmod(project.root, 0o700)  # the directory above the state: not searchable by 'nobody'
+        result = subprocess.run(["runuser", "-u", "nobody", "--"] + reachable_cli(project.root.parent)
+                                + ["--config", str(pathlib.Path(root) / "config.toml"), "status"],
+                                capture_output=True, text=True, cwd=project.root.parent)
+        assert result.returncode == 78 and "Traceback" not in result.stderr, result.stderr
+        assert (f"The state directory {project.state} cannot be reached by 'nobody' (a directory above it may not "
+                "be searched)" in result.stderr), result.stderr
     finally:
         shutil.rmtree(root)
 
