@@ -110,8 +110,8 @@ def grant_reader(settings, role):
     """Let a PostgreSQL ROLE read the serving views (and nothing else), for dashboards.
 
     The role gets USAGE on the schema <schema>_serving and SELECT on its views
-    daily_metrics, weekly_metrics, monthly_metrics and courses; it gets no access
-    to staging or pseudonymised learners.
+    daily_metrics, weekly_metrics, monthly_metrics, term_metrics and courses; it
+    gets no access to staging or pseudonymised learners.
 
     Example: lms-refresh grant-reader metabase
     """
