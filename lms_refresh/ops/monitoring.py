@@ -8,6 +8,7 @@ never logged.
 import datetime as dt
 import http.client
 import logging
+import signal
 import threading
 import time
 import urllib.error
@@ -95,6 +96,9 @@ def _post_once(url, body, content_type, *, timeout):
     outcome = {}
 
     def exchange():
+        # An abandoned exchange outlives its wait: SIGTERM must never be delivered here, where the main thread's
+        # mask (stopping.held_back: the commit, the shutdown marker) would not hold it back.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         try:
             with _OPENER.open(request, timeout=timeout) as response:
                 outcome["ok"] = 200 <= response.status < 300

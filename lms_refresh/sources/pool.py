@@ -73,6 +73,7 @@ def stop_pool(pool):
     returned = []
 
     def terminate():
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # as monitoring's exchange: it may outlive us
         try:
             pool.terminate()  # returns once it has joined the pool's threads and workers
         except Exception as error:  # e.g. EOFError: a queue a dead worker left in the middle of a message

@@ -210,3 +210,25 @@ def test_status_check_says_when_data_is_stale(project):
     project.invoke("run", now="2026-11-06T04:15:00+01:00", check=0)
     assert project.invoke("status", "--check", now="2026-11-09T03:00:00+01:00").returncode == 0  # the weekend
     assert json.loads(project.invoke("status", "--json", now="2026-11-09T03:00:00+01:00").stdout)["stale"] is None
+
+
+def test_a_delivery_thread_never_takes_sigterm_so_the_main_threads_hold_back_holds(monkeypatch):
+    """A ping or alert is posted from a thread of its own, which a slow receiver can leave behind alive. The
+    commit and the shutdown marker hold SIGTERM back by blocking it in the main thread only: a thread that did
+    not block it too would take the signal, and the stop would run in the middle of the commit."""
+    import signal
+
+    from lms_refresh.ops import monitoring
+
+    masks = []
+
+    class Opener:
+        def open(self, request, timeout):
+            masks.append(signal.pthread_sigmask(signal.SIG_BLOCK, []))  # this thread's mask, unchanged
+            raise ConnectionRefusedError("no receiver")
+
+    monkeypatch.setattr(monitoring, "_OPENER", Opener())
+    assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # the test's own thread
+    assert monitoring.post("http://127.0.0.1:9/", b"", "text/plain", timeout=5) is False
+    assert masks and signal.SIGTERM in masks[0], masks
+    assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # the caller's mask unchanged
