@@ -58,8 +58,8 @@ def refuse_unreadable(path, euid):
         info = os.stat(path)
     except PermissionError:  # a directory above it may not be searched
         raise StateError(f"The state directory {path} cannot be reached by '{user_name(euid)}' (a directory above "
-                         "it may not be searched); run it as root (it becomes the directory's owner) or as that "
-                         "owner.") from None
+                         "it may not be searched by that user); let it search them (x) or move the state "
+                         "directory.") from None
     except OSError:
         return
     if stat.S_ISDIR(info.st_mode) and not os.access(path, os.R_OK | os.X_OK):

@@ -73,8 +73,11 @@ def main(argv=None):
     # The process's one SIGTERM policy, installed here, where the process is owned; the run, the job and
     # `forget` consult it (see run/stopping.py): a stop after the commit must not kill it by the signal.
     with stopping.installed(then=signal.SIG_IGN) as stop:
-        code = _main(argv, stop)
-        faults.point("before-exit")
+        try:
+            code = _main(argv, stop)
+            faults.point("before-exit")
+        except errors.Terminated as stopped:  # a stop while the command logged how it ended: a stop, 143
+            code = failed(stopped)
     faults.point("exiting")  # SIGTERM ignored from here on: the command's exit status stands
     sys.exit(code)
 

@@ -27,14 +27,16 @@ class Invocation:
         # for whether the command's work was committed before its error.
         self.stop = stop or stopping.StopPolicy()
 
-    def config(self):
+    def config(self, uses_state=True):
         """The validated configuration; as root, the process then becomes the state directory's owner, and
-        any other user who may not read that directory is refused (78) before the command begins."""
+        any other user who may not read that directory is refused (78) before a command that `uses_state`
+        begins."""
         config = load_config(self.config_path, os.environ)
         user = become_owner(config.state_directory, os.geteuid())
         if user is not None:
             logger.debug("Running as %s, the owner of the state directory %s.", user, config.state_directory)
-        refuse_unreadable(config.state_directory, os.geteuid())
+        if uses_state:
+            refuse_unreadable(config.state_directory, os.geteuid())
         return config
 
 

@@ -115,7 +115,7 @@ def grant_reader(settings, role):
 
     Example: lms-refresh grant-reader metabase
     """
-    config = settings.config()
+    config = settings.config(uses_state=False)  # the database's grants only: a DBA need not read the state
     if config.store.type != "postgresql":
         raise errors.ConfigError("grant-reader needs store.type = \"postgresql\"; a SQLite store has no roles "
                                  "(give dashboards read access to the file instead).")
@@ -195,7 +195,7 @@ def is_configured(settings):
 
     if configured(settings.config_path, os.environ):
         return errors.OK
-    if not os.path.lexists(settings.config_path):
+    if not os.path.exists(settings.config_path):  # a link to nothing too
         logger.warning("%s does not exist yet; the refresh is skipped until it is configured.", settings.config_path)
     else:
         logger.warning("%s has no [source] table yet and nothing else in it is wrong; the refresh is skipped until "

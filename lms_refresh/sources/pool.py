@@ -38,12 +38,19 @@ def workers_of(pool):
     return list(getattr(pool, "_pool", []))
 
 
+# Signals a process raises against itself (a fault in a C extension, an abort, a resource limit): nobody sent them.
+_CRASHES = {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGABRT, signal.SIGFPE, signal.SIGXCPU,
+            signal.SIGXFSZ}
+
+
 def _death(code):
     """How a worker with exit code `code` ended, and what usually does that."""
     if code < 0 and -code in signal.valid_signals():
         name = signal.Signals(-code).name
         if -code == signal.SIGKILL:  # what the kernel's out-of-memory killer sends
             return f"signal {name} — for example killed by the kernel for lack of memory (see 'journalctl -k')"
+        if -code in _CRASHES:
+            return f"signal {name} — the worker crashed (see 'journalctl -k' and the journal around this time)"
         return f"signal {name} — sent to it alone, not to the run (see the journal around this time for who sent it)"
     return f"status {code}"
 

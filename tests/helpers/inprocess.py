@@ -57,6 +57,10 @@ def invoke(argv, environment):
         except SystemExit as stop:
             exited, code = True, stop.code
         finally:
+            # The entry point leaves SIGTERM ignored for the moments its process has left before it exits (the
+            # command's status stands: run/stopping.installed); this process goes on, so it is put back, whatever
+            # happened.
+            left_sigterm = signal.signal(signal.SIGTERM, sigterm)
             ours = [handler for handler in root.handlers if handler not in handlers]
             root.handlers[:] = handlers
             root.setLevel(level)
@@ -69,10 +73,7 @@ def invoke(argv, environment):
             credentials._READ.clear()
         stdout, stderr = (stream.getvalue().decode("utf-8", "replace") for stream in streams[:2])
     assert exited, "lms_refresh.cli.main returned instead of exiting"
-    # The entry point leaves SIGTERM ignored for the moments its process has left before it exits (the
-    # command's status stands: run/stopping.installed); this process goes on, so it is put back.
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN, "the CLI left SIGTERM other than ignored"
-    signal.signal(signal.SIGTERM, sigterm)
+    assert left_sigterm is signal.SIG_IGN, "the CLI left SIGTERM other than ignored"
     assert signal.getsignal(signal.SIGALRM) is sigalrm and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0), \
         "the CLI left its SIGALRM handler installed or a timer running"
     assert os.getcwd() == cwd and _umask() == umask, "the CLI changed the working directory or the umask"

@@ -59,6 +59,9 @@ def test_is_configured_says_which_of_the_two_unconfigured_states_it_found(sqlite
     assert result.returncode == 1, result.stderr
     assert (f"{sqlite_project.config} does not exist yet; the refresh is skipped until it is configured."
             in result.stderr and "[source]" not in result.stderr), result.stderr
+    sqlite_project.config.symlink_to(sqlite_project.root / "nowhere.toml")  # a link to nothing
+    result = sqlite_project.invoke("is-configured")
+    assert result.returncode == 1 and "does not exist yet" in result.stderr, result.stderr
 
 
 def test_an_unknown_key_lists_every_known_top_level_name_terms_included(sqlite_project):

@@ -117,6 +117,11 @@ def test_a_stop_as_the_process_exits_leaves_its_exit_status_as_it_was(scenario, 
     failing = victim.cli("--config", str(tmp_path / "absent.toml"), "status", now=SECOND.isoformat(),
                          env={faults.ENVIRONMENT_VARIABLE: f"exiting:{action}"}, start_new_session=True)
     assert failing.returncode == 78 and "Traceback" not in failing.stderr, failing.stderr  # its own status
+    # Still under the policy, as the command ends (logging its error, or just done): a stop is a stop, 143.
+    stopped = victim.cli("--config", str(tmp_path / "absent.toml"), "status", now=SECOND.isoformat(),
+                         env={faults.ENVIRONMENT_VARIABLE: f"before-exit:{action}"}, start_new_session=True)
+    assert stopped.returncode == 143 and "Stopped by SIGTERM." in stopped.stderr, stopped.stderr
+    assert "Traceback" not in stopped.stderr, stopped.stderr
 
 
 @pytest.mark.parametrize("phase", ["batch-staged@2", "before-commit"])

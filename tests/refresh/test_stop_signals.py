@@ -194,3 +194,13 @@ def test_alert_stopped_while_it_mails_does_not_claim_a_rollback(sqlite_project, 
     assert code == 143, err
     assert "ERROR Stopped by SIGTERM.\n" in err
     assert "rolled back" not in err
+
+
+def test_a_workers_death_is_explained_by_its_signal():
+    from lms_refresh.sources.pool import _death
+
+    assert "lack of memory" in _death(-signal.SIGKILL)
+    assert "the worker crashed" in _death(-signal.SIGSEGV) and "sent to it" not in _death(-signal.SIGSEGV)
+    assert "the worker crashed" in _death(-signal.SIGABRT)
+    assert "sent to it alone, not to the run" in _death(-signal.SIGTERM)
+    assert _death(3) == "status 3"

@@ -186,7 +186,8 @@ def test_another_user_who_may_not_read_the_state_is_refused_by_every_command_bef
                                 capture_output=True, text=True, cwd=project.root.parent)
         assert result.returncode == 78 and "Traceback" not in result.stderr, result.stderr
         assert (f"The state directory {project.state} cannot be reached by 'nobody' (a directory above it may not "
-                "be searched)" in result.stderr), result.stderr
+                "be searched by that user); let it search them (x) or move the state directory." in result.stderr), \
+            result.stderr
     finally:
         shutil.rmtree(root)
 
@@ -258,3 +259,26 @@ def test_a_state_directory_that_is_a_file_is_refused_with_a_sentence(sqlite_proj
             assert "Traceback" not in result.stderr
         project.config.write_text(project.config.read_text().replace(str(path), str(project.state)))
     assert blocker.read_text() == "keep me\n"
+
+
+def test_grant_reader_needs_the_database_not_the_state_directory():
+    """A DBA with the store's credentials but no access to the state directory may still grant a reader: the
+    command touches only the database (here unreachable: 69, where a state refusal would be 78)."""
+    root = tempfile.mkdtemp(prefix="lmsr-grant-")
+    os.chmod(root, 0o755)  # reachable by 'nobody', unlike pytest's private tmp_path
+    try:
+        base = pathlib.Path(root)
+        (base / "state").mkdir(mode=0o700)
+        (base / "src").mkdir()
+        config = base / "config.toml"
+        config.write_text(f'timezone = "Europe/Paris"\nstate_directory = "{base}/state"\n[source]\n'
+                          f'type = "xapi-ndjson"\npath = "{base}/src"\n[store]\ntype = "postgresql"\n'
+                          'url = "postgresql://reader@127.0.0.1:1/db"\n')
+        config.chmod(0o644)
+        command = ["runuser", "-u", "nobody", "--"] + reachable_cli(base) + ["--config", str(config)]
+        granted = subprocess.run(command + ["grant-reader", "metabase"], capture_output=True, text=True, cwd=base)
+        assert granted.returncode == 69 and "is unreachable" in granted.stderr, granted.stderr
+        status = subprocess.run(command + ["status"], capture_output=True, text=True, cwd=base)
+        assert status.returncode == 78 and "cannot be read by 'nobody'" in status.stderr, status.stderr
+    finally:
+        shutil.rmtree(root)
