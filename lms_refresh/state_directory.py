@@ -62,10 +62,8 @@ def refuse_unreadable(path, euid):
                          "directory.") from None
     except OSError:
         return
-    if stat.S_ISDIR(info.st_mode) and not os.access(path, os.R_OK | os.X_OK):
-        owner = user_name(info.st_uid)
-        raise StateError(f"The state directory {path} belongs to user '{owner}' and cannot be read by "
-                         f"'{user_name(euid)}': {run_as_hint(owner)}.")
+    if stat.S_ISDIR(info.st_mode):
+        _refuse_foreign(f"The state directory {path}", info, euid, access=os.R_OK | os.X_OK, path=path)
 
 
 def refuse_a_file(path):
@@ -126,10 +124,9 @@ def _refuse_foreign(what, info, euid, *, access, path):
             f"{what} belongs to user '{owner}'; running as root would leave root-owned files "
             f"that break the next timer run: {run_as_hint(owner)}."
         )
-    if not os.access(path, access) and _read_only(path):
+    if access & os.W_OK and not os.access(path, access) and _read_only(path):
         raise StateError(f"{what} is on a read-only file system; remount it read-write (the service needs to "
                          "write its lock, store and key there).")
     if not os.access(path, access):
-        raise StateError(
-            f"{what} belongs to user '{owner}' and is not writable by '{user_name(euid)}': {run_as_hint(owner)}."
-        )
+        denied = "is not writable by" if access & os.W_OK else "cannot be read by"
+        raise StateError(f"{what} belongs to user '{owner}' and {denied} '{user_name(euid)}': {run_as_hint(owner)}.")
