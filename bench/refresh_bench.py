@@ -96,11 +96,13 @@ def configure(root, source, server, terms=(), days=3660):
 def timed_run(config, now, *args, command=CLI):
     """Run the CLI (`command`) once; return (seconds, peak RSS in MiB, stderr)."""
     began = time.monotonic()
-    process = subprocess.Popen(command + ["--config", config, "--now", now.isoformat()] + list(args),
-                               stderr=subprocess.PIPE, text=True)
-    _, status, usage = os.wait4(process.pid, 0)
-    elapsed = time.monotonic() - began
-    err = process.stderr.read()
+    with tempfile.TemporaryFile("w+") as log:  # not a pipe: a run that writes more than it holds would block
+        process = subprocess.Popen(command + ["--config", config, "--now", now.isoformat()] + list(args),
+                                   stderr=log, text=True)
+        _, status, usage = os.wait4(process.pid, 0)
+        elapsed = time.monotonic() - began
+        log.seek(0)
+        err = log.read()
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"refresh failed:\n{err}")
     return elapsed, usage.ru_maxrss / 1024, err
