@@ -49,6 +49,7 @@ class PostgresStore(PgStaging, PgBulk, SqlStore):
     driver_error = psycopg.Error  # what `errors` turns into the domain's
     dialect = POSTGRESQL
     schema_target = SCHEMA_VERSION
+    run_locked = False  # whether this session holds the run's advisory lock (acquire_run_lock)
 
     def __init__(self, connection, location, schema):
         super().__init__(connection, location)
@@ -158,6 +159,7 @@ class PostgresStore(PgStaging, PgBulk, SqlStore):
     def acquire_run_lock(self):
         """Take the run's advisory lock for this session; return None, or who holds it."""
         if self.db.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (LOCK_CLASS, self.schema)).fetchone()[0]:
+            self.run_locked = True
             return None
         holder = self.db.execute(
             "SELECT a.application_name, a.client_addr FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
@@ -167,6 +169,17 @@ class PostgresStore(PgStaging, PgBulk, SqlStore):
         if holder is None:
             return "another session"
         return f"{holder[0] or 'another session'}" + (f" from {holder[1]}" if holder[1] else "")
+
+    def close(self):
+        """Release the run's lock, then close. The lock belongs to the server's session, and closing the socket
+        does not wait for that session to end: a command started right after this one (a backfill after a run,
+        the next test) could still find the lock held and give up. Unlocking is answered before close returns."""
+        if self.run_locked and not (self.db.closed or self.db.broken):
+            with contextlib.suppress(psycopg.Error):
+                if self.db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    self.db.rollback()  # what closing would do; an aborted transaction would refuse the unlock
+                self.db.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (LOCK_CLASS, self.schema))
+        self.db.close()
 
     def size_bytes(self):
         # pg_total_relation_size waits for a table's lock: a first run holds staged_events exclusively while it

@@ -1,6 +1,7 @@
 """What only a shared PostgreSQL store has: several hosts, dropped connections, roles, a newer schema.
 What both stores must do identically, upgrades included: tests/store/test_every_store_alike.py."""
 
+import contextlib
 import time
 
 import pytest
@@ -134,6 +135,34 @@ def test_a_connection_lost_inside_a_pipelined_write_is_unreachable_not_a_damaged
     finally:
         store.close()
     assert "watermark" not in pg_project.meta()
+
+
+def run_locks_held(server):
+    return server.admin("SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                        f"AND classid = {LOCK_CLASS}")[0][0]
+
+
+@pytest.mark.parametrize("ending", ["committed", "aborted"])
+def test_the_run_lock_is_released_before_the_connection_closes(server, pg_project, ending):
+    """Closing the socket does not wait for the server's session to end, and a session lock lasts as long as
+    the session: a command started right after a run found the lock still held (CI: a backfill right after a
+    run exited 69). The lock must be free when the socket is about to close, even after a failed statement."""
+    from lms_refresh.config import load_config
+    from lms_refresh.errors import StateError
+    from lms_refresh.run.lock import locked_store
+
+    config = load_config(str(pg_project.config), {})
+    seen = []
+    with pytest.raises(StateError, match="division by zero") if ending == "aborted" else contextlib.nullcontext():
+        with locked_store(config, {}, create=True) as store:
+            assert run_locks_held(server) == 1
+            closing = store.db.close
+            store.db.close = lambda: (seen.append(run_locks_held(server)), closing())
+            store.db.execute("BEGIN")
+            if ending == "aborted":
+                store.db.execute("SELECT 1 / 0")
+    assert seen == [0]
+    assert store.db.closed
 
 
 def test_a_newer_store_is_refused(server, pg_project):
