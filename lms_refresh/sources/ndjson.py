@@ -213,7 +213,7 @@ class NdjsonSource(BaseSource):
                  for start, end in chunks)
         pool = None
         if parallel:
-            pool = multiprocessing.get_context("fork").Pool(self.workers, _worker_init, (self.mapper,))
+            pool = multiprocessing.get_context("fork").Pool(self.workers, _worker_init, (self.mapper, os.getpid()))
         try:
             results = self._results(pool, tasks, reading)
             future = self.mapper.latest

@@ -3,6 +3,7 @@ longer than `max_record_bytes` whole), keep those stored inside the window, map 
 parent a `ChunkResult`. The same code runs in the parent for small files and resumed chunks.
 """
 
+import ctypes
 import dataclasses
 import logging
 import marshal
@@ -200,9 +201,10 @@ def read_chunk(mapper, chunk, reading):
 _worker_mapper = None
 
 
-def _worker_init(mapper):
+def _worker_init(mapper, parent):
     global _worker_mapper
     _worker_mapper = mapper
+    _end_with(parent)
     # The parent owns the run: it turns SIGTERM into a rollback and ends the pool.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -212,6 +214,23 @@ def _worker_init(mapper):
         os.nice(NICE_WORKERS)
     except OSError:
         pass  # a seccomp filter may refuse it; parsing is only slower, never wrong
+
+
+_PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def _end_with(parent):
+    """Have the kernel kill this worker when the run (`parent`, its PID) ends. A run killed alone (`kill -9`
+    of its PID, the out-of-memory killer choosing it) would otherwise leave its workers reading export files
+    for nobody, each printing a traceback on the unit's stderr once it found the run's pipe closed. The
+    signal follows the thread that forked the worker: the main thread, or the pool's own thread that
+    replaces a dead worker, which ends only with the pool (whose end kills its workers anyway)."""
+    try:
+        refused = ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # no C library to ask (not Linux): the worker ends at its next write
+        return
+    if not refused and os.getppid() != parent:
+        os._exit(0)  # the run ended before the request was made: nobody is left to kill this worker
 
 
 def _worker_read(chunk, reading):

@@ -1,6 +1,7 @@
 """Stops (issue 12, items 14-15): SIGTERM to the whole process group ends a run within seconds, with
 143 before the commit; the pool of parsing workers never hangs on a lock a killed worker held."""
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -204,3 +205,27 @@ def test_a_workers_death_is_explained_by_its_signal():
     assert "the worker crashed" in _death(-signal.SIGABRT)
     assert "sent to it alone, not to the run" in _death(-signal.SIGTERM)
     assert _death(3) == "status 3"
+
+
+def test_parsing_workers_end_quietly_with_a_run_killed_alone(project):
+    """A run killed by SIGKILL, alone (an operator's `kill -9` of its PID, the out-of-memory killer choosing
+    it): its parsing workers must not go on reading export files for nobody, nor print a traceback each on
+    the unit's stderr when they find the run gone. They end with it (the kernel's parent-death signal)."""
+    filler = "x" * 900
+    project.write("a.ndjson", [dict(statement(learner=f"u{i % 50}"), extensions={"pad": filler}) for i in range(20000)])
+    assert (project.source / "a.ndjson").stat().st_size > 16 << 20  # parsed by the pool of workers
+    command = project.cli_args("run", now="2026-11-03T04:15:00+01:00")
+    environment = dict(project.environment(), **{faults.ENVIRONMENT_VARIABLE: "batch-staged@2:kill"})
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=environment, start_new_session=True)
+    try:
+        # The workers inherited the pipes: communicate() returns once the last of them has ended.
+        out, err = process.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == -signal.SIGKILL, err
+    assert "Traceback" not in err and "Error" not in err, err
+    assert project.serving() == []
+    project.cli("run", now="2026-11-03T04:15:00+01:00", check=0)
+    assert project.serving()[0][3] == 20000
