@@ -42,6 +42,13 @@ class StopPolicy:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
             return
+        global _deferred
+        if _held:
+            # Blocked in this thread, the signal reached another (a thread of the parsing pool's left behind by
+            # a pool that would not stop, sources/pool.py), whose handler runs here all the same: it waits for
+            # the block's end, as a signal blocked everywhere would.
+            _deferred = True
+            return
         if self.requested:
             return  # the first stop is already on its way out; raising again would interrupt the rollback
         self.requested = True
@@ -75,15 +82,25 @@ class StopPolicy:
             self.committed, self.committed_during = True, self.sentence
 
 
+_held = 0  # how many held_back blocks the main thread is in
+_deferred = False  # a stop that came during one, to be acted on at its end
+
+
 @contextlib.contextmanager
 def held_back():
     """Run the block with SIGTERM blocked: a stop meanwhile is delivered (and acted on) as the block ends, so the
     block is done whole or not begun (the commit; the shutdown marker a stopped run must leave behind)."""
+    global _held, _deferred
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    _held += 1
     try:
         yield
     finally:
+        _held -= 1
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        if not _held and _deferred:
+            _deferred = False
+            signal.raise_signal(signal.SIGTERM)
 
 
 @contextlib.contextmanager

@@ -229,3 +229,29 @@ def test_parsing_workers_end_quietly_with_a_run_killed_alone(project):
     assert project.serving() == []
     project.cli("run", now="2026-11-03T04:15:00+01:00", check=0)
     assert project.serving()[0][3] == 20000
+
+
+def test_a_stop_delivered_to_another_thread_is_still_held_back_until_the_block_ends():
+    """SIGTERM blocked in the main thread reaches any other thread that does not block it (a pool's threads
+    left behind by a pool that would not stop), and Python runs the handler in the main thread all the same:
+    inside the commit, had it not waited for the block's end."""
+    import pytest
+
+    from lms_refresh.errors import Terminated
+    from lms_refresh.run import stopping
+
+    other_ends = threading.Event()
+    other = threading.Thread(target=other_ends.wait, daemon=True)  # SIGTERM not blocked there
+    other.start()
+    finished = []
+    try:
+        with stopping.installed() as policy, pytest.raises(Terminated, match="Stopped by SIGTERM"):
+            with stopping.held_back():
+                os.kill(os.getpid(), signal.SIGTERM)
+                deadline = time.monotonic() + 1
+                while time.monotonic() < deadline:
+                    pass  # bytecodes run: the handler runs here, at the first that checks for it
+                finished.append(True)
+    finally:
+        other_ends.set()
+    assert finished == [True] and policy.requested
