@@ -117,6 +117,7 @@ class PerturbationTable:
         self.base = base_distribution(settings.max_noise, settings.variance)
         self.off = settings.method == "none"
         self._rows = {}
+        self._base = None
 
     def row(self, count):
         """Return [(cumulative threshold in 0..2**32, noise)] for a true count (>= k).
@@ -139,6 +140,28 @@ class PerturbationTable:
             self._rows[reach] = cached
         return cached
 
+    def magnitude(self, cell_key, column):
+        """Return the noise, in units of the cell's largest record, added to a sum of values (scores, durations).
+
+        Continuous: a noise drawn from the table's base row (zero mean, the configured variance, at most D either
+        way) plus an even spread of half a unit either way, each at its own position scrambled from (cell key,
+        column). A noise in whole units would keep the sum's fraction of a unit exact, and with it the value of
+        a record of one learner among an attacker's own. As for counts, the same records give the same noise.
+        """
+        if self.off:
+            return 0.0
+        whole = _position(cell_key, column + " whole")
+        noise = next((noise for threshold, noise in self._base_row() if whole < threshold), max(self.base))
+        return noise + (_position(cell_key, column + " part") + 0.5) / MODULUS - 0.5
+
+    def _base_row(self):
+        if self._base is None:
+            cumulative, self._base = fractions.Fraction(0), []
+            for noise, probability in self.base.items():
+                cumulative += probability
+                self._base.append((int(cumulative * MODULUS), noise))
+        return self._base
+
     def perturb(self, count, cell_key, column):
         """Return the published value of a count whose cell key is `cell_key`, in column `column`.
 
@@ -148,9 +171,14 @@ class PerturbationTable:
         """
         if self.off or count == 0:
             return count
-        position = int.from_bytes(hashlib.blake2b(
-            (cell_key % MODULUS).to_bytes(4, "big"), digest_size=4, person=column.encode()[:16]).digest(), "big")
+        position = _position(cell_key, column)
         for threshold, noise in self.row(count):
             if position < threshold:
                 return count + noise
         return count + self.row(count)[-1][1]
+
+
+def _position(cell_key, column):
+    """A position in 0 .. 2**32 - 1 scrambled from (cell key, column): each column's noise is drawn on its own."""
+    return int.from_bytes(hashlib.blake2b(
+        (cell_key % MODULUS).to_bytes(4, "big"), digest_size=4, person=column.encode()[:16]).digest(), "big")

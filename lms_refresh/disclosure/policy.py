@@ -117,18 +117,23 @@ def published_row(cell, settings, table):
             suppressed = 1
         else:
             values.append(table.perturb(cell[name], cell[f"{stem}_key"], name))
-    if cell["score_learners"] >= k:
-        # A mean over the perturbed number of scores: derived from the noisy count, as ABS does for means.
+    # A sum of scores or of durations is published with a noise of its own, scaled by the cell's largest record
+    # (table.magnitude): an exact sum under a noisy count gives itself away (the count is a small integer near
+    # the published statements, and few denominators make a mean of two-decimal scores round), and exact sums
+    # subtract exactly — the site's minus its courses', a week's minus its days', a cell filled by an attacker's
+    # own accounts minus what they sent — down to one learner's score or time. A cell without a scale (counted
+    # before schema version 9, on a day whose events are gone) publishes neither sum.
+    if cell["score_learners"] >= k and cell["score_max_micro"] is not None:
+        # A mean: the noisy sum over the perturbed number of scores, within the scaled score's range.
         scores = table.perturb(cell["score_count"], cell["score_key"], "scores")
-        values.append(round(cell["score_sum_micro"] * 1.0 / scores / 1000000.0, 6))
+        total = cell["score_sum_micro"] + table.magnitude(cell["score_key"], "score sum") * cell["score_max_micro"]
+        values.append(round(min(1.0, max(-1.0, total / scores / 1000000.0)), 6))
     else:
         values.append(None)
         suppressed |= cell["score_learners"] > 0
-    if cell["duration_learners"] >= k:
-        # A total scaled by the perturbed number of timed records over the true one.
-        timed = table.perturb(cell["duration_count"], cell["duration_key"], "durations")
-        total = cell["duration_ms"] / 1000.0
-        values.append(total if timed == cell["duration_count"] else round(total * timed / cell["duration_count"], 3))
+    if cell["duration_learners"] >= k and cell["duration_max_ms"] is not None:
+        total = cell["duration_ms"] + table.magnitude(cell["duration_key"], "time sum") * cell["duration_max_ms"]
+        values.append(round(max(0.0, total) / 1000.0, 3))
     else:
         values.append(None)
         suppressed |= cell["duration_learners"] > 0

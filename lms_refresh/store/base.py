@@ -220,6 +220,8 @@ class SqlStore(Staging, Erasure, Grains, Published, RebuildCheck, RunLog, Course
             self.execute(f"INSERT INTO privacy_settings (id, {', '.join(PRIVACY_FIELDS)}) VALUES (1, ?, ?, ?, ?, ?)",
                          [int(new[field]) if field == "withhold_zeros" else new[field] for field in PRIVACY_FIELDS])
             self._republish_all = True
+        if self.execute("DELETE FROM meta WHERE key = 'republish'").rowcount:
+            self._republish_all = True  # a migration changed how the published rows are computed (tables.DATA_STEPS)
         # Schema versions 1 and 2 kept the threshold as text in meta as well: that copy would no
         # longer follow the settings in force, so it goes.
         self.execute("DELETE FROM meta WHERE key = 'min_cell_size'")

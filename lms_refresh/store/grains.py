@@ -48,6 +48,13 @@ CELL_EVENTS = (  # (daily_metrics column, its expression over the cell's staged 
     ("duration_ms", "SUM(duration_ms)"), ("duration_count", "COUNT(duration_ms)"),
     ("duration_key", _key_sum("duration_ms IS NOT NULL")),
 )
+# The scale of the noise on the sums of scores and durations (lms_refresh.disclosure.policy): the largest of one
+# record. A cell of parts (a period's days, the site's courses) takes its parts' largest, and none if a part with
+# a sum has none (counted before schema version 9): its sum is then not published (fail closed).
+CELL_SCALES = (("score_max_micro", "MAX(ABS(score_micro))"), ("duration_max_ms", "MAX(duration_ms)"))
+_SCALED = {"score_max_micro": "score_sum_micro", "duration_max_ms": "duration_ms"}
+_LARGEST = ", ".join(f"CASE WHEN COUNT({_SCALED[name]}) > COUNT({name}) THEN NULL ELSE MAX({name}) END AS {name}"
+                     for name, _ in CELL_SCALES)
 CELL_LEARNERS = (  # (daily_metrics column, its expression over the cell's rows of learner_days)
     ("learners", "COUNT(*)"),
 ) + tuple((f"{flag[4:]}_learners", f"SUM({flag})") for flag in PRESENCE_FLAGS) + (
@@ -55,9 +62,12 @@ CELL_LEARNERS = (  # (daily_metrics column, its expression over the cell's rows 
 )
 
 _SUMS = tuple(name for name, _ in CELL_EVENTS)
+_SCALES = tuple(name for name, _ in CELL_SCALES)
+_PARTS = _SUMS + _SCALES  # what a cell of parts (a period's days, the site's courses) takes from its parts
 _LEARNERS = tuple(name for name, _ in CELL_LEARNERS if name != "learner_key")
 # A cell's event counts and record keys' sums, the sums of its parts' (its days', its courses').
-_SUMMED = ", ".join(f"SUM({name}){f' % {_MODULUS}' if name.endswith('_key') else ''} AS {name}" for name in _SUMS)
+_SUMMED = ", ".join(f"SUM({name}){f' % {_MODULUS}' if name.endswith('_key') else ''} AS {name}"
+                    for name in _SUMS) + ", " + _LARGEST
 
 PRESENCE = f"""INSERT INTO learner_days (day, course_id, actor, learner_key, {", ".join(PRESENCE_FLAGS)})
 SELECT day, course_id, actor, MAX(learner_key), MAX(is_attempt), MAX(is_completion), MAX(is_passed), MAX(is_failed),
@@ -71,10 +81,11 @@ def _grouped(metrics, table):
 
 
 # After PRESENCE, with the same days: `{days_in}`'s parameter twice.
-CELLS = f"""INSERT INTO daily_metrics (day, course_id, {", ".join(name for name, _ in CELL_EVENTS + CELL_LEARNERS)})
-SELECT e.day, e.course_id, {", ".join([f"e.{name}" for name, _ in CELL_EVENTS]
+CELLS = f"""INSERT INTO daily_metrics (day, course_id, {
+    ", ".join(name for name, _ in CELL_EVENTS + CELL_SCALES + CELL_LEARNERS)})
+SELECT e.day, e.course_id, {", ".join([f"e.{name}" for name, _ in CELL_EVENTS + CELL_SCALES]
                                       + [f"l.{name}" for name, _ in CELL_LEARNERS])}
-FROM ({_grouped(CELL_EVENTS, "staged_events")}) AS e
+FROM ({_grouped(CELL_EVENTS + CELL_SCALES, "staged_events")}) AS e
 JOIN ({_grouped(CELL_LEARNERS, "learner_days")}) AS l ON l.day = e.day AND l.course_id = e.course_id"""
 
 
@@ -133,9 +144,9 @@ def _filling_days(days_in):
 
 
 _REBUILD = f"""INSERT INTO period_metrics (grain, period, course_id, {", ".join(_LEARNERS)}, learner_key,
-    {", ".join(_SUMS)})
+    {", ".join(_PARTS)})
 SELECT ?, ?, l.course_id, l.learners, {", ".join(f"l.{name}" for name in _LEARNERS[1:])}, l.learner_key,
-    {", ".join(f"e.{name}" for name in _SUMS)}
+    {", ".join(f"e.{name}" for name in _PARTS)}
 FROM (SELECT course_id, COUNT(*) AS learners,
         {", ".join(f"SUM(CASE WHEN {count} > 0 THEN 1 ELSE 0 END) AS {name}"
                    for count, name in zip(PERIOD_COUNTS[1:], _LEARNERS[1:], strict=True))},
@@ -151,9 +162,9 @@ JOIN (SELECT course_id, {_SUMMED}
 # grain and period), then `where`'s (the same), then `sums`'s (the day, or the period's first and last days).
 def _site_cell(table, cell, flags, where, sums):
     maxima = ", ".join(f"MAX({flag}) AS {flag}" for flag in flags)
-    return f"""INSERT INTO {table} ({cell}, course_id, {", ".join(_LEARNERS)}, learner_key, {", ".join(_SUMS)})
+    return f"""INSERT INTO {table} ({cell}, course_id, {", ".join(_LEARNERS)}, learner_key, {", ".join(_PARTS)})
 SELECT {", ".join("?" for _ in cell.split(","))}, {SITE}, {", ".join(f"l.{name}" for name in _LEARNERS)}, l.learner_key,
-    {", ".join(f"e.{name}" for name in _SUMS)}
+    {", ".join(f"e.{name}" for name in _PARTS)}
 FROM (SELECT COUNT(*) AS learners, {", ".join(f"SUM(CASE WHEN {flag} > 0 THEN 1 ELSE 0 END) AS {name}"
                                               for flag, name in zip(flags, _LEARNERS[1:], strict=True))},
         SUM(learner_key) % {_MODULUS} AS learner_key

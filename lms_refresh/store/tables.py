@@ -67,6 +67,8 @@ def _columns(type_, *names, **options):
 KEY_SUMS = ("learner_key", "statement_key", "attempt_key", "completion_key", "passed_key", "failed_key",
             "score_key", "duration_count", "duration_key")
 
+MAGNITUDE_SCALES = ("score_max_micro", "duration_max_ms")
+
 # A cell's aggregates and record keys: a day's in daily_metrics, a week's or a month's in period_metrics.
 _CELL = (
     *_columns(INTEGER, "learners", "statements", "attempts", "attempt_learners", "completions",
@@ -74,6 +76,10 @@ _CELL = (
     Column("score_sum_micro", BIGINT, null=True), *_columns(INTEGER, "score_count", "score_learners"),
     Column("duration_ms", BIGINT, null=True), Column("duration_learners", INTEGER),
     *_columns(BIGINT, *KEY_SUMS, default="0", since=3),
+    # The largest score (in absolute value) and duration of one of the cell's records: the scale of the noise
+    # added to their sums (lms_refresh.disclosure.policy). NULL where no record had one, and in cells counted
+    # before version 9 (a sum that has no scale is not published).
+    *_columns(BIGINT, *MAGNITUDE_SCALES, null=True, since=9),
 )
 # What a learner did in a (day, course), so that a week's or a month's distinct learners are counted
 # without reading its staged events again (lms_refresh.store.grains).
@@ -288,9 +294,14 @@ DATA_STEPS = {
     # The site's rows, on every grain, come from the days the next run rebuilds: every staged day (a closed day,
     # whose events retention dropped, has none: see the README's "Site totals").
     7: ["INSERT INTO {pending_days} SELECT DISTINCT day FROM {staged_events} WHERE true ON CONFLICT DO NOTHING"],
+    # The noise on the sums of scores and durations is scaled by each cell's largest record: every staged day is
+    # counted again with it, and every published row computed again (meta `republish`, SqlStore.set_privacy);
+    # a closed day's cell, and a period with one, have no scale and publish neither sum.
+    9: ["INSERT INTO {pending_days} SELECT DISTINCT day FROM {staged_events} WHERE true ON CONFLICT DO NOTHING",
+        "INSERT INTO {meta} (key, value) VALUES ('republish', '9') ON CONFLICT (key) DO NOTHING"],
 }
 
-SCHEMA_VERSION = 8  # the version this description is at: a new migration raises it
+SCHEMA_VERSION = 9  # the version this description is at: a new migration raises it
 
 
 def migration(version):

@@ -315,6 +315,8 @@ def test_a_store_from_schema_version_2_gets_its_record_keys_and_the_same_publica
     downgrade += [f"ALTER TABLE {prefix}daily_metrics DROP COLUMN {column}" for column in (
         "learner_key", "statement_key", "attempt_key", "completion_key", "passed_key", "failed_key", "score_key",
         "duration_count", "duration_key")]
+    downgrade += [f"ALTER TABLE {prefix}{table} DROP COLUMN {column}" for table in ("daily_metrics", "period_metrics")
+                  for column in ("score_max_micro", "duration_max_ms")]  # version 9's
     if project.postgres:
         from lms_refresh.store.postgres_schema import MIGRATIONS
 
