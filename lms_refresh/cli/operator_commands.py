@@ -170,7 +170,7 @@ def forget(settings, mbox, mbox_sha1sum, *, openid, account_homepage, account_na
         agent = {"account": {"homePage": account_homepage, "name": account_name}}
     config = settings.config()
     identifier = learner_identifier(config, agent, moodle_user_id)
-    report = forget_learner(config, identifier, os.environ, euid=os.geteuid(), dry_run=dry_run)
+    report = forget_learner(config, identifier, os.environ, euid=os.geteuid(), now=settings.now, dry_run=dry_run)
     click.echo(f"{'would delete' if dry_run else 'deleted'}: {report.events} staged events, "
                f"{report.quarantined} quarantined records")
     click.echo(f"rebuilt:     {len(report.partitions)} daily partitions ({report.rows_written} rows, "

@@ -15,7 +15,7 @@ from lms_refresh.disclosure.cell_key import RecordKeys
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser, fingerprint, moodle_identifier
 from lms_refresh.disclosure.redaction import REDACTED, scrub_text
 from lms_refresh.errors import ConfigError
-from lms_refresh.run import identity, stopping
+from lms_refresh.run import after_commit, identity, stopping
 from lms_refresh.run.lock import LockHeld, lock_held, locked_store, run_lock
 from lms_refresh.run.publication import publish_if_behind, recompute
 from lms_refresh.state_directory import check_writable_file
@@ -75,7 +75,7 @@ def _strings(value):
 FORGET_STOPPED = "Stopped by SIGTERM before the erasure was committed; nothing was forgotten."
 
 
-def forget(config, identifier, environ, *, euid, dry_run=False):
+def forget(config, identifier, environ, *, euid, now, dry_run=False):
     """Delete the staged events and quarantined records of the learner `identifier` names, and rebuild their days.
 
     Returns a ForgetReport; raises a RefreshError subclass on failure, after rolling back.
@@ -83,6 +83,8 @@ def forget(config, identifier, environ, *, euid, dry_run=False):
     report = ForgetReport(dry_run=dry_run)
     load_driver(config)
     if not store_exists(config, environ):
+        # A store gone beside its key is one to restore, whose learner would come back with it: refused as a run is.
+        identity.verify_store_present(config, True)
         logger.info("There is no store yet (%s); nothing to forget.", config.store_location)
         return report
     try:
@@ -94,8 +96,10 @@ def forget(config, identifier, environ, *, euid, dry_run=False):
                 _forget(config, store, identifier, report=report, stop=stop)
                 _log(report)
                 if not dry_run:
-                    # The dashboards' copy, after the commit (see run/publication.py).
+                    # The dashboards' copy, after the commit (see run/publication.py), and the page made of it:
+                    # neither may show the learner until the next run.
                     publish_if_behind(config, store, euid)
+                    after_commit.write_report(config, store, now, "forget")
     except LockHeld as held:  # the learner is still there, so say so
         raise lock_held(held.holder, "nothing was forgotten", "forget") from None
     return report
@@ -113,6 +117,7 @@ def _log(report):
 def _forget(config, store, identifier, *, report, stop):
     meta, has_events = store.meta(), store.has_events()
     if not has_events and not store.quarantine_count():
+        _matched_nothing()
         return
     # A missing or different key is refused: nothing would match.
     key = identity.open_key(config, meta, True, dry_run=report.dry_run, rebuild=False)
@@ -128,10 +133,7 @@ def _forget(config, store, identifier, *, report, stop):
         report.partitions = sorted(set(days))
         closed = present - set(days)
         if not (days or present or report.quarantined):
-            # Not an error (forgetting twice is harmless), but an operator's typo must not look like an erasure.
-            logger.warning("Nothing in the store matched this learner: no staged event, no presence on a closed day "
-                           "and no quarantined record. Identifiers are compared exactly (letter case, a trailing "
-                           "'/'); a learner forgotten before matches nothing either.")
+            _matched_nothing()
         if report.partitions or closed:
             # A store upgraded in place gets its cell keys in the rebuild.
             report.rows_written, report.suppressed = recompute(store, set(days), record_keys=RecordKeys(key),
@@ -145,3 +147,10 @@ def _forget(config, store, identifier, *, report, stop):
     except BaseException:
         store.rollback()
         raise
+
+
+def _matched_nothing():
+    # Not an error (forgetting twice is harmless), but an operator's typo must not look like an erasure.
+    logger.warning("Nothing in the store matched this learner: no staged event, no presence on a closed day "
+                   "and no quarantined record. Identifiers are compared exactly (letter case, a trailing "
+                   "'/'); a learner forgotten before matches nothing either.")

@@ -18,11 +18,9 @@ The file is written whole, by SQLite itself: the store's connection attaches
 the new file and fills each table from its serving view with one INSERT ...
 SELECT, no row passing through Python (README: "The publication's cost").
 
-The file records a digest of what it holds (`store_digest`: its rows table
-by table in order, and the settings). A run that committed but died
-before publishing leaves the previous file, whose digest then differs from
-the store's, and the next run (even one with nothing to do) publishes again.
-Identical rows give a byte-identical file.
+The file records a digest of what it holds (`store_digest`: its rows table by table in order, and the settings). A
+run that committed but died before publishing leaves the previous file, whose digest then differs from the store's,
+and the next run (even one with nothing to do) publishes again. Identical rows give a byte-identical file.
 
 On PostgreSQL the publication is the view in schema `<schema>_serving`,
 committed with the run itself.
@@ -162,7 +160,9 @@ def _publish(config, store, euid):
     path, group = config.publication.path, config.publication.group
     gid = group_id(group) if group else None
     with store.errors():
-        settings = policy.in_force(store)
+        settings = policy.in_force(store, missing_ok=True)
+    if settings is None:  # no run stored any yet (the first failed): nothing was ever published, nothing is behind
+        return False
     wanted = store_digest(store, settings)
     if published_digest(path) == wanted and _has_permissions(path, _mode(gid), gid):
         return False

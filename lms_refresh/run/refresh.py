@@ -152,7 +152,7 @@ class Refresh:
         store.follow_key(self._key_fingerprint)
         store.record_names(source.standing_names())
         # Retention does not wait for new records: a quiet source's old data goes on time too.
-        horizon = retention.staging_horizon(self.config, self.now, meta)
+        horizon = retention.staging_horizon(self.config, retention.clock(self.now, store), meta)
         retention.apply(store, self.config, self.now, horizon=horizon, days=set())
         store.close_periods(period_publication.cutoff(self.config, self.now))  # a week may have ended since
         store.record_run(self.report.row(self.now))
@@ -312,7 +312,7 @@ class Refresh:
                       force=True)
         store.begin()
         store.follow_key(self._key_fingerprint)
-        horizon = retention.staging_horizon(self.config, self.now, store.meta())
+        horizon = retention.staging_horizon(self.config, retention.clock(self.now, store), store.meta())
         upgrade.begin(store, self._upgrade, window, run_id=report.run_id)  # nothing without an upgrade
         if self._upgrade is None and self.request.kind == REBUILD:
             store.reset_derived(horizon)  # closed days (before the horizon) stay as they were published

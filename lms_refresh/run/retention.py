@@ -2,7 +2,8 @@
 
 `[retention] staging_days`: staged events are personal data (pseudonymised,
 per learner). Those of local days before the *staging horizon* — today minus
-`staging_days`, in `timezone` — are dropped in the run's transaction; those
+`staging_days`, in `timezone`, today never more than a day after the last
+successful run (`clock`) — are dropped in the run's transaction; those
 days' published metrics stay as they were and are never recomputed again,
 since a rebuild from what is left would publish an incomplete day. A
 statement that arrives later for such a day is quarantined as "older than the
@@ -35,6 +36,25 @@ from lms_refresh.sources.records import DAY, Event, statement_of
 
 CLOSED_REASON = "older than the staging horizon"
 HORIZON_KEY = "staging_horizon"  # in the store's meta: the first local day whose staged events are kept
+
+
+STEP = dt.timedelta(days=1)  # how far past the last successful refresh's start retention may count: a night's
+
+
+def clock(now, store):
+    """The time retention counts from: `now`, or one STEP after the last successful refresh's start if that is
+    earlier.
+
+    A clock set ahead by months for one run would otherwise drop every staged event at once, for good: the
+    run itself looks fine, the next ones are refused for the future watermark until it is set back (README,
+    "Recovery"), and by then the events are gone and every re-read statement is quarantined as older than
+    the horizon. So no run counts more than a day past the time an earlier run trusted: nightly runs are not
+    held back at all, the first run after a longer pause (a weekend, an outage) goes a day further and the
+    next catches up, and a wrong clock can drop at most a day's events early."""
+    last_success = store.last_runs()[1]
+    if last_success is None:
+        return now
+    return min(now, instants.from_cursor(last_success["started_at"], "run start") + STEP)
 
 
 def staging_horizon(config, now, meta):
@@ -93,5 +113,5 @@ def apply(store, config, now, *, horizon, days):
         store.drop_presence_before(kept)  # until no open period needs it
         store.set_meta(HORIZON_KEY, horizon)
         days = {day for day in days if day >= horizon}
-    store.expire_quarantine(instants.to_cursor(now - dt.timedelta(days=config.retention.quarantine_days)))
+    store.expire_quarantine(instants.to_cursor(clock(now, store) - dt.timedelta(days=config.retention.quarantine_days)))
     return days

@@ -123,6 +123,9 @@ class SqliteStore(SqlStore):
 
     def _configure(self, wal):
         self.db.execute("PRAGMA busy_timeout = 30000")
+        # What forget and retention delete is overwritten, not left in free pages: Debian builds SQLite with this
+        # on, upstream's default is off (a pip install elsewhere), and an erased learner's rows must not stay.
+        self.db.execute("PRAGMA secure_delete = ON")
         if wal:
             self.db.execute("PRAGMA journal_mode = WAL")
             # WAL + NORMAL stays consistent on power loss; at worst the last run is

@@ -1,6 +1,7 @@
 """The Project: a temporary installation (config, source directory, state directory, its store) and the
 CLI run against it, as a subprocess or in this process."""
 
+import datetime as dt
 import json
 import os
 import shutil
@@ -81,6 +82,13 @@ class Project:
         if check is not None:
             assert result.returncode == check, (result.returncode, result.stdout, result.stderr)
         return result
+
+    def night_before(self, now):
+        """Have the timer run a day before `now` (ISO text), with nothing new to read yet: retention counts at most
+        a day past the last successful run (lms_refresh.run.retention.clock), so a test that jumps weeks ahead
+        to see it act runs this first, as the nightly timer would have."""
+        moment = dt.datetime.fromisoformat(now.replace("Z", "+00:00")) - dt.timedelta(days=1)
+        return self.invoke("run", now=moment.isoformat(), check=0)
 
     def start(self, *args, now=None):
         command = cli_command() + ["--config", str(self.config)] + (["--now", now] if now else []) + list(args)

@@ -212,6 +212,7 @@ def test_quarantined_records_older_than_quarantine_days_are_deleted(project):
     project.invoke("run", now="2026-12-02T04:15:00Z", check=0)  # 29 days later: the first record stays
     assert project.query("SELECT recorded_at FROM quarantine ORDER BY id") == [
         ("2026-11-03T04:15:00.000000Z",), ("2026-12-02T04:15:00.000000Z",)]
+    project.night_before("2026-12-04T04:00:00Z")  # before day 31's statements (stored 3 December, 10:00)
     project.write("c.ndjson", day(31, "new"))
     project.invoke("run", now="2026-12-04T04:15:00Z", check=0)  # 31 days after the first: it is deleted
     assert project.query("SELECT recorded_at FROM quarantine ORDER BY id") == [
@@ -231,6 +232,7 @@ def test_a_statement_older_than_the_staging_horizon_is_quarantined_and_counted(p
     assert [row[:3] for row in before] == [("2026-11-02", f"{HOME}/course/BIO101", 5)]
 
     # 40 days later: a late statement for 2 November (stored now), and two of today.
+    project.night_before("2026-12-13T04:15:00+01:00")
     late = statement(learner="u9", timestamp="2026-11-02T11:00:00Z", stored="2026-12-12T09:00:00Z")
     recent = [statement(learner=f"u{i}", timestamp="2026-12-12T09:00:00Z") for i in range(2)]
     project.write("b.ndjson", [late] + recent)
@@ -278,9 +280,36 @@ def test_retention_applies_in_runs_with_nothing_to_read(project):
     # 31 days on, a safety lag of 31 days ends the window where the last run ended: nothing to read.
     project.configure(extra_top="max_quarantine_share = 0.5", safety_lag='"31d"')
     project.config.write_text(project.config.read_text() + retention)
+    project.night_before("2026-12-04T04:15:00+01:00")
     quiet = project.invoke("run", now="2026-12-04T04:15:00+01:00", check=0)
     assert "Nothing to do" in quiet.stderr
     assert project.query("SELECT COUNT(*) FROM quarantine") == [(0,)]
     assert project.query("SELECT COUNT(*) FROM staged_events") == [(0,)]  # 2 November is before 4 November
     assert project.meta()["staging_horizon"] == "2026-11-04"
     assert project.serving()[0][:3] == ("2026-11-02", f"{HOME}/course/BIO101", 12)  # still as published
+
+
+def test_one_run_under_a_clock_months_ahead_drops_no_staged_event(project):
+    """A clock set ahead by months for one run (a bad NTP source, a restored VM) must not drop every staged event:
+    the next runs are refused for the future watermark until it is set back (README, "Recovery"), and by then a
+    horizon months ahead would have dropped every day for good, each re-read statement quarantined as older than
+    it. Retention counts at most a day past the last successful run (lms_refresh.run.retention.clock)."""
+    project.configure(extra_top="min_cell_size = 2")
+    project.config.write_text(project.config.read_text() + "[retention]\nstaging_days = 30\n")
+    days = [f"2026-11-{day:02d}" for day in range(1, 10)]
+    written = [statement(learner=f"u{i}", timestamp=f"{day}T10:00:00Z") for day in days for i in range(3)]
+    project.write("a.ndjson", written)
+    project.invoke("run", now="2026-11-10T00:00:00Z", check=0)
+    project.invoke("run", now="2027-03-01T00:00:00Z", check=0)  # the clock jumped ahead for this run
+    assert project.meta()["staging_horizon"] == "2026-10-12"  # 11 November, the day after the last run, - 30 days
+    assert project.query("SELECT COUNT(*) FROM staged_events") == [(27,)]
+    refused = project.invoke("run", now="2026-11-12T00:00:00Z")  # the clock is right again
+    assert refused.returncode == 78 and "is later than the current time" in refused.stderr
+    project.invoke("watermark", "set", "2026-11-10T00:00", now="2026-11-12T00:01:00Z", check=0)
+    late = [statement(learner=f"u{i}", timestamp="2026-11-11T10:00:00Z") for i in range(4)]
+    project.write("b.ndjson", late)
+    project.invoke("run", now="2026-11-12T00:02:00Z", check=0)
+    assert project.query("SELECT COUNT(*) FROM quarantine") == [(0,)]
+    course = f"{HOME}/course/BIO101"
+    assert [row[:4] for row in project.serving()] == [(day, course, 3, 3) for day in days] + [
+        ("2026-11-10", course, None, None), ("2026-11-11", course, 4, 4)]  # the gap, then the day read again

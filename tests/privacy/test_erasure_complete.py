@@ -91,6 +91,7 @@ def test_a_statement_for_a_closed_day_carries_its_learner_and_forget_finds_it(pr
     project.config.write_text(project.config.read_text() + "[retention]\nstaging_days = 30\n")
     project.write("a.ndjson", crowd("2026-11-02", count=3))
     project.invoke("run", now=NOW, check=0)
+    project.night_before("2026-12-13T04:15:00+01:00")
     late = statement(learner="Zq81", timestamp="2026-11-02T11:00:00Z", stored="2026-12-12T09:00:00Z")
     project.write("b.ndjson", [late] + crowd("2026-12-12", stored="2026-12-12T09:00:00Z", count=2))
     project.invoke("run", now="2026-12-13T04:15:00+01:00", check=0)
@@ -133,6 +134,7 @@ def closed_store(project):
     project.write("a.ndjson", crowd("2026-11-02", count=5))
     project.invoke("run", now=NOW, check=0)
     closed = project.serving()
+    project.night_before("2026-12-13T04:15:00+01:00")
     project.write("b.ndjson", crowd("2026-12-12", stored="2026-12-12T09:00:00Z", count=3))
     project.invoke("run", now="2026-12-13T04:15:00+01:00", check=0)
     assert project.meta()["staging_horizon"] == "2026-11-13"
@@ -186,3 +188,26 @@ def test_a_malformed_record_beside_closed_ones_still_counts_toward_the_share(pro
     result = project.invoke("run", now="2026-12-13T06:00:00+01:00")
     assert result.returncode == 65
     assert "1 of 9 records in the window were malformed" in result.stderr
+
+
+def test_the_store_overwrites_what_it_deletes_whatever_sqlites_own_default(sqlite_project, monkeypatch):
+    """Debian's SQLite overwrites deleted content by default; upstream's does not (a pip install elsewhere), and an
+    erased learner's rows would stay in the file's free pages beside the key. The store asks for it itself."""
+    import sqlite3
+
+    from lms_refresh.store.sqlite import SqliteStore
+
+    connect = sqlite3.connect
+
+    def with_upstreams_default(*args, **kwargs):
+        db = connect(*args, **kwargs)
+        db.execute("PRAGMA secure_delete = OFF")
+        return db
+
+    monkeypatch.setattr(sqlite3, "connect", with_upstreams_default)
+    sqlite_project.state.mkdir()
+    store = SqliteStore.open(str(sqlite_project.store), create=True)
+    try:
+        assert store.db.execute("PRAGMA secure_delete").fetchone() == (1,)
+    finally:
+        store.close()

@@ -155,3 +155,50 @@ def test_forget_follows_the_mappers_identity_rule_an_mbox_and_its_sha1_are_one_l
     result = project.invoke("forget", "--mbox-sha1sum", as_sha1["actor"]["mbox_sha1sum"], check=0)
     assert "deleted: 2 staged events" in result.stdout
     assert project.query("SELECT COUNT(*) FROM staged_events") == [(3,)]
+
+
+def test_forget_writes_the_report_again_so_the_page_no_longer_shows_the_learners_course(sqlite_project):
+    """The HTML report is made of the publication: forget must write it again with it, not leave the erased
+    learner's course on the page until the next run (a weekend, or longer if runs fail)."""
+    project = sqlite_project
+    project.configure(extra_top="min_cell_size = 1")
+    project.write("a.ndjson", [json.dumps(statement(learner=NAME, course="PRIV1", timestamp="2026-11-02T10:00:00Z")),
+                               json.dumps(statement(learner="u1", course="BIO101", timestamp="2026-11-02T10:00:00Z"))])
+    project.invoke("run", now=NOW, check=0)
+    page = next(project.state.parent.rglob("report.html"))
+    assert "PRIV1" in page.read_text()
+    project.invoke("forget", "--account-homepage", HOME, "--account-name", NAME, now=NOW, check=0)
+    text = page.read_text()
+    assert "PRIV1" not in text and "BIO101" in text
+    assert "this page was written by a forget, which is not a refresh of the latest data" in text
+
+
+def test_forget_on_a_store_no_run_has_published_yet_exits_0_and_says_what_it_deleted(sqlite_project):
+    """The first runs failed on bad input (65): the store keeps their quarantined records as evidence but holds no
+    privacy settings, so nothing was ever published. Erasing the learner's records commits; there is no
+    publication to bring up to date, which is no failure (it was 78, 'nothing was published', with the erasure
+    committed and unsaid, and every later forget the same)."""
+    project = sqlite_project
+    bad = statement(learner=NAME, timestamp="2026-11-02T09:00:00Z", score=7)  # a score out of range
+    project.write("a.ndjson", [json.dumps(bad), json.dumps(statement(learner="u1", timestamp="2026-11-02T09:00:00Z"))])
+    failed = project.invoke("run", now=NOW)
+    assert failed.returncode == 65, failed.stderr
+    assert project.query("SELECT COUNT(*) FROM quarantine") == [(1,)]
+    result = project.invoke("forget", "--account-homepage", HOME, "--account-name", NAME, now=NOW, check=0)
+    assert "deleted: 0 staged events, 1 quarantined records" in result.stdout, result.stderr
+    assert project.query("SELECT COUNT(*) FROM quarantine") == [(0,)]
+    again = project.invoke("forget", "--account-homepage", HOME, "--account-name", NAME, now=NOW, check=0)
+    assert "Nothing in the store matched this learner" in again.stderr
+
+
+def test_forget_on_a_store_gone_beside_its_key_is_refused_as_a_run_is(sqlite_project):
+    """Moved away (or lost), the store would come back from its backup with the learner in it: an erasure that
+    says 'deleted: 0' and exits 0 there would be believed."""
+    project = sqlite_project
+    project.write("a.ndjson", [json.dumps(statement(learner=NAME, timestamp="2026-11-02T09:00:00Z"))])
+    project.invoke("run", now=NOW, check=0)
+    project.store.rename(project.store.with_name("aside.sqlite"))
+    result = project.invoke("forget", "--account-homepage", HOME, "--account-name", NAME, now=NOW)
+    assert result.returncode == 78, result.stderr
+    assert "is missing (or empty) but the pseudonymisation key" in result.stderr
+    assert "restore the store from a backup" in result.stderr and "deleted:" not in result.stdout

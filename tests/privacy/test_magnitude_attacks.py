@@ -183,6 +183,7 @@ def test_an_upgraded_store_republishes_every_row_and_withholds_the_sums_of_close
     project.write("a.ndjson", [statement(learner=f"u{i}", score=i / 10, duration=f"PT{60 * i}S",
                                          timestamp="2026-11-02T10:00:00Z") for i in range(1, 6)])
     project.invoke("run", now=NOW, check=0)
+    project.night_before("2026-12-13T04:15:00+01:00")
     project.write("b.ndjson", [statement(learner=f"u{i}", score=0.5, duration="PT30S", timestamp="2026-12-12T09:00:00Z")
                                for i in range(3)])
     project.invoke("run", now="2026-12-13T04:15:00+01:00", check=0)

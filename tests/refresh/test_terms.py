@@ -158,6 +158,7 @@ def test_a_term_that_begins_before_the_kept_presence_is_not_counted_and_says_so(
     sqlite_project.invoke("run", now="2026-10-14T04:15:00Z", check=0)
     # 400 days later the staging horizon is 1 October 2026: the learners' presence is kept from the start of
     # the periods that hold it (the week from Monday 28 September), and no term was configured then.
+    sqlite_project.night_before("2027-11-05T04:15:00Z")
     sqlite_project.invoke("run", now="2027-11-05T04:15:00Z", check=0)
     assert sqlite_project.meta()["presence_from"] == "2026-09-28"
     october = ("October", "2026-10-01", "2026-10-13")
@@ -182,6 +183,7 @@ def test_a_rebuild_whose_staging_horizon_straddles_a_week_and_a_term_keeps_them_
     project.invoke("run", now="2026-09-05T04:15:00Z", check=0)
     later = activity(12, dt.date(2026, 9, 5), 80)
     project.write("b.ndjson", later)
+    project.night_before("2026-11-30T04:15:00Z")  # reads them; retention then counts from the night after
     project.invoke("run", now="2026-11-30T04:15:00Z", check=0)
     assert project.meta()["staging_horizon"] == "2026-09-01"
     assert project.meta()["presence_from"] == "2026-08-24"  # the term holds the horizon: kept from its start
@@ -211,6 +213,7 @@ def test_a_term_edited_off_the_staging_horizon_is_counted_as_a_fresh_store_count
         project.write("a.ndjson", early)
         project.invoke("run", now="2026-09-05T04:15:00Z", check=0)
         project.write("b.ndjson", later)
+        project.night_before("2026-11-30T04:15:00Z")
         project.invoke("run", now="2026-11-30T04:15:00Z", check=0)
     assert stores["edited"].meta()["presence_from"] == "2026-08-24"  # the term holds the horizon, 1 September
     add_terms(stores["edited"], (edited,))  # now it ends before the horizon
