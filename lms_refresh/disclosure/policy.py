@@ -129,14 +129,14 @@ def published_row(cell, settings, table):
         total = cell["score_sum_micro"] + table.magnitude(cell["score_key"], "score sum") * cell["score_max_micro"]
         values.append(round(min(1.0, max(-1.0, total / scores / 1000000.0)), 6))
     else:
-        values.append(None)
-        suppressed |= cell["score_learners"] > 0
+        values.append(None)  # as a count's: with withhold_zeros, "nobody" and "1..k-1" must look the same
+        suppressed |= cell["score_learners"] > 0 or settings.withhold_zeros
     if cell["duration_learners"] >= k and cell["duration_max_ms"] is not None:
         total = cell["duration_ms"] + table.magnitude(cell["duration_key"], "time sum") * cell["duration_max_ms"]
         values.append(round(max(0.0, total) / 1000.0, 3))
     else:
         values.append(None)
-        suppressed |= cell["duration_learners"] > 0
+        suppressed |= cell["duration_learners"] > 0 or settings.withhold_zeros
     return tuple(values) + (int(suppressed),)
 
 

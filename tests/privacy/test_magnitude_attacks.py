@@ -126,6 +126,23 @@ def test_a_cell_without_a_scale_publishes_neither_sum():
     assert -1 <= scaled[6] <= 1 and scaled[7] >= 0
 
 
+def test_with_withhold_zeros_a_cell_nobody_scored_looks_like_one_a_few_scored():
+    """withhold_zeros makes a count of 0 look like one of 1..k-1: the average score and the total duration too,
+    flag included (the flag alone told "nobody scored" from "fewer than k scored")."""
+    settings = PrivacySettings(min_cell_size=K, withhold_zeros=True)
+    table = PerturbationTable(settings)
+    cell = {"learners": 20, "learner_key": 1, "statements": 40, "statement_key": 2, "score_sum_micro": None,
+            "score_count": 0, "score_learners": 0, "score_key": 0, "duration_ms": None, "duration_count": 0,
+            "duration_learners": 0, "duration_key": 0, "score_max_micro": None, "duration_max_ms": None}
+    for stem in ("attempt", "completion", "passed", "failed"):
+        cell.update({f"{stem}s" if stem in ("attempt", "completion") else stem: 20, f"{stem}_learners": 20,
+                     f"{stem}_key": 5})
+    few = dict(cell, score_sum_micro=1_500_000, score_count=3, score_learners=3, score_key=9, score_max_micro=900_000,
+               duration_ms=60_000, duration_count=3, duration_learners=3, duration_key=9, duration_max_ms=30_000)
+    assert published_row(cell, settings, table)[6:] == published_row(few, settings, table)[6:] == (None, None, 1)
+    assert published_row(cell, PrivacySettings(min_cell_size=K), table)[6:] == (None, None, 0)  # zeros published
+
+
 def test_the_magnitude_noise_is_continuous_zero_mean_and_bounded():
     table = PerturbationTable(PrivacySettings(min_cell_size=K))
     noises = [table.magnitude(key, "score sum") for key in range(0, 2 ** 32, 2 ** 32 // 20000)]
