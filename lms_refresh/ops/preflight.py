@@ -10,7 +10,7 @@ from lms_refresh.disclosure.pseudonyms import Pseudonymiser
 from lms_refresh.disclosure.redaction import url_origin
 from lms_refresh.errors import ConfigError, StateError
 from lms_refresh.ops.monitoring import read_url
-from lms_refresh.run import publication
+from lms_refresh.run import identity, publication
 from lms_refresh.sources import OK, WARNING, Finding, build_source, json_decoding
 from lms_refresh.state_directory import refuse_a_file, user_name
 from lms_refresh.store import open_store, store_exists
@@ -56,6 +56,9 @@ def preflight(config, euid, environ):
         try:
             with store.errors():
                 weakening.require(config, store, accepted=False)  # the run would refuse it: so does check
+                meta, has_events = store.meta(), store.has_events()  # a changed time zone, key setting, ... too
+                identity.verify_identity(config, meta, has_events,
+                                         upgrading=identity.mapping_upgrade(config, meta, has_events) is not None)
                 findings.append(Finding(OK, f"store {store.describe()}: reachable, schema v{store.schema_version()}"
                                             f"{_store_rights(config, store)}"))
                 missing = store.missing_views()

@@ -81,8 +81,9 @@ def test_swapped_key_is_refused(project):
 def test_changed_timezone_is_refused(project):
     populated(project)
     project.config.write_text(project.config.read_text().replace("Europe/Paris", "America/New_York"))
-    result = project.invoke("run", now="2026-11-04T04:15:00Z")
-    assert result.returncode == 78 and "computed in time zone Europe/Paris" in result.stderr
+    for command in ("check", "run"):  # check says what the run would refuse, before it runs
+        result = project.invoke(command, now="2026-11-04T04:15:00Z")
+        assert result.returncode == 78 and "computed in time zone Europe/Paris" in result.stderr, command
 
 
 def test_store_from_a_newer_version_is_refused(project):
