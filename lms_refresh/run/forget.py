@@ -32,11 +32,12 @@ class ForgetReport:
     partitions: list = dataclasses.field(default_factory=list)
     rows_written: int = 0
     suppressed: int = 0
+    closed_days: int = 0  # days before the staging horizon whose presence of the learner was deleted
 
     def journal_fields(self):
         return {"FORGOTTEN_EVENTS": self.events, "FORGOTTEN_QUARANTINED": self.quarantined,
-                "PARTITIONS": len(self.partitions), "ROWS_WRITTEN": self.rows_written,
-                "SUPPRESSED": self.suppressed}
+                "FORGOTTEN_CLOSED_DAYS": self.closed_days, "PARTITIONS": len(self.partitions),
+                "ROWS_WRITTEN": self.rows_written, "SUPPRESSED": self.suppressed}
 
 
 def learner_identifier(config, agent=None, moodle_user_id=None):
@@ -132,6 +133,7 @@ def _forget(config, store, identifier, *, report, stop):
         # and terms that counted the learner on such a day and still have a day open are counted again.
         report.partitions = sorted(set(days))
         closed = present - set(days)
+        report.closed_days = len(closed)
         if not (days or present or report.quarantined):
             _matched_nothing()
         if report.partitions or closed:

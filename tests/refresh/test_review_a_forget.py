@@ -28,7 +28,10 @@ def test_forget_counts_again_the_open_periods_that_held_the_learner_on_a_closed_
     assert project.meta()["staging_horizon"] == "2026-10-22"
     assert _site(project, "week", "2026-W43") == [3] and _site(project, "month", "2026-10") == [3]
 
-    project.cli("forget", "--account-homepage", HOME, "--account-name", "x", check=0)
+    forgot = project.cli("forget", "--account-homepage", HOME, "--account-name", "x", check=0)
+    assert "deleted: 0 staged events, 0 quarantined records" in forgot.stdout  # only on the closed 20th
+    assert "closed:      presence on 1 day before the staging horizon deleted; their weeks, months and terms " \
+           "with a day still open counted again" in forgot.stdout
 
     # The closed day keeps its published row; the open periods no longer count the forgotten learner.
     assert [row[2] for row in project.serving(site=True) if row[0] == "2026-10-20" and row[1] is None] == [3]
