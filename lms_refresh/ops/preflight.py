@@ -56,7 +56,8 @@ def preflight(config, euid, environ):
         try:
             with store.errors():
                 weakening.require(config, store, accepted=False)  # the run would refuse it: so does check
-                meta, has_events = store.meta(), store.has_events()  # a changed time zone, key setting, ... too
+                # A changed time zone, course rule, ... too; a run staging meanwhile (it holds the table) has events.
+                meta, has_events = store.meta(), store.staging_held() or store.has_events()
                 identity.verify_identity(config, meta, has_events,
                                          upgrading=identity.mapping_upgrade(config, meta, has_events) is not None)
                 findings.append(Finding(OK, f"store {store.describe()}: reachable, schema v{store.schema_version()}"
@@ -71,6 +72,7 @@ def preflight(config, euid, environ):
         finally:
             store.close()
     else:
+        identity.verify_store_present(config, True)  # gone beside its key: the run refuses it, so does check
         findings.append(Finding(OK, f"store {config.store_location}: will be created on the first run"))
     if config.store.type == "sqlite" and config.publication.group:
         gid = publication.group_id(config.publication.group,  # the run would fail after its commit

@@ -113,6 +113,11 @@ class SqlStore(Staging, Erasure, Grains, Published, RebuildCheck, RunLog, Course
     def has_events(self):
         return bool(self.execute("SELECT EXISTS (SELECT 1 FROM staged_events)").fetchone()[0])
 
+    def staging_held(self):
+        """Whether another session holds staged_events whole (a first run staging without its index), so that a
+        read of it would wait for that run's end: never on SQLite, whose readers do not wait for a writer."""
+        return False
+
     def source_state_of(self, keys):
         """Return {key: saved value} for those of `keys` the source state holds (asked in batches by a
         source whose state grows with its input, such as the export files' index)."""

@@ -181,6 +181,11 @@ class PostgresStore(PgStaging, PgBulk, SqlStore):
                 self.db.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (LOCK_CLASS, self.schema))
         self.db.close()
 
+    def staging_held(self):
+        return self.db.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE relation = to_regclass(%s) AND mode = 'AccessExclusiveLock' "
+            "AND granted AND pid <> pg_backend_pid())", (f"{self.schema}.staged_events",)).fetchone()[0]
+
     def size_bytes(self):
         # pg_total_relation_size waits for a table's lock: a first run holds staged_events exclusively while it
         # stages without its index (pg_staging.py), and `status` must not wait for the run's end. Such a table

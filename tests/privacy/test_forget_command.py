@@ -202,3 +202,5 @@ def test_forget_on_a_store_gone_beside_its_key_is_refused_as_a_run_is(sqlite_pro
     assert result.returncode == 78, result.stderr
     assert "is missing (or empty) but the pseudonymisation key" in result.stderr
     assert "restore the store from a backup" in result.stderr and "deleted:" not in result.stdout
+    checked = project.invoke("check", now=NOW)  # as the next run would
+    assert checked.returncode == 78 and "is missing (or empty) but the pseudonymisation key" in checked.stderr
