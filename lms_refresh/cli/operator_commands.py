@@ -149,6 +149,7 @@ def forget(settings, mbox, mbox_sha1sum, *, openid, account_homepage, account_na
 
     Example: lms-refresh forget --account-homepage https://lms.example.edu --account-name 4711
     """
+    from lms_refresh.ops.report import rewrite_after
     from lms_refresh.run.forget import forget as forget_learner, learner_identifier
 
     if (account_homepage is None) != (account_name is None):
@@ -170,7 +171,9 @@ def forget(settings, mbox, mbox_sha1sum, *, openid, account_homepage, account_na
         agent = {"account": {"homePage": account_homepage, "name": account_name}}
     config = settings.config()
     identifier = learner_identifier(config, agent, moodle_user_id)
-    report = forget_learner(config, identifier, os.environ, euid=os.geteuid(), now=settings.now, dry_run=dry_run)
+    report = forget_learner(config, identifier, os.environ, euid=os.geteuid(), dry_run=dry_run)
+    if not dry_run:  # the page is made of the publication: it must not show the learner until the next run
+        rewrite_after(config, os.environ, settings.now, "forget")
     click.echo(f"{'would delete' if dry_run else 'deleted'}: {report.events} staged events, "
                f"{report.quarantined} quarantined records")
     click.echo(f"rebuilt:     {len(report.partitions)} daily partitions ({report.rows_written} rows, "

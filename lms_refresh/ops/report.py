@@ -4,6 +4,7 @@ The numbers come from the publication file alone (run/report_data.py); the fresh
 what `status` reads and decides (ops/status.py, ops/monitoring.py's `staleness`), as of `now`.
 """
 
+import logging
 import os
 import stat
 
@@ -13,6 +14,8 @@ from lms_refresh.ops.monitoring import staleness
 from lms_refresh.ops.status import collect_status
 from lms_refresh.run import report_page
 from lms_refresh.run.report_data import local_today
+
+logger = logging.getLogger(__name__)
 
 
 def freshness(config, environ, now):
@@ -39,3 +42,17 @@ def write_report(config, environ, now, output=None):
                                        today=local_today(now, config.timezone), mode=stat.S_IMODE(info.st_mode),
                                        group=info.st_gid)
     return written, shown
+
+
+def rewrite_after(config, environ, now, command):
+    """After `command` committed a change of the publication outside a run (`forget`): write the report again, as
+    a run would, with the freshness `status` sees (the change is no refresh); a failure is a warning, never the
+    command's, and a store with no report (PostgreSQL, disabled, nothing published yet) is left alone."""
+    if config.store.type != "sqlite" or not config.report.enabled or not os.path.exists(config.publication.path):
+        return None
+    try:
+        return write_report(config, environ, now)[0]
+    except Exception as error:  # the publication, the dashboards' data, stands
+        logger.warning("Could not write the HTML report %s after %s (%s: %s); the publication stands.",
+                       config.report.path, command, type(error).__name__, error, extra={"REPORT": config.report.path})
+        return None

@@ -45,17 +45,17 @@ def publish(refresh, store):
     write_report(refresh.config, store, refresh.now, refresh.report.kind, run_id=refresh.report.run_id)
 
 
-def write_report(config, store, now, kind, *, run_id=None):
+def write_report(config, store, now, kind, *, run_id):
     """Write the HTML report of the SQLite publication beside it (`[report] path`), with the publication's
     mode and group, unless `[report] enabled` is false; a failure is logged as a warning, never raised.
-    `kind` is the command that committed (a run's kind, or "forget"), `run_id` its row in the run log if it has
-    one. Return the report's path, or None if none was written."""
-    if config.store.type != "sqlite" or not config.report.enabled or not os.path.exists(config.publication.path):
-        return None  # (no publication: nothing was published yet, by a forget before any successful run)
+    `kind` is the run's kind, `run_id` its row in the run log. Return the report's path, or None if none was
+    written."""
+    if config.store.type != "sqlite" or not config.report.enabled:
+        return None
     try:
         info = os.stat(config.publication.path)
         success = store.last_runs()[1]
-        by_this_run = success is not None and run_id is not None and success["run_id"] == run_id
+        by_this_run = success is not None and success["run_id"] == run_id
         freshness = {
             "last_success": success and success["started_at"], "watermark": store.meta().get("watermark"),
             "written": instants.to_cursor(now),

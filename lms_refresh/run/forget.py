@@ -15,7 +15,7 @@ from lms_refresh.disclosure.cell_key import RecordKeys
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser, fingerprint, moodle_identifier
 from lms_refresh.disclosure.redaction import REDACTED, scrub_text
 from lms_refresh.errors import ConfigError
-from lms_refresh.run import after_commit, identity, stopping
+from lms_refresh.run import identity, stopping
 from lms_refresh.run.lock import LockHeld, lock_held, locked_store, run_lock
 from lms_refresh.run.publication import publish_if_behind, recompute
 from lms_refresh.state_directory import check_writable_file
@@ -76,7 +76,7 @@ def _strings(value):
 FORGET_STOPPED = "Stopped by SIGTERM before the erasure was committed; nothing was forgotten."
 
 
-def forget(config, identifier, environ, *, euid, now, dry_run=False):
+def forget(config, identifier, environ, *, euid, dry_run=False):
     """Delete the staged events and quarantined records of the learner `identifier` names, and rebuild their days.
 
     Returns a ForgetReport; raises a RefreshError subclass on failure, after rolling back.
@@ -97,10 +97,8 @@ def forget(config, identifier, environ, *, euid, now, dry_run=False):
                 _forget(config, store, identifier, report=report, stop=stop)
                 _log(report)
                 if not dry_run:
-                    # The dashboards' copy, after the commit (see run/publication.py), and the page made of it:
-                    # neither may show the learner until the next run.
+                    # The dashboards' copy, after the commit (see run/publication.py); the CLI writes the report.
                     publish_if_behind(config, store, euid)
-                    after_commit.write_report(config, store, now, "forget")
     except LockHeld as held:  # the learner is still there, so say so
         raise lock_held(held.holder, "nothing was forgotten", "forget") from None
     return report
@@ -117,7 +115,8 @@ def _log(report):
 
 def _forget(config, store, identifier, *, report, stop):
     meta, has_events = store.meta(), store.has_events()
-    if not has_events and not store.quarantine_count():
+    # Presence outlives the staged events of a closed day while a period holding it is open: it is the learner's too.
+    if not has_events and not store.quarantine_count() and store.is_empty("learner_days"):
         _matched_nothing()
         return
     # A missing or different key is refused: nothing would match.

@@ -170,7 +170,9 @@ def test_forget_writes_the_report_again_so_the_page_no_longer_shows_the_learners
     project.invoke("forget", "--account-homepage", HOME, "--account-name", NAME, now=NOW, check=0)
     text = page.read_text()
     assert "PRIV1" not in text and "BIO101" in text
-    assert "this page was written by a forget, which is not a refresh of the latest data" in text
+    assert 'id="stale"' not in text  # its freshness is status's: the last run is recent, an erasure is no refresh
+    typo = project.invoke("forget", "--account-homepage", HOME, "--account-name", "nobody", now=NOW, check=0)
+    assert "Nothing in the store matched" in typo.stderr and 'id="stale"' not in page.read_text()
 
 
 def test_forget_on_a_store_no_run_has_published_yet_exits_0_and_says_what_it_deleted(sqlite_project):

@@ -38,3 +38,22 @@ def test_forget_counts_again_the_open_periods_that_held_the_learner_on_a_closed_
     assert _site(project, "week", "2026-W43") == [2]
     assert _site(project, "month", "2026-10") == [2]
     assert _site(project, "term", "Autumn") == [2]
+
+
+def test_forget_finds_a_learner_whose_only_trace_is_presence_on_closed_days(sqlite_project):
+    """Every staged event aged out, nothing quarantined, but the learners' presence is kept for a month still open:
+    forget must delete theirs (it returned early, saying nothing matched, and left their rows)."""
+    project = sqlite_project
+    project.configure(extra_top="min_cell_size = 2")
+    project.config.write_text(project.config.read_text() + "[retention]\nstaging_days = 30\n")
+    project.write("a.ndjson", [statement(learner=f"u{i}", timestamp="2026-12-02T10:00:00Z") for i in range(3)])
+    project.invoke("run", now="2026-12-03T04:15:00Z", check=0)
+    project.night_before("2027-01-05T04:15:00Z")
+    project.invoke("run", now="2027-01-05T04:15:00Z", check=0)
+    assert project.query("SELECT COUNT(*) FROM staged_events") == [(0,)]
+    assert project.query("SELECT COUNT(*) FROM learner_days") == [(3,)]  # kept while a period holding it is open
+    result = project.invoke("forget", "--account-homepage", HOME, "--account-name", "u0", now="2027-01-05T05:00:00Z",
+                            check=0)
+    assert "closed:      presence on 1 day before the staging horizon deleted" in result.stdout
+    assert "Nothing in the store matched" not in result.stderr
+    assert project.query("SELECT COUNT(*) FROM learner_days") == [(2,)]
