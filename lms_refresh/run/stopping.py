@@ -91,13 +91,15 @@ def held_back():
     """Run the block with SIGTERM blocked: a stop meanwhile is delivered (and acted on) as the block ends, so the
     block is done whole or not begun (the commit; the shutdown marker a stopped run must leave behind)."""
     global _held, _deferred
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    _held += 1
+    _held += 1  # counted before the mask and after it: a stop handled in between is deferred too
     try:
-        yield
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
     finally:
         _held -= 1
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         if not _held and _deferred:
             _deferred = False
             signal.raise_signal(signal.SIGTERM)
