@@ -17,6 +17,8 @@ from lms_refresh.instants import FIRST_DAY, LAST_DAY
 METHODS = ("cell-key", "none")
 # The event counts of a cell, each with the distinct learners it derives from (for the threshold).
 COUNTS = {"attempts": "attempt", "completions": "completion", "passed": "passed", "failed": "failed"}
+# The least scale of the noise on a sum (published_row): a hundredth of a scaled score, a second, in micro and ms.
+SCALE_FLOORS = {"score": 10_000, "duration": 1_000}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,15 +126,18 @@ def published_row(cell, settings, table):
     # own accounts minus what they sent — down to one learner's score or time. A cell without a scale (counted
     # before schema version 9, on a day whose events are gone) publishes neither sum.
     if cell["score_learners"] >= k and cell["score_max_micro"] is not None:
-        # A mean: the noisy sum over the perturbed number of scores, within the scaled score's range.
+        # A mean: the noisy sum over the perturbed number of scores, within the scaled score's range. The scale has
+        # a floor: a cell whose records all scored 0 would otherwise publish exactly 0, and say so for certain.
         scores = table.perturb(cell["score_count"], cell["score_key"], "scores")
-        total = cell["score_sum_micro"] + table.magnitude(cell["score_key"], "score sum") * cell["score_max_micro"]
+        scale = max(cell["score_max_micro"], SCALE_FLOORS["score"])
+        total = cell["score_sum_micro"] + table.magnitude(cell["score_key"], "score sum") * scale
         values.append(round(min(1.0, max(-1.0, total / scores / 1000000.0)), 6))
     else:
         values.append(None)  # as a count's: with withhold_zeros, "nobody" and "1..k-1" must look the same
         suppressed |= cell["score_learners"] > 0 or settings.withhold_zeros
     if cell["duration_learners"] >= k and cell["duration_max_ms"] is not None:
-        total = cell["duration_ms"] + table.magnitude(cell["duration_key"], "time sum") * cell["duration_max_ms"]
+        scale = max(cell["duration_max_ms"], SCALE_FLOORS["duration"])
+        total = cell["duration_ms"] + table.magnitude(cell["duration_key"], "time sum") * scale
         values.append(round(max(0.0, total) / 1000.0, 3))
     else:
         values.append(None)

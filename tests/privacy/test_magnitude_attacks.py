@@ -143,6 +143,22 @@ def test_with_withhold_zeros_a_cell_nobody_scored_looks_like_one_a_few_scored():
     assert published_row(cell, PrivacySettings(min_cell_size=K), table)[6:] == (None, None, 0)  # zeros published
 
 
+def test_a_cell_whose_records_all_scored_zero_does_not_say_so_for_certain():
+    """Scaled by its largest record alone, a cell of zeros would get no noise: an exact 0.0 would say that every
+    record scored 0 (and, among an attacker's puppets scoring 0, that the victim did)."""
+    settings = PrivacySettings(min_cell_size=K)
+    table = PerturbationTable(settings)
+    cell = {"learners": 12, "learner_key": 1, "statements": 12, "statement_key": 2, "score_sum_micro": 0,
+            "score_count": 12, "score_learners": 12, "score_key": 0, "duration_ms": 0, "duration_count": 12,
+            "duration_learners": 12, "duration_key": 0, "score_max_micro": 0, "duration_max_ms": 0}
+    for stem in ("attempt", "completion", "passed", "failed"):
+        cell.update({f"{stem}s" if stem in ("attempt", "completion") else stem: 0, f"{stem}_learners": 0,
+                     f"{stem}_key": 0})
+    averages = {published_row(dict(cell, score_key=key, duration_key=key), settings, table)[6]
+                for key in range(1000, 1100)}
+    assert 0.0 not in averages and len(averages) > 90
+
+
 def test_the_magnitude_noise_is_continuous_zero_mean_and_bounded():
     table = PerturbationTable(PrivacySettings(min_cell_size=K))
     noises = [table.magnitude(key, "score sum") for key in range(0, 2 ** 32, 2 ** 32 // 20000)]
