@@ -293,7 +293,8 @@ def test_one_run_under_a_clock_months_ahead_drops_no_staged_event(project):
     """A clock set ahead by months for one run (a bad NTP source, a restored VM) must not drop every staged event:
     the next runs are refused for the future watermark until it is set back (README, "Recovery"), and by then a
     horizon months ahead would have dropped every day for good, each re-read statement quarantined as older than
-    it. Retention counts at most a day past the last successful run (lms_refresh.run.retention.clock)."""
+    it. Retention counts at most a day past the last successful run (lms_refresh.run.retention.clock); a clock
+    wrong for several runs is not caught (README, "Erasure and retention")."""
     project.configure(extra_top="min_cell_size = 2")
     project.config.write_text(project.config.read_text() + "[retention]\nstaging_days = 30\n")
     days = [f"2026-11-{day:02d}" for day in range(1, 10)]
