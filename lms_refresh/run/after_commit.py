@@ -42,30 +42,30 @@ def publish(refresh, store):
             logger.warning("Could not record the failed publication in the store (%s: %s).",
                            type(unrecorded).__name__, unrecorded)
         raise
-    write_report(refresh.config, store, refresh.now, refresh.report.kind, run_id=refresh.report.run_id)
+    write_report(refresh, store)
 
 
-def write_report(config, store, now, kind, *, run_id):
+def write_report(refresh, store):
     """Write the HTML report of the SQLite publication beside it (`[report] path`), with the publication's
     mode and group, unless `[report] enabled` is false; a failure is logged as a warning, never raised.
-    `kind` is the run's kind, `run_id` its row in the run log. Return the report's path, or None if none was
-    written."""
+    Return the report's path, or None if none was written."""
+    config = refresh.config
     if config.store.type != "sqlite" or not config.report.enabled:
         return None
     try:
         info = os.stat(config.publication.path)
         success = store.last_runs()[1]
-        by_this_run = success is not None and success["run_id"] == run_id
+        by_this_run = success is not None and success["run_id"] == refresh.report.run_id
         freshness = {
             "last_success": success and success["started_at"], "watermark": store.meta().get("watermark"),
-            "written": instants.to_cursor(now),
+            "written": instants.to_cursor(refresh.now),
             # A refresh that succeeded is fresh as it writes; a backfill's page says where freshness is told.
             "stale": None if by_this_run else (
-                f"this page was written by a {kind}, which is not a refresh of the latest data; "
+                f"this page was written by a {refresh.report.kind}, which is not a refresh of the latest data; "
                 "`lms-refresh status` says whether the last successful refresh is recent enough"),
         }
         return report_page.write_report(config.publication.path, config.report.path, freshness,
-                                        today=local_today(now, config.timezone),
+                                        today=local_today(refresh.now, config.timezone),
                                         mode=stat.S_IMODE(info.st_mode), group=info.st_gid)
     except Exception as error:  # never the run's failure: the publication, the dashboards' data, stands
         logger.warning("Could not write the HTML report %s (%s: %s); the publication stands.", config.report.path,

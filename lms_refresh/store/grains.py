@@ -20,7 +20,7 @@ import json
 
 from lms_refresh import instants
 from lms_refresh.store import periods
-from lms_refresh.store.tables import PERIOD_COUNTS, PERIOD_SERVING_COLUMNS, PRESENCE_FLAGS, SITE
+from lms_refresh.store.tables import MAGNITUDE_SCALES, PERIOD_COUNTS, PERIOD_SERVING_COLUMNS, PRESENCE_FLAGS, SITE
 
 _MODULUS = 4294967296  # key sums are kept modulo 2**32 (lms_refresh.disclosure.privacy)
 
@@ -51,10 +51,9 @@ CELL_EVENTS = (  # (daily_metrics column, its expression over the cell's staged 
 # The scale of the noise on the sums of scores and durations (lms_refresh.disclosure.policy): the largest of one
 # record. A cell of parts (a period's days, the site's courses) takes its parts' largest, and none if a part with
 # a sum has none (counted before schema version 9): its sum is then not published (fail closed).
-CELL_SCALES = (("score_max_micro", "MAX(ABS(score_micro))"), ("duration_max_ms", "MAX(duration_ms)"))
-_SCALED = {"score_max_micro": "score_sum_micro", "duration_max_ms": "duration_ms"}
-_LARGEST = ", ".join(f"CASE WHEN COUNT({_SCALED[name]}) > COUNT({name}) THEN NULL ELSE MAX({name}) END AS {name}"
-                     for name, _ in CELL_SCALES)
+CELL_SCALES = tuple(zip(MAGNITUDE_SCALES, ("MAX(ABS(score_micro))", "MAX(duration_ms)"), strict=True))
+_LARGEST = ", ".join(f"CASE WHEN COUNT({summed}) > COUNT({name}) THEN NULL ELSE MAX({name}) END AS {name}"
+                     for name, summed in MAGNITUDE_SCALES.items())
 CELL_LEARNERS = (  # (daily_metrics column, its expression over the cell's rows of learner_days)
     ("learners", "COUNT(*)"),
 ) + tuple((f"{flag[4:]}_learners", f"SUM({flag})") for flag in PRESENCE_FLAGS) + (
@@ -62,8 +61,7 @@ CELL_LEARNERS = (  # (daily_metrics column, its expression over the cell's rows 
 )
 
 _SUMS = tuple(name for name, _ in CELL_EVENTS)
-_SCALES = tuple(name for name, _ in CELL_SCALES)
-_PARTS = _SUMS + _SCALES  # what a cell of parts (a period's days, the site's courses) takes from its parts
+_PARTS = _SUMS + tuple(MAGNITUDE_SCALES)  # what a cell of parts (a period's days, the site's courses) takes from them
 _LEARNERS = tuple(name for name, _ in CELL_LEARNERS if name != "learner_key")
 # A cell's event counts and record keys' sums, the sums of its parts' (its days', its courses').
 _SUMMED = ", ".join(f"SUM({name}){f' % {_MODULUS}' if name.endswith('_key') else ''} AS {name}"

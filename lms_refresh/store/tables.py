@@ -67,7 +67,8 @@ def _columns(type_, *names, **options):
 KEY_SUMS = ("learner_key", "statement_key", "attempt_key", "completion_key", "passed_key", "failed_key",
             "score_key", "duration_count", "duration_key")
 
-MAGNITUDE_SCALES = ("score_max_micro", "duration_max_ms")
+# The scale of the noise on a sum of values (lms_refresh.disclosure.policy), and the sum it scales.
+MAGNITUDE_SCALES = {"score_max_micro": "score_sum_micro", "duration_max_ms": "duration_ms"}
 
 # A cell's aggregates and record keys: a day's in daily_metrics, a week's or a month's in period_metrics.
 _CELL = (
