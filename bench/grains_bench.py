@@ -6,9 +6,9 @@ Times the same full refresh (--statements over 30 days, refresh_bench.py's files
 with the day cells only, alternated, --rounds times each, and prints the ratio of the medians. "Days only" is
 the same code in the same kind of process, with the grains taken out of it where it runs: no period holds a
 day (periods.Calendar.periods_of finds none, so no presence is moved into weeks, months or terms and no
-period cell is counted) and the site's day cells are not counted (grains.SITE_DAY does nothing). What it
-publishes is not a product; only its time is compared. PostgreSQL (--stores postgresql) starts a throwaway
-server with fsync on, as refresh_bench.py does; run as root.
+period cell is counted) and the site's day cells are not counted (grains.SITE_DAY and SITE_DAY_EXACT do
+nothing). What it publishes is not a product; only its time is compared. PostgreSQL (--stores postgresql)
+starts a throwaway server with fsync on, as refresh_bench.py does; run as root.
 """
 
 import argparse
@@ -28,7 +28,7 @@ from helpers.pgserver import PostgresServer
 DAYS_ONLY = """
 from lms_refresh.store import grains, periods
 periods.Calendar.periods_of = lambda self, days: {}
-grains.SITE_DAY = "SELECT ?, ?, ?"
+grains.SITE_DAY = grains.SITE_DAY_EXACT = "SELECT ?, ?, ?"
 from lms_refresh.cli import main
 main()
 """

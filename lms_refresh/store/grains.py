@@ -19,7 +19,7 @@ import contextlib
 import json
 
 from lms_refresh import instants
-from lms_refresh.store import periods
+from lms_refresh.store import periods, presence
 from lms_refresh.store.tables import MAGNITUDE_SCALES, PERIOD_COUNTS, PERIOD_SERVING_COLUMNS, PRESENCE_FLAGS, SITE
 
 _MODULUS = 4294967296  # key sums are kept modulo 2**32 (lms_refresh.disclosure.privacy)
@@ -87,60 +87,6 @@ FROM ({_grouped(CELL_EVENTS + CELL_SCALES, "staged_events")}) AS e
 JOIN ({_grouped(CELL_LEARNERS, "learner_days")}) AS l ON l.day = e.day AND l.course_id = e.course_id"""
 
 
-_INTO_PERIODS = (f"INSERT INTO learner_periods (grain, period, course_id, actor, learner_key, "
-                 f"{', '.join(PERIOD_COUNTS)})")
-
-
-# Presence added to (sign 1) or taken from (sign -1) a period's learners: the rows of learner_days that
-# `select` gives (parameters grain, period, then its own), each learner's counts moved by theirs. Taken, a
-# learner's row is always there (it was added with those days).
-def _moving(select):
-    return f"""{_INTO_PERIODS}
-{select}
-ON CONFLICT (grain, period, course_id, actor) DO UPDATE SET {", ".join(
-    f"{count} = learner_periods.{count} + excluded.{count}" for count in PERIOD_COUNTS)}"""
-
-
-# One day's, in key order (no sort): parameter day.
-def _one_day(sign):
-    return _moving(f"""SELECT ?, ?, course_id, actor, learner_key, {sign} * 1,
-    {", ".join(f"{sign} * {flag}" for flag in PRESENCE_FLAGS)}
-FROM learner_days WHERE day = ?""")
-
-
-_ADD, _SUBTRACT = _one_day(1), _one_day(-1)
-
-
-# All of a period's days in one statement (a dialect with `presence_by_period`): each learner's rows of those
-# days grouped, so that a learner is inserted or updated once, not once a day. Parameter: the days
-# (`{days_in}`'s).
-def _grouped_days(sign, days_in):
-    return f"""SELECT ?, ?, course_id, actor, MAX(learner_key), {sign} * COUNT(*),
-    {", ".join(f"{sign} * SUM({flag})" for flag in PRESENCE_FLAGS)}
-FROM learner_days WHERE {days_in} GROUP BY course_id, actor"""
-
-
-def _moving_days(sign, days_in):
-    return _moving(_grouped_days(sign, days_in))
-
-
-# The same, added to a period that holds no learner yet (each period of a first run or of a rebuild): nothing can
-# conflict, so its learners are inserted as they are, in key order. The upsert checks the key before each insert
-# and confirms it after, and its hash aggregate hands rows over in no order: for a week of 102,445 learners
-# (PostgreSQL 15, EXPLAIN (ANALYZE, BUFFERS, WAL), issue 23) 2.24 s, 7.6 buffer hits and 3 WAL records a row,
-# against 1.07 s, 2.4 and 2 so. SQLite, which moves presence day by day, fills so a period of more than a week's
-# days: a month of the benchmark's full 1M (873,580 learner-days, 119,972 learners) took 2.1-3.4 s day by day and
-# 0.94-1.21 s grouped, a week about the same either way (2026-12-05): the longer the period, the more often each
-# learner comes back. Fewer days stay day by day, in key order: the cost model's two days (a first run's week and
-# month) cost 95,729 instructions a statement in its recompute grouped, 75,260 day by day. A period that holds
-# learners already is updated day by day on SQLite, where the grouped upsert's sort only paid from about ten days on.
-GROUPED_FILL_AFTER = 7
-
-
-def _filling_days(days_in):
-    return f"{_INTO_PERIODS}\n{_grouped_days(1, days_in)} ORDER BY course_id, actor"
-
-
 _REBUILD = f"""INSERT INTO period_metrics (grain, period, course_id, {", ".join(_LEARNERS)}, learner_key,
     {", ".join(_PARTS)})
 SELECT ?, ?, l.course_id, l.learners, {", ".join(f"l.{name}" for name in _LEARNERS[1:])}, l.learner_key,
@@ -158,24 +104,34 @@ JOIN (SELECT course_id, {_SUMMED}
 # the courses' rows only), one cell a statement: its learners grouped by learner (a sort, of one day's or one
 # period's rows only), its event counts and record keys' sums the courses' summed. Parameters: the cell's day (or
 # grain and period), then `where`'s (the same), then `sums`'s (the day, or the period's first and last days).
-def _site_cell(table, cell, flags, where, sums):
-    maxima = ", ".join(f"MAX({flag}) AS {flag}" for flag in flags)
+def _site_cell(table, cell, flags, where, sums, packed=False):
+    learner = f"actor, MAX(learner_key) AS learner_key, {', '.join(f'MAX({flag}) AS {flag}' for flag in flags)}"
+    had, widest = [f"{flag} > 0" for flag in flags], ""
+    if packed:  # a learner's flags (0 or 1 a row) summed packed, as in _grouped_days: fields of _SITE_FIELD bits
+        learner = (f"actor, MAX(learner_key) AS learner_key, COUNT(*) AS courses, "
+                   f"CAST(SUM({presence.pack(flags, _SITE_FIELD)}) AS BIGINT) AS flags")
+        had = [f"((flags >> {_SITE_FIELD * place}) & {2 ** _SITE_FIELD - 1}) > 0" for place in range(len(flags))]
+        widest = f" AND l.widest < {2 ** _SITE_FIELD}"  # no field can have overflowed into the next
     return f"""INSERT INTO {table} ({cell}, course_id, {", ".join(_LEARNERS)}, learner_key, {", ".join(_PARTS)})
 SELECT {", ".join("?" for _ in cell.split(","))}, {SITE}, {", ".join(f"l.{name}" for name in _LEARNERS)}, l.learner_key,
     {", ".join(f"e.{name}" for name in _PARTS)}
-FROM (SELECT COUNT(*) AS learners, {", ".join(f"SUM(CASE WHEN {flag} > 0 THEN 1 ELSE 0 END) AS {name}"
-                                              for flag, name in zip(flags, _LEARNERS[1:], strict=True))},
-        SUM(learner_key) % {_MODULUS} AS learner_key
-    FROM (SELECT actor, MAX(learner_key) AS learner_key, {maxima} FROM {where} GROUP BY actor) AS a) AS l,
+FROM (SELECT COUNT(*) AS learners, {", ".join(f"SUM(CASE WHEN {condition} THEN 1 ELSE 0 END) AS {name}"
+                                              for condition, name in zip(had, _LEARNERS[1:], strict=True))},
+        SUM(learner_key) % {_MODULUS} AS learner_key{", MAX(courses) AS widest" if packed else ""}
+    FROM (SELECT {learner} FROM {where} GROUP BY actor) AS a) AS l,
     (SELECT {_SUMMED} FROM daily_metrics WHERE {sums}) AS e
-WHERE l.learners > 0"""
+WHERE l.learners > 0{widest}"""
 
 
 # One learner grouping a day (by day and learner over a whole window would sort the window: 126 MiB more at 3M
 # statements over 90 days), with no grouping by day above it: 7,541 instructions a statement against 11,204
 # (callgrind, the cost model's sample, 2026-12-04).
-SITE_DAY = _site_cell("daily_metrics", "day", PRESENCE_FLAGS, "learner_days WHERE day = ?",
-                      f"day = ? AND course_id <> {SITE}")
+# Its flags summed packed (a learner's rows of a day are in at most as many courses as a field counts: otherwise
+# it writes nothing, and the day is counted flag by flag, SITE_DAY_EXACT): 22 ms a day of the benchmark's full
+# 1M (29,269 learner-days, 16,212 learners) where seven maxima cost 27 ms (2026-12-06).
+_SITE_FIELD = 10
+SITE_DAY, SITE_DAY_EXACT = (_site_cell("daily_metrics", "day", PRESENCE_FLAGS, "learner_days WHERE day = ?",
+                                       f"day = ? AND course_id <> {SITE}", packed) for packed in (True, False))
 _SITE_PERIOD = _site_cell("period_metrics", "grain, period", PERIOD_COUNTS[1:],
                           "learner_periods WHERE grain = ? AND period = ?",
                           f"day BETWEEN ? AND ? AND course_id = {SITE}")
@@ -187,18 +143,19 @@ class Grains:
     def rebuild_partitions(self, days, calendar):
         """Delete and rebuild the metrics of `days` from all staged events of those days, and their learners'
         presence in their periods of `calendar` (a periods.Calendar); return the rows written."""
-        self.move_presence(days, calendar, _SUBTRACT)  # what the days held, before it goes
+        self.move_presence(days, calendar, presence.SUBTRACT)  # what the days held, before it goes
         day_set = self.dialect.day_set(days)
-        presence, cells = (statement.format(days_in=self.dialect.days_in) for statement in (PRESENCE, CELLS))
+        learners, cells = (statement.format(days_in=self.dialect.days_in) for statement in (PRESENCE, CELLS))
         self.execute(f"DELETE FROM daily_metrics WHERE {self.dialect.days_in}", (day_set,))
         self.execute(f"DELETE FROM learner_days WHERE {self.dialect.days_in}", (day_set,))
         with self.filling("learner_days", "staged_events", day_set):  # a first run's, a rebuild's
-            self.execute(presence, (day_set,))
+            self.execute(learners, (day_set,))
         written = self.execute(cells, (day_set, day_set)).rowcount
         for (day,) in self.execute(f"SELECT DISTINCT day FROM daily_metrics WHERE {self.dialect.days_in}",
                                    (day_set,)).fetchall():
-            self.execute(SITE_DAY, (day, day, day))
-        self.move_presence(days, calendar, _ADD)
+            if self.execute(SITE_DAY, (day, day, day)).rowcount != 1:
+                self.execute(SITE_DAY_EXACT, (day, day, day))
+        self.move_presence(days, calendar, presence.ADD)
         return written
 
     def stored_calendar(self):
@@ -229,7 +186,7 @@ class Grains:
             self.execute("DELETE FROM learner_periods WHERE grain = 'term' AND period = ?", (name,))
             for (day,) in self.execute("SELECT DISTINCT day FROM learner_days WHERE day BETWEEN ? AND ? ORDER BY day",
                                        (first, last)).fetchall():
-                self.execute(_ADD, ("term", name, day))
+                self.execute(presence.ADD, ("term", name, day))
             recounted[("term", name)] = (first, last)
         self.set_meta("terms", json.dumps([list(term) for term in calendar.terms]))
         if uncounted:
@@ -250,33 +207,53 @@ class Grains:
         self.execute("DELETE FROM period_metrics" + (" WHERE period NOT IN (SELECT period FROM published_periods)"
                                                      if horizon else ""))
 
-    def move_presence(self, days, calendar, statement=_SUBTRACT):
-        """Subtract from (or, with _ADD, add to) the learners of each period of `calendar` the presence
+    def move_presence(self, days, calendar, statement=presence.SUBTRACT):
+        """Subtract from (or, with presence.ADD, add to) the learners of each period of `calendar` the presence
         learner_days holds on `days`; a learner left on no day of a period leaves it."""
         days = {day for day in days if instants.FIRST_DAY <= day <= instants.LAST_DAY}
-        grouped = _moving_days(1 if statement is _ADD else -1, self.dialect.days_in)
+        sign = 1 if statement is presence.ADD else -1
         # Into no learner at all (a first run's, a rebuild's), every period is filled and nothing else is done
         # to the table (a store fills it in bulk then, without its key: pg_bulk.py): a dialect that moves presence
-        # by period fills each period whole (a SQLite week of up to GROUPED_FILL_AFTER days is added day by day,
-        # an upsert, but SQLite keeps its key).
-        filling = (self.filling("learner_periods", "learner_days", self.dialect.day_set(days)) if statement is _ADD
-                   else contextlib.nullcontext(False))
+        # by period fills each period whole (a SQLite period of up to presence.GROUPED_FILL_AFTER days is added day
+        # by day, an upsert, but SQLite keeps its key).
+        filling = (self.filling("learner_periods", "learner_days", self.dialect.day_set(days))
+                   if statement is presence.ADD else contextlib.nullcontext(False))
+        filled = {}  # the periods filled whole by this move, and with which days: parts of the longer ones
+        found = calendar.periods_of(days)
         with filling as empty:
-            for (grain, label), (first, last) in sorted(calendar.periods_of(days).items()):
+            for (grain, label) in sorted(found, key=self._moving_order(found, days, statement)):
+                first, last = found[(grain, label)]
                 in_period = sorted(day for day in days if first <= day <= last)
-                grouping = self.dialect.presence_by_period or len(in_period) > GROUPED_FILL_AFTER
-                if statement is _ADD and grouping and (empty or self._holds_no_learner(grain, label)):
+                grouping = self.dialect.presence_by_period or len(in_period) > presence.GROUPED_FILL_AFTER
+                # Filled whole: into a table with no learner, or a period with none (asked only of one to be grouped)
+                fresh = statement is presence.ADD and (empty or grouping and self._holds_no_learner(grain, label))
+                packed = periods.length(first, last) <= presence.PACKED_DAYS
+                if fresh and grouping:
+                    parts, left = presence.parts_of(in_period, filled) if packed else ((), in_period)
                     with self.sorting():  # one sort of the period's rows by learner, each learner inserted once
-                        self.execute(_filling_days(self.dialect.days_in),
-                                     (grain, label, self.dialect.day_set(in_period)))
+                        self.execute(presence.filling_days(self.dialect.days_in, packed, len(parts)),
+                                     (grain, label, *(key for part in parts for key in part),
+                                      self.dialect.day_set(left)))
                 elif self.dialect.presence_by_period:
-                    self.execute(grouped, (grain, label, self.dialect.day_set(in_period)))
+                    self.execute(presence.moving_days(sign, self.dialect.days_in, packed),
+                                 (grain, label, self.dialect.day_set(in_period)))
                 else:
                     for day in in_period:  # day by day: each pass in key order
                         self.execute(statement, (grain, label, day))
-                if statement is _SUBTRACT:
+                if fresh:
+                    filled[(grain, label)] = frozenset(in_period)
+                if statement is presence.SUBTRACT:
                     self.execute("DELETE FROM learner_periods WHERE grain = ? AND period = ? AND days = 0",
                                  (grain, label))
+
+    def _moving_order(self, found, days, statement):
+        """The order in which to move the periods `found` (periods.Calendar.periods_of `days`): weeks, then months,
+        then terms if one may be filled whole grouped, so that it is filled from those before it (presence.parts_of);
+        otherwise in the table's key order, in which SQLite appends each period's rows after the last one's, not
+        in front of them (3,700 instructions a statement of the cost model's recompute, weeks first)."""
+        grouped = statement is presence.ADD and (self.dialect.presence_by_period or any(
+            sum(first <= day <= last for day in days) > presence.GROUPED_FILL_AFTER for first, last in found.values()))
+        return (lambda period: (periods.GRAINS.index(period[0]), period)) if grouped else None
 
     def _holds_no_learner(self, grain, label):
         return self.execute("SELECT 1 FROM learner_periods WHERE grain = ? AND period = ? LIMIT 1",

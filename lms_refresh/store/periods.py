@@ -48,6 +48,11 @@ def periods_between(grain, first, last):
     return labels
 
 
+def length(first, last):
+    """Return how many days there are from `first` to `last` (ISO text), both included."""
+    return (dt.date.fromisoformat(last) - dt.date.fromisoformat(first)).days + 1
+
+
 def closes_at(last_day, timezone):
     """Return the UTC instant (cursor text) at which a period whose last local day is `last_day` ends:
     the next local midnight in `timezone` (a DST change that day is the zone's)."""

@@ -9,6 +9,7 @@ import pytest
 
 from helpers.period_reference import expected_periods
 from helpers.statements import statement
+from lms_refresh.store import presence
 from refresh.test_weeks_and_months import (
     K,
     activity,
@@ -228,3 +229,35 @@ def test_a_term_edited_off_the_staging_horizon_is_counted_as_a_fresh_store_count
     stores["edited"].invoke("run", now="2026-11-30T06:15:00Z", check=0)
     assert stores["edited"].meta()["presence_from"] == "2026-08-31"
     assert stores["edited"].grain_rows("term", site=True) == rows
+
+
+def test_a_term_longer_than_a_packed_count_holds_is_counted_count_by_count(project):
+    # A period's learners are grouped with their day counts packed, presence.PACKED_DAYS at most a count: a
+    # learner active on more days of a term than that would carry into the next count (here, days with an
+    # attempt). A longer term is summed count by count.
+    days = presence.PACKED_DAYS + 9
+    long_term = ("Two years", "2025-01-06", "2026-12-31")
+    with_terms(project, [long_term])
+    project.config.write_text(project.config.read_text().replace("bootstrap_days = 400", "bootstrap_days = 800"))
+    first = dt.date(2025, 1, 6)
+    written = [statement(learner=f"l{n}", course="BIO101", timestamp=f"{first + dt.timedelta(days=offset)}T10:00:00Z")
+               for offset in range(days) for n in range(K)]
+    project.write("a.ndjson", written)
+    project.invoke("run", now="2026-07-01T04:15:00Z", check=0)
+    assert project.query("SELECT days, attempt_days FROM learner_periods WHERE grain = 'term'") == [(days, 0)] * K
+    check_every_grain(project, written, "Europe/Paris", moment("2026-07-01T04:15:00Z"), [long_term])
+
+
+def test_a_term_filled_from_its_months_counts_a_learner_who_passed_on_every_day_of_them(project):
+    # A first run fills each term from the months (and weeks) it filled before it, their counts packed into one
+    # integer: a month's count of 31 days in its field must not overflow what the database computes it in.
+    term = ("Autumn 2026", "2026-09-01", "2026-10-31")
+    with_terms(project, [term])
+    written = [statement(learner=f"l{n}", course="BIO101", verb="passed", success=True, score=1.0,
+                         duration="PT1M", timestamp=f"{dt.date(2026, 9, 1) + dt.timedelta(days=offset)}T10:00:00Z")
+               for offset in range(61) for n in range(K)]
+    project.write("a.ndjson", written)
+    project.invoke("run", now="2026-11-20T04:15:00Z", check=0)
+    assert project.query("SELECT days, passed_days, failed_days, score_days, duration_days FROM learner_periods "
+                         "WHERE grain = 'term'") == [(61, 61, 0, 61, 61)] * K
+    check_every_grain(project, written, "Europe/Paris", moment("2026-11-20T04:15:00Z"), [term])

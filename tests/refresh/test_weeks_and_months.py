@@ -16,7 +16,7 @@ from helpers.paths import REPO
 from helpers.period_reference import expected_periods
 from helpers.publication import publication
 from helpers.statements import HOME, statement, voiding
-from lms_refresh.store import periods
+from lms_refresh.store import grains, periods
 
 K = 3
 
@@ -280,3 +280,19 @@ def test_the_readme_site_monthly_query_runs_as_written(project):
     courses = {row[3] for row in expected_periods(written, "Europe/Paris", K, "month") if row[3] is not None}
     assert len(courses) > 1 and rows[0][1] < sum(  # distinct learners across courses, not a sum of courses'
         row[4] for row in expected_periods(written, "Europe/Paris", K, "month") if row[0] == "2026-09" and row[3])
+
+
+def test_a_learner_in_more_courses_in_a_day_than_a_packed_flag_counts_is_counted_once_on_the_site(project):
+    # The site's day cell sums each learner's flags packed, _SITE_FIELD bits a flag: 1,024 attempts in as many
+    # courses would carry into the completions' field, and the learner would count as completing, not attempting.
+    # Such a day is counted flag by flag instead.
+    configure(project)
+    wide = [statement(learner="wide", course=f"C{n}", verb="attempted", timestamp="2026-10-07T09:00:00Z")
+            for n in range(2 ** grains._SITE_FIELD)]
+    others = [statement(learner=f"l{n}", course="BIO101", verb="attempted", timestamp="2026-10-07T10:00:00Z")
+              for n in range(K - 1)]
+    project.write("a.ndjson", wide + others)
+    project.invoke("run", now="2026-10-20T04:15:00Z", check=0)
+    check_every_grain(project, wide + others, "Europe/Paris", moment("2026-10-20T04:15:00Z"))
+    assert project.query("SELECT day, learners, attempt_learners, completion_learners FROM daily_metrics "
+                         "WHERE course_id = 0") == [("2026-10-07", K, K, 0)]  # tables.SITE
