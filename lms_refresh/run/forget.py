@@ -68,8 +68,12 @@ def learner_identifier(config, agent=None, moodle_user_id=None):
 
 
 def _strings(value):
+    """The texts in `value` that may name the learner: a mailto: IRI's address, not its scheme (which the
+    reason's own words hold: "not a mailto: IRI")."""
     if isinstance(value, dict):
         return [text for item in value.values() for text in _strings(item)]
+    if isinstance(value, str) and value.lower().startswith("mailto:"):
+        value = value[len("mailto:"):]
     return [value] if isinstance(value, str) and value else []
 
 

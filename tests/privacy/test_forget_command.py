@@ -116,6 +116,11 @@ def test_forget_refuses_what_cannot_name_exactly_one_learner_of_this_source(sqli
     assert moodle.returncode == 78 and "which names learners by an agent identifier" in moodle.stderr
     empty = project.invoke("forget", "--mbox", ADDRESS, check=0)
     assert "There is no store yet" in empty.stderr and not project.store.exists()
+    for blank in ("mailto:", ""):  # names no one; the message's own "mailto:" is not the learner's to redact
+        nobody = project.invoke("forget", "--mbox", blank)
+        assert nobody.returncode == 78 and "(actor.mbox is not a mailto: IRI with an address)" in nobody.stderr
+    odd = project.invoke("forget", "--openid", "not a uri, secret")
+    assert odd.returncode == 78 and "actor.openid is not a URI" in odd.stderr and "secret" not in odd.stderr
 
 
 def test_forget_a_moodle_user_by_id(tmp_path, moodle, moodle_reader):
