@@ -9,8 +9,9 @@ from lms_refresh.disclosure import weakening
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser
 from lms_refresh.disclosure.redaction import url_origin
 from lms_refresh.errors import ConfigError, StateError
+from lms_refresh.instants import to_cursor
 from lms_refresh.ops.monitoring import read_url
-from lms_refresh.run import identity, publication
+from lms_refresh.run import identity, publication, upgrade
 from lms_refresh.sources import OK, WARNING, Finding, build_source, json_decoding
 from lms_refresh.state_directory import refuse_a_file, user_name
 from lms_refresh.store import open_store, store_exists
@@ -58,8 +59,13 @@ def preflight(config, euid, environ):
                 weakening.require(config, store, accepted=False)  # the run would refuse it: so does check
                 # A changed time zone, course rule, ... too; a run staging meanwhile (it holds the table) has events.
                 meta, has_events = store.meta(), store.staging_held() or store.has_events()
-                identity.verify_identity(config, meta, has_events,
-                                         upgrading=identity.mapping_upgrade(config, meta, has_events) is not None)
+                # An upgrade of the statement mapping the next run would refuse, refused as it says it.
+                planned = upgrade.plan(config, True, store, meta=meta, has_events=has_events)
+                identity.verify_identity(config, meta, has_events, upgrading=planned is not None)
+                if planned is not None:
+                    findings.append(Finding(OK, f"the next run upgrades the store from statement mapping version "
+                                                f"{planned[0]} to {identity.MAPPING_VERSION}: it reads the source "
+                                                f"again from {to_cursor(planned[1])}", about="store"))
                 findings.append(Finding(OK, f"store {store.describe()}: reachable, schema v{store.schema_version()}"
                                             f"{_store_rights(config, store)}"))
                 missing = store.missing_views()

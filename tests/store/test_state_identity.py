@@ -380,6 +380,9 @@ def test_the_first_run_after_an_upgrade_rebuilds_the_store_for_the_new_mapping_u
     project.write("b.ndjson", day_batch(14, "2026-11-03", prefix="v", stored="2026-11-03T12:00:00Z"))
     _as_mapping_version_1(project)
     later = T + dt.timedelta(days=1)
+    checked = project.invoke("check", check=0)
+    assert (f"the next run upgrades the store from statement mapping version 1 to {MAPPING_VERSION}: it reads the "
+            "source again from 2026-10-04T03:15:00.000000Z") in checked.stdout
     result = project.invoke("run", now=at(later), check=0)
     assert (f"Upgrading the store from statement mapping version 1 to {MAPPING_VERSION}: rebuilding it from the "
             "source from 2026-10-04T03:15:00.000000Z (the first window it was built from)") in result.stderr
@@ -415,9 +418,23 @@ def test_an_upgrade_of_a_store_with_a_staging_horizon_needs_the_operator(project
     project.invoke("run", now=at(T), check=0)
     _as_mapping_version_1(project)
     _write(project, "INSERT INTO meta (key, value) VALUES ('staging_horizon', '2026-09-01')")
+    checked = project.invoke("check")  # says what the run would say, before a night's run does
+    assert checked.returncode == 78
+    assert "cannot be rebuilt automatically: its days before the staging horizon" in checked.stderr
     result = project.invoke("run", now=at(T + dt.timedelta(days=1)))
     assert result.returncode == 78
     assert "cannot be rebuilt automatically: its days before the staging horizon" in result.stderr
+
+
+def test_an_upgrade_of_a_store_whose_run_log_has_no_windows_is_refused_by_check_as_by_the_run(project):
+    project.write("a.ndjson", day_batch(12, "2026-11-02"))
+    project.invoke("run", now=at(T), check=0)
+    _as_mapping_version_1(project)
+    _write(project, "UPDATE runs SET window_since = NULL")  # as a store from before the run log kept windows
+    for command in (["check"], ["run"]):
+        result = project.invoke(*command, now=at(T + dt.timedelta(days=1)))
+        assert result.returncode == 78, command
+        assert "its run log does not say which windows it was built from" in result.stderr, command
 
 def test_a_key_copied_in_for_a_first_run_starts_a_store(project):
     from lms_refresh.disclosure.pseudonyms import create_key
