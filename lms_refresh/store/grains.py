@@ -104,13 +104,20 @@ JOIN (SELECT course_id, {_SUMMED}
 # the courses' rows only), one cell a statement: its learners grouped by learner (a sort, of one day's or one
 # period's rows only), its event counts and record keys' sums the courses' summed. Parameters: the cell's day (or
 # grain and period), then `where`'s (the same), then `sums`'s (the day, or the period's first and last days).
-def _site_cell(table, cell, flags, where, sums, packed=False):
+def _site_cell(table, cell, flags, where, sums, reach=None):
     learner = f"actor, MAX(learner_key) AS learner_key, {', '.join(f'MAX({flag}) AS {flag}' for flag in flags)}"
-    had, widest = [f"{flag} > 0" for flag in flags], ""
-    if packed:  # a learner's flags (0 or 1 a row) summed packed, as in _grouped_days: fields of _SITE_FIELD bits
-        learner = (f"actor, MAX(learner_key) AS learner_key, COUNT(*) AS courses, "
-                   f"CAST(SUM({presence.pack(flags, _SITE_FIELD)}) AS BIGINT) AS flags")
-        had = [f"((flags >> {_SITE_FIELD * place}) & {2 ** _SITE_FIELD - 1}) > 0" for place in range(len(flags))]
+    had, widest, packed = [f"{flag} > 0" for flag in flags], "", reach is not None
+    # Packed: a learner's flags summed into integers of _PER_SUM fields of _SITE_FIELD bits each, as presence.py
+    # does. `reach`, an aggregate of the learner's rows (how many there are), bounds each field's sum; past what
+    # a field holds the cell is not written. The sums themselves never overflow: the highest field's weight is
+    # 2**20, so it takes 2**43 rows of one learner to reach 2**63 (all six flags in one sum overflowed at 8,192).
+    if packed:
+        groups = [flags[start:start + _PER_SUM] for start in range(0, len(flags), _PER_SUM)]
+        learner = f"actor, MAX(learner_key) AS learner_key, {reach} AS courses, " + ", ".join(
+            f"CAST(SUM({presence.pack(group, _SITE_FIELD)}) AS BIGINT) AS flags{number}"
+            for number, group in enumerate(groups))
+        had = [f"((flags{place // _PER_SUM} >> {_SITE_FIELD * (place % _PER_SUM)}) & {2 ** _SITE_FIELD - 1}) > 0"
+               for place in range(len(flags))]
         widest = f" AND l.widest < {2 ** _SITE_FIELD}"  # no field can have overflowed into the next
     return f"""INSERT INTO {table} ({cell}, course_id, {", ".join(_LEARNERS)}, learner_key, {", ".join(_PARTS)})
 SELECT {", ".join("?" for _ in cell.split(","))}, {SITE}, {", ".join(f"l.{name}" for name in _LEARNERS)}, l.learner_key,
@@ -127,11 +134,13 @@ WHERE l.learners > 0{widest}"""
 # statements over 90 days), with no grouping by day above it: 7,541 instructions a statement against 11,204
 # (callgrind, the cost model's sample, 2026-12-04).
 # Its flags summed packed (a learner's rows of a day are in at most as many courses as a field counts: otherwise
-# it writes nothing, and the day is counted flag by flag, SITE_DAY_EXACT): 22 ms a day of the benchmark's full
-# 1M (29,269 learner-days, 16,212 learners) where seven maxima cost 27 ms (2026-12-06).
-_SITE_FIELD = 10
+# it writes nothing, and the day is counted flag by flag, SITE_DAY_EXACT): 24.5 ms a day of the benchmark's full
+# 1M (29,269 learner-days, 16,212 learners) where seven maxima cost 28 ms (2026-12-06).
+_SITE_FIELD, _PER_SUM = 10, 3
 SITE_DAY, SITE_DAY_EXACT = (_site_cell("daily_metrics", "day", PRESENCE_FLAGS, "learner_days WHERE day = ?",
-                                       f"day = ? AND course_id <> {SITE}", packed) for packed in (True, False))
+                                       f"day = ? AND course_id <> {SITE}", reach) for reach in ("COUNT(*)", None))
+# A period's, with its learners' counts (their maxima: packed as the day's are, it cost 77 ms instead of 82 ms for
+# a month of the benchmark's full 1M, 2026-12-06: too little for a second statement).
 _SITE_PERIOD = _site_cell("period_metrics", "grain, period", PERIOD_COUNTS[1:],
                           "learner_periods WHERE grain = ? AND period = ?",
                           f"day BETWEEN ? AND ? AND course_id = {SITE}")
@@ -229,7 +238,11 @@ class Grains:
                 fresh = statement is presence.ADD and (empty or grouping and self._holds_no_learner(grain, label))
                 packed = periods.length(first, last) <= presence.PACKED_DAYS
                 if fresh and grouping:
-                    parts, left = presence.parts_of(in_period, filled) if packed else ((), in_period)
+                    # Not on a store that fills in bulk: learner_periods has no key meanwhile (pg_bulk.py), and each
+                    # fill would scan all of it for its parts (0.26-0.43 s a month of a 400-day window on
+                    # PostgreSQL, against 0.05-0.07 s from its days: the review of 636dce6, 2026-12-06).
+                    in_parts = packed and not self.dialect.presence_by_period
+                    parts, left = presence.parts_of(in_period, filled) if in_parts else ((), in_period)
                     with self.sorting():  # one sort of the period's rows by learner, each learner inserted once
                         self.execute(presence.filling_days(self.dialect.days_in, packed, len(parts)),
                                      (grain, label, *(key for part in parts for key in part),

@@ -63,7 +63,7 @@ FROM learner_days WHERE {days_in} GROUP BY course_id, actor"""
     total = f"CAST(SUM({pack(('1',) + PRESENCE_FLAGS)}) AS BIGINT)"
     rows = f"learner_days WHERE {days_in}"
     if parts:
-        # One scan for the parts: a store that fills in bulk has no key on learner_periods meanwhile (pg_bulk.py).
+        # One range of the key for each part (only a store that keeps learner_periods' key while it fills asks).
         total = "CAST(SUM(presence) AS BIGINT)"
         rows = (f"({_PERIOD_ROWS} WHERE {' OR '.join(['(grain = ? AND period = ?)'] * parts)}\n"
                 f"    UNION ALL {_DAY_ROWS} WHERE {days_in}) AS rows")

@@ -296,3 +296,19 @@ def test_a_learner_in_more_courses_in_a_day_than_a_packed_flag_counts_is_counted
     check_every_grain(project, wide + others, "Europe/Paris", moment("2026-10-20T04:15:00Z"))
     assert project.query("SELECT day, learners, attempt_learners, completion_learners FROM daily_metrics "
                          "WHERE course_id = 0") == [("2026-10-07", K, K, 0)]  # tables.SITE
+
+
+def test_a_learner_in_thousands_of_courses_in_a_day_with_every_flag_does_not_overflow_the_site_cell(project):
+    # Summed packed, a learner's highest flag in 8,192 courses would pass 2**63 if one integer held all six flags
+    # (10 bits each): the sum fails ("integer overflow", "bigint out of range") before the guard on the learner's
+    # rows can send the day to the exact count, and every run after fails the same way (the review of 636dce6).
+    configure(project)
+    wide = [statement(learner="wide", course=f"C{n}", verb="attempted", score=0.5, duration="PT1M", completion=True,
+                      success=True, timestamp="2026-10-07T09:00:00Z") for n in range(2 ** 13)]
+    others = [statement(learner=f"l{n}", course="BIO101", verb="attempted", timestamp="2026-10-07T10:00:00Z")
+              for n in range(K - 1)]
+    project.write("a.ndjson", wide + others)
+    project.invoke("run", now="2026-10-20T04:15:00Z", check=0)
+    assert project.query("SELECT learners, attempt_learners, completion_learners, passed_learners, score_learners, "
+                         "duration_learners FROM daily_metrics WHERE course_id = 0") == [(K, K, 1, 1, 1, 1)]
+    check_every_grain(project, wide + others, "Europe/Paris", moment("2026-10-20T04:15:00Z"))
