@@ -63,7 +63,7 @@ def preflight(config, euid, environ):
                 planned = upgrade.plan(config, True, store, meta=meta, has_events=has_events)
                 identity.verify_identity(config, meta, has_events, upgrading=planned is not None)
                 if planned is not None:
-                    findings.append(Finding(OK, f"the next run upgrades the store from statement mapping version "
+                    findings.append(Finding(OK, f"the next run upgrades it from statement mapping version "
                                                 f"{planned[0]} to {identity.MAPPING_VERSION}: it reads the source "
                                                 f"again from {to_cursor(planned[1])}", about="store"))
                 findings.append(Finding(OK, f"store {store.describe()}: reachable, schema v{store.schema_version()}"

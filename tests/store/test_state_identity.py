@@ -381,7 +381,7 @@ def test_the_first_run_after_an_upgrade_rebuilds_the_store_for_the_new_mapping_u
     _as_mapping_version_1(project)
     later = T + dt.timedelta(days=1)
     checked = project.invoke("check", check=0)
-    assert (f"the next run upgrades the store from statement mapping version 1 to {MAPPING_VERSION}: it reads the "
+    assert (f"ok  store: the next run upgrades it from statement mapping version 1 to {MAPPING_VERSION}: it reads the "
             "source again from 2026-10-04T03:15:00.000000Z") in checked.stdout
     result = project.invoke("run", now=at(later), check=0)
     assert (f"Upgrading the store from statement mapping version 1 to {MAPPING_VERSION}: rebuilding it from the "
