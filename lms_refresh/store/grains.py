@@ -260,12 +260,13 @@ class Grains:
                                  (grain, label))
 
     def _moving_order(self, found, days, statement):
-        """The order in which to move the periods `found` (periods.Calendar.periods_of `days`): weeks, then months,
-        then terms if one may be filled whole grouped, so that it is filled from those before it (presence.parts_of);
-        otherwise in the table's key order, in which SQLite appends each period's rows after the last one's, not
-        in front of them (3,700 instructions a statement of the cost model's recompute, weeks first)."""
-        grouped = statement is presence.ADD and (self.dialect.presence_by_period or any(
-            sum(first <= day <= last for day in days) > presence.GROUPED_FILL_AFTER for first, last in found.values()))
+        """The order in which to move the periods `found` (periods.Calendar.periods_of `days`): on SQLite, weeks,
+        then months, then terms if one may be filled whole grouped, so that it is filled from those before it
+        (presence.parts_of); otherwise in the table's key order, in which SQLite appends each period's rows after
+        the last one's, not in front of them (3,700 instructions a statement of the cost model's recompute, weeks
+        first)."""
+        grouped = statement is presence.ADD and not self.dialect.presence_by_period and any(
+            sum(first <= day <= last for day in days) > presence.GROUPED_FILL_AFTER for first, last in found.values())
         return (lambda period: (periods.GRAINS.index(period[0]), period)) if grouped else None
 
     def _holds_no_learner(self, grain, label):
