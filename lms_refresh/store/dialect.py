@@ -28,6 +28,7 @@ class Dialect:
     days_in = ""  # the condition "day is one of the days given as the statement's one parameter"
     legacy_average = legacy_duration = ""  # the serving view's computed columns until schema version 3
     presence_by_period = False  # move a period's presence in one grouped statement, not day by day (grains.py)
+    packed_sums = False  # sum a learner's counts packed into one integer (presence.py; grains.SITE_DAY)
     bytewise = ""  # after a text expression: compare it by code point, as Python and SQLite do
 
     def name(self, name):

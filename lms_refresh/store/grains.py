@@ -162,7 +162,7 @@ class Grains:
         written = self.execute(cells, (day_set, day_set)).rowcount
         for (day,) in self.execute(f"SELECT DISTINCT day FROM daily_metrics WHERE {self.dialect.days_in}",
                                    (day_set,)).fetchall():
-            if self.execute(SITE_DAY, (day, day, day)).rowcount != 1:
+            if not self.dialect.packed_sums or self.execute(SITE_DAY, (day, day, day)).rowcount != 1:
                 self.execute(SITE_DAY_EXACT, (day, day, day))
         self.move_presence(days, calendar, presence.ADD)
         return written
@@ -236,7 +236,7 @@ class Grains:
                 grouping = self.dialect.presence_by_period or len(in_period) > presence.GROUPED_FILL_AFTER
                 # Filled whole: into a table with no learner, or a period with none (asked only of one to be grouped)
                 fresh = statement is presence.ADD and (empty or grouping and self._holds_no_learner(grain, label))
-                packed = periods.length(first, last) <= presence.PACKED_DAYS
+                packed = self.dialect.packed_sums and periods.length(first, last) <= presence.PACKED_DAYS
                 if fresh and grouping:
                     # Not on a store that fills in bulk: learner_periods has no key meanwhile (pg_bulk.py), and each
                     # fill would scan all of it for its parts (0.26-0.43 s a month of a 400-day window on
