@@ -104,16 +104,16 @@ JOIN (SELECT course_id, {_SUMMED}
 # the courses' rows only), one cell a statement: its learners grouped by learner (a sort, of one day's or one
 # period's rows only), its event counts and record keys' sums the courses' summed. Parameters: the cell's day (or
 # grain and period), then `where`'s (the same), then `sums`'s (the day, or the period's first and last days).
-def _site_cell(table, cell, flags, where, sums, reach=None):
+def _site_cell(table, cell, flags, where, sums, packed=False):
     learner = f"actor, MAX(learner_key) AS learner_key, {', '.join(f'MAX({flag}) AS {flag}' for flag in flags)}"
-    had, widest, packed = [f"{flag} > 0" for flag in flags], "", reach is not None
-    # Packed: a learner's flags summed into integers of _PER_SUM fields of _SITE_FIELD bits each, as presence.py
-    # does. `reach`, an aggregate of the learner's rows (how many there are), bounds each field's sum; past what
-    # a field holds the cell is not written. The sums themselves never overflow: the highest field's weight is
+    had, widest = [f"{flag} > 0" for flag in flags], ""
+    # Packed: a learner's flags (0 or 1 a row) summed into integers of _PER_SUM fields of _SITE_FIELD bits each,
+    # as presence.py does. The learner's rows bound each field's sum; past what a field holds the cell is not
+    # written. The sums themselves never overflow: the highest field's weight is
     # 2**20, so it takes 2**43 rows of one learner to reach 2**63 (all six flags in one sum overflowed at 8,192).
     if packed:
         groups = [flags[start:start + _PER_SUM] for start in range(0, len(flags), _PER_SUM)]
-        learner = f"actor, MAX(learner_key) AS learner_key, {reach} AS courses, " + ", ".join(
+        learner = "actor, MAX(learner_key) AS learner_key, COUNT(*) AS courses, " + ", ".join(
             f"CAST(SUM({presence.pack(group, _SITE_FIELD)}) AS BIGINT) AS flags{number}"
             for number, group in enumerate(groups))
         had = [f"((flags{place // _PER_SUM} >> {_SITE_FIELD * (place % _PER_SUM)}) & {2 ** _SITE_FIELD - 1}) > 0"
@@ -138,7 +138,7 @@ WHERE l.learners > 0{widest}"""
 # 1M (29,269 learner-days, 16,212 learners) where seven maxima cost 28 ms (2026-12-06).
 _SITE_FIELD, _PER_SUM = 10, 3
 SITE_DAY, SITE_DAY_EXACT = (_site_cell("daily_metrics", "day", PRESENCE_FLAGS, "learner_days WHERE day = ?",
-                                       f"day = ? AND course_id <> {SITE}", reach) for reach in ("COUNT(*)", None))
+                                       f"day = ? AND course_id <> {SITE}", packed) for packed in (True, False))
 # A period's, with its learners' counts (their maxima: packed as the day's are, it cost 77 ms instead of 82 ms for
 # a month of the benchmark's full 1M, 2026-12-06: too little for a second statement).
 _SITE_PERIOD = _site_cell("period_metrics", "grain, period", PERIOD_COUNTS[1:],
@@ -238,17 +238,13 @@ class Grains:
                 fresh = statement is presence.ADD and (empty or grouping and self._holds_no_learner(grain, label))
                 packed = self.dialect.packed_sums and periods.length(first, last) <= presence.PACKED_DAYS
                 if fresh and grouping:
-                    # Not on a store that fills in bulk: learner_periods has no key meanwhile (pg_bulk.py), and each
-                    # fill would scan all of it for its parts (0.26-0.43 s a month of a 400-day window on
-                    # PostgreSQL, against 0.05-0.07 s from its days: the review of 636dce6, 2026-12-06).
-                    in_parts = packed and not self.dialect.presence_by_period
-                    parts, left = presence.parts_of(in_period, filled) if in_parts else ((), in_period)
+                    parts, left = presence.parts_of(in_period, filled) if packed else ((), in_period)
                     with self.sorting():  # one sort of the period's rows by learner, each learner inserted once
                         self.execute(presence.filling_days(self.dialect.days_in, packed, len(parts)),
                                      (grain, label, *(key for part in parts for key in part),
                                       self.dialect.day_set(left)))
                 elif self.dialect.presence_by_period:
-                    self.execute(presence.moving_days(sign, self.dialect.days_in, packed),
+                    self.execute(presence.moving_days(sign, self.dialect.days_in),
                                  (grain, label, self.dialect.day_set(in_period)))
                 else:
                     for day in in_period:  # day by day: each pass in key order
@@ -260,12 +256,12 @@ class Grains:
                                  (grain, label))
 
     def _moving_order(self, found, days, statement):
-        """The order in which to move the periods `found` (periods.Calendar.periods_of `days`): on SQLite, weeks,
-        then months, then terms if one may be filled whole grouped, so that it is filled from those before it
+        """The order in which to move the periods `found` (periods.Calendar.periods_of `days`): with packed sums,
+        weeks, then months, then terms if one may be filled whole grouped, so that it is filled from those before it
         (presence.parts_of); otherwise in the table's key order, in which SQLite appends each period's rows after
         the last one's, not in front of them (3,700 instructions a statement of the cost model's recompute, weeks
         first)."""
-        grouped = statement is presence.ADD and not self.dialect.presence_by_period and any(
+        grouped = statement is presence.ADD and self.dialect.packed_sums and any(
             sum(first <= day <= last for day in days) > presence.GROUPED_FILL_AFTER for first, last in found.values())
         return (lambda period: (periods.GRAINS.index(period[0]), period)) if grouped else None
 

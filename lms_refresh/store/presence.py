@@ -51,30 +51,33 @@ _DAY_ROWS = f"SELECT course_id, actor, learner_key, {pack(('1',) + PRESENCE_FLAG
 _PERIOD_ROWS = f"SELECT course_id, actor, learner_key, {pack(PERIOD_COUNTS)} AS presence FROM learner_periods"
 
 
-# All of a period's days in one statement (a dialect with `presence_by_period`, or a period filled whole): each
-# learner's rows of those days grouped, so that a learner is inserted or updated once, not once a day. Parameters:
-# the period, then (with `parts` periods whose rows stand for their days: see parts_of) each part's grain and
-# period, then the days (`{days_in}`'s). `packed`: the period has at most PACKED_DAYS days.
-def _grouped_days(sign, days_in, packed=True, parts=0):
-    if not packed:
-        return f"""SELECT ?, ?, course_id, actor, MAX(learner_key), {sign} * COUNT(*),
+# All of a period's days in one statement (a dialect with `presence_by_period`): each learner's rows of those
+# days grouped, so that a learner is inserted or updated once, not once a day. Parameters: the period, then the
+# days (`{days_in}`'s).
+def _grouped_days(sign, days_in):
+    return f"""SELECT ?, ?, course_id, actor, MAX(learner_key), {sign} * COUNT(*),
     {", ".join(f"{sign} * SUM({flag})" for flag in PRESENCE_FLAGS)}
 FROM learner_days WHERE {days_in} GROUP BY course_id, actor"""
+
+
+# The same, the counts summed packed (a period of at most PACKED_DAYS days, filled whole on a dialect with
+# `packed_sums`). Parameters: the period, then (with `parts` periods whose rows stand for their days: see
+# parts_of) each part's grain and period, then the days.
+def _packed_days(days_in, parts):
     total = f"CAST(SUM({pack(('1',) + PRESENCE_FLAGS)}) AS BIGINT)"
     rows = f"learner_days WHERE {days_in}"
     if parts:
-        # One range of the key for each part (only a store that keeps learner_periods' key while it fills asks).
         total = "CAST(SUM(presence) AS BIGINT)"
         rows = (f"({_PERIOD_ROWS} WHERE {' OR '.join(['(grain = ? AND period = ?)'] * parts)}\n"
                 f"    UNION ALL {_DAY_ROWS} WHERE {days_in}) AS rows")
-    # One sum, however many times it is unpacked: both SQLite and PostgreSQL compute an aggregate written twice once.
+    # One sum, however many times it is unpacked: SQLite computes an aggregate written twice once.
     return f"""SELECT ?, ?, course_id, actor, MAX(learner_key), {", ".join(
-        f"{sign} * (({total} >> {_FIELD * place}) & {PACKED_DAYS})" for place in range(len(PERIOD_COUNTS)))}
+        f"(({total} >> {_FIELD * place}) & {PACKED_DAYS})" for place in range(len(PERIOD_COUNTS)))}
 FROM {rows} GROUP BY course_id, actor"""
 
 
-def moving_days(sign, days_in, packed):
-    return _moving(_grouped_days(sign, days_in, packed))
+def moving_days(sign, days_in):
+    return _moving(_grouped_days(sign, days_in))
 
 
 # The same, added to a period that holds no learner yet (each period of a first run or of a rebuild): nothing can
@@ -96,7 +99,8 @@ GROUPED_FILL_AFTER = 6
 # the benchmark's full 1M (873,580 learner-days) is four of its weeks (411,419 rows) and two days: its rows
 # grouped in 0.46 s instead of 0.62 s (2026-12-06).
 def filling_days(days_in, packed, parts=0):
-    return f"{_INTO_PERIODS}\n{_grouped_days(1, days_in, packed, parts)} ORDER BY course_id, actor"
+    grouped = _packed_days(days_in, parts) if packed else _grouped_days(1, days_in)
+    return f"{_INTO_PERIODS}\n{grouped} ORDER BY course_id, actor"
 
 
 def parts_of(days, filled):
