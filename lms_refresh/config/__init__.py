@@ -8,6 +8,7 @@ import dataclasses
 import datetime as dt
 import os
 import tomllib
+import unicodedata
 
 from lms_refresh.config import validators as v
 from lms_refresh.config.paths import refuse_collisions
@@ -261,10 +262,15 @@ def _terms(tables, origin):
         if length >= MAX_TERM_DAYS:
             raise ConfigError(f"{origin}: {which}: {length + 1} days from first_day to last_day, more than "
                               f"{MAX_TERM_DAYS}.")
-        if term.name in names:
-            raise ConfigError(f"{origin}: {which}: key 'terms.name' is the name of term {names[term.name]} too; "
-                              "each term needs a name of its own.")
-        names[term.name] = number
+        # Compared as a reader sees them: two names that differ only in letter case or in how Unicode spells a
+        # letter ("A\u0301" and "\u00c1") would be two rows of term_metrics that look the same.
+        seen = unicodedata.normalize("NFKC", term.name).casefold()
+        if seen in names:
+            other, spelt = names[seen]
+            raise ConfigError(f"{origin}: {which}: key 'terms.name' is the name of term {other} too"
+                              + ("" if spelt == term.name else f" ({spelt[:100]!r}, as a reader sees it)")
+                              + "; each term needs a name of its own.")
+        names[seen] = number, term.name
         terms.append(term)
     return tuple(terms)
 

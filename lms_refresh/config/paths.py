@@ -124,7 +124,25 @@ def collision(paths):
                     found = _collision(a, b) or _collision(b, a)
                     if found:
                         return found
+    for group in resolved:  # after the collisions, which name the other key too
+        found = next(filter(None, map(_a_directory, group)), None)
+        if found:
+            return found
     return _publication_in_private_place(resolved)
+
+
+def _a_directory(spelling):
+    """The sentence if a file the program writes (replacing it whole) is a directory, else None: a run would
+    commit and then fail to write it, every night (a publication.path naming its directory, not the file)."""
+    if (not spelling.named.written or spelling.named.directory or spelling.named.key.startswith("the ")
+            or not os.path.isdir(spelling.real)):
+        return None  # the state directory's own files (the lock...) are checked as they are opened, in words of theirs
+    example = _FILE_NAMES.get(spelling.named.key)
+    return (f"{_quoted(spelling.named.key)} ({spelling.named.path}) is a directory, where a run writes a file whole; "
+            "name a file" + (f" ({os.path.join(spelling.named.path, example)}, say)" if example else "") + ".")
+
+
+_FILE_NAMES = {"publication.path": "serving.sqlite", "report.path": "report.html"}  # their defaults' names
 
 
 def _collision(a, b):

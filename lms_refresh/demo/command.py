@@ -58,10 +58,9 @@ def run_demo(directory, learners, days, *, seed, now, environ, echo, command="lm
     """
     # Absolute: the configuration it writes takes absolute paths only.
     directory = os.path.abspath(directory or tempfile.mkdtemp(prefix="lms-refresh-demo-"))
+    _refuse_unless_empty(directory)
     statements = os.path.join(directory, "statements")
     state = os.path.join(directory, "state")
-    if os.path.exists(statements):
-        raise ConfigError(f"{statements} exists already; pick an empty --dir.")
     end = now.astimezone(zoneinfo.ZoneInfo(TIMEZONE)).date()
     first, last = end - dt.timedelta(days=days), end - dt.timedelta(days=1)
     count = write_daily_files(statements, generate(seed, first, days, learners=learners, timezone=TIMEZONE, until=now))
@@ -102,6 +101,23 @@ def run_demo(directory, learners, days, *, seed, now, environ, echo, command="lm
     if config.report.enabled:
         echo(f"The HTML report (open it in a browser): {config.report.path}")
     echo(f"Try: {command} --config {shlex.quote(config_path)} status")
+
+
+def _refuse_unless_empty(directory):
+    """Raise ConfigError unless `directory` is missing or empty: the demo writes config.toml there and refreshes
+    into state/ beside it, so a project's directory (or /etc/lms-refresh) would have its configuration replaced
+    and its store's watermark moved past records its own source has not delivered yet."""
+    try:
+        entries = sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise ConfigError(f"Cannot read --dir {directory} ({error.strerror}); pick an empty directory.") from None
+    if entries:
+        shown = ", ".join(name if name.isprintable() else repr(name) for name in entries[:3])
+        raise ConfigError(f"--dir {directory} is not empty (it holds {shown}{', ...' if len(entries) > 3 else ''}): "
+                          "the demo writes its own config.toml, statements and state there; pick an empty directory, "
+                          "or one that does not exist.")
 
 
 SITE_LABEL = "(site)"  # the whole site's rows (course NULL), above each day's courses

@@ -9,6 +9,7 @@ import os
 import stat
 
 from lms_refresh import instants
+from lms_refresh.config import paths
 from lms_refresh.errors import ConfigError
 from lms_refresh.ops.monitoring import staleness
 from lms_refresh.ops.status import collect_status
@@ -36,12 +37,23 @@ def write_report(config, environ, now, output=None):
     path = config.publication.path
     if not os.path.exists(path):
         raise ConfigError(f"There is no publication at {path} yet: `lms-refresh run` writes it (and the report).")
+    if output is not None:
+        _refuse_collision(config, output)
     info = os.stat(path)
     shown = freshness(config, environ, now)
     written = report_page.write_report(path, output or config.report.path, shown,
                                        today=local_today(now, config.timezone), mode=stat.S_IMODE(info.st_mode),
                                        group=info.st_gid)
     return written, shown
+
+
+def _refuse_collision(config, output):
+    """Raise ConfigError if `output` is a file the configuration names for something else (the key, the store, the
+    publication, an export file...): the page would replace it, as a run's report.path is refused (config/paths.py)."""
+    named = [path for path in paths.named_paths(config) if path.key != "report.path"]  # its own file is fine
+    found = paths.collision([*named, paths.NamedPath("--output", output)])
+    if found:
+        raise ConfigError(f"Refusing to write the report there: {found}")
 
 
 def rewrite_after(config, environ, now, command):

@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import os
 import re
+import shutil
 import sys
 
 from helpers import inprocess
@@ -90,8 +91,30 @@ def test_a_demo_directory_that_has_statements_already_is_refused_with_a_sentence
     (tmp_path / "statements").mkdir()
     result = inprocess.invoke(["demo", "--dir", str(tmp_path)], clean_environment())
     assert result.returncode == 78, result.stderr
-    assert f"{tmp_path / 'statements'} exists already; pick an empty --dir." in result.stderr
+    assert (f"--dir {tmp_path} is not empty (it holds statements): the demo writes its own config.toml, statements "
+            "and state there; pick an empty directory, or one that does not exist.") in result.stderr
     assert "Traceback" not in result.stderr and list((tmp_path / "statements").iterdir()) == []
+
+
+def test_a_demo_into_a_projects_directory_leaves_its_configuration_and_store_alone(tmp_path):
+    """`demo --dir` on a directory that holds a project's config.toml and state replaced the configuration and
+    refreshed the project's store from the demo's files, moving its watermark past what its source had not sent."""
+    first = inprocess.invoke(["demo", "--dir", str(tmp_path), "--days", "2", "--learners", "12"],
+                             clean_environment())
+    assert first.returncode == 0, first.stderr
+    shutil.rmtree(tmp_path / "statements")  # a project's exports lie elsewhere: config.toml and state/ are here
+    (tmp_path / "config.toml").write_text((tmp_path / "config.toml").read_text() + "# the operator's own\n")
+    config, store = (tmp_path / "config.toml").read_bytes(), (tmp_path / "state" / "metrics.sqlite").read_bytes()
+    again = inprocess.invoke(["demo", "--dir", str(tmp_path), "--days", "2", "--learners", "12"],
+                             clean_environment())
+    assert again.returncode == 78, again.stderr
+    assert f"--dir {tmp_path} is not empty (it holds config.toml, state, state-publication)" in again.stderr
+    assert (tmp_path / "config.toml").read_bytes() == config
+    assert (tmp_path / "state" / "metrics.sqlite").read_bytes() == store
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert inprocess.invoke(["demo", "--dir", str(empty), "--days", "2", "--learners", "12"],
+                            clean_environment()).returncode == 0
 
 
 def test_demo_arguments_out_of_range_are_refused_before_anything_is_generated(tmp_path):

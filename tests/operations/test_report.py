@@ -165,6 +165,39 @@ def test_the_command_writes_the_page_and_says_where_and_that_it_is_stale(sqlite_
     assert "stale" not in Page(output.read_text()).texts
 
 
+def test_an_output_that_names_a_file_of_the_configuration_is_refused_and_left_alone(sqlite_project):
+    """`report --output` wrote the page over whatever it named: the pseudonymisation key (every later run refused
+    the damaged key), the store, the publication, or a file among the exports (read back as malformed records)."""
+    project = sqlite_project
+    project.write("a.ndjson", [])
+    now = ["--config", str(project.config), "--now", "2026-11-30T05:00:00+00:00"]
+    assert inprocess.invoke([*now, "run"], environment()).returncode == 0
+    state = project.config.parent / "state"
+    for target, sentence in (
+            (state / "pseudonymisation.key", "'pseudonymisation.key_file' (its default, pseudonymisation.key in the "
+                                             "state directory) and '--output' name the same file"),
+            (state / "metrics.sqlite", "'store.path' (its default, metrics.sqlite in the state directory) and "
+                                       "'--output' name the same file"),
+            (state / "metrics.sqlite-wal", "the wal file of 'store.path' (its default, metrics.sqlite in the state "
+                                           "directory) and '--output' name the same file"),
+            (publication(project), "'publication.path' and '--output' name the same file"),
+            (project.config, "'--output' and the configuration file name the same file"),
+            (project.source / "a.ndjson", f"'--output' ({project.source / 'a.ndjson'}) lies inside {project.source}, "
+                                          "the export directory 'source.path' names")):
+        before = target.read_bytes() if target.exists() else None
+        result = inprocess.invoke([*now, "report", "--output", str(target)], environment())
+        assert result.returncode == 78, (target, result.stderr)
+        assert f"Refusing to write the report there: {sentence}" in result.stderr, result.stderr
+        assert (target.read_bytes() if target.exists() else None) == before, target
+    inside = project.source / "report.html"
+    result = inprocess.invoke([*now, "report", "--output", str(inside)], environment())
+    assert result.returncode == 78 and f"'--output' ({inside}) lies inside {project.source}, the export directory" \
+        in result.stderr, result.stderr
+    assert not inside.exists()
+    beside = publication(project).parent / "report.html"  # the run's own page may be written again on demand
+    assert inprocess.invoke([*now, "report", "--output", str(beside)], environment()).returncode == 0
+
+
 def test_every_run_writes_it_beside_the_publication_unless_disabled(sqlite_project):
     project = sqlite_project
     project.write("a.ndjson", [])

@@ -114,6 +114,15 @@ BAD_TERMS = [
     ('[[terms]]\nname = "A"\nfirst_day = 2026-09-14\nlast_day = 2026-12-01\n'
      '[[terms]]\nname = "A"\nfirst_day = 2027-01-04\nlast_day = 2027-03-01\n',
      "term 2 ('A'): key 'terms.name' is the name of term 1 too; each term needs a name of its own."),
+    # Two names a reader cannot tell apart: letter case, and the two Unicode spellings of one letter.
+    ('[[terms]]\nname = "Spring"\nfirst_day = 2026-09-14\nlast_day = 2026-12-01\n'
+     '[[terms]]\nname = "SPRING"\nfirst_day = 2027-01-04\nlast_day = 2027-03-01\n',
+     "term 2 ('SPRING'): key 'terms.name' is the name of term 1 too ('Spring', as a reader sees it); each term "
+     "needs a name of its own."),
+    ('[[terms]]\nname = "\u00c9t\u00e9"\nfirst_day = 2026-06-01\nlast_day = 2026-08-01\n'
+     '[[terms]]\nname = "E\u0301te\u0301"\nfirst_day = 2027-06-01\nlast_day = 2027-08-01\n',
+     "term 2 ('E\u0301te\u0301'): key 'terms.name' is the name of term 1 too ('\u00c9t\u00e9', as a reader sees it);"
+     " each term needs a name of its own."),
     ('[[terms]]\nname = "Spring"\nfirst_day = 2027-02-30\nlast_day = 2027-05-01\n',
      "is not valid TOML: Invalid date or datetime"),  # TOML's own refusal, with the line
     ('[[terms]]\nname = "Spring"\nfirst_day = "2027-02-30"\nlast_day = 2027-05-01\n',

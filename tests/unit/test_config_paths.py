@@ -217,3 +217,21 @@ def test_a_written_file_inside_the_export_directory_is_refused(tmp_path, section
     document_ = document(tmp_path, section, key, str(inbox / name))
     with pytest.raises(ConfigError, match=rf"'{section}.{key}' \(.*\) lies inside .*'source.path'"):
         validate(document_, str(tmp_path / "config.toml"), {})
+
+
+@pytest.mark.parametrize("section, key, suggested", [
+    ("publication", "path", " ({path}/serving.sqlite, say)"), ("monitoring", "textfile", ""),
+    ("report", "path", " ({path}/report.html, say)"),
+])
+def test_a_written_file_that_is_a_directory_is_refused(tmp_path, section, key, suggested):
+    """A publication.path naming its directory passed `check`; each run then committed and failed to publish, and
+    said to make a writable directory writable."""
+    layout(tmp_path)
+    directory = tmp_path / "published"
+    directory.mkdir()
+    (tmp_path / "link-to-published").symlink_to(directory)
+    for path in (directory, tmp_path / "link-to-published"):
+        with pytest.raises(ConfigError) as refused:
+            validate(document(tmp_path, section, key, str(path)), str(tmp_path / "config.toml"), {})
+        assert str(refused.value) == (f"{tmp_path / 'config.toml'}: '{section}.{key}' ({path}) is a directory, where "
+                                      f"a run writes a file whole; name a file{suggested.format(path=path)}.")
