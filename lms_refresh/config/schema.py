@@ -178,7 +178,8 @@ SCHEMA = {
 # [[terms]]: the academic terms, an array of tables (one `[[terms]]` header per term, in any order; terms may
 # overlap). Each is a period of the publication's term_metrics (lms_refresh.store.periods).
 TERM_KEYS = {
-    "name": Key(v.label, REQUIRED, "The term's name: its `period` in term_metrics; no two terms share one."),
+    "name": Key(v.label, REQUIRED, "The term's name: its `period` in term_metrics; no two terms share one, nor "
+                                       "differ only in letter case or Unicode spelling."),
     "first_day": Key(v.calendar_day, REQUIRED, "Its first local day, inclusive."),
     "last_day": Key(v.calendar_day, REQUIRED,
                     f"Its last local day, inclusive: on or after first_day, at most {MAX_TERM_DAYS - 1} days after "
