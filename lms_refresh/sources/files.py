@@ -11,7 +11,8 @@ export directory:
   "a\nERROR ..." must not start a line of its own in the journal or on stderr;
 - a line is never held whole beyond the record limit: a longer one is read
   past in blocks and stands for itself only by its length;
-- a file is read no further than the size it had when the run planned it.
+- a file is read no further than the size it had when the run planned it;
+- a last line without its newline is the caller's to judge (`chunk_lines`): it may be a record still being written.
 """
 
 import errno
@@ -26,6 +27,7 @@ from lms_refresh.regular_files import kind_of
 from lms_refresh.state_directory import user_name
 
 SUFFIXES = (".ndjson", ".jsonl", ".ndjson.gz", ".jsonl.gz")
+BOM = b"\xef\xbb\xbf"  # UTF-8's byte order mark, accepted at the start of an export file only
 SKIP_BLOCK = 1 << 20  # bytes held at a time while reading past an oversized record
 _WITHOUT_NEWLINE = operator.itemgetter(slice(None, -1))  # a line read with its newline, without it
 
@@ -214,26 +216,37 @@ def _read_line(handle, limit, budget):
 
 
 def numbered_lines(handle, limit):
-    """Yield (number, line) for each line of a binary stream; a line longer than `limit` is its length."""
+    """Yield (number, line) for each line of a binary stream; a line longer than `limit` is its length.
+
+    A byte order mark opening the stream is no part of its first line (see `without_bom`)."""
     number = 0
     while True:
         line, ended = _read_line(handle, limit, sys.maxsize)
         if not ended and line == b"":
             return
         number += 1
-        yield number, line
+        yield number, without_bom(line) if number == 1 else line
+
+
+def without_bom(line):
+    """Return the first line of an export file without the UTF-8 byte order mark an editor or a Windows exporter
+    may open the file with (an LRS's page with one is accepted too); anywhere else a BOM stays what it is."""
+    return line[3:] if type(line) is bytes and line.startswith(BOM) else line
 
 
 def chunk_lines(handle, start, end, *, size, limit, max_lines=None):
-    """Return (lines, resume): the lines of a file that start in [start, end), reading nothing at or past `size`.
+    """Return (lines, resume, tail): the lines of a file that start in [start, end), reading nothing at or past
+    `size`.
 
     Each line is bytes without its newline, or the length (an int) of a line
-    longer than `limit`. The last line is read on past `end` to its newline;
-    if it has none yet and the file has grown since `size` was seen, it is a
-    record still being written and is left for the next run. At most
-    `max_lines` lines are returned: `resume` is then the offset of the next
-    one (read [resume, end) next), else None — so that a chunk of tiny lines
-    never turns into millions of objects at once.
+    longer than `limit`. The last line is read on past `end` to its newline.
+    One that has none before `size` is the file's last line, and may be a
+    record still being written: unless it is already longer than `limit`
+    (quarantined whatever follows), it is not among `lines` but is `tail`,
+    (its offset in the file, its bytes), for the caller to judge; else `tail`
+    is None. At most `max_lines` lines are returned: `resume` is then the
+    offset of the next one (read [resume, end) next), else None — so that a
+    chunk of tiny lines never turns into millions of objects at once.
     """
     position = start
     handle.seek(max(start - 1, 0))
@@ -242,34 +255,43 @@ def chunk_lines(handle, start, end, *, size, limit, max_lines=None):
         # a long line running through several chunks is read past once, not once per chunk.
         skipped, ended = _skip_line(handle, end - start + 1)
         if not ended:
-            return [], None
+            return [], None, None
         position = start - 1 + skipped
     if position >= end:
-        return [], None
+        return [], None, None
     # Each line with its newline, found by memchr: data.split(b"\n") tests the bytes one by one, for three
     # times the instructions of this and of the copies without newlines below (callgrind: 5,200 a line of
     # 900 bytes, against 1,750). The chunk and its lines are held at once, as split's were.
-    lines = io.BytesIO(handle.read(end - position)).readlines()
+    data = handle.read(end - position)
+    lines = io.BytesIO(data).readlines()
     resume = None
     if max_lines is not None and len(lines) > max_lines:
         del lines[max_lines:]
         resume = position + sum(map(len, lines))
     tail = lines.pop() if lines and lines[-1][-1] != 10 else None  # 10: b"\n"
+    tail_at = position + len(data) - len(tail) if tail is not None else None
     lines = list(map(_WITHOUT_NEWLINE, lines))
+    if position == 0:
+        if lines:
+            lines[0] = without_bom(lines[0])
+        elif tail is not None:
+            tail = without_bom(tail)
     # A line longer than `limit` is rare: measuring them all costs a tenth of building a new list.
     if end - position > limit and max(map(len, lines), default=0) > limit:
         lines = [line if len(line) <= limit else len(line) for line in lines]
-    if tail is not None:  # the last line starts in this chunk, so it is ours (appended, not a copy of the chunk)
-        if len(tail) > limit:
-            rest, ended = _skip_line(handle, size - end)
-            tail = len(tail) + rest - ended
-        else:
-            rest, ended = _read_line(handle, limit - len(tail), size - end)
-            tail = tail + rest if type(rest) is bytes else len(tail) + rest
-        # Unless the file grew, and so differs from the index entry this run records: the next run reads it again.
-        if ended or os.fstat(handle.fileno()).st_size <= size:
-            lines.append(tail)
-    return lines, resume
+    if tail is None:
+        return lines, resume, None
+    # The last line starts in this chunk, so it is ours (appended, not a copy of the chunk).
+    if len(tail) > limit:
+        rest, ended = _skip_line(handle, size - end)
+        tail = len(tail) + rest - ended
+    else:
+        rest, ended = _read_line(handle, limit - len(tail), size - end)
+        tail = tail + rest if type(rest) is bytes else len(tail) + rest
+    if ended or type(tail) is int:
+        lines.append(tail)
+        return lines, resume, None
+    return lines, resume, (tail_at, tail)
 
 
 class UpTo:

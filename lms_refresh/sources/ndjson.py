@@ -14,7 +14,9 @@ which keeps a one-day refresh cheap however much history sits beside it.
 Hostile or careless input must neither block a run nor exhaust its memory:
 only regular files are opened (a FIFO would block, a device may rewind);
 a file is read up to the size it had when the run planned it (a file that
-grows meanwhile is read to its new end next run); and no line is ever held
+grows meanwhile is read to its new end next run; a last line that is no
+complete record yet is left unread, and the next run reads it whatever its
+`stored`: see file_index); and no line is ever held
 whole beyond `max_record_bytes` — a longer one is read past in blocks and
 quarantined by its origin and length.
 """
@@ -28,12 +30,14 @@ import multiprocessing
 import os
 import zlib
 
-from lms_refresh.errors import BadInputError, ConfigError, UnavailableError
+from lms_refresh.errors import BadInputError, ConfigError
 from lms_refresh.regular_files import NotRegularFile, open_regular
-from lms_refresh.sources import OK, WARNING, BaseSource, Batch, Finding
+from lms_refresh.sources import OK, WARNING, BaseSource, Finding
+from lms_refresh.sources.file_index import UNFINISHED_GRACE, FileTracker, reading_of, unchanged_outside
 from lms_refresh.sources.files import UpTo, denied, export_files, numbered_lines, shown_path
 from lms_refresh.sources.ndjson_worker import (
     BYTES_PER_STATEMENT,
+    FROM_ANY_TIME,
     LINES_PER_STATEMENT_BUDGET,
     MAX_RECORD_BYTES,
     Chunk,
@@ -66,47 +70,6 @@ def _batched(items, size):
 
 def _no_index(paths):
     return {}
-
-
-def _unchanged_outside(known, signature, *, since, until):
-    """Whether the index entry `known` is `signature`'s, with no `stored` time in [since, until)."""
-    if not known or tuple(known[:3]) != signature:
-        return False
-    low, high = known[3:5]
-    return low is None or high < since or low >= until
-
-
-class _FileTracker:
-    """Line numbers and the `stored` range of one file, across its chunks."""
-
-    def __init__(self, path):
-        self.path = path
-        self.lines = 0
-        self.low = self.high = None
-        self.changed = False
-
-    def add(self, result):
-        batch = result.batch
-        batch.quarantined = [(f"{self.path}:{self.lines + n}", reason, raw) for n, reason, raw in batch.quarantined]
-        self.lines += result.lines
-        self.changed = self.changed or result.changed
-        if result.low is not None and (self.low is None or result.low < self.low):
-            self.low = result.low
-        if result.high is not None and (self.high is None or result.high > self.high):
-            self.high = result.high
-        return batch
-
-    def state(self, signature, future):
-        """The Batch that records the file's index entry, once its last chunk was added, with `future`: the
-        earliest future limit this content was read with (the lines after it were quarantined, see Intake's
-        `settled`; an unchanged file keeps the one it was first read with)."""
-        if self.changed:
-            # Committing what was read would move the watermark past the lines never read, and the next run,
-            # whose window starts there, would skip them in the file now at this path: fail (69, retried by a
-            # scheduled run) with nothing committed, so that the next attempt reads this window again.
-            raise UnavailableError(f"{shown_path(self.path)} was removed, replaced or truncated while the run read it; "
-                                   "nothing was committed, and the next run reads the window again.")
-        return Batch(state={self.path: list(signature) + [self.low, self.high, future]})
 
 
 class NdjsonSource(BaseSource):
@@ -147,31 +110,36 @@ class NdjsonSource(BaseSource):
 
     def restore(self, lookup):
         """Take up the file index an earlier committed run recorded, through `lookup(paths)`, which
-        returns {path: [size, mtime_ns, inode, min, max]} (the Signature, then the range of `stored`
-        cursors read from the file; None, None if none) for those of `paths` it holds. The index is
-        asked in batches as the walk goes, never read whole: it grows with the export files."""
+        returns {path: entry} (see file_index) for those of `paths` it holds. The index is asked in batches
+        as the walk goes, never read whole: it grows with the export files."""
         self.lookup = lookup
 
     def _plan(self, window, *, compressed):
-        """Yield (path, signature, chunks) for the plain (or the compressed) files that must be read,
-        in path order; skipped entries are warned of with the plain files."""
+        """Yield (path, signature, chunks, settled, left) for the plain (or the compressed) files that must be
+        read, in path order; skipped entries are warned of with the plain files. A chunk is (start, end, since):
+        `since` is FROM_ANY_TIME from where a committed run left an unfinished last line unread (in a compressed
+        file, the line's number, its only chunk's `since`), else None; `left` is that run's note of the line in
+        this same content (else None)."""
         since, until = window.since_cursor, window.until_cursor
+        quiet_since = int(window.until.timestamp() - UNFINISHED_GRACE) * 1_000_000_000
         for group in _batched(self._files(compressed), PLAN_BATCH):
             known = self.lookup([path for path, _ in group])
             for path, info in group:
                 signature = Signature(info.st_size, info.st_mtime_ns, info.st_ino)
                 entry = known.get(path)
-                if _unchanged_outside(entry, signature, since=since, until=until):
+                if unchanged_outside(entry, signature, since=since, until=until):
                     continue
-                settled = entry[5] if entry and len(entry) > 5 and tuple(entry[:3]) == signature else None
+                settled, after, left = reading_of(entry, signature, quiet_since_ns=quiet_since)
                 if not os.access(path, os.R_OK):
                     raise ConfigError(denied(path))  # an operator must fix it (78); the run rolls back
                 if compressed:
-                    chunks = [(0, None)]  # streamed, not cut
+                    chunks = [(0, None, after)]  # streamed, not cut
                 else:
-                    starts = range(0, max(info.st_size, 1), self.chunk_bytes)
-                    chunks = [(s, min(s + self.chunk_bytes, info.st_size)) for s in starts]
-                yield path, signature, chunks, settled
+                    # Cut where the unfinished line began too: the lines from there on are read from any time on.
+                    cuts = sorted({*range(0, max(info.st_size, 1), self.chunk_bytes), *([after] if after else [])})
+                    chunks = [(start, end, FROM_ANY_TIME if after is not None and start >= after else None)
+                              for start, end in zip(cuts, cuts[1:] + [info.st_size], strict=True)]
+                yield path, signature, chunks, settled, left
 
     def _files(self, compressed):
         for kind, path, detail in export_files(self.path):
@@ -209,24 +177,24 @@ class NdjsonSource(BaseSource):
         # The plan is walked once, by two readers: the chunks it gives the workers (a bounded
         # pipeline ahead) and the files whose results are collected here; tee holds the gap.
         for_tasks, for_files = itertools.tee(itertools.chain(ahead, plain))
-        tasks = (Chunk(path, start, end, signature, settled) for path, signature, chunks, settled in for_tasks
-                 for start, end in chunks)
+        tasks = (Chunk(path, start, end, signature, settled, since, left)
+                 for path, signature, chunks, settled, left in for_tasks for start, end, since in chunks)
         pool = None
         if parallel:
             pool = multiprocessing.get_context("fork").Pool(self.workers, _worker_init, (self.mapper, os.getpid()))
         try:
             results = self._results(pool, tasks, reading)
             future = self.mapper.latest
-            for path, signature, chunks, settled in for_files:
-                tracker = _FileTracker(path)
+            for path, signature, chunks, settled, _ in for_files:
+                tracker = FileTracker(path)
                 for _ in chunks:
                     for result in next(results):
                         yield tracker.add(result)
                 yield tracker.state(signature, settled or future)
-            for path, signature, _, settled in self._plan(window, compressed=True):
-                tracker = _FileTracker(path)
+            for path, signature, chunks, settled, _ in self._plan(window, compressed=True):
+                tracker = FileTracker(path)
                 for result in self._stream_gzip(path, signature, since, until=until, settled=settled,
-                                                changed_after=window.until.timestamp()):
+                                                changed_after=window.until.timestamp(), after=chunks[0][2]):
                     yield tracker.add(result)
                 yield tracker.state(signature, settled or future)
         finally:
@@ -259,11 +227,13 @@ class NdjsonSource(BaseSource):
             result = read_chunk(self.mapper, dataclasses.replace(task, start=result.resume), reading)
             yield result
 
-    def _stream_gzip(self, path, signature, since, *, until, changed_after, settled=None):
+    def _stream_gzip(self, path, signature, since, *, until, changed_after, settled=None, after=None):
         """Yield ChunkResults of a compressed file, streamed in batches of at most batch_size lines
         and about chunk_bytes of text, up to the compressed size the run planned. A file that ends
         early and was modified after `changed_after` (the window's end, as a timestamp) is still
-        being written: what is complete is read, the rest by the next run."""
+        being written: what is complete is read, the rest by the next run, from the first line not
+        read on (the last result's `tail`: its number) whatever their `stored` — as from line `after`
+        now, if a committed run left this file so."""
         try:
             handle, info = open_regular(path)
         except (FileNotFoundError, NotRegularFile):
@@ -283,21 +253,25 @@ class NdjsonSource(BaseSource):
                 yield changed
                 return
             numbered = numbered_lines(gzip.GzipFile(fileobj=UpTo(handle, signature.size), mode="rb"), self.limit)
+            read = 0  # lines read (and yielded) so far
             try:
                 while True:
                     lines, held = [], 0
                     for item in numbered:
                         lines.append(item)
                         held += len(item[1]) if type(item[1]) is bytes else 0
-                        if len(lines) >= self.batch_size or held >= self.chunk_bytes:
+                        # A batch ends before `after` too: the lines from there on are read from any time on.
+                        if len(lines) >= self.batch_size or held >= self.chunk_bytes or item[0] + 1 == after:
                             break
                     if not lines:
                         return
                     result = ChunkResult()
                     offset = lines[0][0] - 1
                     parse_lines(self.mapper, oversized(((n - offset, line) for n, line in lines), result.batch,
-                                                       self.limit), since, until=until, result=result, settled=settled)
+                                                       self.limit), FROM_ANY_TIME if after and lines[0][0] >= after
+                                else since, until=until, result=result, settled=settled)
                     result.lines = len(lines)
+                    read += len(lines)
                     del lines
                     yield result
             except (OSError, EOFError, zlib.error) as error:
@@ -308,7 +282,9 @@ class NdjsonSource(BaseSource):
                 if grew or (isinstance(error, EOFError) and info.st_mtime > changed_after):
                     logger.warning("%s was still being written when the run read it; what was complete is read "
                                    "now, the rest by the next run.", shown_path(path))
+                    rest = ChunkResult()  # the lines of the batch cut short are read by the next run too
+                    rest.tail = [read + 1, False]
+                    yield rest
                     return
                 raise BadInputError(f"Cannot read {shown_path(path)} to the end ({error}); fix or move the file "
                                     "and run again.") from error
-

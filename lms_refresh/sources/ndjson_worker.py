@@ -27,6 +27,7 @@ NICE_WORKERS = 19  # parsing workers run at the lowest priority (see _worker_ini
 BYTES_PER_STATEMENT = 1024  # sizes chunks: batch_size statements of about this size
 MAX_RECORD_BYTES = 1 << 20  # the default of source.max_record_bytes (statements are about 1 KiB)
 LINES_PER_STATEMENT_BUDGET = 4  # a chunk's result holds at most 4 x batch_size lines (statements >= 256 bytes)
+FROM_ANY_TIME = ""  # a `since` before every `stored` cursor
 
 
 class Signature(typing.NamedTuple):
@@ -50,6 +51,12 @@ class Chunk:
     # Unchanged since a committed run read it whole at this future limit: what it held after that limit
     # was quarantined then (see Intake's `settled`).
     settled: str | None = None
+    # The cursor the lines are read from instead of the window's start (None: the window's): FROM_ANY_TIME from
+    # the unfinished last line a committed run left unread on, whose window the watermark has passed since.
+    since: str | None = None
+    # That run's note of the unfinished last line it left in this same content, [offset, quarantined] (see
+    # `unfinished_tail`), or None.
+    left: list | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,9 +75,11 @@ class ChunkResult:
 
     `changed`: the file was removed or replaced after the run planned it; nothing was read.
     `resume`: the chunk held more lines than one result may; the rest starts at this offset.
+    `tail`: [where, quarantined] of the file's unfinished last line, which was not read as a record (where: its
+    offset, or in a compressed file its number), or None: the file index records it (see `unfinished_tail`).
     """
 
-    __slots__ = ("batch", "lines", "low", "high", "changed", "resume")
+    __slots__ = ("batch", "lines", "low", "high", "changed", "resume", "tail")
 
     def __init__(self):
         self.batch = Batch()
@@ -78,6 +87,7 @@ class ChunkResult:
         self.low = self.high = None
         self.changed = False
         self.resume = None
+        self.tail = None
 
 
 def _stored_of(line):
@@ -182,20 +192,65 @@ def read_chunk(mapper, chunk, reading):
                 return result
             size = info.st_size if signature is None else signature.size
             end = size if chunk.end is None else min(chunk.end, size)
-            lines, result.resume = chunk_lines(handle, chunk.start, end, size=size, limit=limit,
-                                               max_lines=reading.max_lines)
+            lines, result.resume, tail = chunk_lines(handle, chunk.start, end, size=size, limit=limit,
+                                                     max_lines=reading.max_lines)
             if signature is not None and os.fstat(handle.fileno()).st_size < signature.size:
                 result.changed = True  # truncated while this chunk was read
                 return result
     except OSError as error:
         raise BadInputError(f"Cannot read {shown_path(path)} ({error.strerror or error}); fix or move the file and run "
                             "again.") from error
+    why = None if tail is None else incomplete(tail[1])
+    if why is None and tail is not None:
+        lines.append(tail[1])  # a complete record, though no newline ends it (yet)
     numbered = enumerate(lines, 1)
     if int in map(type, lines):  # a line given as its length is rare: `oversized`, a generator, costs per line
         numbered = oversized(numbered, result.batch, limit)
-    parse_lines(mapper, numbered, reading.since, until=reading.until, result=result, settled=chunk.settled)
+    since = reading.since if chunk.since is None else chunk.since
+    parse_lines(mapper, numbered, since, until=reading.until, result=result, settled=chunk.settled)
     result.lines = len(lines)
+    if why is not None:
+        result.tail = unfinished_tail(tail, why, chunk.left, len(lines) + 1, result.batch)
     return result
+
+
+def incomplete(line):
+    """Why `line`, the last line of a file, without a newline, is no complete record yet: the decoder's reason,
+    "" if it is blank (an exporter may write a record after the spaces, or after a byte order mark); None if it
+    is a complete JSON value, which is a record whether or not a newline ever follows (some exporters end their
+    files without one)."""
+    if not line.strip():
+        return ""
+    try:
+        json_decoding.line_decoder()(line)
+    except (json_decoding.TooDeep, RecursionError):
+        return "JSON nested too deeply to parse"
+    except ValueError as error:
+        return f"not valid JSON: {error}"
+    return None
+
+
+def unfinished_tail(tail, why, left, number, batch):
+    """Return the file index's note, [offset, quarantined], of a file's unfinished last line `tail` (offset,
+    bytes), which is `incomplete` for the reason `why`: it is the `number`th line of the chunk read into `batch`.
+
+    Such a line is most likely a record an exporter is still writing (a block-buffered write flushes part of
+    a line): quarantined, it would be lost once ended, as its `stored` lies behind the watermark by then. So it
+    is left unread, and the next run reads the lines from its offset on whatever their `stored` (`Chunk.since`).
+    A line still unfinished in a file that has not changed since a committed run left it, nor been written to for
+    file_index.UNFINISHED_GRACE (`left`), is quarantined then (if not blank), so that it is not hidden for ever;
+    and only once. Should the file change after all, the
+    lines from that offset are read as any unfinished line's would be: the ended record is not lost.
+    """
+    offset, line = tail
+    if left is None or left[0] != offset:
+        return [offset, False]
+    if not left[1] and why:
+        number, raw = _as_quarantined(number, line)
+        batch.quarantined.append((number, f"the last line has no newline and is not a complete record, and the file "
+                                          f"has not changed since the run that left it unread: {why}", raw))
+        batch.read += 1
+    return [offset, True]
 
 
 _worker_mapper = None

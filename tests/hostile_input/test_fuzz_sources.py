@@ -121,7 +121,7 @@ def test_a_window_keeps_only_its_own_statements_whatever_the_lines(json_parser, 
 # -- the bounded line readers -------------------------------------------------------
 
 def reference_lines(data, limit):
-    pieces = data.split(b"\n")
+    pieces = data.removeprefix(b"\xef\xbb\xbf").split(b"\n")  # a byte order mark opening the file is no content
     if pieces[-1] == b"":
         pieces.pop()
     return [piece if len(piece) <= limit else len(piece) for piece in pieces]
@@ -140,12 +140,16 @@ def test_chunks_cut_anywhere_give_every_line_once_and_long_ones_as_their_length(
         got = []
         for start in range(0, max(len(data), 1), chunk):
             end = min(start + chunk, len(data))
-            lines, resume = chunk_lines(handle, start, end, size=len(data), limit=limit, max_lines=max_lines)
+            lines, resume, tail = chunk_lines(handle, start, end, size=len(data), limit=limit, max_lines=max_lines)
             while resume is not None:  # a chunk holding more than max_lines lines goes on where it stopped
-                assert len(lines) == max_lines and start < resume < end
+                assert len(lines) == max_lines and start < resume < end and tail is None
                 got += lines
-                lines, resume = chunk_lines(handle, resume, end, size=len(data), limit=limit, max_lines=max_lines)
+                lines, resume, tail = chunk_lines(handle, resume, end, size=len(data), limit=limit,
+                                                  max_lines=max_lines)
             got += lines
+            if tail is not None:  # the last line, without a newline and within the limit: its offset and bytes
+                assert tail[0] == data.rfind(b"\n") + 1 and not data.endswith(b"\n")
+                got.append(tail[1])
     assert got == reference_lines(data, limit)
 
 
