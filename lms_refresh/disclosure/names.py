@@ -6,12 +6,16 @@ it can reach a publication, `clean_name`:
 
 - reduces Moodle's multilang markup (`<span lang="xx" class="multilang">…</span>`, and the older
   `<lang lang="xx">…</lang>`) to one language, as Moodle's multilang filter shows it;
-- removes control characters and Unicode format characters (bidi overrides and isolates such as
-  U+202E, zero-width joiners, the BOM), and turns line and paragraph separators into spaces;
+- removes control characters, Unicode format characters (bidi overrides and isolates such as U+202E,
+  zero-width joiners, the BOM) and every other code point a reader is shown nothing of (Unicode's
+  default-ignorable code points: variation selectors, Khmer inherent vowels, Hangul fillers, tags;
+  disclosure/folding.py), and turns line and paragraph separators into spaces;
 - collapses runs of white space into one space;
 - removes identifiers of people through lms_refresh.disclosure.redaction: anything shaped like an
-  e-mail address, credentials, and (`identifiers`) the naming statement's own actor identifiers;
-- bounds the result to MAX_NAME_CHARS characters.
+  e-mail address (also as a reader sees it: "jane＠example.edu"), credentials, and (`identifiers`) the
+  naming statement's own actor identifiers;
+- bounds the result to MAX_NAME_CHARS characters, after all of the above, so that no cut leaves part of
+  an address that the rule could no longer recognise.
 
 Other markup (`<script>`, `<b>`) is kept as the text it is: a name is plain text, and whoever shows
 it (a dashboard, the report) escapes it, as it must escape any text.
@@ -20,12 +24,13 @@ it (a dashboard, the report) escapes it, as it must escape any text.
 import re
 import unicodedata
 
-from lms_refresh.disclosure import redaction
+from lms_refresh.disclosure import folding, redaction
 
 MAX_NAME_CHARS = 200  # longer than any real course name, short enough for any dashboard's column
-# Work done on a name is bounded too: a longer text is cut here first, then cleaned and bounded.
+# Work done on a name is bounded too: a longer text is cut here first, then cleaned, redacted and bounded.
 _MAX_READ = 20 * MAX_NAME_CHARS
 _FALLBACK_LANGUAGES = ("en-us", "en")
+_LONGEST_ADDRESS = 3 * 254  # RFC 5321's 254 octets, each percent-encoded at worst ("%40")
 
 _MULTILANG = re.compile(
     r"<span\s+(?:lang=[\"']([A-Za-z0-9_-]{1,20})[\"']\s+class=[\"']multilang[\"']"
@@ -90,16 +95,19 @@ def clean_name(text, *, language=None, identifiers=()):
         text = redaction.without_identifiers(text, [value for value in identifiers if value])
     else:
         text = redaction.scrub_text(text)
-    if cut and len(text) <= MAX_NAME_CHARS:
-        # What was cut off at _MAX_READ reaches the name (cleaning shortened the rest): its last word may
-        # be part of an address that scrubbing could not recognise, so it goes.
-        text = text[:max(text.rfind(" "), 0)]
+    if cut:
+        # The last word was cut in two at _MAX_READ: it may be part of an address that redaction could not
+        # recognise ("jane.doe@ex"), so it goes, whether or not cleaning brought it within MAX_NAME_CHARS (it
+        # can reach the name from thousands of characters away, after removed ones) — but no more of it than
+        # an address can be long: what comes before began no address cut there.
+        text = text[:max(text.rfind(" "), len(text) - _LONGEST_ADDRESS, 0)]
     return text[:MAX_NAME_CHARS].rstrip() or None
 
 
 def _plain(text):
     """`text` composed (NFC), without the characters a name loses, its runs of white space as one space."""
-    text = unicodedata.normalize("NFC", text)
+    # Removed before composing: a combining grapheme joiner (U+034F) would keep apart what NFC composes.
+    text = unicodedata.normalize("NFC", folding.IGNORABLE.sub("", text))
     text = "".join(" " if unicodedata.category(c) in _SPACED else c for c in text
                    if unicodedata.category(c) not in _REMOVED or c in "\t\n\r\f\v")
     return _SPACE.sub(" ", text).strip()

@@ -1,11 +1,11 @@
 """What may be shown of a message, a URL or a quarantined record: one rule for every output.
 
-`scrub_text` is applied to every text written for people (log records, the run log, alerts, `check`
-and `status --check` lines, Healthchecks bodies, the quarantine): it removes credentials read by this
-process, URLs' passwords, secret-named query parameters and anything shaped like an e-mail address
-(README, "What is redacted, and where"). A URL shown on its own goes through `url_origin`
-(scheme://host:port) or `url_without_password` (a database URL). A quarantined record goes through
-`Redactor`, a published course name through `without_identifiers`.
+`scrub_text` is applied to every text written for people (log records, the run log, alerts, `check` and `status
+--check` lines, Healthchecks bodies, the quarantine): it removes credentials read by this process, URLs' passwords,
+secret-named query parameters and anything shaped like an e-mail address, as a reader sees it too (disclosure/
+folding.py; README, "What is redacted, and where"). A URL shown on its own goes through `url_origin` or
+`url_without_password` (a database URL), a quarantined record through `Redactor`, a published course name through
+`without_identifiers`; `carries_address` tells a text that must not be published at all (a course IRI).
 """
 
 import contextlib
@@ -17,6 +17,7 @@ import re
 import urllib.parse
 
 from lms_refresh.credentials import read_so_far
+from lms_refresh.disclosure import folding
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser, moodle_identifier
 
 REDACTED = "[redacted]"
@@ -35,6 +36,7 @@ _MARKS = "\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"  # 
 _ADDRESS_LETTER = rf"(?:[\w{_MARKS}-]|%(?!40|2540)[0-9a-fA-F]{{2}})"
 _ADDRESS = (rf"(?:(?<![\w.+%{_MARKS}-])|(?<=%40))(?:{_ADDRESS_LETTER}|[.+])+(?:@|%40|%2540)"
             rf"{_ADDRESS_LETTER}+(?:\.{_ADDRESS_LETTER}+)+")
+_ADDRESS_ALONE = re.compile(_ADDRESS)
 # One pass over the text; the alternatives are tried in this order at each position. Letter case is
 # ignored only where it must be: for classes as wide as \w, re.IGNORECASE costs 10 times the time.
 _TEXT = re.compile(
@@ -65,18 +67,24 @@ def _replace(match):
 
 
 def scrub_text(text, secrets=()):
-    """Return `text` without credentials, URL passwords and e-mail addresses (see the module doc).
-
-    `secrets` are credential values (passwords, URLs with tokens) besides those this process read through
-    lms_refresh.credentials; anything but a string is returned as is.
-    """
+    """Return `text` without credentials, URL passwords and e-mail addresses (see the module doc). `secrets` are
+    credential values (passwords, URLs with tokens) besides those this process read through lms_refresh.credentials;
+    anything but a string is returned as is."""
     if not isinstance(text, str) or not text:
         return text
     for secret in (*secrets, *read_so_far()):
         for form in _secret_forms(secret):
             text = text.replace(form, REDACTED)
+    # First the addresses only a reader sees ("jane\ufe0f@…", "jane＠…"), whole: the pass below would leave a part.
+    text = folding.redacted(text, _ADDRESS_ALONE, REDACTED, ("@", "%"))
     lowered = text.lower()
     return _TEXT.sub(_replace, text) if any(trigger in lowered for trigger in _TRIGGERS) else text
+
+
+def carries_address(text):
+    """Whether `text` holds what the address rule of `scrub_text` removes, read as a reader sees it (folding.view)."""
+    folded = text if text.isascii() else folding.view(text)[0]
+    return ("@" in folded or "%40" in folded or "%2540" in folded) and _ADDRESS_ALONE.search(folded) is not None
 
 
 @functools.lru_cache(maxsize=64)
@@ -147,9 +155,8 @@ class Redactor:
     not an object) is kept as its size only: its bytes may hold identifiers that cannot be located.
 
     `identify(actor)` is the source's own reading of an actor's identifier text (the xAPI mapper's
-    `actor_identifier`), raising ValueError for an actor it gives no pseudonym: a marker here is then the one
-    the mapper gives, and redaction needs no source. `moodle_site` is the Moodle source's site_url (None for
-    xAPI sources).
+    `actor_identifier`), raising ValueError for an actor it gives no pseudonym: a marker here is then the one the
+    mapper gives, and redaction needs no source. `moodle_site` is the Moodle source's site_url (None for xAPI).
     """
 
     def __init__(self, key, identify, moodle_site=None):
@@ -159,10 +166,8 @@ class Redactor:
         self._moodle_site = moodle_site
 
     def row(self, origin, reason, raw):
-        """Return (origin, reason, kept text, digest) for a quarantined record.
-
-        The digest is keyed, so a short record cannot be confirmed by hashing guesses.
-        """
+        """Return (origin, reason, kept text, digest) for a quarantined record. The digest is keyed, so a short
+        record cannot be confirmed by hashing guesses."""
         data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
         digest = hmac.new(self._key, b"quarantine\0" + data, hashlib.sha256).hexdigest()
         found = _Found()
@@ -271,7 +276,7 @@ class Redactor:
 
     def _moodle_user(self, value, found):
         if isinstance(value, (str, int)) and not isinstance(value, bool):
-            found.whole.add(_folded(str(value)))  # a number goes where a whole string equals it: not inside log ids
+            found.whole.add(folding.one_case(str(value)))  # a number goes where a whole string is it: not in log ids
         if self._moodle_site is None or isinstance(value, bool) or not isinstance(value, int):
             return REDACTED
         return marker(self._pseudonymise(moodle_identifier(self._moodle_site, value)))
@@ -297,7 +302,7 @@ class _Found:
 
     def _add(self, value):
         for form in {value, value.strip()} if value.strip() else ():
-            self.whole.add(_folded(form))
+            self.whole.add(folding.one_case(form))
             if len(form) >= _SHORTEST:
                 self.inside.add(form)
 
@@ -305,19 +310,19 @@ class _Found:
         """Return a function of a string: without these identifiers, then through `scrub_text`."""
         whole, pattern = self.whole, None
         # Matching folds one character to one ("ß" is not "SS"): a text still holding a non-ASCII one goes whole.
-        folded = [_folded(value) for value in self.inside if not value.isascii()]
+        folded = [folding.one_case(value) for value in self.inside if not value.isascii()]
         if self.inside:
             # Longest first, so an address is replaced whole before a shorter value inside it; whole
             # words only, so an account name "123" leaves the origin "export.ndjson:1234" alone.
             pattern = re.compile("|".join(map(_word, sorted(self.inside, key=len, reverse=True))), re.IGNORECASE)
 
         def scrub(text):
-            if _folded(text) in whole:
+            if folding.one_case(text) in whole:
                 return REDACTED
             if pattern is not None and text:  # a hole of letters: what is left of an address keeps its shape
                 text = pattern.sub(_HOLE, text)
             text = scrub_text(text).replace(_HOLE, REDACTED)
-            return REDACTED if folded and any(value in _folded(text) for value in folded) else text
+            return REDACTED if folded and any(value in folding.one_case(text) for value in folded) else text
         return scrub
 
 
@@ -326,11 +331,6 @@ def without_identifiers(text, identifiers):
     found = _Found()
     found.remember(list(identifiers))
     return found.rule()(text)
-
-
-def _folded(text):
-    """`text` in one letter case whichever it was written in (upper first: "ı" and "i" are both "I")."""
-    return text.upper().casefold()
 
 
 def _word(value):

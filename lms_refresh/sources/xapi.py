@@ -26,6 +26,7 @@ from lms_refresh.sources.records import CACHE_LIMIT, EVENT, TITLE, VOID, LocalDa
 from lms_refresh.sources.xapi_fields import (
     InvalidStatement,
     actor_identifier,
+    checked_course,
     event_key,
     is_iri,
     parse_duration_ms,
@@ -316,7 +317,9 @@ class StatementMapper:
         if "duration" in result:
             duration_ms = self.duration_of(result["duration"])
         course, activity = self.course_of(statement, object_id, target)
-        course_key = self._courses.get(course) or self._name_id("course", course, self._courses)
+        # A course met for the first time is checked once (the cache holds only courses that passed): its IRI is
+        # published as it is, so one that carries an address quarantines the statement (checked_course).
+        course_key = self._courses.get(course) or self._name_id("course", checked_course(course), self._courses)
         verb_key = self._verbs.get(verb_id) or self._verb_key(verb_id)
         # The course's own activity may name it: the latest stored of the statements that count wins
         # (records.title_of), never a statement stored after the future limit (quarantined).

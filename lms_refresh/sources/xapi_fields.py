@@ -11,6 +11,7 @@ import json
 import re
 
 from lms_refresh import instants
+from lms_refresh.disclosure.redaction import carries_address, scrub_text
 from lms_refresh.sources.records import InvalidRecord
 
 # An absolute IRI (RFC 3987): a scheme, a colon, then none of the characters IRIs exclude — space, controls,
@@ -70,6 +71,18 @@ def shown(value, width=40):
 
 def is_iri(value):
     return type(value) is str and _IRI.fullmatch(value) is not None
+
+
+def checked_course(course):
+    """Return `course`, a course IRI the mapper meets for the first time (or again, its cache emptied), or raise
+    InvalidStatement if it carries an e-mail address (as `scrub_text` finds one, hidden or not): the IRI is
+    published as it is, as the key of its course's rows, so it cannot be redacted (two courses would become one)
+    and the statement is quarantined instead. The reason shows the IRI redacted."""
+    if carries_address(course):
+        raise InvalidStatement(f"its course IRI {shown(scrub_text(course), 80)} carries an e-mail address, which would "
+                               "be published: a course IRI is the key of its published rows and is never redacted; "
+                               "send the course's activity with an IRI that names no one")
+    return course
 
 
 def parse_time(text, field):
