@@ -99,9 +99,29 @@ def clean_name(text, *, language=None, identifiers=()):
         # The last word was cut in two at _MAX_READ: it may be part of an address that redaction could not
         # recognise ("jane.doe@ex"), so it goes, whether or not cleaning brought it within MAX_NAME_CHARS (it
         # can reach the name from thousands of characters away, after removed ones) — but no more of it than
-        # an address can be long: what comes before began no address cut there.
-        text = text[:max(text.rfind(" "), len(text) - _LONGEST_ADDRESS, 0)]
+        # an address can be long, as a reader sees it (marks, which a view leaves out, take no room there): what
+        # comes before began no address cut there.
+        start = max(text.rfind(" "), 0)
+        folded, origin = folding.view(text[start:])
+        text = text[:start + (origin[len(folded) - _LONGEST_ADDRESS] if len(folded) > _LONGEST_ADDRESS else 0)]
     return text[:MAX_NAME_CHARS].rstrip() or None
+
+
+def carries_address(text):
+    """Whether `text` (a course IRI, published as it is) holds an e-mail address as the redaction rule finds one,
+    read as a reader sees it (folding.view), whose domain has a label after its first that a top-level domain could
+    be: two letters or more, or an IDN's xn--. The rule itself removes more, which costs a shown text little; here
+    a match quarantines a course's every statement, and course IRIs are often versioned so ("/course/BIO101@2026.1",
+    "urn:course:x@v1.2")."""
+    folded = text if text.isascii() else folding.view(text)[0]
+    if "@" not in folded and "%40" not in folded and "%2540" not in folded:
+        return False
+    return any(any(map(_TOP_LEVEL.fullmatch, _AT.split(match.group())[-1].split(".")[1:]))
+               for match in redaction.ADDRESS.finditer(folded))
+
+
+_AT = re.compile("@|%40|%2540")
+_TOP_LEVEL = re.compile(r"[^\W\d_]{2,}|(?i:xn--)[\w-]+")
 
 
 def _plain(text):

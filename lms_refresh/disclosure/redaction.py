@@ -5,7 +5,7 @@
 secret-named query parameters and anything shaped like an e-mail address, as a reader sees it too (disclosure/
 folding.py; README, "What is redacted, and where"). A URL shown on its own goes through `url_origin` or
 `url_without_password` (a database URL), a quarantined record through `Redactor`, a published course name through
-`without_identifiers`; `carries_address` tells a text that must not be published at all (a course IRI).
+`without_identifiers` (names.carries_address tells a course IRI that must not be published at all).
 """
 
 import contextlib
@@ -36,7 +36,7 @@ _MARKS = "\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"  # 
 _ADDRESS_LETTER = rf"(?:[\w{_MARKS}-]|%(?!40|2540)[0-9a-fA-F]{{2}})"
 _ADDRESS = (rf"(?:(?<![\w.+%{_MARKS}-])|(?<=%40))(?:{_ADDRESS_LETTER}|[.+])+(?:@|%40|%2540)"
             rf"{_ADDRESS_LETTER}+(?:\.{_ADDRESS_LETTER}+)+")
-_ADDRESS_ALONE = re.compile(_ADDRESS)
+ADDRESS = re.compile(_ADDRESS)  # the address rule alone
 # One pass over the text; the alternatives are tried in this order at each position. Letter case is
 # ignored only where it must be: for classes as wide as \w, re.IGNORECASE costs 10 times the time.
 _TEXT = re.compile(
@@ -76,15 +76,9 @@ def scrub_text(text, secrets=()):
         for form in _secret_forms(secret):
             text = text.replace(form, REDACTED)
     # First the addresses only a reader sees ("jane\ufe0f@…", "jane＠…"), whole: the pass below would leave a part.
-    text = folding.redacted(text, _ADDRESS_ALONE, REDACTED, ("@", "%"))
+    text = folding.redacted(text, ADDRESS, REDACTED, ("@", "%"))
     lowered = text.lower()
     return _TEXT.sub(_replace, text) if any(trigger in lowered for trigger in _TRIGGERS) else text
-
-
-def carries_address(text):
-    """Whether `text` holds what the address rule of `scrub_text` removes, read as a reader sees it (folding.view)."""
-    folded = text if text.isascii() else folding.view(text)[0]
-    return ("@" in folded or "%40" in folded or "%2540" in folded) and _ADDRESS_ALONE.search(folded) is not None
 
 
 @functools.lru_cache(maxsize=64)
@@ -321,8 +315,10 @@ class _Found:
                 return REDACTED
             if pattern is not None and text:  # a hole of letters: what is left of an address keeps its shape
                 text = pattern.sub(_HOLE, text)
-            text = scrub_text(text).replace(_HOLE, REDACTED)
-            return REDACTED if folded and any(value in folding.one_case(text) for value in folded) else text
+            # Before scrub_text, which may redact a part of such a value (an address in it) and hide the rest.
+            if folded and any(value in folding.one_case(text) for value in folded):
+                return REDACTED
+            return scrub_text(text).replace(_HOLE, REDACTED)
         return scrub
 
 

@@ -11,7 +11,8 @@ import json
 import re
 
 from lms_refresh import instants
-from lms_refresh.disclosure.redaction import carries_address, scrub_text
+from lms_refresh.disclosure.names import carries_address
+from lms_refresh.disclosure.redaction import scrub_text
 from lms_refresh.sources.records import InvalidRecord
 
 # An absolute IRI (RFC 3987): a scheme, a colon, then none of the characters IRIs exclude — space, controls,

@@ -10,7 +10,7 @@ import pytest
 from helpers.batches import collect_batches
 from helpers.readers import MAPPER, WINDOW
 from helpers.statements import HOME, statement
-from lms_refresh.disclosure.redaction import carries_address
+from lms_refresh.disclosure.names import carries_address
 from lms_refresh.sources import json_decoding
 from lms_refresh.sources.ndjson import NdjsonSource
 from lms_refresh.sources.xapi import COURSE_TYPE, StatementMapper, name_id
@@ -88,5 +88,12 @@ def test_what_carries_an_address_and_what_does_not():
     assert carries_address("mailto:victim.student@example.edu") and carries_address("urn:x:jane\u200b@example.edu")
     assert carries_address(f"{HOME}/course/ｊａｎｅ＠ｅｘａｍｐｌｅ．ｅｄｕ")
     for iri in (f"{HOME}/course/BIO101", "unknown", f"{HOME}/course/@home", "mailto:nobody", "urn:uuid:1@2",
-                "https://moodle.example.edu/course/view.php?id=7", f"{HOME}/cours/économie-été"):
+                "https://moodle.example.edu/course/view.php?id=7", f"{HOME}/cours/économie-été",
+                # Versions and sections: no top-level domain has no letter (the review: these quarantined whole
+                # courses), nor one letter.
+                f"{HOME}/course/BIO101@2026.1", f"{HOME}/course/v1@2.0", "urn:course:BIO101@v1.2",
+                f"{HOME}/course/@scope/pkg@1.2.3", f"{HOME}/x?ref=a@b.c", f"{HOME}/course/x@v1.2"):
         assert not carries_address(iri), iri
+    # An address followed by a version is still one.
+    assert carries_address("mailto:jane@example.edu.1") and carries_address(f"{HOME}/c/jane@example.edu.2026.1")
+    assert carries_address("mailto:a@b.xn--p1ai") and carries_address("mailto:a@例え.テスト")

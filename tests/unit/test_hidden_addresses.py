@@ -100,6 +100,17 @@ def test_a_name_cut_where_it_stops_being_read_keeps_no_part_of_the_address_cut_t
     assert name == f"Course {'y' * words}"
 
 
+def test_a_word_cut_where_a_name_stops_being_read_goes_however_many_marks_it_holds():
+    """The part of the cut word that goes was bounded in code points: with eight combining marks on each letter
+    (kept in a name, invisible to a reader) the start of the local part stayed (review: "Course jane.doe.smith")."""
+    marked = "".join(letter + "\u0338" * 8 for letter in "jane.doe.smith.secret.mailbox.name.that.is.long.enough")
+    domain = "".join(letter + "\u0338" * 8 for letter in "departmentofcomputerscienceandengineeringresearchlab")
+    cut = marked + "@" + domain[:-9]  # the domain's first label, less its last letter: no dot yet
+    name = "Course " + "\u200b" * (4000 - 7 - len(cut)) + cut + "\u0338" * 8 + "b.example.edu"
+    assert clean_name(name) == "Course"
+    assert clean_name("z" * 10000) == "z" * MAX_NAME_CHARS  # a word of letters alone still gives its first 200
+
+
 _INVISIBLE = st.sampled_from(["\ufe0f", "\ufe00", "\U000e0100", "\U000e01ef", "\u17b4", "\u17b5", "\u180b",
                               "\u034f", "\U000e0020", "\u2064", "\ufff0", "\u0951", "\u0f35"])
 _FULL_WIDTH = {"@": ["\uff20", "\ufe6b"], ".": ["\uff0e", "\u3002", "\uff61"]}

@@ -9,7 +9,7 @@ import os
 import re
 import urllib.parse
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from helpers.project import Project
 from helpers.statements import HOME, statement
@@ -140,6 +140,9 @@ _IDENTIFIER = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(addresses(), _IDENTIFIER, _IDENTIFIER, _CASE, _CASE)
+# Found once the hidden addresses were redacted first (2026-12-06): "0@SS" of the account upper-cased ("ß" is
+# "SS") was redacted as part of an address, and hid the rest from the rule that a non-ASCII value goes whole.
+@example("zq@xja.edu", "Zqv0\U00018d090@ß", "Zqv", str.upper, str)
 def test_a_quarantined_record_keeps_no_identifier_of_its_own_in_any_string(address, account, name, case, other):
     record = statement(learner=account, score=7)  # the score makes it malformed
     record["actor"]["name"] = name
