@@ -8,7 +8,6 @@ import dataclasses
 import datetime as dt
 import os
 import tomllib
-import unicodedata
 
 from lms_refresh.config import validators as v
 from lms_refresh.config.paths import refuse_collisions
@@ -38,6 +37,7 @@ from lms_refresh.config.sections import (
     XapiLrsSource,
     XapiNdjsonSource,
 )
+from lms_refresh.disclosure import folding
 from lms_refresh.errors import ConfigError, NotConfiguredError
 from lms_refresh.regular_files import NotRegularFile, TooLarge, read_bounded
 
@@ -262,9 +262,7 @@ def _terms(tables, origin):
         if length >= MAX_TERM_DAYS:
             raise ConfigError(f"{origin}: {which}: {length + 1} days from first_day to last_day, more than "
                               f"{MAX_TERM_DAYS}.")
-        # Compared as a reader sees them: two names that differ only in letter case or in how Unicode spells a
-        # letter ("A\u0301" and "\u00c1") would be two rows of term_metrics that look the same.
-        seen = unicodedata.normalize("NFKC", term.name).casefold()
+        seen = folding.looks_like(term.name)  # two rows of term_metrics that look the same are refused
         if seen in names:
             other, spelt = names[seen]
             raise ConfigError(f"{origin}: {which}: key 'terms.name' is the name of term {other} too"

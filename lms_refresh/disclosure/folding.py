@@ -41,6 +41,17 @@ def _fold(char):
     return _DOTS.get(form, form)
 
 
+def looks_like(text):
+    """What `text` looks like, to compare it with others: two texts that differ only in letter case, in how Unicode
+    spells a letter ("A\u0301" and "\u00c1"), in characters shown as nothing, or in white space (a Hangul filler
+    is shown as one) are one."""
+    text = IGNORABLE.sub("", _BLANKS.sub(" ", text))
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+_BLANKS = re.compile("[\u115f\u1160\u3164\uffa0]")  # Hangul fillers: default-ignorable, yet shown as blank
+
+
 def one_case(text):
     """`text` in one letter case whichever it was written in (upper first: "ı" and "i" are both "I")."""
     return text.upper().casefold()

@@ -189,6 +189,12 @@ def test_an_output_that_names_a_file_of_the_configuration_is_refused_and_left_al
         assert result.returncode == 78, (target, result.stderr)
         assert f"Refusing to write the report there: {sentence}" in result.stderr, result.stderr
         assert (target.read_bytes() if target.exists() else None) == before, target
+    for name in ("run-in-progress", "last-interruption", "report.html"):  # the run's own notes, and any file there
+        result = inprocess.invoke([*now, "report", "--output", str(state / name)], environment())
+        assert result.returncode == 78 and (f"Refusing to write the report there: '--output' ({state / name}) lies "
+                                            f"inside 'state_directory' ({state}), which holds the run's own files"
+                                            ) in result.stderr, result.stderr
+        assert not (state / name).exists()
     inside = project.source / "report.html"
     result = inprocess.invoke([*now, "report", "--output", str(inside)], environment())
     assert result.returncode == 78 and f"'--output' ({inside}) lies inside {project.source}, the export directory" \

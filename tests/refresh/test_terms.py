@@ -119,6 +119,13 @@ BAD_TERMS = [
      '[[terms]]\nname = "SPRING"\nfirst_day = 2027-01-04\nlast_day = 2027-03-01\n',
      "term 2 ('SPRING'): key 'terms.name' is the name of term 1 too ('Spring', as a reader sees it); each term "
      "needs a name of its own."),
+    ('[[terms]]\nname = "Fall 2026"\nfirst_day = 2026-09-14\nlast_day = 2026-12-01\n'
+     '[[terms]]\nname = "Fall  2026\ufe0f "\nfirst_day = 2027-01-04\nlast_day = 2027-03-01\n',
+     "term 2 ('Fall  2026\ufe0f '): key 'terms.name' is the name of term 1 too ('Fall 2026', as a reader sees it);"
+     " each term needs a name of its own."),
+    ('[[terms]]\nname = "Fall 2026"\nfirst_day = 2026-09-14\nlast_day = 2026-12-01\n'
+     '[[terms]]\nname = "Fall\u31642026"\nfirst_day = 2027-01-04\nlast_day = 2027-03-01\n',
+     "term 2 ('Fall\u31642026'): key 'terms.name' is the name of term 1 too"),
     ('[[terms]]\nname = "\u00c9t\u00e9"\nfirst_day = 2026-06-01\nlast_day = 2026-08-01\n'
      '[[terms]]\nname = "E\u0301te\u0301"\nfirst_day = 2027-06-01\nlast_day = 2027-08-01\n',
      "term 2 ('E\u0301te\u0301'): key 'terms.name' is the name of term 1 too ('\u00c9t\u00e9', as a reader sees it);"
