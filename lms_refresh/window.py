@@ -65,6 +65,15 @@ class Window:
     since: object
     until: object
     axis: object = TIME
+    # How far a scheduled run started now would read (None: `until`). A backfill's `until` may lie behind the
+    # watermark: what a source reads whatever its time (an export file's lines from where a run left an unfinished
+    # one: sources/file_index.py) it reads up to here, or the scheduled runs, which start at the watermark, would
+    # never read the lines between.
+    reach: object = dataclasses.field(default=None, compare=False)  # no part of which window it is
+
+    @property
+    def reach_cursor(self):
+        return self.axis.format(self.until if self.reach is None else self.reach)
 
     @property
     def empty(self):
@@ -101,7 +110,8 @@ def upper_bound(now, safety_lag, complete_through):
 
 def backfill_window(since, until, now, *, config, complete_through):
     """Given an operator's explicit window, return it clamped to what is complete."""
-    return Window(since, min(until, upper_bound(now, config.window.safety_lag, complete_through)))
+    bound = upper_bound(now, config.window.safety_lag, complete_through)
+    return Window(since, min(until, bound), reach=bound)
 
 
 def next_watermark(current, window, is_backfill, *, axis=TIME):

@@ -171,7 +171,7 @@ class NdjsonSource(BaseSource):
         meanwhile differs from it and is read again next run.
         """
         since, until = window.since_cursor, window.until_cursor
-        reading = Reading(since, until, self.limit, self.max_lines)
+        reading = Reading(since, until, self.limit, self.max_lines, window.reach_cursor)
         plain = self._plan(window, compressed=False)
         ahead, parallel = self._use_pool(plain)
         # The plan is walked once, by two readers: the chunks it gives the workers (a bounded
@@ -193,7 +193,8 @@ class NdjsonSource(BaseSource):
                 yield tracker.state(signature, settled or future)
             for path, signature, chunks, settled, _ in self._plan(window, compressed=True):
                 tracker = FileTracker(path)
-                for result in self._stream_gzip(path, signature, since, until=until, settled=settled,
+                for result in self._stream_gzip(path, signature, since, until=until, reach=window.reach_cursor,
+                                                settled=settled,
                                                 changed_after=window.until.timestamp(), after=chunks[0][2]):
                     yield tracker.add(result)
                 yield tracker.state(signature, settled or future)
@@ -227,7 +228,7 @@ class NdjsonSource(BaseSource):
             result = read_chunk(self.mapper, dataclasses.replace(task, start=result.resume), reading)
             yield result
 
-    def _stream_gzip(self, path, signature, since, *, until, changed_after, settled=None, after=None):
+    def _stream_gzip(self, path, signature, since, *, until, changed_after, settled=None, after=None, reach=None):
         """Yield ChunkResults of a compressed file, streamed in batches of at most batch_size lines
         and about chunk_bytes of text, up to the compressed size the run planned. A file that ends
         early and was modified after `changed_after` (the window's end, as a timestamp) is still
@@ -267,9 +268,10 @@ class NdjsonSource(BaseSource):
                         return
                     result = ChunkResult()
                     offset = lines[0][0] - 1
+                    anytime = after and lines[0][0] >= after
                     parse_lines(self.mapper, oversized(((n - offset, line) for n, line in lines), result.batch,
-                                                       self.limit), FROM_ANY_TIME if after and lines[0][0] >= after
-                                else since, until=until, result=result, settled=settled)
+                                                       self.limit), FROM_ANY_TIME if anytime else since,
+                                until=(reach or until) if anytime else until, result=result, settled=settled)
                     result.lines = len(lines)
                     read += len(lines)
                     del lines

@@ -68,6 +68,7 @@ class Reading:
     until: str
     limit: int = MAX_RECORD_BYTES
     max_lines: int | None = None
+    reach: str | None = None  # the `until` of the lines read from any time on (Window.reach; None: `until`)
 
 
 class ChunkResult:
@@ -206,8 +207,10 @@ def read_chunk(mapper, chunk, reading):
     numbered = enumerate(lines, 1)
     if int in map(type, lines):  # a line given as its length is rare: `oversized`, a generator, costs per line
         numbered = oversized(numbered, result.batch, limit)
-    since = reading.since if chunk.since is None else chunk.since
-    parse_lines(mapper, numbered, since, until=reading.until, result=result, settled=chunk.settled)
+    since, until = reading.since, reading.until
+    if chunk.since is not None:  # from an unfinished line on: from any time, up to where a scheduled run reads
+        since, until = chunk.since, reading.reach or reading.until
+    parse_lines(mapper, numbered, since, until=until, result=result, settled=chunk.settled)
     result.lines = len(lines)
     if why is not None:
         result.tail = unfinished_tail(tail, why, chunk.left, len(lines) + 1, result.batch)
