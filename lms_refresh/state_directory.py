@@ -10,6 +10,8 @@ from lms_refresh.errors import StateError
 # checks that no configured path names one of them).
 LOCK_NAME = "refresh.lock"  # the run's flock (lms_refresh.run.lock)
 MARKER = "store-identity"  # which store the key built (lms_refresh.run.identity)
+RUN_IN_PROGRESS = "run-in-progress"  # a run started, not ended (lms_refresh.ops.interruption; the catch-up timer)
+LAST_INTERRUPTION = "last-interruption"  # the last run found so (lms_refresh.ops.interruption)
 
 
 def user_name(uid):

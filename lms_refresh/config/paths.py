@@ -14,7 +14,7 @@ import dataclasses
 import os
 
 from lms_refresh.errors import ConfigError
-from lms_refresh.state_directory import LOCK_NAME, MARKER
+from lms_refresh.state_directory import LAST_INTERRUPTION, LOCK_NAME, MARKER, RUN_IN_PROGRESS
 
 SQLITE_SIDECARS = ("-journal", "-wal", "-shm")  # what SQLite writes beside a database file
 
@@ -54,6 +54,10 @@ def named_paths(config):
         NamedPath("state_directory", state, directory=True),
         NamedPath(f"the run lock ({LOCK_NAME} in 'state_directory')", os.path.join(state, LOCK_NAME)),
         NamedPath(f"the store note ({MARKER} in 'state_directory')", os.path.join(state, MARKER)),
+        NamedPath(f"the note of a run in progress ({RUN_IN_PROGRESS} in 'state_directory')",
+                  os.path.join(state, RUN_IN_PROGRESS)),
+        NamedPath(f"the note of the last interrupted run ({LAST_INTERRUPTION} in 'state_directory')",
+                  os.path.join(state, LAST_INTERRUPTION)),
         NamedPath(_default_or_set("pseudonymisation.key_file", config.key_file,
                                   os.path.join(state, "pseudonymisation.key")), config.key_file, private=True),
     ]
@@ -171,16 +175,19 @@ def _collision(a, b):
 def _publication_in_private_place(resolved):
     """Refuse a publication whose directory a run would open to every account (0755) while the state
     directory, the store or the key is in it."""
+    state = resolved[0][0]
+    for group in resolved:  # the report too: it is the publication's page, which a web server serves
+        shown = group[0]
+        if shown.named.key in ("publication.path", "report.path") and _inside(shown.real, state.real):
+            return (f"'{shown.named.key}' ({shown.named.path}) lies inside 'state_directory' ({state.named.path}), "
+                    "which only the service user may read (0750): dashboards could not read it there, and opening "
+                    "that directory to them would expose the store and the key — put it outside it (the default is "
+                    "<state directory>-publication/" + ("serving.sqlite)." if shown.named.key == "publication.path"
+                                                        else "report.html)."))
     publication = next((group[0] for group in resolved if group[0].named.key == "publication.path"), None)
     if publication is None:
         return None
     directory = os.path.dirname(publication.real)
-    state = resolved[0][0]
-    if directory == state.real or _inside(directory, state.real):
-        return (f"'publication.path' ({publication.named.path}) lies inside 'state_directory' ({state.named.path}), "
-                "which only the service user may read (0750): dashboards could not read it there, and opening that "
-                "directory to them would expose the store and the key — put the publication outside it (the "
-                "default is <state directory>-publication/serving.sqlite).")
     for group in resolved[1:]:
         other = group[0]
         if other.named.private and os.path.dirname(other.real) == directory:

@@ -116,12 +116,21 @@ def carries_address(text):
     folded = text if text.isascii() else folding.view(text)[0]
     if "@" not in folded and "%40" not in folded and "%2540" not in folded:
         return False
-    return any(any(map(_TOP_LEVEL.fullmatch, _AT.split(match.group())[-1].split(".")[1:]))
+    folded = _ENCODED.sub(_decoded, folded)  # "example.c%6Fm" is example.com to a mail client
+    return any(any(map(_TOP_LEVEL.match, _AT.split(match.group())[-1].split(".")[1:]))
                for match in redaction.ADDRESS.finditer(folded))
 
 
 _AT = re.compile("@|%40|%2540")
-_TOP_LEVEL = re.compile(r"[^\W\d_]{2,}|(?i:xn--)[\w-]+")
+# A label that begins as a top-level domain does: what follows may be glued on ("example.edu-2026", "edu_fall").
+_TOP_LEVEL = re.compile(r"[^\W\d_]{2}|(?i:xn--)")
+_ENCODED = re.compile("%([0-9A-Fa-f]{2})")
+
+
+def _decoded(match):
+    """A percent-encoded letter, digit, "-", ".", "_" or "~" (RFC 3986's unreserved), decoded; anything else kept."""
+    character = chr(int(match.group(1), 16))
+    return character if character.isascii() and (character.isalnum() or character in "-._~") else match.group()
 
 
 def _plain(text):

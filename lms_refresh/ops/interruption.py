@@ -17,11 +17,11 @@ import time
 from lms_refresh import atomic
 from lms_refresh.errors import RefreshError
 from lms_refresh.instants import from_cursor, to_cursor
+from lms_refresh.state_directory import LAST_INTERRUPTION, RUN_IN_PROGRESS
 
 logger = logging.getLogger(__name__)
 
-MARKER = "run-in-progress"
-LAST = "last-interruption"
+MARKER, LAST = RUN_IN_PROGRESS, LAST_INTERRUPTION
 
 
 def _read(path):

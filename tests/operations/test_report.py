@@ -189,11 +189,16 @@ def test_an_output_that_names_a_file_of_the_configuration_is_refused_and_left_al
         assert result.returncode == 78, (target, result.stderr)
         assert f"Refusing to write the report there: {sentence}" in result.stderr, result.stderr
         assert (target.read_bytes() if target.exists() else None) == before, target
-    for name in ("run-in-progress", "last-interruption", "report.html"):  # the run's own notes, and any file there
+    for name, sentence in (  # the run's own notes (the catch-up timer reads the first), and any file there
+            ("run-in-progress", "the note of a run in progress (run-in-progress in 'state_directory') and '--output' "
+                                "name the same file"),
+            ("last-interruption", "the note of the last interrupted run (last-interruption in 'state_directory') and "
+                                  "'--output' name the same file"),
+            ("report.html", f"'--output' ({state / 'report.html'}) lies inside 'state_directory' ({state}), which "
+                            "holds the run's own files")):
         result = inprocess.invoke([*now, "report", "--output", str(state / name)], environment())
-        assert result.returncode == 78 and (f"Refusing to write the report there: '--output' ({state / name}) lies "
-                                            f"inside 'state_directory' ({state}), which holds the run's own files"
-                                            ) in result.stderr, result.stderr
+        assert result.returncode == 78 and f"Refusing to write the report there: {sentence}" in result.stderr, \
+            result.stderr
         assert not (state / name).exists()
     inside = project.source / "report.html"
     result = inprocess.invoke([*now, "report", "--output", str(inside)], environment())

@@ -184,7 +184,7 @@ def test_a_run_with_colliding_paths_exits_78_and_leaves_store_key_and_mode_alone
 def test_check_lists_the_written_paths_as_distinct(sqlite_project):
     """The lock, the store note, the key, the store, the publication and the HTML report."""
     result = sqlite_project.invoke("check", now=NOW, check=0)
-    assert "ok  paths: the 6 files a run writes are distinct from each other and from the files it reads" \
+    assert "ok  paths: the 8 files a run writes are distinct from each other and from the files it reads" \
         in result.stdout
 
 
@@ -235,3 +235,19 @@ def test_a_written_file_that_is_a_directory_is_refused(tmp_path, section, key, s
             validate(document(tmp_path, section, key, str(path)), str(tmp_path / "config.toml"), {})
         assert str(refused.value) == (f"{tmp_path / 'config.toml'}: '{section}.{key}' ({path}) is a directory, where "
                                       f"a run writes a file whole; name a file{suggested.format(path=path)}.")
+
+
+@pytest.mark.parametrize("name, sentence", [
+    ("run-in-progress", "the note of a run in progress (run-in-progress in 'state_directory') and 'report.path' name "
+                        "the same file"),
+    ("report.html", "'report.path' ({path}) lies inside 'state_directory' ({state}), which only the service user may "
+                    "read (0750)"),
+])
+def test_a_report_in_the_state_directory_is_refused(tmp_path, name, sentence):
+    """report.path at the note of a run in progress passed `check`: every run wrote its page there after removing
+    the note, and every next run found a run interrupted (the catch-up timer fired at each boot)."""
+    state = layout(tmp_path)
+    path = state / name
+    with pytest.raises(ConfigError) as refused:
+        validate(document(tmp_path, "report", "path", str(path)), str(tmp_path / "config.toml"), {})
+    assert sentence.format(path=path, state=state) in str(refused.value)

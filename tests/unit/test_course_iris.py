@@ -97,3 +97,8 @@ def test_what_carries_an_address_and_what_does_not():
     # An address followed by a version is still one.
     assert carries_address("mailto:jane@example.edu.1") and carries_address(f"{HOME}/c/jane@example.edu.2026.1")
     assert carries_address("mailto:a@b.xn--p1ai") and carries_address("mailto:a@例え.テスト")
+    # A top-level domain with something glued on, or percent-encoded, is still one (the second review).
+    for iri in (f"{HOME}/course/jane.doe@example.edu-2026", f"{HOME}/course/jane.doe@example.edu_fall",
+                f"{HOME}/course/jane@uni.edu2026", "mailto:jane.doe@example.c%6Fm", "mailto:jane@example.%63om",
+                "mailto:jane%40example.%65du"):
+        assert carries_address(iri), iri
