@@ -15,6 +15,7 @@ from lms_refresh.ops.monitoring import staleness
 from lms_refresh.ops.status import collect_status
 from lms_refresh.run import report_page
 from lms_refresh.run.report_data import local_today
+from lms_refresh.state_directory import user_name
 
 logger = logging.getLogger(__name__)
 
@@ -41,9 +42,13 @@ def write_report(config, environ, now, output=None):
         _refuse_collision(config, output)
     info = os.stat(path)
     shown = freshness(config, environ, now)
-    written = report_page.write_report(path, output or config.report.path, shown,
-                                       today=local_today(now, config.timezone), mode=stat.S_IMODE(info.st_mode),
-                                       group=info.st_gid)
+    target = output or config.report.path
+    try:
+        written = report_page.write_report(path, target, shown, today=local_today(now, config.timezone),
+                                           mode=stat.S_IMODE(info.st_mode), group=info.st_gid)
+    except OSError as error:  # a full disk, a read-only file system, EIO: domain errors already (atomic.py)
+        raise ConfigError(f"Cannot write the report {target} ({error.strerror or error}): its directory must exist "
+                          f"and be writable by '{user_name(os.geteuid())}'; nothing else was changed.") from error
     return written, shown
 
 

@@ -4,6 +4,7 @@ same page in Debian's headless chromium: tests/operations/test_report_chromium.p
 
 import json
 import os
+import pwd
 import sqlite3
 
 import pytest
@@ -205,6 +206,11 @@ def test_an_output_that_names_a_file_of_the_configuration_is_refused_and_left_al
     assert result.returncode == 78 and f"'--output' ({inside}) lies inside {project.source}, the export directory" \
         in result.stderr, result.stderr
     assert not inside.exists()
+    missing = project.config.parent / "no-such-directory" / "report.html"  # was exit 1 and a traceback
+    result = inprocess.invoke([*now, "report", "--output", str(missing)], environment())
+    assert result.returncode == 78 and "Traceback" not in result.stderr, result.stderr
+    assert (f"Cannot write the report {missing} (No such file or directory): its directory must exist and be "
+            f"writable by '{pwd.getpwuid(os.geteuid()).pw_name}'; nothing else was changed.") in result.stderr
     beside = publication(project).parent / "report.html"  # the run's own page may be written again on demand
     assert inprocess.invoke([*now, "report", "--output", str(beside)], environment()).returncode == 0
 
