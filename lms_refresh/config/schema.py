@@ -113,7 +113,7 @@ SCHEMA = {
                                         "e.g. postgresql://lms_refresh@db.example.edu/metrics."),
         "password_file": Key(v.credential, None, "postgresql: the password's file, a credential name "
                                           "($CREDENTIALS_DIRECTORY, else /etc/lms-refresh/credentials) or a path."),
-        "schema": Key(v.identifier, "lms_refresh", "postgresql: the schema of the tables; the view is in "
+        "schema": Key(v.schema_name, "lms_refresh", "postgresql: the schema of the tables; the view is in "
                                                   "<schema>_serving."),
     },
     "pseudonymisation": {

@@ -323,4 +323,16 @@ def sql_name(longest, example, what):
 
 
 identifier = sql_name(41, "lms_refresh", "SQL identifier")
+
+
+@accepting("a lower-case SQL identifier of at most 41 characters, not beginning with pg_", str)
+def schema_name(value):
+    """A schema for the store (and `<schema>_serving` beside it): PostgreSQL refuses to create a schema whose name
+    begins with pg_, and information_schema is its own, so a run would fail (78) where `check` said it would
+    create it."""
+    value = identifier(value)
+    if value.startswith("pg_") or value == "information_schema":
+        raise ValueError(f"must not be \"{value}\": PostgreSQL keeps names beginning with pg_, and "
+                         "information_schema, for itself")
+    return value
 identifier_prefix = sql_name(21, "mdl_", "table prefix")

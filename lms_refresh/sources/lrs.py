@@ -47,6 +47,16 @@ FUTURE_STATE = "lrs.future_quarantined"
 PAGE_SLACK = 4  # an LRS may round `limit` up a little; a page beyond 4 times it is refused
 
 
+def _consistent_through(headers):
+    """The instant an LRS's X-Experience-API-Consistent-Through header names (UTC), or None if it sends none or one
+    that is not an ISO 8601 time."""
+    value = headers.get(CONSISTENT_THROUGH)
+    try:
+        return parse_time(value, CONSISTENT_THROUGH).astimezone(UTC) if value else None
+    except InvalidStatement:
+        return None
+
+
 def _stored(statement):
     """Return a statement's `stored` cursor, or None if it has none that can be read."""
     try:
@@ -78,12 +88,9 @@ class LrsSource(LrsClient, BaseSource):
             return self._consistent
         _, headers = self.get(self.statements_url, {"limit": 1})
         self._probed = True
-        value = headers.get(CONSISTENT_THROUGH)
-        if value:
-            try:
-                self._consistent = parse_time(value, CONSISTENT_THROUGH).astimezone(UTC)
-            except InvalidStatement:
-                logger.warning("The LRS sent a %s header that is not an ISO 8601 time; ignored.", CONSISTENT_THROUGH)
+        self._consistent = _consistent_through(headers)
+        if self._consistent is None and headers.get(CONSISTENT_THROUGH):
+            logger.warning("The LRS sent a %s header that is not an ISO 8601 time; ignored.", CONSISTENT_THROUGH)
         return self._consistent
 
     def query(self, window):
@@ -120,10 +127,14 @@ class LrsSource(LrsClient, BaseSource):
         latest = self.mapper.latest
         if latest is None:
             return Batch()
-        after = max(latest, self._settled or latest)
+        # After the newest quarantined so far, this run's window pages included (an LRS that ignores `since` and
+        # `until` sent them there already): each is counted once.
+        newest = self._newest_future
+        after = max(latest, newest or latest)
         payload, _ = self.get(self.statements_url, {"since": after, "limit": self.page_size, "ascending": "true"})
         statements = payload["statements"][:PAGE_SLACK * self.page_size]
-        intake = self._intake(latest, latest, page="future")  # an empty window: the window's pages read it
+        intake = self._intake(latest, latest, page="future",  # an empty window: the window's pages read it
+                              settled=(latest, newest) if newest and newest > latest else None)
         batch = intake.map_all(enumerate(statements, 1))
         self._seen_future(intake.newest_future)
         if payload.get("more") and intake.newest_future:
@@ -185,7 +196,7 @@ class LrsSource(LrsClient, BaseSource):
         self._seen_future(intake.newest_future)  # an LRS filtering on timestamp sends them with the window
         return batch, intake.skipped
 
-    def _intake(self, since, until, *, page):
+    def _intake(self, since, until, *, page, settled=None):
         def where(number, statement):
             statement_id = statement.get("id") if isinstance(statement, dict) else None
             # By id where there is one: the same statement may come on another page next
@@ -196,7 +207,7 @@ class LrsSource(LrsClient, BaseSource):
         # Outside the window: the query was widened, or the LRS filters on another field. Stored in the
         # future: quarantined, unless an earlier run did (see `_future_page`).
         return Intake(self.mapper, where, since, until=until, peek=_stored, future=self.mapper.latest,
-                      settled=self._settled_range())
+                      settled=settled or self._settled_range())
 
     # -- check ---------------------------------------------------------------
 
@@ -205,9 +216,13 @@ class LrsSource(LrsClient, BaseSource):
         payload, headers = self.get(self.statements_url, {"limit": self.page_size, "ascending": "true"})
         statements = [s for s in payload["statements"] if isinstance(s, dict)]
         findings = [Finding(OK, f"LRS {self.statements_url}: reachable, credentials of {self.username!r} accepted")]
-        if headers.get(CONSISTENT_THROUGH):
-            findings.append(Finding(OK, f"LRS sends {CONSISTENT_THROUGH} ({headers[CONSISTENT_THROUGH]}); "
+        consistent = _consistent_through(headers)
+        if consistent is not None:  # the time as read, never the header's text (the LRS wrote it)
+            findings.append(Finding(OK, f"LRS sends {CONSISTENT_THROUGH} ({to_cursor(consistent)}); "
                                         "it bounds the window"))
+        elif headers.get(CONSISTENT_THROUGH):
+            findings.append(Finding(DEVIATION, f"the LRS's {CONSISTENT_THROUGH} header is not an ISO 8601 time; a run "
+                                               "ignores it, and the safety lag alone bounds the window"))
         else:
             findings.append(Finding(DEVIATION, f"no {CONSISTENT_THROUGH} header; "
                                                "the safety lag alone bounds the window"))

@@ -209,6 +209,11 @@ class PostgresStore(PgStaging, PgBulk, SqlStore):
             "AND NOT has_table_privilege(c.oid, p.privilege) ORDER BY 1, 2",
             (self.schema, [table.name for table in TABLES])).fetchall()
         missing = [f"{privilege} on {self.schema}.{table}" for table, privilege in rows]
+        # A serial column's sequence (runs.seq, quarantine.id): an INSERT without USAGE on it is refused.
+        missing += [f"USAGE on sequence {self.schema}.{name}" for (name,) in self.db.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s "
+            "AND CASE WHEN c.relkind = 'S' THEN NOT has_sequence_privilege(c.oid, 'USAGE') ELSE false END "  # in order
+            "ORDER BY 1", (self.schema,))]
         if not self.db.execute("SELECT has_database_privilege(current_database(), 'TEMPORARY')").fetchone()[0]:
             missing.append("TEMPORARY on the database (staging goes through a temporary table)")
         return missing

@@ -190,6 +190,9 @@ def pg_project(tmp_path, postgres_server):
     ("SELECT", "INSERT on lms_refresh.courses"),
     ("SELECT, INSERT", "DELETE on lms_refresh.daily_metrics"),  # INSERT alone made the old check say "can write"
     ("SELECT, INSERT, DELETE", "UPDATE on lms_refresh.meta"),
+    # Every table, but not the serial columns' sequences: check said "may write every table", each run failed (78).
+    ("SELECT, INSERT, UPDATE, DELETE", "USAGE on sequence lms_refresh.quarantine_id_seq, USAGE on sequence "
+                                       "lms_refresh.runs_seq_seq"),
 ])
 def test_check_fails_for_a_postgresql_role_that_cannot_write(pg_project, postgres_server, tmp_path, grants, missing):
     project, server = pg_project, postgres_server
@@ -207,6 +210,24 @@ def test_check_fails_for_a_postgresql_role_that_cannot_write(pg_project, postgre
     assert result.returncode == 78, result.stdout
     assert "is reachable, but its role may not " in result.stderr and missing in result.stderr
     assert "so a run would fail" in result.stderr and " ok " not in result.stdout.replace("\n", " ")[-60:]
+
+
+def test_a_role_granted_the_tables_and_their_sequences_passes_check_and_runs(pg_project, postgres_server, tmp_path):
+    project, server = pg_project, postgres_server
+    project.write("a.ndjson", learners(12))
+    project.invoke("run", now=NOW, check=0)
+    server.admin("DO $$ BEGIN CREATE ROLE dml_only LOGIN PASSWORD 'dml'; EXCEPTION WHEN duplicate_object THEN "
+                 "NULL; END $$")
+    for grant in ("USAGE ON SCHEMA lms_refresh", "USAGE ON SCHEMA lms_refresh_serving",
+                  "SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA lms_refresh",
+                  "USAGE ON ALL SEQUENCES IN SCHEMA lms_refresh"):
+        server.admin(f"GRANT {grant} TO dml_only", project.database)
+    (tmp_path / "dml-password").write_text("dml\n")
+    project.config.write_text(project.config.read_text().replace("lms_refresh@", "dml_only@")
+                              .replace(server.password_file, str(tmp_path / "dml-password")))
+    assert "; its role may write every table" in project.invoke("check", now=NOW, check=0).stdout
+    project.write("b.ndjson", learners(12))
+    project.invoke("run", now="2026-11-04T04:15:00Z", check=0)
 
 
 def test_check_says_what_the_owner_may_do(pg_project):

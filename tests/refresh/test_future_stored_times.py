@@ -157,6 +157,23 @@ def test_an_lrs_filtering_on_stored_has_its_future_statements_asked_for_and_quar
     ralph.heal()
 
 
+def test_an_lrs_ignoring_since_and_until_sends_one_twice_in_a_run_and_it_is_counted_once(tmp_path, ralph):
+    """The window's page and the request after the future limit both answer every statement: the one stored in the
+    future was quarantined by the window's page, then again by the future request, two toward max_quarantine_share
+    for one record (the review: 2 of 102, exit 65, where 1 of 101 is under the default 1%)."""
+    now = dt.datetime.now(dt.UTC)
+    good = [statement(learner=f"u{i}", timestamp=text(now - dt.timedelta(hours=2))) for i in range(12)]
+    now = post_then_mark(ralph, good)
+    project = _lrs(tmp_path, ralph, "deaf")
+    far = dict(statement(learner="far", timestamp=text(now - dt.timedelta(hours=2))), stored="2999-06-01T00:00:00Z")
+    answer = [dict(s, stored=text(now - dt.timedelta(hours=1))) for s in good] + [far]
+    ralph.inject(200, first=2, last=3, body={"statements": answer, "more": ""})  # the window's page, then the future's
+    project.invoke("run", now=text(now), check=0)
+    assert project.query("SELECT statements_read, quarantined FROM runs") == [(13, 1)]
+    assert project.query("SELECT COUNT(*) FROM quarantine") == [(1,)]
+    ralph.heal()
+
+
 def test_an_lrs_filtering_on_timestamp_sends_them_with_the_window_and_they_are_quarantined_once(tmp_path, ralph):
     """Ralph stores at its own clock's time and filters on `timestamp`: to a run whose clock is 3 days behind
     Ralph's (the LRS's clock is ahead), everything new is stored in the future and comes with the window. All

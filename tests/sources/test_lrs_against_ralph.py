@@ -166,6 +166,24 @@ def test_consistent_through_bounds_the_window(tmp_path, ralph):
     assert project.meta()["watermark"] == text(middle)
 
 
+def test_check_shows_the_consistent_through_time_as_read_never_the_headers_text(tmp_path, ralph):
+    """`check` printed the header's value as the LRS wrote it: any text, an address or a URL to follow included."""
+    project = lrs_project(tmp_path / "lrs", ralph)
+    post_then_mark(ralph, sample_statements(16, learners=100)[:50])
+    hostile = "2026-01-01T00:00:00Z) PWNED; see https://evil.example/reset?u=lms-refresh ("
+    for value, line in (("2026-11-30T12:00:00+01:00", "ok  source: LRS sends X-Experience-API-Consistent-Through "
+                                                       "(2026-11-30T11:00:00.000000Z); it bounds the window"),
+                        (hostile, "note  source: deviation: the LRS's X-Experience-API-Consistent-Through header "
+                                  "is not an ISO 8601 time; a run ignores it, and the safety lag alone bounds the "
+                                  "window")):
+        ralph.inject(200, first=1, last=1, body={"statements": [], "more": ""},
+                     headers={"X-Experience-API-Consistent-Through": value})
+        out = project.invoke("check", check=0).stdout
+        ralph.heal()
+        assert line in out, out
+        assert "PWNED" not in out and "evil.example" not in out
+
+
 @pytest.mark.ralph  # starts its own Ralph, with TLS
 def test_tls_is_verified_and_a_ca_bundle_makes_a_private_certificate_trusted(tmp_path):
     server = RalphServer(tls=True)

@@ -56,6 +56,12 @@ def test_state_directory_from_systemd_wins(tmp_path):
     ("this is = not toml", "is not valid TOML"),
     # 0 made every delivery fail at once (a non-blocking connect, a sendmail killed at its start)
     (MINIMAL + "[alerts]\ntimeout = 0\n", "key 'alerts.timeout' must be at least 1 second"),
+    # PostgreSQL creates neither: check said "will be created on the first run", and every run failed (78).
+    (MINIMAL + '[store]\ntype = "postgresql"\nurl = "postgresql://u@db/m"\nschema = "pg_metrics"\n',
+     "key 'store.schema' must not be \"pg_metrics\": PostgreSQL keeps names beginning with pg_, and "
+     "information_schema, for itself"),
+    (MINIMAL + '[store]\ntype = "postgresql"\nurl = "postgresql://u@db/m"\nschema = "information_schema"\n',
+     "key 'store.schema' must not be \"information_schema\""),
 ])
 def test_mistakes_name_the_file_and_key(tmp_path, text, message):
     # The deep pattern recurses to Python's limit: garbage of earlier tests in this worker (a psycopg result,
