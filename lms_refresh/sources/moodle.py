@@ -28,8 +28,9 @@ from lms_refresh.disclosure.pseudonyms import moodle_identifier
 from lms_refresh.disclosure.redaction import url_without_password
 from lms_refresh.errors import ConfigError, UnavailableError
 from lms_refresh.postgresql import connect, connection_error, first_line
-from lms_refresh.sources import OK, WARNING, BaseSource, Finding, json_decoding, moodle_courses
-from lms_refresh.sources.records import EVENT, NOTHING, Intake, InvalidRecord, LocalDays, make_event
+from lms_refresh.sources import OK, WARNING, BaseSource, Finding, moodle_courses
+from lms_refresh.sources.moodle_other import InvalidRow, completion_state, graded, scaled_micro
+from lms_refresh.sources.records import EVENT, NOTHING, Intake, LocalDays, make_event
 from lms_refresh.sources.xapi import ADL, name_id
 
 logger = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ PARTICIPATING = 2  # \core\event\base::LEVEL_PARTICIPATING: the learner's own ac
 SCORED = ADL + "scored"
 
 # eventname -> (whose activity it is, verb IRI, is_attempt, is_completion). Completion
-# updates take their verb and pass/fail from other.completionstate (see _completion).
+# updates take their verb and pass/fail from other.completionstate (see moodle_other.completion_state).
 EVENTS = {
     "\\mod_quiz\\event\\attempt_submitted": ("relateduserid", ADL + "attempted", 1, 0),
     "\\mod_assign\\event\\assessable_submitted": ("userid", ADL + "attempted", 1, 0),
@@ -57,74 +58,6 @@ COMPLETION_STATES = {
     2: (ADL + "passed", 1, 1, 0),
     3: (ADL + "failed", 1, 0, 1),
 }
-# One scalar field of PHP-serialised data: s:LEN:"name"; then an int, a float, a bool or null.
-_PHP_SCALAR = re.compile(r's:\d+:"(\w+)";(?:i:(-?\d+)|d:([^;]*)|b:([01])|N);')
-
-
-def _php_scalars(text):
-    """Return the scalar fields of PHP-serialised data as a dict (the first of each name wins)."""
-    values = {}
-    for name, integer, number, boolean in _PHP_SCALAR.findall(text):
-        if integer:
-            value = int(integer)
-        elif number:
-            try:
-                value = float(number)  # PHP writes INF and NAN too; callers check
-            except ValueError:
-                value = None
-        elif boolean:
-            value = boolean == "1"
-        else:
-            value = None
-        values.setdefault(name, value)
-    return values
-
-
-def _other(other):
-    """Return a row's `other` as a dict: JSON, or PHP-serialised before Moodle 3.x; {} if it is neither."""
-    if not other:
-        return {}
-    try:
-        value = json_decoding.decode_document(other)
-    except json_decoding.NotJSON:  # too deep included: no field of ours lies that deep
-        return _php_scalars(other)
-    return value if isinstance(value, dict) else {}
-
-
-def graded(other):
-    """Return (grade item id, final grade or None) from a user_graded row's `other`, or (None, None)."""
-    values = _other(other)
-    item, final = values.get("itemid"), values.get("finalgrade")
-    if type(item) is not int:
-        return None, None
-    if isinstance(final, bool) or not isinstance(final, (int, float)) or not math.isfinite(final):
-        final = None
-    return item, None if final is None else float(final)
-
-
-def scaled_micro(final, grade_range):
-    """Return a final grade as millionths of its item's range (0 to 1, clamped), or None if it has none."""
-    if final is None or grade_range is None:
-        return None
-    low, high = grade_range
-    if not high > low:
-        return None
-    # Above the maximum happens with Moodle's "unlimited grades" setting; xAPI's scaled stops at 1.
-    return round(min(max((final - low) / (high - low), 0.0), 1.0) * 1_000_000)
-
-
-class InvalidRow(InvalidRecord):
-    """A log row that cannot be used; the message is the quarantine reason."""
-
-
-def _completion(other):
-    """Return the completion state from a row's `other`."""
-    state = _other(other).get("completionstate")
-    if isinstance(state, int):
-        return state
-    raise InvalidRow("a completion update without other.completionstate")
-
-
 class RowMapper:
     """Turn log rows into ('event', Event) (see `lms_refresh.sources.records`), or NOTHING."""
 
@@ -159,13 +92,18 @@ class RowMapper:
             whose, verb, attempt, completion = known
             passed = failed = 0
             if verb is None:
-                verb, completion, passed, failed = COMPLETION_STATES.get(_completion(other), (None, 0, 0, 0))
+                verb, completion, passed, failed = COMPLETION_STATES.get(completion_state(other), (None, 0, 0, 0))
                 verb = verb or eventname
         user = relateduserid if whose == "relateduserid" else userid
         if user is None:
             raise InvalidRow(f"{eventname} has no {whose}")
         if user in self.excluded_users:
             return NOTHING  # not logged in, or the guest account
+        # Moodle's ids are positive: a negative one was written by someone else, and would be a course or a learner
+        # of its own ("view.php?id=-5").
+        for column, value in (("courseid", courseid), (whose, user)):
+            if type(value) is not int or value < 0:
+                raise InvalidRow(f"{column} {value!r} is not a Moodle id")
         if type(timecreated) is not int or timecreated <= 0:  # 0: Moodle's "never"
             raise InvalidRow(f"timecreated {timecreated!r} is not a Unix time")
         try:
@@ -246,6 +184,9 @@ class MoodleSource(BaseSource):
             raise ConfigError(f"The Moodle database {where} has no table {table}; check source.prefix "
                               f"(Moodle's $CFG->prefix){log_store}.") from None
         except psycopg.errors.InsufficientPrivilege as error:
+            # The table the server names: a query may read several (the course names join their categories).
+            denied = re.search(r"permission denied for (?:table|relation) (\w+)", first_line(error))
+            table = denied.group(1) if denied else table
             raise ConfigError(f"The Moodle database {where} refused to let us read {table} "
                               f"({first_line(error)}); GRANT SELECT ON {table} to source.url's user.") from error
         except psycopg.Error as error:

@@ -246,7 +246,13 @@ class PostgresStore(PgStaging, PgBulk, SqlStore):
 
     def grant_reader(self, role):
         """Let `role` read the serving view, and nothing else."""
+        if role.lower() == "public":  # GRANT ... TO "public" grants every role of the cluster
+            raise ConfigError("'public' stands for every role of the PostgreSQL cluster, not one: name the "
+                              "dashboards' own role.")
         with self.errors():
+            if self.db.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is None:
+                raise ConfigError(f"There is no role {role!r} in the PostgreSQL cluster; create it (CREATE ROLE ... "
+                                  "LOGIN) or name an existing one (role names are case-sensitive).")
             with self.db.transaction():
                 serving = sql.Identifier(f"{self.schema}_serving")
                 self.db.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(serving, sql.Identifier(role)))

@@ -199,6 +199,22 @@ def test_a_dashboard_role_reads_the_serving_view_and_nothing_else(server, pg_pro
                 db.execute(f"SELECT * FROM {private}")
 
 
+def test_grant_reader_refuses_public_and_a_role_that_does_not_exist(server, pg_project):
+    """`public` granted every role of the cluster and said "public may now read ..."; an unknown role was told to
+    "check its schema"."""
+    pg_project.invoke("run", now=NOW, check=0)
+    for role in ("public", "PUBLIC"):
+        result = pg_project.invoke("grant-reader", role)
+        assert result.returncode == 78, result.stderr
+        assert "'public' stands for every role of the PostgreSQL cluster, not one: name the dashboards' own role." \
+            in result.stderr
+    result = pg_project.invoke("grant-reader", "nosuchrole")
+    assert result.returncode == 78 and "There is no role 'nosuchrole' in the PostgreSQL cluster; create it" \
+        in result.stderr, result.stderr
+    assert server.admin("SELECT has_schema_privilege('public', 'lms_refresh_serving', 'USAGE')",
+                        pg_project.database) == [(False,)]
+
+
 def test_check_reports_reachability_version_and_privileges(pg_project):
     pg_project.invoke("run", now=NOW, check=0)
     result = pg_project.invoke("check", check=0)

@@ -47,6 +47,14 @@ def test_completion_state_from_json_or_php_serialised_other():
     for impossible in (-5, 10 ** 15, 10 ** 30):  # a damaged row is quarantined, not the end of the run
         with pytest.raises(InvalidRow, match="is not a Unix time"):
             mapper.map(row("\\core\\event\\course_viewed", timecreated=impossible))
+    # A boolean is no state (Python counts True as 1: a completion no Moodle wrote), nor a negative id an id.
+    with pytest.raises(InvalidRow, match="whose other.completionstate true is not a number"):
+        mapper.map(row(name, related=5, other='{"completionstate": true}'))
+    for hostile, column in ((row("\\core\\event\\course_viewed", courseid=-5), "courseid -5"),
+                            (row("\\core\\event\\course_viewed", userid=-7), "userid -7"),
+                            (row("\\core\\event\\course_completed", related=-2), "relateduserid -2")):
+        with pytest.raises(InvalidRow, match=f"^{column} is not a Moodle id$"):
+            mapper.map(hostile)
 
 
 def test_grades_are_scaled_by_their_items_range():
