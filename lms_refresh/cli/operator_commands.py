@@ -58,8 +58,16 @@ def report(settings, output):
     Example: lms-refresh report --output /tmp/report.html
     """
     from lms_refresh.ops.report import write_report
+    from lms_refresh.run.lock import LockHeld, lock_held, run_lock
 
-    path, shown = write_report(settings.config(), os.environ, settings.now, output)
+    config = settings.config()
+    try:
+        # Under the run's lock: a run that commits meanwhile writes its own report, which a page read before its
+        # commit would replace with the old numbers and freshness.
+        with run_lock(config, os.geteuid()):
+            path, shown = write_report(config, os.environ, settings.now, output)
+    except LockHeld as held:
+        raise lock_held(held.holder, "no report was written (the run writes its own)", "report") from None
     click.echo(f"Wrote the report {path}" + (f" (STALE: {shown['stale']})" if shown["stale"] else ""))
     return errors.OK
 

@@ -49,11 +49,26 @@ def _booted_at():
     return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
-def _alive(marker):
-    """Whether the marker's run may still be running: written during this boot by a live process."""
+def _process_start(pid):
+    """When process `pid` started, in clock ticks since boot (/proc/PID/stat), or None if it is gone or unreadable.
+    The service's own processes are visible under ProtectProc=invisible and ProcSubset=pid."""
     try:
-        started = from_cursor(marker["started_at"], "run start").timestamp()
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return int(handle.read().rsplit(")", 1)[1].split()[19])  # field 22, counted after the command's name
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _alive(marker):
+    """Whether the marker's run may still be running: the very process that wrote it, still there. A marker that
+    names its process's start (since this version) is judged by it alone: a run started while the clock was
+    behind (a bad RTC, a boot-time run), then stepped forward, is no run of an earlier boot."""
+    try:
         pid = int(marker["pid"])
+        process_start = marker.get("process_start")
+        if process_start is not None and marker.get("host") == socket.gethostname() and pid != os.getpid():
+            return _process_start(pid) == int(process_start)
+        started = from_cursor(marker["started_at"], "run start").timestamp()
     except Exception:  # any failure: a marker we cannot read is no live run's
         return False
     if started < _booted_at() - 5 or marker.get("host") != socket.gethostname() or pid == os.getpid():
@@ -106,7 +121,7 @@ class Marker:
                                previous.get("started_at", "an unknown time"), previous.get("pid", "?"),
                                extra={"RUN_ID": self.run_id, "INTERRUPTED_RUN_STARTED": previous.get("started_at")})
             _write(path, {"run_id": self.run_id, "started_at": to_cursor(self.now), "pid": os.getpid(),
-                          "host": socket.gethostname()})
+                          "host": socket.gethostname(), "process_start": _process_start(os.getpid())})
             self.owned = True
         except OSError as error:
             logger.warning("Could not write %s (%s): a shutdown during this run would not be caught up at boot.",

@@ -135,6 +135,12 @@ def _pause(refresh, error, number, *, attempts, sleep):
     logger.warning("%s Retrying in %d s (attempt %d of %d).", message, delay, number + 1, attempts,
                    extra=logs.fields(logs.RUN_RETRYING, RETRY_ATTEMPT=number + 1, EXIT_STATUS=code))
     refresh.progress(f"Unreachable; attempt {number + 1} of {attempts} in {delay} s", force=True)
-    with stopping.installed() as stop, stop.during("Stopped by SIGTERM while waiting to retry, between attempts: "
-                                                   "nothing was under way and nothing was committed."):
-        sleep(delay)  # a stop meanwhile: the stop policy raises Terminated
+    with stopping.installed() as stop:
+        # The attempt before may have committed (its publication then failed): a stop must still end the pause at
+        # once, not wait it out as a stop after a commit waits for the command's end (systemd would kill it).
+        committed, _ = stop.committed, stop.begin()
+        kept = "what the attempt before committed stands, and the next run publishes it." if committed else \
+            "nothing was committed."
+        with stop.during(f"Stopped by SIGTERM while waiting to retry, between attempts: nothing was under way and "
+                         f"{kept}"):
+            sleep(delay)  # a stop meanwhile: the stop policy raises Terminated

@@ -215,6 +215,28 @@ def test_an_output_that_names_a_file_of_the_configuration_is_refused_and_left_al
     assert inprocess.invoke([*now, "report", "--output", str(beside)], environment()).returncode == 0
 
 
+def test_the_command_waits_for_no_run_and_writes_nothing_while_one_holds_the_lock(sqlite_project):
+    """`report` took no lock: a page read before a run's commit replaced the run's fresh report with the old numbers
+    and a STALE banner (the review). It refuses (69) while the lock is held, and leaves the run's page alone."""
+    import socket
+
+    from lms_refresh.run.lock import RunLock
+
+    project = sqlite_project
+    project.write("a.ndjson", [])
+    now = ["--config", str(project.config), "--now", "2026-11-30T05:00:00+00:00"]
+    assert inprocess.invoke([*now, "run"], environment()).returncode == 0
+    page = publication(project).parent / "report.html"
+    before = page.read_bytes()
+    with RunLock(str(project.config.parent / "state" / "refresh.lock")):
+        result = inprocess.invoke([*now, "report"], environment())
+    assert result.returncode == 69, result.stderr
+    assert (f"Another refresh holds the lock (held by pid {os.getpid()} on {socket.gethostname()}); no report was "
+            "written (the run writes its own) — run lms-refresh report again when it has finished.") in result.stderr
+    assert page.read_bytes() == before
+    assert inprocess.invoke([*now, "report"], environment()).returncode == 0
+
+
 def test_every_run_writes_it_beside_the_publication_unless_disabled(sqlite_project):
     project = sqlite_project
     project.write("a.ndjson", [])

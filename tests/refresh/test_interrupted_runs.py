@@ -184,6 +184,38 @@ def test_only_a_report_this_program_wrote_is_retired(tmp_path):
     assert not ours.exists() and theirs.exists() and fifo.exists()
 
 
+def test_a_live_run_whose_marker_is_dated_before_this_boot_is_left_alone(tmp_path):
+    """A run started while the clock was behind (a bad RTC, a run at boot), the clock stepped forward since: its
+    marker's time lies before this boot, and the next run declared it dead while it held the lock, noted a false
+    interruption, then removed the marker, so the run's own death was never caught up (the review). The process
+    that wrote the marker is recognised by its start, not by the wall clock."""
+    import subprocess
+
+    from lms_refresh.ops.interruption import _process_start
+
+    booted = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+    before_boot = dt.datetime.fromtimestamp(booted - 3600, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    live = subprocess.Popen(["sleep", "60"])
+    try:
+        marker = {"run_id": "r1", "started_at": before_boot, "pid": live.pid, "host": socket.gethostname(),
+                  "process_start": _process_start(live.pid)}
+        (tmp_path / MARKER).write_text(json.dumps(marker))
+        assert pending(str(tmp_path)) is None
+        ours = Marker(str(tmp_path), "r2", dt.datetime.now(dt.UTC))
+        ours.begin()
+        assert not ours.owned and not (tmp_path / "last-interruption").exists()
+        ours.end(stopped=False)
+        assert json.loads((tmp_path / MARKER).read_text())["run_id"] == "r1"
+        # Another process under the same pid number (a later boot): another start.
+        (tmp_path / MARKER).write_text(json.dumps(dict(marker, process_start=marker["process_start"] + 1)))
+        assert pending(str(tmp_path))["run_id"] == "r1"
+    finally:
+        live.kill()
+        live.wait()
+    (tmp_path / MARKER).write_text(json.dumps(marker))
+    assert pending(str(tmp_path))["run_id"] == "r1"  # killed: an interruption
+
+
 def test_a_marker_whose_pid_is_the_checking_process_itself_is_no_live_run(tmp_path):
     """After a reboot the same pid number can come back, even as the run that checks."""
     now = dt.datetime.now(dt.UTC)

@@ -165,6 +165,27 @@ def test_a_stop_while_waiting_to_retry_ends_the_job_with_143(project, tmp_path):
     assert signal.getsignal(signal.SIGTERM) is before
 
 
+def test_a_stop_while_waiting_to_retry_after_a_committed_attempt_ends_the_pause_at_once(project):
+    """The first attempt committed and failed to publish (69, retried): a stop in the pause was taken for one after
+    the commit and waited the whole pause out (600 s by default), past systemd's stop timeout (the review)."""
+    project.configure(retry_attempts=2)
+    project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
+    slept = []
+
+    def sleep(seconds):  # systemctl stop while the job waits; a pause that went on would return here
+        slept.append(seconds)
+        os.kill(os.getpid(), signal.SIGTERM)
+        slept.append("woke")
+
+    with armed("replace-written/serving.sqlite:enospc"):
+        report, error = run_job(refresh_of(project), sleep=sleep)
+    assert report is None and isinstance(error, errors.Terminated) and slept == [1.0]
+    assert errors.exit_status(error) == (143, "Stopped by SIGTERM while waiting to retry, between attempts: nothing "
+                                              "was under way and what the attempt before committed stands, and the "
+                                              "next run publishes it.")
+    assert [row[1:3] for row in run_rows(project)] == [("publish-failed", 69)]
+
+
 def test_the_cli_logs_a_failed_run_with_its_report(project, monkeypatch):
     from systemd.journal import JournalHandler
 
