@@ -106,6 +106,16 @@ def _inside(inner, outer):
     return inner.startswith(outer.rstrip("/") + "/")
 
 
+def _within(spelling, directory):
+    """Whether the resolved `spelling` lies inside the resolved `directory`, in any letter case."""
+    return _inside(spelling.real, directory.real) or _inside(spelling.folded, directory.folded)
+
+
+def inside_state_directory(config, path):
+    """Whether `path` lies inside `config`'s state directory, however either is spelt."""
+    return _within(_resolve(NamedPath("", path)), _resolve(NamedPath("state_directory", config.state_directory)))
+
+
 def _same(a, b):
     """How `a` and `b` name one file, in words ("" when spelt alike), or None if they do not."""
     spelt = f"{a.named.path} and {b.named.path}"
@@ -178,7 +188,7 @@ def _publication_in_private_place(resolved):
     state = resolved[0][0]
     for group in resolved:  # the report too: it is the publication's page, which a web server serves
         shown = group[0]
-        if shown.named.key in ("publication.path", "report.path") and _inside(shown.real, state.real):
+        if shown.named.key in ("publication.path", "report.path") and _within(shown, state):
             return (f"'{shown.named.key}' ({shown.named.path}) lies inside 'state_directory' ({state.named.path}), "
                     "which only the service user may read (0750): dashboards could not read it there, and opening "
                     "that directory to them would expose the store and the key — put it outside it (the default is "

@@ -138,7 +138,8 @@ def _pause(refresh, error, number, *, attempts, sleep):
     with stopping.installed() as stop:
         # The attempt before may have committed (its publication then failed): a stop must still end the pause at
         # once, not wait it out as a stop after a commit waits for the command's end (systemd would kill it).
-        committed, _ = stop.committed, stop.begin()
+        committed = stop.committed
+        stop.begin()
         kept = "what the attempt before committed stands, and the next run publishes it." if committed else \
             "nothing was committed."
         with stop.during(f"Stopped by SIGTERM while waiting to retry, between attempts: nothing was under way and "

@@ -57,8 +57,7 @@ def _refuse_collision(config, output):
     publication, an export file...): the page would replace it, as a run's report.path is refused (config/paths.py)."""
     named = [path for path in paths.named_paths(config) if path.key != "report.path"]  # its own file is fine
     found = paths.collision([*named, paths.NamedPath("--output", output)])
-    state = os.path.realpath(config.state_directory)
-    if not found and os.path.realpath(output).startswith(state.rstrip("/") + "/"):
+    if not found and paths.inside_state_directory(config, output):
         # The run's own files there are not all configured paths (the note of a run in progress, which the
         # catch-up timer reads), and no dashboard may read that directory anyway.
         found = (f"'--output' ({output}) lies inside 'state_directory' ({config.state_directory}), which holds the "

@@ -125,10 +125,20 @@ class _LineMapper:
             return self._map(self._decode(line), cursor)
         except InvalidStatement:
             raise
-        except (json_decoding.TooDeep, RecursionError):  # e.g. [[[[... 100,000 levels deep
-            raise InvalidStatement("JSON nested too deeply to parse") from None
-        except ValueError as error:  # json_decoding.NotJSON: the standard library's reason
-            raise InvalidStatement(f"not valid JSON: {error}") from None
+        except _UNDECODABLE as error:
+            raise InvalidStatement(_undecodable(error)) from None
+
+
+# json_decoding.NotJSON (a ValueError, with the standard library's reason), or nesting too deep to parse
+# (e.g. [[[[... 100,000 levels deep).
+_UNDECODABLE = (json_decoding.TooDeep, RecursionError, ValueError)
+
+
+def _undecodable(error):
+    """The quarantine reason of a line that could not be decoded (`error`, one of _UNDECODABLE)."""
+    if isinstance(error, (json_decoding.TooDeep, RecursionError)):
+        return "JSON nested too deeply to parse"
+    return f"not valid JSON: {error}"
 
 
 def _as_quarantined(number, line):
@@ -226,10 +236,8 @@ def incomplete(line):
         return ""
     try:
         json_decoding.line_decoder()(line)
-    except (json_decoding.TooDeep, RecursionError):
-        return "JSON nested too deeply to parse"
-    except ValueError as error:
-        return f"not valid JSON: {error}"
+    except _UNDECODABLE as error:
+        return _undecodable(error)
     return None
 
 

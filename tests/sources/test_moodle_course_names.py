@@ -74,24 +74,26 @@ def test_a_rename_reaches_the_publication_in_a_run_with_nothing_to_read(tmp_path
                                                                (course_iri(9), "Chemistry <b>2</b>")]
 
 
-def test_without_access_to_the_categories_alone_check_names_that_table(tmp_path, moodle, moodle_reader):
-    """The course names' query reads two tables: the sentence named mdl_course whichever the server refused."""
+def _without(tables, tmp_path, moodle, moodle_reader):
+    """The project of the two days' log and a named site, its reader refused SELECT on `tables`."""
     load_two_days(moodle)
     named_site(moodle)
-    moodle.server.admin("REVOKE SELECT ON mdl_course_categories FROM moodle_reader", moodle.name)
+    moodle.server.admin(f"REVOKE SELECT ON {tables} FROM moodle_reader", moodle.name)
     project = moodle_project(tmp_path / "p", moodle, moodle_reader)
     configure(project)
+    return project
+
+
+def test_without_access_to_the_categories_alone_check_names_that_table(tmp_path, moodle, moodle_reader):
+    """The course names' query reads two tables: the sentence named mdl_course whichever the server refused."""
+    project = _without("mdl_course_categories", tmp_path, moodle, moodle_reader)
     checked = project.invoke("check", check=0)
     assert "refused to let us read mdl_course_categories (permission denied for table mdl_course_categories); " \
            "GRANT SELECT ON mdl_course_categories to source.url's user." in checked.stdout, checked.stdout
 
 
 def test_without_access_to_the_course_tables_runs_go_on_without_names(tmp_path, moodle, moodle_reader):
-    load_two_days(moodle)
-    named_site(moodle)
-    moodle.server.admin("REVOKE SELECT ON mdl_course, mdl_course_categories FROM moodle_reader", moodle.name)
-    project = moodle_project(tmp_path / "p", moodle, moodle_reader)
-    configure(project)
+    project = _without("mdl_course, mdl_course_categories", tmp_path, moodle, moodle_reader)
     checked = project.invoke("check", check=0)
     assert "warning: The Moodle database" in checked.stdout and "refused to let us read mdl_course" in checked.stdout
     assert "courses are published without names (GRANT SELECT ON mdl_course, mdl_course_categories)" in checked.stdout
