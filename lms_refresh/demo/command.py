@@ -107,6 +107,8 @@ def _refuse_unless_empty(directory):
     """Raise ConfigError unless `directory` is missing or empty: the demo writes config.toml there and refreshes
     into state/ beside it, so a project's directory (or /etc/lms-refresh) would have its configuration replaced
     and its store's watermark moved past records its own source has not delivered yet."""
+    if not directory.isprintable():  # shown in every sentence, and written into the configuration, which refuses it
+        raise ConfigError(f"--dir must not contain control or format characters: {directory[:100]!r}.")
     try:
         entries = sorted(os.listdir(directory))
     except FileNotFoundError:

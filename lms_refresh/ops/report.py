@@ -54,7 +54,11 @@ def write_report(config, environ, now, output=None):
 
 def _refuse_collision(config, output):
     """Raise ConfigError if `output` is a file the configuration names for something else (the key, the store, the
-    publication, an export file...): the page would replace it, as a run's report.path is refused (config/paths.py)."""
+    publication, an export file...): the page would replace it, as a run's report.path is refused (config/paths.py).
+    A name with a control character is refused first, as a configured path is: it is shown in every sentence."""
+    if not output.isprintable():
+        raise ConfigError(f"--output must not contain control or format characters: {output[:100]!r} (a newline "
+                          "would start a forged line in every message naming it).")
     named = [path for path in paths.named_paths(config) if path.key != "report.path"]  # its own file is fine
     found = paths.collision([*named, paths.NamedPath("--output", output)])
     if not found and paths.inside_state_directory(config, output):

@@ -111,6 +111,11 @@ def test_a_demo_into_a_projects_directory_leaves_its_configuration_and_store_alo
     assert f"--dir {tmp_path} is not empty (it holds config.toml, state, state-publication)" in again.stderr
     assert (tmp_path / "config.toml").read_bytes() == config
     assert (tmp_path / "state" / "metrics.sqlite").read_bytes() == store
+    forged = f"{tmp_path}/d\nERROR forged"
+    result = inprocess.invoke(["demo", "--dir", forged], clean_environment())
+    assert result.returncode == 78 and result.stderr.count("\n") == 1, result.stderr
+    assert f"--dir must not contain control or format characters: {forged!r}." in result.stderr
+    assert not os.path.exists(forged)
     empty = tmp_path / "empty"
     empty.mkdir()
     assert inprocess.invoke(["demo", "--dir", str(empty), "--days", "2", "--learners", "12"],

@@ -206,6 +206,10 @@ def test_an_output_that_names_a_file_of_the_configuration_is_refused_and_left_al
     assert result.returncode == 78 and f"'--output' ({inside}) lies inside {project.source}, the export directory" \
         in result.stderr, result.stderr
     assert not inside.exists()
+    forged = f"{project.config.parent}/a\nERROR forged.html"  # a newline would start a line of its own
+    result = inprocess.invoke([*now, "report", "--output", forged], environment())
+    assert result.returncode == 78 and result.stderr.count("\n") == 1, result.stderr
+    assert f"--output must not contain control or format characters: {forged!r}" in result.stderr
     missing = project.config.parent / "no-such-directory" / "report.html"  # was exit 1 and a traceback
     result = inprocess.invoke([*now, "report", "--output", str(missing)], environment())
     assert result.returncode == 78 and "Traceback" not in result.stderr, result.stderr
