@@ -58,3 +58,27 @@ def test_a_run_that_does_not_match_its_variant_is_refused(bench):
         bench.checked("days only", (14, 3))
     with pytest.raises(SystemExit, match="the 'with the grains' run left 0 period cells and 0 site day cells"):
         bench.checked("with the grains", (0, 0))
+
+
+def test_the_floors_statements_count_what_the_store_publishes(bench, tmp_path):
+    """bench/grains_floor.py times the grains' cells written as lean as we know how: a floor only if they count
+    the same learners (and learner keys) as the store's own statements, the site's day and period cells too."""
+    floor = _load("grains_floor")
+    source = str(tmp_path / "src")
+    bench.refresh_bench.write_days(source, 0, 10, 300, seed=5, learners=400)
+    root = str(tmp_path / "grains")
+    os.makedirs(root)
+    config, _ = bench.refresh_bench.configure(root, source, None, days=12)
+    bench.refresh_bench.timed_run(config, bench.refresh_bench.START + dt.timedelta(days=11), "run")
+    path = os.path.join(root, "state", "metrics.sqlite")
+    _, cells = floor.floor(path)
+    learners = ("learners, attempt_learners, completion_learners, passed_learners, failed_learners, score_learners, "
+                "duration_learners, learner_key")
+    db = sqlite3.connect(path)
+    stored = {("day", row[0], None): row[1:]
+              for row in db.execute(f"SELECT day, {learners} FROM daily_metrics WHERE course_id = 0")}
+    stored.update(((row[0], row[1], None if row[2] == 0 else row[2]), row[3:]) for row in db.execute(
+        f"SELECT grain, period, course_id, {learners} FROM period_metrics"))
+    db.close()
+    assert {grain for grain, _, _ in stored} == {"day", "week", "month"} and len(stored) > 20, stored
+    assert cells == stored
