@@ -26,7 +26,8 @@ _CACHE, _SORT_CACHE = -65536, -2048  # KiB: the page cache of a run, and while i
 # is read (PRAGMA threads): a large sort takes the machine's second core, which a refresh leaves idle once staged.
 # The benchmark's full 1M (2 cores, 2026-12-06): the index on ids built in 0.49-0.51 s instead of 0.70 s, a week's
 # presence filled in 175-183 ms instead of 193 ms, a month's in 460-469 ms instead of 526 ms; the id index of 5M
-# in 2.4-2.6 s instead of 3.3 s. Only a sort that spills starts the threads.
+# in 2.4-2.6 s instead of 3.3 s. Only a sort that spills starts the threads, and one that cannot be started (a
+# seccomp filter) does its work in the caller's thread (SQLite's threads.c): slower, never a failure.
 _SORT_THREADS = 2
 # The unique index on statement ids, which a run into an empty store builds once, after staging.
 _ID_INDEX = next(index for index in INDEXES if index.name == "staged_events_event_id")
