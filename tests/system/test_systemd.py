@@ -218,6 +218,10 @@ def test_units_verify_and_the_timer_fires_on_weekdays_at_0415(system):
     assert {day for day, _ in elapses} <= {"Mon", "Tue", "Wed", "Thu", "Fri"}
     assert {time for _, time in elapses} == {"04:15:00"}
     assert "OnCalendar=Mon..Fri *-*-* 04:15:00" in system.run("systemctl", "cat", "lms-refresh.timer").stdout
+    # No run before the clock is synchronised: the calendar timer by systemd's own ordering, every start of the
+    # service (the catch-up timer's at boot, a manual one) by the unit's.
+    for unit in ("lms-refresh.timer", UNIT):
+        assert "time-sync.target" in system.show(unit, "After")["After"].split(), unit
 
 
 def test_unconfigured_package_is_skipped_not_failed(system):
