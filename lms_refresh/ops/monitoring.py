@@ -249,8 +249,13 @@ def plugin_report(status, now, timezone, *, grace):
     UNKNOWN: there is no store yet, so nothing can be said about freshness.
     """
     if not status["store"]["exists"]:
+        interrupted = status.get("interrupted")
+        # A first run killed before its store took its name left only its marker: "no refresh has run" is untrue.
+        ran = ("no refresh has run" if interrupted is None else
+               f"the first run, started {interrupted.get('started_at', '?')}, did not finish (a shutdown, a crash or a "
+               "stop) and is not caught up yet")
         return PLUGIN_UNKNOWN, plugin_line(
-            PLUGIN_UNKNOWN, f"no store at {status['store']['location']} yet: no refresh has run "
+            PLUGIN_UNKNOWN, f"no store at {status['store']['location']} yet: {ran} "
                             f"(state directory {status['state_directory']})")
     zone = zoneinfo.ZoneInfo(timezone)
     last_run, success = status["last_run"], status["last_success"]

@@ -56,6 +56,18 @@ def test_no_store_yet_is_unknown_not_critical(project):
     assert "no refresh has run" in text
 
 
+def test_a_first_run_killed_before_its_store_is_unknown_and_says_it_did_not_finish(sqlite_project):
+    project = sqlite_project
+    project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
+    project.state.mkdir(exist_ok=True)  # as systemd's StateDirectory= has it before the first run
+    killed = project.cli("run", now=NOW, env={"LMS_REFRESH_FAULT": "store-created:kill"})
+    assert killed.returncode == -9, killed.stderr
+    code, state, text, _ = check(project, "2026-11-03T05:00:00+01:00")
+    assert (code, state) == (3, "UNKNOWN") and text.startswith("no store at ")
+    assert ("yet: the first run, started 2026-11-03T03:15:00.000000Z, did not finish (a shutdown, a crash or a stop) "
+            "and is not caught up yet") in text and "no refresh has run" not in text
+
+
 @pytest.mark.parametrize("mistake, says", [
     ("min_cel_size = 5\n", "unknown key 'min_cel_size'"),
     ("this is = not toml\n", "is not valid TOML"),
