@@ -114,7 +114,9 @@ def published_row(cell, settings, table):
               table.perturb(cell["statements"], cell["statement_key"], "statements")]
     for name, stem in COUNTS.items():
         learners = cell[f"{stem}_learners"]
-        if 0 < learners < k or (learners == 0 and settings.withhold_zeros):
+        # A count above 0 with no learner behind it is a forgotten learner's events on a closed day, still in its
+        # week's sums (their presence is gone, their events with the day's row): withheld, as one learner's are.
+        if 0 < learners < k or (learners == 0 and (settings.withhold_zeros or cell[name])):
             values.append(None)
             suppressed = 1
         else:

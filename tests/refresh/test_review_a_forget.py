@@ -57,3 +57,29 @@ def test_forget_finds_a_learner_whose_only_trace_is_presence_on_closed_days(sqli
     assert "closed:      presence on 1 day before the staging horizon deleted" in result.stdout
     assert "Nothing in the store matched" not in result.stderr
     assert project.query("SELECT COUNT(*) FROM learner_days") == [(2,)]
+
+
+def test_a_count_left_with_no_learner_after_forget_is_withheld_not_published(project):
+    """The only learner who failed in a week did so on a day now closed: forget takes their presence (the week's
+    failed learners: 0) but not their events, which stay in the closed day's row and so in the week's sums. The
+    week's `failed` was withheld (one learner) and must stay so: published, it was the forgotten learner's alone."""
+    stored = "2026-11-19T10:00:00Z"
+    statements = [statement(learner=learner, timestamp=f"2026-10-{day}T10:00:00Z", stored=stored)
+                  for learner in ("a", "b", "c") for day in (20, 23)]
+    statements += [statement(learner="x", verb="failed", timestamp=f"2026-10-20T1{hour}:00:00Z", stored=stored)
+                   for hour in (0, 1)]
+    project.write("a.ndjson", statements)
+    project.configure(extra_top="min_cell_size = 3\n" + TERM)
+    project.cli("run", now="2026-11-20T00:00:00Z", check=0)
+    project.configure(extra_top="min_cell_size = 3\n[retention]\nstaging_days = 30\n" + TERM)
+    project.cli("run", now="2026-11-21T12:00:00Z", check=0)
+    assert project.meta()["staging_horizon"] == "2026-10-22"  # the 20th is closed, its week, month and term open
+
+    def failed(grain, period):  # (active learners, failed, suppressed) of the course's and the site's rows
+        return [(row[4], row[9], row[12]) for row in project.grain_rows(grain, site=True) if row[0] == period]
+
+    for grain, period in (("week", "2026-W43"), ("month", "2026-10"), ("term", "Autumn")):
+        assert failed(grain, period) == [(4, None, 1), (4, None, 1)], (grain, failed(grain, period))
+    project.cli("forget", "--account-homepage", HOME, "--account-name", "x", check=0)
+    for grain, period in (("week", "2026-W43"), ("month", "2026-10"), ("term", "Autumn")):
+        assert failed(grain, period) == [(3, None, 1), (3, None, 1)], (grain, failed(grain, period))
