@@ -26,11 +26,13 @@ def cutoff(config, now):
     return now - dt.timedelta(seconds=config.window.safety_lag)
 
 
-def publish(store, period_courses, settings, *, config, now, rebuilt=None, whole=periods.GRAINS):
+def publish(store, period_courses, settings, *, config, now, rebuilt=None, whole=periods.GRAINS, counted=None):
     """Publish again each grain's courses in `period_courses` ({grain: course ids}): where the periods `rebuilt`
     ({grain: labels}) were, and whole for the grains in `whole` (and the terms, always: their names do not sort
-    as their periods do, and a course has few)."""
-    closed_before, periods_in_force = instants.to_cursor(cutoff(config, now)), calendar(config)
+    as their periods do, and a course has few). `counted`: the calendar the store counted (`config`'s terms
+    but those it could not count, which get no row, not even a withheld one between two others)."""
+    closed_before = instants.to_cursor(cutoff(config, now))
+    periods_in_force = counted or calendar(config)
 
     def row(grain, label, values):
         start, end = periods_in_force.bounds(grain, label)

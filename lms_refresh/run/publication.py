@@ -125,7 +125,7 @@ def recompute(store, days, *, record_keys, config, now, periods_of=()):
     # Only what the rebuilt days change (disclosure.policy.republish), unless the settings or the terms changed.
     policy.publish(store, done.courses, settings, days=None if "day" in done.whole else done.days)
     period_publication.publish(store, done.period_courses, settings, config=config, now=now,
-                               rebuilt=done.period_labels, whole=done.whole)
+                               rebuilt=done.period_labels, whole=done.whole, counted=done.calendar)
     return done.rows_written, store.suppressed_on(done.days)
 
 

@@ -108,8 +108,9 @@ def apply(store, config, now, *, horizon, days):
         store.drop_staged_before(horizon)
         # The terms the store counted with too: until this run's recompute has synced an edited term, the presence
         # it is counted again from is the one kept for the term as it was.
-        kept = min(period_publication.calendar(config).first_kept_presence(horizon),
-                   store.stored_calendar().first_kept_presence(horizon))
+        # A term that cannot be counted whole (it begins before the presence kept) holds none back.
+        kept = min(store.countable(calendar).first_kept_presence(horizon)
+                   for calendar in (period_publication.calendar(config), store.stored_calendar()))
         store.drop_presence_before(kept)  # until no open period needs it
         store.set_meta(HORIZON_KEY, horizon)
         days = {day for day in days if day >= horizon}

@@ -30,9 +30,9 @@ PRIVACY_FIELDS = column_names("privacy_settings")[1:]  # after the id of the one
 class Recomputed(typing.NamedTuple):
     """What a recompute did: the metric rows it wrote, the days it rebuilt, the courses to publish again (their
     days, and {grain: courses} of their other periods), the configured terms it could not count (they begin
-    before the learners' presence that retention kept), {grain: labels} of the other periods it rebuilt, and the
+    before the learners' presence that retention kept), {grain: labels} of the other periods it rebuilt, the
     grains ("day" among them) whose courses are to be published whole, not only where rebuilt (a change of the
-    privacy settings: all; of the terms: the terms)."""
+    privacy settings: all; of the terms: the terms), and the calendar of the periods it counted."""
 
     rows_written: int
     days: set
@@ -41,6 +41,7 @@ class Recomputed(typing.NamedTuple):
     uncounted_terms: tuple = ()
     period_labels: dict = None
     whole: tuple = ()
+    calendar: periods.Calendar = None  # the periods counted: the configured terms but those not counted
 
 
 class SqlStore(Staging, Erasure, Grains, Published, RebuildCheck, RunLog, CourseNames):
@@ -276,6 +277,8 @@ class SqlStore(Staging, Erasure, Grains, Published, RebuildCheck, RunLog, Course
         courses, everything = self.courses_on(days), self._republish_all
         recounted = self.sync_terms(calendar)  # first: the days' presence then moves in and out of these terms
         uncounted = [] if recounted is None else recounted.pop(None, [])
+        # A term that cannot be counted whole gets no presence and no cell, now or later (sync_terms).
+        calendar = periods.Calendar(term for term in calendar.terms if term[0] not in uncounted)
         written = self.rebuild_partitions(days, calendar)
         grains = periods.GRAINS if everything else () if recounted is None else ("term",)
         # `periods_of`: days whose presence changed without their events (a learner forgotten on a closed day):
@@ -286,7 +289,7 @@ class SqlStore(Staging, Erasure, Grains, Published, RebuildCheck, RunLog, Course
         also.update(recounted or {})
         period_courses, labels = self.rebuild_periods(days, calendar, everything=grains, also=also)
         return Recomputed(written, days, self._courses_to_publish(courses | self.courses_on(days)), period_courses,
-                          tuple(uncounted), labels, ("day",) + grains if everything else grains)
+                          tuple(uncounted), labels, ("day",) + grains if everything else grains, calendar)
 
     def forget_transaction(self):
         """Voids learned inside a rolled-back transaction are gone with it."""

@@ -176,31 +176,48 @@ class Grains:
         """Count the terms of `calendar` that the store does not hold as they are (new or changed), from the
         learners' presence it keeps, and forget the terms no longer configured; return {("term", name): (first
         day, last day)} of the terms counted (None if the terms are the store's already). A term that begins
-        before the presence retention kept (meta `presence_from`) cannot be counted whole: it is not counted, and
-        is returned in a list under None. An unchanged term keeps its rows."""
-        stored = self.stored_calendar()
-        if stored.terms == calendar.terms:
+        before the presence retention kept (meta `presence_from`) cannot be counted whole: it is not counted, nor
+        kept among the store's terms (meta `terms`), so that no later run counts it from part of its presence
+        either, and it is returned in a list under None at every run until it is moved. An unchanged term keeps
+        its rows."""
+        stored, uncounted = self.stored_calendar(), self.uncountable_terms(calendar)
+        if stored.terms == calendar.terms and not uncounted:
             return None
-        kept_from, recounted, uncounted = self.meta().get("presence_from"), {}, []
+        recounted = {}
         for name, first, last in stored.terms:
-            if (name, first, last) not in calendar.terms:
+            if (name, first, last) not in calendar.terms or name in uncounted:
                 for table in ("learner_periods", "period_metrics"):
                     self.execute(f"DELETE FROM {table} WHERE grain = 'term' AND period = ?", (name,))
         for name, first, last in calendar.terms:
-            if (name, first, last) in stored.terms:
+            if (name, first, last) in stored.terms or name in uncounted:
                 continue  # unchanged: its rows were kept up to date with every rebuilt day, as a week's are
-            if kept_from is not None and first < kept_from:
-                uncounted.append(name)
-                continue
             self.execute("DELETE FROM learner_periods WHERE grain = 'term' AND period = ?", (name,))
             for (day,) in self.execute("SELECT DISTINCT day FROM learner_days WHERE day BETWEEN ? AND ? ORDER BY day",
                                        (first, last)).fetchall():
                 self.execute(presence.ADD, ("term", name, day))
             recounted[("term", name)] = (first, last)
-        self.set_meta("terms", json.dumps([list(term) for term in calendar.terms]))
+        self.set_meta("terms", json.dumps([list(term) for term in calendar.terms if term[0] not in uncounted]))
         if uncounted:
-            recounted[None] = uncounted
+            recounted[None] = sorted(uncounted)
         return recounted
+
+    def uncountable_terms(self, calendar):
+        """The names of the terms of `calendar` that cannot be counted whole from the presence the store keeps: a
+        term not among the store's that begins before it (meta `presence_from`), and one among them that does and
+        still has a day open (from the staging horizon on), which only a store that counted such a term from part
+        of its presence (written before this check) holds: a term counted whole keeps its presence while it has
+        a day open."""
+        meta, stored = self.meta(), self.stored_calendar().terms
+        kept_from, horizon = meta.get("presence_from"), meta.get("staging_horizon") or ""
+        if kept_from is None:
+            return set()
+        return {name for name, first, last in calendar.terms
+                if first < kept_from and ((name, first, last) not in stored or last >= horizon)}
+
+    def countable(self, calendar):
+        """`calendar` without its uncountable_terms."""
+        uncounted = self.uncountable_terms(calendar)
+        return periods.Calendar(term for term in calendar.terms if term[0] not in uncounted)
 
     def reset_periods(self, horizon):
         """For a rebuild from the staging `horizon` (None: from the start), empty the presence and the periods

@@ -4,6 +4,7 @@ late statement, daily runs against one backfill, terms changed between runs — 
 
 import datetime as dt
 import json
+import sqlite3
 
 import pytest
 
@@ -167,24 +168,54 @@ def test_check_and_run_refuse_a_bad_term_and_name_it(sqlite_project, text, messa
 
 
 def test_a_term_that_begins_before_the_kept_presence_is_not_counted_and_says_so(sqlite_project):
-    configure(sqlite_project)
-    sqlite_project.config.write_text(sqlite_project.config.read_text().replace(
+    project = sqlite_project
+    early = ("Early", "2026-09-14", "2026-09-18")  # counted whole by the first run, closed since
+    with_terms(project, (early,))
+    project.config.write_text(project.config.read_text().replace(
         "[retry]", "[retention]\nstaging_days = 400\n[retry]"))
     written = activity(10, dt.date(2026, 9, 14), 30)
-    sqlite_project.write("a.ndjson", written)
-    sqlite_project.invoke("run", now="2026-10-14T04:15:00Z", check=0)
+    project.write("a.ndjson", written)
+    project.invoke("run", now="2026-10-14T04:15:00Z", check=0)
     # 400 days later the staging horizon is 1 October 2026: the learners' presence is kept from the start of
-    # the periods that hold it (the week from Monday 28 September), and no term was configured then.
-    sqlite_project.night_before("2027-11-05T04:15:00Z")
-    sqlite_project.invoke("run", now="2027-11-05T04:15:00Z", check=0)
-    assert sqlite_project.meta()["presence_from"] == "2026-09-28"
+    # the periods that hold it (the week from Monday 28 September), and no term held it then.
+    project.night_before("2027-11-05T04:15:00Z")
+    project.invoke("run", now="2027-11-05T04:15:00Z", check=0)
+    assert project.meta()["presence_from"] == "2026-09-28"
     october = ("October", "2026-10-01", "2026-10-13")
-    add_terms(sqlite_project, (AUTUMN, october))
-    result = sqlite_project.invoke("run", now="2027-11-05T05:15:00Z", check=0)
-    assert "The term 'Autumn 2026' is not counted: it begins before the oldest day whose learners the store " \
-           "still keeps (retention.staging_days)" in result.stderr
-    assert sqlite_project.grain_rows("term", site=True) == expected_periods(
-        written, "Europe/Paris", K, "term", moment("2027-11-05T05:15:00Z"), (october,)) != []
+    add_terms(project, (early, AUTUMN, october))  # Autumn, between the other two, begins before what is kept
+    says = ("The term 'Autumn 2026' is not counted: it begins before the oldest day whose learners the store "
+            "still keeps (retention.staging_days)")
+    result = project.invoke("run", now="2027-11-05T05:15:00Z", check=0)
+    assert says in result.stderr
+    assert project.grain_rows("term", site=True) == expected_periods(
+        written, "Europe/Paris", K, "term", moment("2027-11-05T05:15:00Z"), (early, october)) != []
+    # Later runs, with days of Autumn still open rebuilt, neither count it from part of its presence nor publish it
+    # (it was kept among the store's terms and counted from the rebuilt days on), and say so each time.
+    late = [statement(learner=f"late{i}", course="BIO101", timestamp="2026-10-05T10:00:00Z",
+                      stored="2027-11-05T20:00:00Z") for i in range(12)]
+    project.write("b.ndjson", late)
+    for now in ("2027-11-06T04:15:00Z", "2027-11-07T04:15:00Z"):
+        result = project.invoke("run", now=now, check=0)
+        assert says in result.stderr, now
+        assert project.grain_rows("term", site=True) == expected_periods(
+            written + late, "Europe/Paris", K, "term", moment(now), (early, october)), now
+    assert json.loads(project.meta()["terms"]) == [list(early), list(october)]
+    assert project.query("SELECT COUNT(*) FROM learner_periods WHERE period = 'Autumn 2026'") == [(0,)]
+
+    # A store that counted such a term from part of its presence (it kept the term among its own) drops it.
+    db = sqlite3.connect(project.store)
+    db.execute("UPDATE meta SET value = ? WHERE key = 'terms'", (json.dumps([list(early), list(AUTUMN),
+                                                                             list(october)]),))
+    db.execute("INSERT INTO learner_periods SELECT 'term', 'Autumn 2026', course_id, actor, learner_key, days, "
+               "attempt_days, completion_days, passed_days, failed_days, score_days, duration_days "
+               "FROM learner_periods WHERE grain = 'term' AND period = 'October'")
+    db.commit()
+    db.close()
+    result = project.invoke("run", now="2027-11-08T04:15:00Z", check=0)
+    assert says in result.stderr
+    assert project.grain_rows("term", site=True) == expected_periods(
+        written + late, "Europe/Paris", K, "term", moment("2027-11-08T04:15:00Z"), (early, october))
+    assert project.query("SELECT COUNT(*) FROM learner_periods WHERE period = 'Autumn 2026'") == [(0,)]
 
 
 def test_a_rebuild_whose_staging_horizon_straddles_a_week_and_a_term_keeps_them_whole(project):
