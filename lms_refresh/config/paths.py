@@ -12,8 +12,10 @@ the run lock call it.
 
 import dataclasses
 import os
+import stat
 
 from lms_refresh.errors import ConfigError
+from lms_refresh.regular_files import kind_of
 from lms_refresh.state_directory import LAST_INTERRUPTION, LOCK_NAME, MARKER, RUN_IN_PROGRESS
 
 SQLITE_SIDECARS = ("-journal", "-wal", "-shm")  # what SQLite writes beside a database file
@@ -139,21 +141,32 @@ def collision(paths):
                     if found:
                         return found
     for group in resolved:  # after the collisions, which name the other key too
-        found = next(filter(None, map(_a_directory, group)), None)
+        found = next(filter(None, map(_not_a_file, group)), None)
         if found:
             return found
     return _publication_in_private_place(resolved)
 
 
-def _a_directory(spelling):
-    """The sentence if a file the program writes (replacing it whole) is a directory, else None: a run would
-    commit and then fail to write it, every night (a publication.path naming its directory, not the file)."""
-    if (not spelling.named.written or spelling.named.directory or spelling.named.key.startswith("the ")
-            or not os.path.isdir(spelling.real)):
+def _not_a_file(spelling):
+    """The sentence if a file the program writes (replacing it whole) is there as something else, else None: a
+    directory (a run would commit and then fail to write it, every night: a publication.path naming its directory,
+    not the file), or a device, a FIFO or a socket, which the write would replace by a regular file (`report
+    --output /dev/null` run as root replaced the system's /dev/null)."""
+    if not spelling.named.written or spelling.named.directory or spelling.named.key.startswith("the "):
         return None  # the state directory's own files (the lock...) are checked as they are opened, in words of theirs
-    example = _FILE_NAMES.get(spelling.named.key)
-    return (f"{_quoted(spelling.named.key)} ({spelling.named.path}) is a directory, where a run writes a file whole; "
-            "name a file" + (f" ({os.path.join(spelling.named.path, example)}, say)" if example else "") + ".")
+    try:
+        mode = os.stat(spelling.named.path).st_mode  # through links: /dev/stdout is a FIFO, a terminal...
+    except (OSError, ValueError):
+        return None  # not there yet, or not reachable: written new (a failure to write says why)
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        example = _FILE_NAMES.get(spelling.named.key)
+        return (f"{_quoted(spelling.named.key)} ({spelling.named.path}) is a directory, where a run writes a file "
+                "whole; name a file" + (f" ({os.path.join(spelling.named.path, example)}, say)" if example else "")
+                + ".")
+    return (f"{_quoted(spelling.named.key)} ({spelling.named.path}) is {kind_of(mode)}, which writing a file whole "
+            "there would replace by a regular file; name a regular file.")
 
 
 _FILE_NAMES = {"publication.path": "serving.sqlite", "report.path": "report.html"}  # their defaults' names

@@ -6,6 +6,7 @@ import json
 import os
 import pwd
 import sqlite3
+import stat
 
 import pytest
 
@@ -164,6 +165,30 @@ def test_the_command_writes_the_page_and_says_where_and_that_it_is_stale(sqlite_
                               "--output", str(output)], environment())
     assert fresh.stdout.strip() == f"Wrote the report {output}"
     assert "stale" not in Page(output.read_text()).texts
+
+
+def test_an_output_or_a_report_path_that_is_a_device_a_fifo_or_a_link_to_one_is_refused(sqlite_project, tmp_path):
+    """`report --output` replaced whatever was there by a regular file: run as root, `--output /dev/null` replaced
+    the system's /dev/null, and a report.path naming a device passed `check` and was replaced by every run."""
+    project = sqlite_project
+    project.write("a.ndjson", [])
+    now = ["--config", str(project.config), "--now", "2026-11-30T05:00:00+00:00"]
+    assert inprocess.invoke([*now, "run"], environment()).returncode == 0
+    fifo, link = tmp_path / "fifo", tmp_path / "stdout"
+    os.mkfifo(fifo)
+    link.symlink_to("/dev/null")
+    for target, kind in ((fifo, "a FIFO"), ("/dev/null", "a character device"), (link, "a character device")):
+        result = inprocess.invoke([*now, "report", "--output", str(target)], environment())
+        assert result.returncode == 78, (target, result.stderr)
+        assert (f"Refusing to write the report there: '--output' ({target}) is {kind}, which writing a file whole "
+                "there would replace by a regular file; name a regular file.") in result.stderr, result.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and os.path.islink(link)
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    project.config.write_text(project.config.read_text() + f'[report]\npath = "{fifo}"\n')
+    result = inprocess.invoke([*now, "check"], environment())
+    assert result.returncode == 78 and (f"'report.path' ({fifo}) is a FIFO, which writing a file whole there would "
+                                        "replace by a regular file") in result.stderr, result.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
 
 def test_an_output_that_names_a_file_of_the_configuration_is_refused_and_left_alone(sqlite_project):
