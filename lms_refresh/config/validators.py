@@ -16,6 +16,7 @@ import unicodedata
 import zoneinfo
 
 from lms_refresh import instants
+from lms_refresh.disclosure import folding
 
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 LONGEST_DURATION = 3660 * 86400  # ten years: longer is a typo, and would overflow date arithmetic
@@ -186,6 +187,12 @@ def label(value):
         raise ValueError(f"must be at most 100 characters, not {len(value)}")
     if any(unicodedata.category(character) in ("Cc", "Cf", "Zl", "Zp") for character in value):
         raise ValueError("must not contain control or format characters")
+    # Shown as nothing, or as whatever a font makes of it: a private-use or unassigned character, or a name of
+    # marks and characters shown as nothing only (a Hangul filler), which would be a blank row's name.
+    if any(unicodedata.category(character) in ("Co", "Cn") for character in value):
+        raise ValueError("must not contain private-use or unassigned characters")
+    if not folding.view(value)[0].strip():
+        raise ValueError("must show as something: it is only marks or characters shown as nothing")
     return value
 
 

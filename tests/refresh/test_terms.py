@@ -149,6 +149,14 @@ BAD_TERMS = [
     (f'[[terms]]\nname = "{"x" * 101}"\nfirst_day = 2026-09-01\nlast_day = 2026-12-01\n',
      f"term 1 ('{'x' * 100}'): key 'terms.name' must be at most 100 characters, not 101."),
     ('terms = "Autumn"\n', "'terms' must be an array of tables, one [[terms]] header per term."),
+    # Names a reader sees as nothing (a Hangul filler, marks alone) or as whatever the font draws (private use).
+    ('[[terms]]\nname = "\u3164"\nfirst_day = 2026-09-01\nlast_day = 2026-12-01\n',
+     "term 1 ('\u3164'): key 'terms.name' must show as something: it is only marks or characters shown as nothing."),
+    ('[[terms]]\nname = "\u0301\u0302"\nfirst_day = 2026-09-01\nlast_day = 2026-12-01\n',
+     "term 1 ('\u0301\u0302'): key 'terms.name' must show as something: it is only marks or characters shown as "
+     "nothing."),
+    ('[[terms]]\nname = "Term \ue000"\nfirst_day = 2026-09-01\nlast_day = 2026-12-01\n',
+     "term 1 ('Term \\ue000'): key 'terms.name' must not contain private-use or unassigned characters."),
 ]
 
 
