@@ -5,7 +5,9 @@ character that shows as nothing ("jane\ufe0f@example.edu" looks like jane@exampl
 does not count as part of a word, or by a compatibility form that shows as the character it stands for (the
 full-width "＠" and "．"). `view` is a text as the pattern should read it, with the place in the text each of its
 characters came from, so that `redacted` removes what is found there from the text itself and leaves the rest
-as it was written.
+as it was written. An identifier of a person is looked for alike (disclosure/redaction.py): `words` finds it as a
+word ("_" parts words too), as written and in a bare view (`bare`: marks left out, also of a composed letter), and
+`replaced` removes from the text what it finds in the bare view ("ｊｄｏｅ", "j\u0301doe" are jdoe).
 """
 
 import functools
@@ -57,12 +59,23 @@ def one_case(text):
     return text.upper().casefold()
 
 
-def view(text):
-    """Return (folded, origin): `text` as a pattern should read it (`_fold` of each character) and, for each
-    character of `folded`, the index in `text` of the character it came from."""
-    pieces, origin = [], []
+@functools.lru_cache(maxsize=4096)
+def _bare(char):
+    """`char` as in a view, and without the marks of a letter that holds them ("é" is "e", as "e\u0301" is in a
+    view): how an identifier is compared, where a mark added to a letter must not hide the word."""
+    form = _fold(char)
+    if form.isascii():
+        return form
+    kept = "".join(part for part in unicodedata.normalize("NFD", form) if unicodedata.category(part)[0] != "M")
+    return unicodedata.normalize("NFC", kept) or form
+
+
+def view(text, bare=False):
+    """Return (folded, origin): `text` as a pattern should read it (`_fold` of each character; `_bare` if `bare`)
+    and, for each character of `folded`, the index in `text` of the character it came from."""
+    pieces, origin, fold = [], [], _bare if bare else _fold
     for index, char in enumerate(text):
-        form = char if char.isascii() else _fold(char)
+        form = char if char.isascii() else fold(char)
         pieces.append(form)
         origin += [index] * len(form)
     return "".join(pieces), origin
@@ -82,6 +95,57 @@ def redacted(text, pattern, replacement, triggers):
     for match in pattern.finditer(folded):
         start, end = max(origin[match.start()], position), origin[match.end() - 1] + 1
         if text[start:end] != match.group():
+            kept += (text[position:start], replacement)
+            position = end
+    return "".join(kept) + text[position:] if kept else text
+
+
+def words(values, shortest):
+    """A pattern, in any letter case, of each of `values` as a word, as written and as a reader sees it (its bare
+    view, if that is `shortest` characters or more), longest first: an address goes whole before a shorter value in
+    it. White space and "_" part words, in a text and in a value alike ("Jane Doe" is in "sandbox_Jane_Doe"). A
+    letter at an edge of a value must have no letter beside it ("ann" is not in "Annual"), a digit no letter or
+    digit: a value glued to digits is found ("jdoe2026", "2026jdoe": user names take years and numbers so, and
+    keeping those would publish the name), a number glued to another, or to letters, is not (an account "123" is
+    not in an origin "export.ndjson:1234", nor in a hex id's "2c123f": it would garble them, and what is kept of
+    such a text names no one: a number glued to digits is another number)."""
+    forms = set(values) | {form for form in map(bare, values) if len(form) >= shortest}
+    return re.compile("|".join(map(_word, sorted(forms, key=len, reverse=True))), re.IGNORECASE)
+
+
+def _word(value):
+    head, core, tail = re.fullmatch(r"([\s_]*)(.*?)([\s_]*)", value, re.DOTALL).groups()
+    body = re.escape(head) + r"[\s_]+".join(map(re.escape, re.split(r"[\s_]+", core))) + re.escape(tail)
+    return _EDGES[0][_kind(value[0])] + body + _EDGES[1][_kind(value[-1])]
+
+
+def _kind(char):
+    return "letter" if re.match(r"[^\W\d_]", char) else "digit" if re.match(r"\d", char) else ""
+
+
+# What may not stand before and after a value's edge of each kind: a letter beside a letter, a letter or digit
+# beside a digit (\w without "_": a letter or digit).
+_EDGES = ({"letter": r"(?<![^\W\d_])", "digit": r"(?<![^\W_])", "": ""},
+          {"letter": r"(?![^\W\d_])", "digit": r"(?![^\W_])", "": ""})
+
+
+def bare(text):
+    """`text` as an identifier is compared with it: its bare view (an ASCII text is its own)."""
+    return text if text.isascii() else view(text, bare=True)[0]
+
+
+def replaced(text, pattern, replacement):
+    """Return `text` with `replacement` for each match of `pattern` in its bare view (`view(text, bare=True)`): from
+    the character of the match's first to that of its last, with the characters after it that the view leaves out
+    (marks, characters shown as nothing). An ASCII text is its own view: the caller has matched it already."""
+    if text.isascii():
+        return text
+    folded, origin = view(text, bare=True)
+    kept, position = [], 0
+    for match in pattern.finditer(folded):
+        if match.end() > match.start():
+            start = max(origin[match.start()], position)
+            end = max(origin[match.end()] if match.end() < len(origin) else len(text), origin[match.end() - 1] + 1)
             kept += (text[position:start], replacement)
             position = end
     return "".join(kept) + text[position:] if kept else text

@@ -13,7 +13,8 @@ it can reach a publication, `clean_name`:
 - collapses runs of white space into one space;
 - removes identifiers of people through lms_refresh.disclosure.redaction: anything shaped like an
   e-mail address (also as a reader sees it: "jane＠example.edu"), credentials, and (`identifiers`) the
-  naming statement's own actor identifiers;
+  identifiers of every person in the naming statement (its actor, an Agent object, the context's team and
+  instructor...: actor_identifiers), as words ("_" parts words) and as a reader sees them ("ｊｄｏｅ");
 - bounds the result to MAX_NAME_CHARS characters, after all of the above, so that no cut leaves part of
   an address that the rule could no longer recognise.
 
@@ -31,6 +32,7 @@ MAX_NAME_CHARS = 200  # longer than any real course name, short enough for any d
 _MAX_READ = 20 * MAX_NAME_CHARS
 _FALLBACK_LANGUAGES = ("en-us", "en")
 _LONGEST_ADDRESS = 3 * 254  # RFC 5321's 254 octets, each percent-encoded at worst ("%40")
+WITHHELD = ("the people of a statement too deep to walk",)  # actor_identifiers: no name of it can be shown
 
 _MULTILANG = re.compile(
     r"<span\s+(?:lang=[\"']([A-Za-z0-9_-]{1,20})[\"']\s+class=[\"']multilang[\"']"
@@ -80,8 +82,9 @@ def reduce_multilang(text, language):
 def clean_name(text, *, language=None, identifiers=()):
     """Return `text` as it may be published (see the module doc), or None if nothing is left of it (or it
     is not text). `language` reduces Moodle's multilang markup; `identifiers` are identifier strings of
-    the person who wrote the name (an xAPI statement's actor), removed wherever they appear."""
-    if not isinstance(text, str):
+    the people in the statement that names it (actor_identifiers), removed wherever they appear — WITHHELD
+    (people that could not be found) leaves nothing."""
+    if not isinstance(text, str) or identifiers is WITHHELD:
         return None
     cut = len(text) > _MAX_READ
     text = text[:_MAX_READ]
@@ -157,7 +160,13 @@ def pick_language(names, language):
 
 
 def actor_identifiers(actor):
-    """Return the identifier strings of an xAPI actor (and its Group members) that a name must not carry."""
+    """Return the identifier strings that a name must not carry: of a naming statement (the mapper hands one so), those
+    of every person in it, where the quarantine's Redactor finds them (redaction.people_in: actor, authority, an
+    Agent or Group object, the context's instructor and team, a SubStatement's, Group members), or WITHHELD if it
+    cannot be walked; of an xAPI actor, its own and its Group members'."""
+    if type(actor) is dict and "actor" in actor:  # a statement: an Agent has no "actor"
+        found = redaction.people_in(actor)
+        return WITHHELD if found is None else found
     found = []
     for agent in [actor] + (actor.get("member") if type(actor) is dict and type(actor.get("member")) is list else []):
         if type(agent) is not dict:

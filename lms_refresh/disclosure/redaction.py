@@ -282,10 +282,12 @@ class _Found:
     def __init__(self):
         self.whole = set()  # folded: a string equal to one of these goes whole
         self.inside = set()  # searched for inside every string, in any letter case
+        self.values = []  # every identifier string noted, as it was written (people_in)
 
     def remember(self, value):
         """Note the identifier values in `value` (an mbox's address and its part before the @ too)."""
         if isinstance(value, str):
+            self.values.append(value)
             self._add(value)
             if value[:7].lower() == "mailto:":
                 self._add(value[7:])
@@ -296,25 +298,22 @@ class _Found:
 
     def _add(self, value):
         for form in {value, value.strip()} if value.strip() else ():
-            self.whole.add(folding.one_case(form))
+            self.whole.add(folding.one_case(folding.bare(form) or form))  # as a text is compared with it
             if len(form) >= _SHORTEST:
                 self.inside.add(form)
 
     def rule(self):
-        """Return a function of a string: without these identifiers, then through `scrub_text`."""
-        whole, pattern = self.whole, None
+        """Return a function of a string: without these identifiers (as words, as written and as a reader sees them:
+        "ｊｄｏｅ" is "jdoe", "Jane_Doe" "Jane Doe": folding.words), then through `scrub_text`."""
+        whole, pattern = self.whole, folding.words(self.inside, _SHORTEST) if self.inside else None
         # Matching folds one character to one ("ß" is not "SS"): a text still holding a non-ASCII one goes whole.
         folded = [folding.one_case(value) for value in self.inside if not value.isascii()]
-        if self.inside:
-            # Longest first, so an address is replaced whole before a shorter value inside it; whole
-            # words only, so an account name "123" leaves the origin "export.ndjson:1234" alone.
-            pattern = re.compile("|".join(map(_word, sorted(self.inside, key=len, reverse=True))), re.IGNORECASE)
 
         def scrub(text):
-            if folding.one_case(text) in whole:
+            if folding.one_case(folding.bare(text)) in whole:
                 return REDACTED
             if pattern is not None and text:  # a hole of letters: what is left of an address keeps its shape
-                text = pattern.sub(_HOLE, text)
+                text = folding.replaced(pattern.sub(_HOLE, text), pattern, _HOLE)
             # Before scrub_text, which may redact a part of such a value (an address in it) and hide the rest.
             if folded and any(value in folding.one_case(text) for value in folded):
                 return REDACTED
@@ -329,10 +328,14 @@ def without_identifiers(text, identifiers):
     return found.rule()(text)
 
 
-def _word(value):
-    """A pattern of `value` where it is not part of a longer word."""
-    return ((r"(?<!\w)" if re.match(r"\w", value) else "") + re.escape(value)
-            + (r"(?!\w)" if re.match(r"\w", value[-1]) else ""))
+def people_in(statement):
+    """The identifier strings, as written, of every person in an xAPI statement, found where a Redactor finds them
+    (no pseudonym is made: an `identify` of None gives none); None if it cannot be walked (too deep)."""
+    found = _Found()
+    with contextlib.suppress(_Unreadable, RecursionError):
+        Redactor(b"", None)._statement(statement, found, 0)
+        return list(dict.fromkeys(found.values))
+    return None
 
 
 def _scrub(value, scrub):

@@ -329,7 +329,8 @@ class StatementMapper:
                 titles = self._titles.get(course_key)
                 if titles is None:
                     titles = self._titles[course_key] = []
-                titles.append((stored, key, definition["name"], statement.get("actor"), self.language))
+                # The statement: everyone in it leaves the name, found only for a name cleaned (names.actor_identifiers)
+                titles.append((stored, key, definition["name"], statement, self.language))
                 if len(titles) >= 2 * NAMING_KEPT:
                     titles[:] = _newest(titles)
         return EVENT, make_event(
