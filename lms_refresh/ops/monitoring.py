@@ -5,7 +5,6 @@ logged and swallowed. URLs with tokens are read from credential files and
 never logged.
 """
 
-import datetime as dt
 import http.client
 import logging
 import signal
@@ -22,12 +21,11 @@ from lms_refresh.credentials import read_secret
 from lms_refresh.disclosure.redaction import scrub_text, url_origin
 from lms_refresh.errors import TERMINATED, ConfigError, RefreshError
 from lms_refresh.instants import from_cursor
+from lms_refresh.run import freshness
 from lms_refresh.window import TIME
 
 logger = logging.getLogger(__name__)
 
-SCHEDULE_DAYS = range(5)  # Monday..Friday, as lms-refresh.timer's OnCalendar=
-SCHEDULE_TIME = dt.time(4, 15)
 
 
 def read_url(name, environ, key):
@@ -192,34 +190,10 @@ def write_textfile(path, text):
     atomic.replace_bytes(path, text.encode("utf-8"), mode=0o644, outcome="the run's own result stands.")
 
 
-def last_scheduled_run(now, timezone, grace):
-    """Return the latest weekday 04:15 (local) that a run should have finished after, `grace` included."""
-    zone = zoneinfo.ZoneInfo(timezone)
-    local = (now - dt.timedelta(seconds=grace)).astimezone(zone)
-    day = local.date()
-    for _ in range(8):
-        candidate = dt.datetime.combine(day, SCHEDULE_TIME, zone)
-        if day.weekday() in SCHEDULE_DAYS and candidate <= local:
-            return candidate
-        day -= dt.timedelta(days=1)
-    raise AssertionError("no weekday in a week")
-
-
 def staleness(status, now, timezone, *, grace):
-    """Return None if the last success is recent enough for the schedule, else a sentence saying why not."""
-    expected = last_scheduled_run(now, timezone, grace)
-    success = status.get("last_success")
-    if success is None:
-        return f"no successful refresh yet (one was due at {expected.isoformat(timespec='minutes')})"
-    started = from_cursor(success["started_at"], "time")
-    if started > now + dt.timedelta(minutes=5):
-        return (f"the last success is dated {started.isoformat(timespec='minutes')}, in the future: the clock was "
-                "wrong then or is wrong now (see README, \"Recovery\")")
-    if started < expected.astimezone(dt.UTC) - dt.timedelta(minutes=1):
-        local = started.astimezone(expected.tzinfo)  # both times in the configured zone, comparable at a glance
-        return (f"the last success started at {local.isoformat(timespec='minutes')}, before the run due at "
-                f"{expected.isoformat(timespec='minutes')} (grace {grace // 60} min)")
-    return None
+    """Return None if the status's last success is recent enough for the schedule, else a sentence saying why not
+    (lms_refresh.run.freshness, the rule the report's page follows too)."""
+    return freshness.staleness(status.get("last_success"), now, timezone, grace=grace)
 
 
 # `status --check` follows the monitoring-plugin convention (Nagios, Icinga,

@@ -13,6 +13,7 @@ import stat
 from lms_refresh import instants
 from lms_refresh.errors import RefreshError, exit_status
 from lms_refresh.run import identity, report_page
+from lms_refresh.run.freshness import staleness
 from lms_refresh.run.publication import publish_if_behind
 from lms_refresh.run.report_data import local_today
 
@@ -55,14 +56,15 @@ def write_report(refresh, store):
     try:
         info = os.stat(config.publication.path)
         success = store.last_runs()[1]
-        by_this_run = success is not None and success["run_id"] == refresh.report.run_id
         freshness = {
             "last_success": success and success["started_at"], "watermark": store.meta().get("watermark"),
             "written": instants.to_cursor(refresh.now),
-            # A refresh that succeeded is fresh as it writes; a backfill's page says where freshness is told.
-            "stale": None if by_this_run else (
-                f"this page was written by a {refresh.report.kind}, which is not a refresh of the latest data; "
-                "`lms-refresh status` says whether the last successful refresh is recent enough"),
+            # The rule of `status --check`, as of this run: a backfill's success is no refresh, so its page is
+            # as fresh as the last run's or rebuild's (never stale merely because a backfill wrote it).
+            "stale": staleness(success, refresh.now, config.timezone, grace=config.monitoring.grace),
+            "note": None if success is not None and success["run_id"] == refresh.report.run_id else (
+                f"This page was written after a {refresh.report.kind}, which refreshes no new data: its freshness "
+                "is that of the last successful refresh (a run or a rebuild)."),
         }
         return report_page.write_report(config.publication.path, config.report.path, freshness,
                                         today=local_today(refresh.now, config.timezone),

@@ -4,7 +4,8 @@
 the course names, the last weeks of `weekly_metrics` per course and for the whole site (`course`
 NULL, when the publication has such rows), the completions, passed and failed of the current term
 (`term_metrics`, when the publication has it: see `current_term`) or else of the last 4 weeks, and how many of the
-cells it shows are withheld. Every text it returns is made safe to show by disclosure/names.py;
+cells it shows are withheld. A cell is one value, withheld when NULL: a row's `suppressed = 1` says only that some
+value of it is, the others being published. Every text it returns is made safe to show by disclosure/names.py;
 escaping it is the page's job (run/report_page.py).
 """
 
@@ -21,6 +22,7 @@ WEEKS = 12  # the weeks of active learners the page draws
 OUTCOME_WEEKS = 4  # without terms, completions, passed and failed are summed over this many weeks
 SITE = None  # the whole site's rows: `course` IS NULL, the convention of GROUP BY ROLLUP
 SITE_LABEL = "Whole site"
+COURSE_MARK = " (course)"  # after a course's label that reads as SITE_LABEL: only the site is shown as the site
 WITHHELD = "withheld"  # a week's published cell whose value is withheld (None: no row that week)
 
 
@@ -59,10 +61,13 @@ class ReportData:
 
 
 def label(course, names):
-    """The text that names `course`: its published name, else its IRI (both cleaned), "Whole site" for NULL."""
+    """The text that names `course`: its published name, else its IRI (both cleaned), "Whole site" for NULL;
+    a course named like the site (letter case and white space aside) is marked COURSE_MARK."""
     if course is SITE:
         return SITE_LABEL
-    return clean_name(names.get(course) or "") or clean_name(course) or "(unnamed course)"
+    text = clean_name(names.get(course) or "") or clean_name(course) or "(unnamed course)"
+    # A course's name is anyone's text: named "Whole site", its row and chart would pass for the site's total.
+    return text + COURSE_MARK if " ".join(text.split()).casefold() == SITE_LABEL.casefold() else text
 
 
 def _tables(db):
@@ -95,29 +100,37 @@ def _read(db, weeks, today):
         if "weekly_metrics" in tables else []
     shown.reverse()
     rows = db.execute(
-        f"SELECT course, period, active_learners, suppressed FROM weekly_metrics "
+        f"SELECT course, period, active_learners FROM weekly_metrics "
         f"WHERE period IN ({', '.join('?' for _ in shown)})", shown).fetchall() if shown else []
     by_course = {}
-    for course, period, learners, suppressed in rows:
-        by_course.setdefault(course, {})[period] = WITHHELD if suppressed else learners
+    for course, period, learners in rows:
+        # `suppressed = 1` says only that SOME value of the row is withheld: its learners are withheld when NULL.
+        by_course.setdefault(course, {})[period] = WITHHELD if learners is None else learners
     ordered = sorted(by_course, key=lambda course: (course is not SITE, label(course, names).casefold(), course))
     series = tuple(Series(course, label(course, names), tuple(by_course[course].get(week) for week in shown))
                    for course in ordered)
     span, outcome_rows = _outcome_rows(db, tables, shown, today)
-    totals = {}
-    for course, completions, passed, failed, suppressed in outcome_rows:
-        entry = totals.setdefault(course, [None, None, None, 0])
-        if suppressed:
-            entry[3] += 1
-            continue
-        for index, value in enumerate((completions, passed, failed)):
-            if value is not None:
-                entry[index] = (entry[index] or 0) + value
+    totals = _totals(outcome_rows)
     outcomes = tuple(Outcome(course, label(course, names), *totals[course])
                      for course in sorted(totals, key=lambda c: (c is not SITE, label(c, names).casefold(), c)))
-    cells = len(rows) + len(outcome_rows)
-    withheld = sum(1 for row in rows if row[3]) + sum(1 for row in outcome_rows if row[4])
+    # A cell is one value the page shows (a week's learners; a completions, passed or failed), withheld when NULL.
+    values = [row[2] for row in rows] + [value for row in outcome_rows for value in row[1:]]
+    cells, withheld = len(values), sum(value is None for value in values)
     return ReportData(settings, tuple(shown), series, span, outcomes, cells, withheld)
+
+
+def _totals(outcome_rows):
+    """{course: [completions, passed, failed, withheld cells]}: each the sum of its published values (None when
+    all are withheld), summed value by value, since a row with `suppressed = 1` may publish some of them."""
+    totals = {}
+    for course, *values in outcome_rows:
+        entry = totals.setdefault(course, [None, None, None, 0])
+        for index, value in enumerate(values):
+            if value is None:
+                entry[3] += 1
+            else:
+                entry[index] = (entry[index] or 0) + value
+    return totals
 
 
 def current_term(terms, today):
@@ -132,9 +145,9 @@ def current_term(terms, today):
 
 
 def _outcome_rows(db, tables, shown, today):
-    """(what the outcomes cover, their rows (course, completions, passed, failed, suppressed)): the current
+    """(what the outcomes cover, their rows (course, completions, passed, failed)): the current
     term's (`current_term`) when the publication has one, else the last OUTCOME_WEEKS weeks'."""
-    columns = "course, completions, passed, failed, suppressed"
+    columns = "course, completions, passed, failed"
     if "term_metrics" in tables:
         term = current_term([tuple(map(str, row)) for row in db.execute(
             "SELECT DISTINCT period, period_start, period_end FROM term_metrics")], today)

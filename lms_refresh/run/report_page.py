@@ -20,7 +20,7 @@ logger = logging.getLogger(__name__)
 
 _STYLE = """body{font:14px/1.4 sans-serif;margin:1.5em;color:#222}h1{font-size:1.4em}
 .stale{background:#b00020;color:#fff;padding:.6em 1em;font-weight:bold;font-size:1.2em}
-.fresh{background:#e6f4ea;padding:.6em 1em}.grid{display:flex;flex-wrap:wrap;gap:.5em}
+.fresh{background:#e6f4ea;padding:.6em 1em}.note{color:#555}.grid{display:flex;flex-wrap:wrap;gap:.5em}
 figure{margin:0;width:190px;border:1px solid #ddd;padding:4px}figcaption{font-size:12px;overflow:hidden;
 text-overflow:ellipsis;white-space:nowrap}table{border-collapse:collapse;font-size:12px}
 td,th{border:1px solid #ccc;padding:2px 5px;text-align:right}th[scope=row]{text-align:left;max-width:28em;
@@ -58,7 +58,9 @@ def _freshness(freshness):
     banner = (f'<p class="stale" id="stale">STALE: {_text(stale)}</p>' if stale
               else '<p class="fresh" id="fresh">Fresh: the last successful refresh is recent enough for the '
                    'schedule (as of when this page was written).</p>')
-    return (f"{banner}<dl><dt>Last successful refresh</dt><dd id=\"last-success\">"
+    # A neutral note (never the stale banner's class or id): why the page is newer than the last refresh.
+    note = f'<p class="note" id="note">{_text(freshness["note"])}</p>' if freshness.get("note") else ""
+    return (f"{banner}{note}<dl><dt>Last successful refresh</dt><dd id=\"last-success\">"
             f"{_text(freshness.get('last_success') or 'never')}</dd><dt>Watermark</dt><dd id=\"watermark\">"
             f"{_text(freshness.get('watermark') or 'none')}</dd><dt>Page written</dt><dd id=\"written\">"
             f"{_text(freshness.get('written'))}</dd></dl>")
@@ -136,8 +138,8 @@ def _outcome_chart(outcomes):
 
 
 def render(data, freshness):
-    """Given a ReportData and the freshness ({"last_success", "watermark", "stale", "written"}), return the
-    page as text."""
+    """Given a ReportData and the freshness ({"last_success", "watermark", "stale", "written"}, and optionally
+    "note": a neutral sentence shown under the banner), return the page as text."""
     return (f"{_HEAD}<style>{_STYLE}</style></head><body><h1>LMS activity report</h1>"
             f'<section id="freshness">{_freshness(freshness)}</section>{_privacy(data)}{_weekly(data)}'
             f"{_outcomes(data)}</body></html>\n")

@@ -56,10 +56,10 @@ def test_the_page_shows_the_publications_numbers_and_the_site_as_whole_site(tmp_
     outcomes = page.rows("outcomes-table")
     assert outcomes["Whole site"] == ["200", "120", "20", "0"]
     assert outcomes[names["https://lms.example.edu/course/2"]] == [str(16 + 17 + 18 + 19), "4", "4", "0"]
-    assert outcomes["https://lms.example.edu/course/small"] == ["–", "–", "–", "1"]
+    assert outcomes["https://lms.example.edu/course/small"] == ["–", "–", "–", "3"]
     assert page.texts["threshold"] == "10" and page.texts["noise"] == "3"
     cells = int(page.texts["cells"])
-    assert cells == 12 * 6 + 1 + 4 * 6 + 1 and page.texts["withheld"] == "2"
+    assert cells == 12 * 6 + 1 + 3 * (4 * 6 + 1) and page.texts["withheld"] == "4"
     assert "need not add up" in page.texts["privacy"] and "± 3" in page.texts["privacy"]
     assert all(tag != "svg" or attrs.get("role") == "img" for tag, attrs in page.elements)
     assert sum(tag == "svg" for tag, _ in page.elements) == len(shown) + 1 == len(page.titles) - 1

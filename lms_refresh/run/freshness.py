@@ -1,0 +1,40 @@
+"""When the data is stale: the timer's schedule, and whether the last successful refresh is recent enough for it.
+
+One rule for `status`, `status --check` (lms_refresh.ops.monitoring) and the HTML report a run writes
+(lms_refresh.run.after_commit), so that the page's STALE banner and the monitoring never disagree.
+"""
+
+import datetime as dt
+import zoneinfo
+
+from lms_refresh import instants
+
+SCHEDULE_DAYS = range(5)  # Monday..Friday, as lms-refresh.timer's OnCalendar=
+SCHEDULE_TIME = dt.time(4, 15)
+
+
+def last_scheduled_run(now, timezone, grace):
+    """Return the latest weekday 04:15 (local) that a run should have finished after, `grace` included."""
+    zone = zoneinfo.ZoneInfo(timezone)
+    local = (now - dt.timedelta(seconds=grace)).astimezone(zone)
+    day = local.date()
+    while day.weekday() not in SCHEDULE_DAYS or dt.datetime.combine(day, SCHEDULE_TIME, zone) > local:
+        day -= dt.timedelta(days=1)
+    return dt.datetime.combine(day, SCHEDULE_TIME, zone)
+
+
+def staleness(success, now, timezone, *, grace):
+    """Given the run log's last successful refresh (a dict, or None), return None if it is recent enough for the
+    schedule as of `now`, else `status`'s sentence saying why not."""
+    expected = last_scheduled_run(now, timezone, grace)
+    if success is None:
+        return f"no successful refresh yet (one was due at {expected.isoformat(timespec='minutes')})"
+    started = instants.from_cursor(success["started_at"], "time")
+    if started > now + dt.timedelta(minutes=5):
+        return (f"the last success is dated {started.isoformat(timespec='minutes')}, in the future: the clock was "
+                "wrong then or is wrong now (see README, \"Recovery\")")
+    if started < expected.astimezone(dt.UTC) - dt.timedelta(minutes=1):
+        local = started.astimezone(expected.tzinfo)  # both times in the configured zone, comparable at a glance
+        return (f"the last success started at {local.isoformat(timespec='minutes')}, before the run due at "
+                f"{expected.isoformat(timespec='minutes')} (grace {grace // 60} min)")
+    return None

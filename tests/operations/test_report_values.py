@@ -1,0 +1,129 @@
+"""The HTML report's values against the publication's rows (an independent review): a row with `suppressed = 1`
+withholds only its NULL values, the page a backfill writes judges freshness as `status --check` does, and a course
+is never shown with the whole site's label. The page is read back with html.parser (tests/helpers/report_page.py)."""
+
+import contextlib
+import json
+import sqlite3
+
+from helpers.publication import publication
+from helpers.report_page import Page, build, period_row
+from helpers.statements import HOME, statement
+from lms_refresh.run import report_data, report_page
+
+RUN = "2026-12-01T04:20:00+01:00"  # a Tuesday's scheduled run (Europe/Paris), a little late
+COURSE = f"{HOME}/course/BIO101"
+FRESH = {"last_success": "2026-12-02T04:15:00Z", "watermark": "2026-12-02T04:10:00Z", "stale": None,
+         "written": "2026-12-02T04:16:00Z"}
+
+
+def weekly_rows(path):
+    """{(course, period): (active_learners, completions, passed, failed, suppressed)} of the publication."""
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        return {(row[0], row[1]): row[2:] for row in db.execute(
+            "SELECT course, period, active_learners, completions, passed, failed, suppressed FROM weekly_metrics")}
+
+
+def shown(value):
+    """A published value as the page shows it."""
+    return "withheld" if value is None else f"{value:,}"
+
+
+def twelve_complete_ten_pass(project):
+    """12 learners complete BIO101 in the week of 23 November 2026: 10 pass, 2 fail (fewer than min_cell_size 10)."""
+    project.write("a.ndjson", [statement(learner=f"u{n}", course="BIO101", timestamp="2026-11-24T10:00:00Z",
+                                         completion=True, success=n < 10) for n in range(12)])
+    result = project.invoke("run", now=RUN)
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_partly_withheld_row_shows_its_published_values(sqlite_project):
+    project = sqlite_project
+    twelve_complete_ten_pass(project)
+    rows = weekly_rows(publication(project))
+    assert rows == {(COURSE, "2026-W48"): (12, 12, 10, None, 1), (None, "2026-W48"): (12, 12, 10, None, 1)}
+    page = Page((publication(project).parent / "report.html").read_text())
+    assert page.tables["weekly-table"][0][1:] == ["2026-W48"]
+    weekly, outcomes = page.rows("weekly-table"), page.rows("outcomes-table")
+    for course, label in ((None, "Whole site"), (COURSE, COURSE)):
+        learners, completions, passed, failed, _ = rows[course, "2026-W48"]
+        assert weekly[label] == [shown(learners)] == ["12"]
+        # The sums of the published values; `failed` is the row's one withheld cell, shown as none published.
+        assert outcomes[label] == [shown(completions), shown(passed), "–", "1"] == ["12", "10", "–", "1"]
+    # 2 weekly values and 2 × 3 outcome values shown; the 2 `failed` are the withheld ones.
+    assert (page.texts["withheld"], page.texts["cells"], page.texts["withheld-share"]) == ("2", "8", "25.0%")
+
+
+def test_the_share_counts_withheld_values_among_those_shown(tmp_path):
+    weekly = [period_row(week, "https://lms.example.edu/course/1", 20, completions=5, passed=4, failed=1)
+              for week in range(3)]
+    whole = period_row(3, "https://lms.example.edu/course/1", 0, suppressed=1)  # every value NULL
+    path = build(tmp_path / "serving.sqlite", {}, [*weekly, whole])
+    data = report_data.read_publication(path, today="2026-12-02")
+    # 4 weeks: 4 learners' values (1 withheld), 4 × 3 outcome values (3 withheld, the whole row's).
+    assert (data.cells, data.withheld) == (16, 4)
+    page = Page(report_page.render(data, FRESH))
+    assert page.rows("weekly-table")["https://lms.example.edu/course/1"] == ["20", "20", "20", "withheld"]
+    assert page.rows("outcomes-table")["https://lms.example.edu/course/1"] == ["15", "12", "3", "3"]
+    assert page.texts["withheld-share"] == "25.0%"
+
+
+def check(project, now):
+    """`status --check` at `now`: (exit code, its line)."""
+    result = project.invoke("status", "--check", now=now)
+    return result.returncode, result.stdout.strip()
+
+
+def test_the_page_a_backfill_writes_is_stale_only_when_status_check_says_so(sqlite_project):
+    project = sqlite_project
+    twelve_complete_ten_pass(project)
+    beside = publication(project).parent / "report.html"
+    backfill = ("backfill", "--since", "2026-11-23", "--until", "2026-11-30")
+    # Forty minutes after the scheduled run: fresh, as `status --check` says at the same moment.
+    assert project.invoke(*backfill, now="2026-12-01T05:00:00+01:00").returncode == 0
+    code, line = check(project, "2026-12-01T05:00:00+01:00")
+    assert code == 0 and line.startswith("LMS-REFRESH OK - "), line
+    page = Page(beside.read_text())
+    assert "stale" not in page.texts and page.texts["fresh"].startswith("Fresh: ")
+    assert page.texts["last-success"] == "2026-12-01T03:20:00.000000Z"  # the run's, not the backfill's
+    assert page.texts["note"] == ("This page was written after a backfill, which refreshes no new data: its "
+                                  "freshness is that of the last successful refresh (a run or a rebuild).")
+    assert not any(attrs.get("class") == "stale" for _, attrs in page.elements)
+    # Three days later, without a run since: stale on the page and for `status --check`, the same sentence.
+    later = "2026-12-04T09:00:00+01:00"
+    assert project.invoke(*backfill, now=later).returncode == 0
+    code, line = check(project, later)
+    stale = project.invoke("status", "--json", now=later)
+    sentence = json.loads(stale.stdout)["stale"]
+    assert code == 2 and sentence and sentence in line, line
+    assert Page(beside.read_text()).texts["stale"] == f"STALE: {sentence}"
+
+
+def test_a_course_is_never_shown_with_the_sites_label(tmp_path):
+    named = "https://lms.example.edu/course/1"
+    names = {named: "Whole site", "https://lms.example.edu/course/2": "WHOLE  site", "Whole site": None,
+             "https://lms.example.edu/course/3": "Whole site (course)"}
+    weekly = [period_row(week, course, 20 + 10 * index + week, completions=index, passed=index, failed=0)
+              for index, course in enumerate(names) for week in range(2)]
+    site = [period_row(week, None, 500 + week, completions=9, passed=8, failed=1) for week in range(2)]
+    path = build(tmp_path / "serving.sqlite", names, weekly, site=site)
+    page = Page(report_page.render(report_data.read_publication(path, today="2026-12-02"), FRESH))
+    rows = weekly_rows(path)
+    for table in ("weekly-table", "outcomes-table"):
+        labels = [row[0] for row in page.tables[table][1:]]
+        assert labels == ["Whole site", "Whole site (course)", "Whole site (course)", "WHOLE site (course)",
+                          "Whole site (course)"], labels
+    weeks = page.tables["weekly-table"][0][1:]
+    # The one "Whole site" row is the site's (course NULL); each course is marked, with its own numbers.
+    assert page.tables["weekly-table"][1][1:] == [shown(rows[None, week][0]) for week in weeks]
+    courses = [attrs["data-course"] for tag, attrs in page.elements if tag == "tr" and "data-course" in attrs]
+    assert courses[:5] == ["", "Whole site", named, "https://lms.example.edu/course/2",  # by label, then IRI
+                           "https://lms.example.edu/course/3"]
+    for row, course in zip(page.tables["weekly-table"][2:], courses[1:5], strict=True):
+        assert row[1:] == [shown(rows[course, week][0]) for week in weeks]
+    assert [attrs["title"] for tag, attrs in page.elements if tag == "figcaption"] == \
+        ["Whole site", "Whole site (course)", "Whole site (course)", "WHOLE site (course)", "Whole site (course)"]
+    assert page.tables["outcomes-table"][1][1:] == ["18", "16", "2", "0"]  # the site's sums, from its rows alone
+    # Marked, a course named "Whole site" reads like one really named "Whole site (course)": both are courses.
+    assert report_data.label(named, names) == "Whole site (course)"
+    assert report_data.label(None, names) == "Whole site"
