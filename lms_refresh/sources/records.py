@@ -122,7 +122,7 @@ def names_without(names, rejected):
 def title_of(name):
     """Return a batch's name of a course as the store keeps it, (named_at or None, name, short name, category,
     start, end): a source's own as it is; of an xAPI course's naming statements (newest first), the newest one's
-    name made safe to publish (disclosure/names.py: its language, without its writer's identifiers) — of the same
+    name made safe to publish (disclosure/names.py: its language, without the identifiers of anyone in it) — of the same
     `stored`, the greatest; a statement whose name cleans to nothing names nothing, and the next one is read —,
     or None if none is left. The store compares names across batches alike (course_names.py), so whether two
     statements share a batch does not decide the name (of at most NAMING_KEPT of them: xapi._newest)."""

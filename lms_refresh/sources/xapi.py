@@ -103,7 +103,7 @@ class StatementMapper:
         self._courses = {}  # course -> 64-bit id
         self._verbs = {}  # verb IRI -> 64-bit id (only IRIs get here)
         self.new_names = {}  # (kind, id) -> IRI first seen by this mapper; the store records them
-        self._titles = {}  # course id -> [(stored, statement id, definition.name, actor, language)] of each naming one
+        self._titles = {}  # course id -> [(stored, statement id, definition.name, statement, language)] of its namings
         self._name_limit = self.latest or "\uffff"  # a later stored names no course (see map)
 
     def day_of(self, timestamp):
@@ -232,7 +232,7 @@ class StatementMapper:
 
     def take_new_names(self):
         """Return and forget the names first seen since the last call, with each course's naming statements
-        ((TITLE, course id): [(stored, statement id, definition.name, actor, language)], newest first), once per
+        ((TITLE, course id): [(stored, statement id, definition.name, statement, language)], newest first), once per
         batch. Which of them names the course waits until the run knows which statements count; only that one
         is made safe to publish (records.title_of), so that a batch cleans one name per course."""
         names, self.new_names = self.new_names, {}
