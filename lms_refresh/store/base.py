@@ -278,7 +278,7 @@ class SqlStore(Staging, Erasure, Grains, Published, RebuildCheck, RunLog, Course
         recounted = self.sync_terms(calendar)  # first: the days' presence then moves in and out of these terms
         uncounted = [] if recounted is None else recounted.pop(None, [])
         # A term that cannot be counted whole gets no presence and no cell, now or later (sync_terms).
-        calendar = periods.Calendar(term for term in calendar.terms if term[0] not in uncounted)
+        calendar = calendar.without(uncounted)
         written = self.rebuild_partitions(days, calendar)
         grains = periods.GRAINS if everything else () if recounted is None else ("term",)
         # `periods_of`: days whose presence changed without their events (a learner forgotten on a closed day):

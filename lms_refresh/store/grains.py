@@ -196,7 +196,7 @@ class Grains:
                                        (first, last)).fetchall():
                 self.execute(presence.ADD, ("term", name, day))
             recounted[("term", name)] = (first, last)
-        self.set_meta("terms", json.dumps([list(term) for term in calendar.terms if term[0] not in uncounted]))
+        self.set_meta("terms", json.dumps([list(term) for term in calendar.without(uncounted).terms]))
         if uncounted:
             recounted[None] = sorted(uncounted)
         return recounted
@@ -216,8 +216,7 @@ class Grains:
 
     def countable(self, calendar):
         """`calendar` without its uncountable_terms."""
-        uncounted = self.uncountable_terms(calendar)
-        return periods.Calendar(term for term in calendar.terms if term[0] not in uncounted)
+        return calendar.without(self.uncountable_terms(calendar))
 
     def reset_periods(self, horizon):
         """For a rebuild from the staging `horizon` (None: from the start), empty the presence and the periods

@@ -68,6 +68,10 @@ class Calendar:
         self.terms = tuple(sorted((tuple(term) for term in terms), key=lambda term: (term[1], term[2], term[0])))
         self._term_bounds = {name: (first, last) for name, first, last in self.terms}
 
+    def without(self, names):
+        """This calendar without the terms named in `names`."""
+        return Calendar(term for term in self.terms if term[0] not in names)
+
     def periods_of(self, days):
         """Return {(grain, label): (first day, last day)} of every period that holds one of `days`."""
         found = {}
