@@ -94,6 +94,37 @@ MARKING_FIXTURES = {"postgres_server": "postgresql", "ralph_server": "ralph"}
 SYSTEM_GROUP = "system"
 
 
+# The tiers, fastest first: tests/run.sh runs `fast` alone and stops on its failure before anything slow
+# starts, then the others in one session (their workers overlap: the system tests' boots beside the servers'
+# tests). A test's tier follows from what it needs, so a new test lands in the right one without saying so.
+TIERS = ("fast", "behaviour", "servers", "system")
+FAST_DIRECTORIES = ("unit", "repository", "harness")  # a module's own tests, the repository's checks, the harness
+SERVER_MARKERS = ("postgresql", "ralph", "mariadb", "chromium")
+
+
+def tier_of(item):
+    """Given a collected test (its markers already complete), return the name of its tier."""
+    if item.get_closest_marker("system") is not None:
+        return "system"
+    if any(item.get_closest_marker(marker) is not None for marker in SERVER_MARKERS):
+        return "servers"
+    directory = os.path.relpath(str(item.path), os.path.dirname(__file__)).split(os.sep)[0]
+    return "fast" if directory in FAST_DIRECTORIES else "behaviour"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--tier", action="append", default=[], metavar="NAME[,NAME]",
+                     help=f"run only the tests of these tiers ({', '.join(TIERS)}; tests/run.sh names them)")
+
+
+def _selected_tiers(config):
+    chosen = {name.strip() for value in config.getoption("--tier") for name in value.split(",") if name.strip()}
+    unknown = chosen - set(TIERS)
+    if unknown:
+        raise pytest.UsageError(f"--tier: no tier named {', '.join(sorted(unknown))} (the tiers: {', '.join(TIERS)})")
+    return chosen
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     grouped = hasattr(config, "workerinput")
@@ -101,6 +132,14 @@ def pytest_collection_modifyitems(config, items):
         for fixture, marker in MARKING_FIXTURES.items():
             if fixture in getattr(item, "fixturenames", ()) and item.get_closest_marker(marker) is None:
                 item.add_marker(marker)
+    chosen = _selected_tiers(config)
+    if chosen:
+        kept = [item for item in items if tier_of(item) in chosen]
+        config.hook.pytest_deselected(items=[item for item in items if tier_of(item) not in chosen])
+        items[:] = kept
+    if "fast" in chosen:
+        items.sort(key=lambda item: "/unit/" not in str(item.path))  # a module's own tests first: soonest found
+    for item in items:
         if item.get_closest_marker("system") is not None:
             if item.get_closest_marker("systemd") is None:
                 item.add_marker("systemd")

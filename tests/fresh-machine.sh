@@ -83,7 +83,25 @@ for f in /etc/apt/apt.conf.d/*; do
 done
 
 START=$SECONDS
-mmdebstrap --quiet --variant=minbase --include=git,ca-certificates "${APTOPTS[@]}" "$SUITE" "$R" "${MIRRORS[@]}"
+# LMS_REFRESH_FRESH_CACHE=DIR (.ci/run sets it): the roots of one suite start from one minbase root made once
+# into DIR and copied, and share DIR's copy of apt's downloaded packages, so a second root of a suite in the same
+# CI run neither bootstraps nor downloads again. Each root is still a fresh copy that nothing else has touched.
+CACHE=${LMS_REFRESH_FRESH_CACHE:-}
+APT_CACHE=""
+bootstrap() { mmdebstrap --quiet --variant=minbase --include=git,ca-certificates "${APTOPTS[@]}" "$SUITE" "$1" "${MIRRORS[@]}"; }
+if [ -n "$CACHE" ]; then
+  mkdir -p "$CACHE"
+  if [ ! -d "$CACHE/$SUITE-base" ]; then
+    rm -rf --one-file-system "$CACHE/$SUITE-base.new"
+    bootstrap "$CACHE/$SUITE-base.new"
+    mv "$CACHE/$SUITE-base.new" "$CACHE/$SUITE-base"
+  fi
+  cp -a "$CACHE/$SUITE-base" "$R"
+  APT_CACHE="$CACHE/$SUITE-apt"
+  mkdir -p "$APT_CACHE/partial"
+else
+  bootstrap "$R"
+fi
 cp /etc/hosts "$R/etc/hosts"
 echo fresh >"$R/etc/hostname"
 if compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
@@ -142,8 +160,9 @@ LOG="$WORK/output.log"
 START=$SECONDS
 # In the background, so that a signal to this script reaches the trap (and so unshare) at once.
 unshare --mount --pid --uts --ipc --fork --kill-child --propagation private bash -c '
-  R=$1; shift
+  R=$1; APT_CACHE=$2; shift 2
   mount --bind "$R" "$R"
+  [ -z "$APT_CACHE" ] || mount --bind "$APT_CACHE" "$R/var/cache/apt/archives"
   mount -t proc proc "$R/proc"
   mount --rbind /sys "$R/sys"
   mount --rbind /dev "$R/dev"
@@ -151,10 +170,10 @@ unshare --mount --pid --uts --ipc --fork --kill-child --propagation private bash
   hostname fresh
   cd "$R" && pivot_root . . && umount -l . || exit 125
   # This shell stays PID 1 of the namespace, waiting for the command and reaping orphans.
-  env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin TERM=dumb \
+  env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin TERM=dumb ${LMS_REFRESH_TIERS:+LMS_REFRESH_TIERS=$LMS_REFRESH_TIERS} \
     bash -c "$1" fresh "$2" "$3"
   rc=$?
-  exit $rc' namespace "$R" "$INNER" "${COMMANDS[@]}" >"$LOG" 2>&1 </dev/null &
+  exit $rc' namespace "$R" "$APT_CACHE" "$INNER" "${COMMANDS[@]}" >"$LOG" 2>&1 </dev/null &
 NS=$!
 tail -n +1 -f --pid="$NS" "$LOG" &
 RC=0; wait "$NS" || RC=$?
@@ -170,6 +189,7 @@ for i in 1 2; do
     "exit $(echo "$line" | sed -n 's/.*: exit \([0-9?]*\) .*/\1/p'): ${COMMANDS[$((i - 1))]:0:60}"
 done
 # pytest's last line: between rules of = in full, bare under -q (the autopkgtest suite's).
-echo "tests: $(grep -E '^(=+ )?[0-9]+ (passed|failed|error).* in [0-9.]+s' "$LOG" | tail -n1 | tr -d '=' | sed 's/^ *//;s/ *$//')"
+# (tests/run.sh runs the fast tier and then the others: a line for each session.)
+echo "tests: $(grep -E '^(=+ )?[0-9]+ (passed|failed|error).* in [0-9.]+s' "$LOG" | tr -d '=' | sed 's/^ *//;s/ *$//' | paste -sd ';' - | sed 's/;/; /g')"
 step total "$SECONDS" "$([ "$RC" -eq 0 ] && echo PASS || echo FAIL)"
 exit "$RC"

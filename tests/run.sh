@@ -1,49 +1,127 @@
 #!/bin/bash
-# The whole test suite on a fresh Debian 12 or 13 machine (as root, or with sudo):
-# installs what the tests need from Debian and runs pytest with Debian's own
-# Python and libraries — the versions the .deb depends on.
-# Extra arguments go to pytest, e.g. `bash tests/run.sh -k lock -x`.
+# The whole test suite on a fresh Debian 12 or 13 machine (as root, or with sudo): installs what the
+# tests need from Debian and runs pytest with Debian's own Python and libraries — the versions the .deb
+# depends on. The tests run in tiers, fastest first (tests/conftest.py's `tier_of` says which test is in
+# which; the development page names them):
+#
+#     bash tests/run.sh                  # every tier: `fast` first, and nothing else runs if it fails;
+#                                        # then behaviour, servers and system together in one session
+#     bash tests/run.sh --fast           # the fast tier only (no server, browser or root needed)
+#     bash tests/run.sh --tier servers   # named tiers (comma-separated, or the option repeated)
+#     bash tests/run.sh -k lock -x       # other arguments go to pytest, over every tier, in one session
+#
+# Each tier installs only what it needs, and nothing when that is there already.
+# LMS_REFRESH_TIERS=fast,servers in the environment does what `--tier fast,servers` does (CI's Debian 12
+# root runs the README's command as written with it). LMS_REFRESH_TIMES=FILE appends one line per session
+# run, "<tiers> <seconds> <exit status>", for .ci/run's time budget.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
 export DEBIAN_FRONTEND=noninteractive
+ALL_TIERS=(fast behaviour servers system)
+
+TIERS=()
+ARGS=()
+add_tiers() { local name; IFS=, read -ra names <<<"$1"; for name in "${names[@]}"; do [ -n "$name" ] && TIERS+=("$name"); done; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --fast) TIERS+=(fast) ;;
+    --tier) [ $# -ge 2 ] || { echo "$0: --tier needs a name (${ALL_TIERS[*]})" >&2; exit 2; }; add_tiers "$2"; shift ;;
+    --tier=*) add_tiers "${1#--tier=}" ;;
+    *) ARGS+=("$1") ;;
+  esac
+  shift
+done
+[ "${#TIERS[@]}" -gt 0 ] || [ -z "${LMS_REFRESH_TIERS:-}" ] || add_tiers "$LMS_REFRESH_TIERS"
+for name in "${TIERS[@]}"; do
+  [[ " ${ALL_TIERS[*]} " == *" $name "* ]] || { echo "$0: no tier named '$name' (the tiers: ${ALL_TIERS[*]})" >&2; exit 2; }
+done
+# Pytest arguments alone select their own tests, over every tier.
+[ "${#TIERS[@]}" -gt 0 ] || [ "${#ARGS[@]}" -gt 0 ] || TIERS=("${ALL_TIERS[@]}")
+wants() { [ "${#TIERS[@]}" -eq 0 ] || [[ " ${TIERS[*]} " == *" $1 "* ]]; }
+
+# What each tier needs from Debian, beyond what every tier needs.
 PACKAGES=(
   # the engine and its tests, on the versions the .deb depends on
   python3 python3-venv python3-setuptools python3-click python3-systemd python3-requests python3-pytest
-  python3-prometheus-client python3-hypothesis tzdata util-linux git
-  python3-pytest-xdist  # the suite on 3 workers (below)
-  # the LRS tests: Ralph's own virtualenv, and a certificate for HTTPS
-  openssl
+  python3-prometheus-client python3-hypothesis python3-psycopg tzdata util-linux git
+  python3-pytest-xdist  # the suite on several workers (below)
   groff-base  # lms-refresh(8) is checked with groff -man -ww -z
   sqlite3  # a dashboard's reading of the publication, as another user, with the sqlite3 CLI
-  chromium  # the HTML report rendered in Debian's headless browser (tests/operations/test_report_chromium.py)
-  # a real PostgreSQL server for the PostgreSQL store and the Moodle source tests
-  postgresql python3-psycopg
-  # building and checking the .deb
-  build-essential debhelper dh-python pybuild-plugin-pyproject python3-all lintian
-  # booting Debian 12 and 13 with systemd as PID 1 for tests/system
-  # (and pgrep, from procps, to find a booted container's systemd; minimal roots lack it)
-  systemd-container mmdebstrap procps
 )
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" >/dev/null
+if wants servers; then
+  PACKAGES+=(
+    openssl  # a certificate for the LRS tests' HTTPS
+    chromium  # the HTML report rendered in Debian's headless browser (tests/operations/test_report_chromium.py)
+    postgresql  # a real PostgreSQL server for the PostgreSQL store and the Moodle source tests
+  )
+fi
+if wants system; then
+  PACKAGES+=(
+    # building and checking the .deb
+    build-essential debhelper dh-python pybuild-plugin-pyproject python3-all lintian
+    # booting Debian 12 and 13 with systemd as PID 1 for tests/system
+    # (and pgrep, from procps, to find a booted container's systemd; minimal roots lack it)
+    systemd-container mmdebstrap procps
+  )
+fi
+# apt's lists are read again only when something is missing: a machine that has everything starts at once.
+missing=$(dpkg-query -W -f '${db:Status-Abbrev} ${Package}\n' "${PACKAGES[@]}" 2>/dev/null | awk '$1 == "ii" { print $2 }' |
+  sort | comm -13 - <(printf '%s\n' "${PACKAGES[@]}" | sort -u))
+if [ -n "$missing" ]; then
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" >/dev/null
+fi
 # A real LRS for the xAPI LRS source tests: Ralph, in a virtualenv of its own so
 # its dependencies never meet ours (tests/helpers/lrsserver.py starts it).
-if [ ! -x .venv-ralph/bin/ralph ]; then
+if wants servers && [ ! -x .venv-ralph/bin/ralph ]; then
   /usr/bin/python3 -m venv .venv-ralph
   .venv-ralph/bin/python -m pip install -q 'ralph-malph[cli,lrs]==5.1.0' requests  # its CLI imports requests
 fi
-/usr/bin/python3 -m venv --system-site-packages .venv
-.venv/bin/python -m pip install -q --no-build-isolation --no-deps -e .
 # The linter (tests/repository/test_lint.py runs it over the tree), from PyPI (Debian 12 has no ruff package).
 # One exact version, so that every machine finds the same findings. And orjson, the fast JSON path
 # (lms_refresh/sources/json_decoding.py; Debian 12 has no python3-orjson), so that the tests parametrised over
 # both parsers (the `json_parser` fixture, marker `orjson`) run both: one exact version here too.
-.venv/bin/python -m pip install -q ruff==0.17.6 orjson==3.13.0
+PYPI=(ruff==0.17.6 orjson==3.13.0)
+[ -x .venv/bin/python ] || /usr/bin/python3 -m venv --system-site-packages .venv
+# The package is installed editable from this clone: again only if the .venv points elsewhere (a moved clone).
+if [ "$(.venv/bin/python -c 'import lms_refresh, os; print(os.path.dirname(os.path.dirname(lms_refresh.__file__)))' \
+        2>/dev/null)" != "$PWD" ]; then
+  .venv/bin/python -m pip install -q --no-build-isolation --no-deps -e .
+fi
+installed=$(.venv/bin/python -m pip list --format=freeze 2>/dev/null | tr 'A-Z' 'a-z')
+for requirement in "${PYPI[@]}"; do
+  grep -qx "$requirement" <<<"$installed" || { .venv/bin/python -m pip install -q "${PYPI[@]}"; break; }
+done
 # Everything is installed above, so nothing may be skipped: a missing server (or any other skip) fails
 # the test that needed it instead of hiding it (tests/conftest.py).
 export LMS_REFRESH_REQUIRE_ALL=1
-# Three workers (pytest-xdist): most tests wait on a server, a subprocess or a booted machine more than
-# they compute, so three keep a 2-core machine busy. The system tests stay on one worker together (their
-# xdist_group, tests/conftest.py). `-n 0` among the arguments runs everything in this one process.
-exec .venv/bin/python -m pytest -p no:cacheprovider -n 3 --dist loadgroup "$@"
+
+session() {  # label, pytest arguments: one pytest session, timed, its line appended to $LMS_REFRESH_TIMES
+  local label=$1 start=$SECONDS rc=0
+  shift
+  .venv/bin/python -m pytest -p no:cacheprovider "$@" || rc=$?
+  echo "tests/run.sh: $label: exit $rc after $((SECONDS - start)) s"
+  [ -z "${LMS_REFRESH_TIMES:-}" ] || echo "$label $((SECONDS - start)) $rc" >>"$LMS_REFRESH_TIMES"
+  return "$rc"
+}
+if [ "${#TIERS[@]}" -eq 0 ]; then
+  # Three workers (pytest-xdist): most tests wait on a server, a subprocess or a booted machine more than
+  # they compute, so three keep a 2-core machine busy. The system tests stay on one worker together (their
+  # xdist_group, tests/conftest.py). `-n 0` among the arguments runs everything in this one process.
+  session pytest -n 3 --dist loadgroup "${ARGS[@]}"
+  exit
+fi
+# The fast tier on its own, first: a mistake a unit test finds is reported in a few minutes, before any
+# server starts or any machine boots, and nothing slower runs after it.
+if wants fast; then
+  session fast -n 2 --tier fast "${ARGS[@]}"
+fi
+REST=()
+for name in behaviour servers system; do wants "$name" && REST+=("$name"); done
+if [ "${#REST[@]}" -gt 0 ]; then
+  # The other tiers in one session on three workers: the system tests (one worker, about ten minutes of
+  # building and booting) start first, and the other workers take the behaviour and server tests meanwhile.
+  label=$(IFS=,; echo "${REST[*]}")
+  session "$label" -n 3 --dist loadgroup --tier "$label" "${ARGS[@]}"
+fi
