@@ -66,8 +66,9 @@ if wants system; then
   )
 fi
 # apt's lists are read again only when something is missing: a machine that has everything starts at once.
-missing=$(dpkg-query -W -f '${db:Status-Abbrev} ${Package}\n' "${PACKAGES[@]}" 2>/dev/null | awk '$1 == "ii" { print $2 }' |
-  sort | comm -13 - <(printf '%s\n' "${PACKAGES[@]}" | sort -u))
+# (dpkg-query exits 1 when one is not installed at all: what it prints is what counts.)
+missing=$({ dpkg-query -W -f '${db:Status-Abbrev} ${Package}\n' "${PACKAGES[@]}" 2>/dev/null || true; } |
+  awk '$1 == "ii" { print $2 }' | sort | comm -13 - <(printf '%s\n' "${PACKAGES[@]}" | sort -u))
 if [ -n "$missing" ]; then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" >/dev/null
