@@ -10,7 +10,7 @@
 #     bash tests/run.sh --tier servers   # named tiers (comma-separated, or the option repeated)
 #     bash tests/run.sh -k lock -x       # other arguments go to pytest, over every tier, in one session
 #
-# Each tier installs only what it needs, and nothing when that is there already.
+# Each session installs only what its tiers need, just before it runs, and nothing that is there already.
 # LMS_REFRESH_TIERS=fast,servers in the environment does what `--tier fast,servers` does (CI's Debian 12
 # root runs the README's command as written with it). LMS_REFRESH_TIMES=FILE appends one line per session
 # run, "<tiers> <seconds> <exit status>", for .ci/run's time budget.
@@ -38,64 +38,69 @@ for name in "${TIERS[@]}"; do
 done
 # Pytest arguments alone select their own tests, over every tier.
 [ "${#TIERS[@]}" -gt 0 ] || [ "${#ARGS[@]}" -gt 0 ] || TIERS=("${ALL_TIERS[@]}")
-wants() { [ "${#TIERS[@]}" -eq 0 ] || [[ " ${TIERS[*]} " == *" $1 "* ]]; }
+wants() { [[ " ${TIERS[*]} " == *" $1 "* ]]; }
 
-# What each tier needs from Debian, beyond what every tier needs.
-PACKAGES=(
-  # the engine and its tests, on the versions the .deb depends on
-  python3 python3-venv python3-setuptools python3-click python3-systemd python3-requests python3-pytest
-  python3-prometheus-client python3-hypothesis python3-psycopg tzdata util-linux git
-  python3-pytest-xdist  # the suite on several workers (below)
-  groff-base  # lms-refresh(8) is checked with groff -man -ww -z
-  sqlite3  # a dashboard's reading of the publication, as another user, with the sqlite3 CLI
-)
-if wants servers; then
-  PACKAGES+=(
-    openssl  # a certificate for the LRS tests' HTTPS
-    chromium  # the HTML report rendered in Debian's headless browser (tests/operations/test_report_chromium.py)
-    postgresql  # a real PostgreSQL server for the PostgreSQL store and the Moodle source tests
+# What the tiers of one session need, installed just before it runs: the fast tier's failure is reported
+# before anything only the slower tiers need is even downloaded. `needs TIER...` installs what those tiers need
+# beyond what every tier needs, and nothing that is there already.
+needs() {
+  local tiers=" $* " missing
+  local packages=(
+    # the engine and its tests, on the versions the .deb depends on
+    python3 python3-venv python3-setuptools python3-click python3-systemd python3-requests python3-pytest
+    python3-prometheus-client python3-hypothesis python3-psycopg tzdata util-linux git
+    python3-pytest-xdist  # the suite on several workers (below)
+    groff-base  # lms-refresh(8) is checked with groff -man -ww -z
+    sqlite3  # a dashboard's reading of the publication, as another user, with the sqlite3 CLI
   )
-fi
-if wants system; then
-  PACKAGES+=(
-    # building and checking the .deb
-    build-essential debhelper dh-python pybuild-plugin-pyproject python3-all lintian
-    # booting Debian 12 and 13 with systemd as PID 1 for tests/system
-    # (and pgrep, from procps, to find a booted container's systemd; minimal roots lack it)
-    systemd-container mmdebstrap procps
-  )
-fi
-# apt's lists are read again only when something is missing: a machine that has everything starts at once.
-# (dpkg-query exits 1 when one is not installed at all: what it prints is what counts.)
-missing=$({ dpkg-query -W -f '${db:Status-Abbrev} ${Package}\n' "${PACKAGES[@]}" 2>/dev/null || true; } |
-  awk '$1 == "ii" { print $2 }' | sort | comm -13 - <(printf '%s\n' "${PACKAGES[@]}" | sort -u))
-if [ -n "$missing" ]; then
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" >/dev/null
-fi
-# A real LRS for the xAPI LRS source tests: Ralph, in a virtualenv of its own so
-# its dependencies never meet ours (tests/helpers/lrsserver.py starts it).
-if wants servers && [ ! -x .venv-ralph/bin/ralph ]; then
-  /usr/bin/python3 -m venv .venv-ralph
-  .venv-ralph/bin/python -m pip install -q 'ralph-malph[cli,lrs]==5.1.0' requests  # its CLI imports requests
-fi
-# The linter (tests/repository/test_lint.py runs it over the tree), from PyPI (Debian 12 has no ruff package).
-# One exact version, so that every machine finds the same findings. And orjson, the fast JSON path
-# (lms_refresh/sources/json_decoding.py; Debian 12 has no python3-orjson), so that the tests parametrised over
-# both parsers (the `json_parser` fixture, marker `orjson`) run both: one exact version here too.
-PYPI=(ruff==0.17.6 orjson==3.13.0)
-[ -x .venv/bin/python ] || /usr/bin/python3 -m venv --system-site-packages .venv
-# The package is installed editable from this clone: again only if the .venv points elsewhere (a moved clone).
-if [ "$(.venv/bin/python -c 'import lms_refresh, os; print(os.path.dirname(os.path.dirname(lms_refresh.__file__)))' \
-        2>/dev/null)" != "$PWD" ]; then
-  .venv/bin/python -m pip install -q --no-build-isolation --no-deps -e .
-fi
-installed=$(.venv/bin/python -m pip list --format=freeze 2>/dev/null | tr 'A-Z' 'a-z')
-for requirement in "${PYPI[@]}"; do
-  grep -qx "$requirement" <<<"$installed" || { .venv/bin/python -m pip install -q "${PYPI[@]}"; break; }
-done
-# Everything is installed above, so nothing may be skipped: a missing server (or any other skip) fails
-# the test that needed it instead of hiding it (tests/conftest.py).
+  if [[ $tiers == *" servers "* ]]; then
+    packages+=(
+      openssl  # a certificate for the LRS tests' HTTPS
+      chromium  # the HTML report rendered in Debian's headless browser (tests/operations/test_report_chromium.py)
+      postgresql  # a real PostgreSQL server for the PostgreSQL store and the Moodle source tests
+    )
+  fi
+  if [[ $tiers == *" system "* ]]; then
+    packages+=(
+      # building and checking the .deb
+      build-essential debhelper dh-python pybuild-plugin-pyproject python3-all lintian
+      # booting Debian 12 and 13 with systemd as PID 1 for tests/system
+      # (and pgrep, from procps, to find a booted container's systemd; minimal roots lack it)
+      systemd-container mmdebstrap procps
+    )
+  fi
+  # apt's lists are read again only when something is missing: a machine that has everything starts at once.
+  # (dpkg-query exits 1 when one is not installed at all: what it prints is what counts.)
+  missing=$({ dpkg-query -W -f '${db:Status-Abbrev} ${Package}\n' "${packages[@]}" 2>/dev/null || true; } |
+    awk '$1 == "ii" { print $2 }' | sort | comm -13 - <(printf '%s\n' "${packages[@]}" | sort -u))
+  if [ -n "$missing" ]; then
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
+  fi
+  # A real LRS for the xAPI LRS source tests: Ralph, in a virtualenv of its own so
+  # its dependencies never meet ours (tests/helpers/lrsserver.py starts it).
+  if [[ $tiers == *" servers "* ]] && [ ! -x .venv-ralph/bin/ralph ]; then
+    /usr/bin/python3 -m venv .venv-ralph
+    .venv-ralph/bin/python -m pip install -q 'ralph-malph[cli,lrs]==5.1.0' requests  # its CLI imports requests
+  fi
+  # The linter (tests/repository/test_lint.py runs it over the tree), from PyPI (Debian 12 has no ruff package).
+  # One exact version, so that every machine finds the same findings. And orjson, the fast JSON path
+  # (lms_refresh/sources/json_decoding.py; Debian 12 has no python3-orjson), so that the tests parametrised over
+  # both parsers (the `json_parser` fixture, marker `orjson`) run both: one exact version here too.
+  local pypi=(ruff==0.17.6 orjson==3.13.0) requirement installed
+  [ -x .venv/bin/python ] || /usr/bin/python3 -m venv --system-site-packages .venv
+  # The package is installed editable from this clone: again only if the .venv points elsewhere (a moved clone).
+  if [ "$(.venv/bin/python -c 'import lms_refresh, os; print(os.path.dirname(os.path.dirname(lms_refresh.__file__)))' \
+          2>/dev/null)" != "$PWD" ]; then
+    .venv/bin/python -m pip install -q --no-build-isolation --no-deps -e .
+  fi
+  installed=$(.venv/bin/python -m pip list --format=freeze 2>/dev/null | tr 'A-Z' 'a-z')
+  for requirement in "${pypi[@]}"; do
+    grep -qx "$requirement" <<<"$installed" || { .venv/bin/python -m pip install -q "${pypi[@]}"; break; }
+  done
+}
+# What a session's tiers need is installed before it, so nothing may be skipped: a missing server (or any
+# other skip) fails the test that needed it instead of hiding it (tests/conftest.py).
 export LMS_REFRESH_REQUIRE_ALL=1
 
 session() {  # label, pytest arguments: one pytest session, timed, its line appended to $LMS_REFRESH_TIMES
@@ -110,12 +115,14 @@ if [ "${#TIERS[@]}" -eq 0 ]; then
   # Three workers (pytest-xdist): most tests wait on a server, a subprocess or a booted machine more than
   # they compute, so three keep a 2-core machine busy. The system tests stay on one worker together (their
   # xdist_group, tests/conftest.py). `-n 0` among the arguments runs everything in this one process.
+  needs "${ALL_TIERS[@]}"
   session pytest -n 3 --dist loadgroup "${ARGS[@]}"
   exit
 fi
 # The fast tier on its own, first: a mistake a unit test finds is reported in a few minutes, before any
 # server starts or any machine boots, and nothing slower runs after it.
 if wants fast; then
+  needs fast
   session fast -n 2 --tier fast "${ARGS[@]}"
 fi
 REST=()
@@ -124,5 +131,6 @@ if [ "${#REST[@]}" -gt 0 ]; then
   # The other tiers in one session on three workers: the system tests (one worker, about ten minutes of
   # building and booting) start first, and the other workers take the behaviour and server tests meanwhile.
   label=$(IFS=,; echo "${REST[*]}")
+  needs "${REST[@]}"
   session "$label" -n 3 --dist loadgroup --tier "$label" "${ARGS[@]}"
 fi
