@@ -92,7 +92,7 @@ def cli_page(group):
         lines += [f"## {path}", "", f"    lms-refresh {path} {usage}".rstrip(), ""]
         for paragraph in (command.help or "").strip().split("\n\n"):
             text = " ".join(line for line in paragraph.split() if line != "\b")
-            if text.startswith("Example:") or text.startswith("Examples:"):
+            if text.startswith(("Example:", "Examples:")):
                 lines += [text.split(":", 1)[0] + ":", ""]
                 lines += [f"    {example.strip()}" for example in paragraph.split("\n")[1:] if example.strip()
                           and example.strip() != "\b"] or [f"    {text.split(':', 1)[1].strip()}"]
@@ -120,7 +120,8 @@ def dictionary_region():
     for entry in dictionary.TABLES:
         lines += [f"### {entry.name}", "",
                   f"Grain: {entry.grain}. Key: {entry.key}. {entry.description}", "",
-                  "| column | SQLite | PostgreSQL | unit | counts | perturbed | can be withheld | NULL means | meaning |",
+                  "| column | SQLite | PostgreSQL | unit | counts | perturbed | can be withheld | NULL means "
+                  "| meaning |",
                   "|---|---|---|---|---|---|---|---|---|"]
         for column in entry.columns:
             lines.append(

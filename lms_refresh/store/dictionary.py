@@ -32,14 +32,17 @@ _METRICS = [
            "once on the site's row whatever the number of their courses).", LEARNERS, True, True, WITHHELD_NULL),
     Column("statements", "INTEGER", "bigint", "statements", "Counted statements (Moodle: log events) of the row.",
            STATEMENTS, True, True, WITHHELD_NULL),
-    Column("attempts", "INTEGER", "bigint", "statements", "Statements with the verb attempted (Moodle: an attempt "
-           "started).", STATEMENTS, True, True, WITHHELD_NULL),
+    Column("attempts", "INTEGER", "bigint", "statements", "Statements with the verb attempted "
+           "(Moodle: a quiz attempt or an assignment submitted).", STATEMENTS, True, True, WITHHELD_NULL),
     Column("completions", "INTEGER", "bigint", "statements", "Statements with the verb completed or "
-           "result.completion = true. Statements, not learners and not course completions: a learner who completes "
-           "three modules counts three.", STATEMENTS, True, True, WITHHELD_NULL),
-    Column("passed", "INTEGER", "bigint", "statements", "Statements with the verb passed or result.success = true.",
+           "result.completion = true (Moodle: an activity's completion marked complete, passed or failed, and a "
+           "course completed). Statements, not learners: a learner who completes three activities counts three.",
            STATEMENTS, True, True, WITHHELD_NULL),
-    Column("failed", "INTEGER", "bigint", "statements", "Statements with the verb failed or result.success = false.",
+    Column("passed", "INTEGER", "bigint", "statements", "Statements with the verb passed or result.success = true "
+           "(Moodle: an activity completed with a pass).",
+           STATEMENTS, True, True, WITHHELD_NULL),
+    Column("failed", "INTEGER", "bigint", "statements", "Statements with the verb failed or result.success = false "
+           "(Moodle: an activity completed with a fail).",
            STATEMENTS, True, True, WITHHELD_NULL),
     Column("avg_scaled_score", "REAL", "double precision", "score, −1 to 1", "The mean of result.score.scaled over "
            "the row's scored statements (a perturbed sum over the perturbed number of scores, kept within −1..1). "
