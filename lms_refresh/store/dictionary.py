@@ -51,7 +51,7 @@ _METRICS = [
     Column("total_duration_seconds", "REAL", "double precision", "seconds", "The sum of result.duration over the "
            "row's statements that have one (a perturbed sum, never below 0).", NEITHER, True, True,
            WITHHELD_NULL + "; also when no statement of the row has a duration"),
-    Column("suppressed", "INTEGER", "integer", "0 or 1", "1 when at least one value of this row is withheld (NULL), "
+    Column("suppressed", "INTEGER", "bigint", "0 or 1", "1 when at least one value of this row is withheld (NULL), "
            "not that the whole row is; 0 when every value is published.", NEITHER, False, False, "never NULL"),
 ]
 
@@ -64,7 +64,7 @@ _PERIOD = [
            False, "never NULL"),
 ]
 
-_COMPLETE = Column("complete", "INTEGER", "integer", "0 or 1", "1 once the period has ended in local time and the "
+_COMPLETE = Column("complete", "INTEGER", "smallint", "0 or 1", "1 once the period has ended in local time and the "
                    "safety lag after its end has passed (as of the last run); 0 while it is still filling. A late "
                    "statement can still change a complete period.", NEITHER, False, False, "never NULL")
 
