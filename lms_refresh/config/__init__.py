@@ -6,6 +6,7 @@ impossible values are refused with one sentence naming the file and the key.
 
 import dataclasses
 import datetime as dt
+import importlib
 import os
 import tomllib
 
@@ -185,6 +186,7 @@ def validate(document, origin, environ):
 
     for section in TYPE_KEYS:
         _check_type_keys(section, document.get(section, {}), values, origin)
+    _check_drivers(values, origin)
     staging_days = values["retention.staging_days"]
     if staging_days is not None and staging_days < values["window.bootstrap_days"]:
         raise ConfigError(f"{origin}: key 'retention.staging_days' ({staging_days}) must be at least "
@@ -298,6 +300,29 @@ def _check_type_keys(section, table, values, origin):
     for key in sorted(required):
         if values[f"{section}.{key}"] is None:
             raise ConfigError(f"{origin}: key '{section}.{key}' is required when {section}.type is \"{kind}\".")
+
+
+# The Python packages a source or store type needs beyond the standard library: (module, pip extra, Debian package).
+DRIVERS = {
+    ("source", "moodle"): ("psycopg", "postgresql", "python3-psycopg"),
+    ("store", "postgresql"): ("psycopg", "postgresql", "python3-psycopg"),
+    ("source", "xapi-lrs"): ("requests", "lrs", "python3-requests"),
+}
+
+
+def _check_drivers(values, origin):
+    """Refuse a source or store whose Python package cannot be imported, naming what to install: found here, every
+    command says so in one sentence before it reaches anything, instead of a traceback from deep inside a run."""
+    for (section, kind), (module, extra, package) in DRIVERS.items():
+        if values[f"{section}.type"] != kind:
+            continue
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            raise ConfigError(
+                f"{origin}: {section} type \"{kind}\" needs the Python package {module}, which cannot be imported: "
+                f"install the Debian package {package} (apt install {package}), or in a virtualenv "
+                f"pip install 'lms-refresh[{extra}]'.") from None
 
 
 def is_configured(path, environ):
