@@ -6,11 +6,11 @@ impossible values are refused with one sentence naming the file and the key.
 
 import dataclasses
 import datetime as dt
-import importlib
 import os
 import tomllib
 
 from lms_refresh.config import validators as v
+from lms_refresh.config.drivers import refuse_missing_drivers
 from lms_refresh.config.paths import refuse_collisions
 from lms_refresh.config.schema import (
     DEFAULT_STATE_DIRECTORY,
@@ -106,7 +106,7 @@ def read_toml(path):
         return tomllib.loads(read_bounded(path, MAX_CONFIG_BYTES).decode("utf-8"))
     except FileNotFoundError:
         raise NotConfiguredError(
-            f"No configuration file at {path}; create it (see README, 'Configuration') "
+            f"No configuration file at {path}; create it (see man 5 lms-refresh.toml) "
             "or pass --config / set LMS_REFRESH_CONFIG."
         ) from None
     except PermissionError:
@@ -145,8 +145,8 @@ def _section_values(document, section, origin):
         elif spec.default is REQUIRED and section == "source" and "source" not in document:
             raise NotConfiguredError(
                 f"No source is configured yet: {origin} has no [source] table; uncomment and fill in one of "
-                "the commented [source] examples in it (xapi-ndjson, xapi-lrs or moodle; see README, "
-                "'Sources'), then run 'lms-refresh check'."
+                "the commented [source] examples in it (xapi-ndjson, xapi-lrs or moodle; see "
+                "/usr/share/doc/lms-refresh/docs/sources/), then run 'lms-refresh check'."
             )
         elif spec.default is REQUIRED:
             raise ConfigError(f"{origin}: key '{name}' is required.")
@@ -186,7 +186,7 @@ def validate(document, origin, environ):
 
     for section in TYPE_KEYS:
         _check_type_keys(section, document.get(section, {}), values, origin)
-    _check_drivers(values, origin)
+    refuse_missing_drivers(values, origin)
     staging_days = values["retention.staging_days"]
     if staging_days is not None and staging_days < values["window.bootstrap_days"]:
         raise ConfigError(f"{origin}: key 'retention.staging_days' ({staging_days}) must be at least "
@@ -300,29 +300,6 @@ def _check_type_keys(section, table, values, origin):
     for key in sorted(required):
         if values[f"{section}.{key}"] is None:
             raise ConfigError(f"{origin}: key '{section}.{key}' is required when {section}.type is \"{kind}\".")
-
-
-# The Python packages a source or store type needs beyond the standard library: (module, pip extra, Debian package).
-DRIVERS = {
-    ("source", "moodle"): ("psycopg", "postgresql", "python3-psycopg"),
-    ("store", "postgresql"): ("psycopg", "postgresql", "python3-psycopg"),
-    ("source", "xapi-lrs"): ("requests", "lrs", "python3-requests"),
-}
-
-
-def _check_drivers(values, origin):
-    """Refuse a source or store whose Python package cannot be imported, naming what to install: found here, every
-    command says so in one sentence before it reaches anything, instead of a traceback from deep inside a run."""
-    for (section, kind), (module, extra, package) in DRIVERS.items():
-        if values[f"{section}.type"] != kind:
-            continue
-        try:
-            importlib.import_module(module)
-        except ImportError:
-            raise ConfigError(
-                f"{origin}: {section} type \"{kind}\" needs the Python package {module}, which cannot be imported: "
-                f"install the Debian package {package} (apt install {package}), or in a virtualenv "
-                f"pip install 'lms-refresh[{extra}]'.") from None
 
 
 def is_configured(path, environ):
