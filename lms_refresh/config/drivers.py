@@ -5,19 +5,22 @@ import importlib
 
 from lms_refresh.errors import ConfigError
 
-# The Python packages a source or store type needs beyond the standard library: (module, pip extra, Debian package).
+# (section, type, the URL schemes that need it, or None for any) -> (module, pip extra, Debian package). The Moodle
+# source needs psycopg for a PostgreSQL database only: another database's driver is that database's concern.
 DRIVERS = {
-    ("source", "moodle"): ("psycopg", "postgresql", "python3-psycopg"),
-    ("store", "postgresql"): ("psycopg", "postgresql", "python3-psycopg"),
-    ("source", "xapi-lrs"): ("requests", "lrs", "python3-requests"),
+    ("source", "moodle", ("postgresql", "postgres")): ("psycopg", "postgresql", "python3-psycopg"),
+    ("store", "postgresql", None): ("psycopg", "postgresql", "python3-psycopg"),
+    ("source", "xapi-lrs", None): ("requests", "lrs", "python3-requests"),
 }
 
 
 def refuse_missing_drivers(values, origin):
     """Refuse a source or store whose Python package cannot be imported, naming what to install: found here, every
     command says so in one sentence before it reaches anything, instead of a traceback from deep inside a run."""
-    for (section, kind), (module, extra, package) in DRIVERS.items():
+    for (section, kind, schemes), (module, extra, package) in DRIVERS.items():
         if values[f"{section}.type"] != kind:
+            continue
+        if schemes and (values.get(f"{section}.url") or "").partition(":")[0].lower() not in schemes:
             continue
         try:
             importlib.import_module(module)
