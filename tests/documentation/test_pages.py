@@ -124,3 +124,14 @@ def test_a_runnable_block_runs_as_written(tmp_path, path, script):
     result = subprocess.run(["bash", "-e", "-c", script], cwd=work, env=environment, capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 0, (path, result.stdout[-2000:], result.stderr[-2000:])
+
+
+def test_the_readme_is_short_and_names_every_pip_extra_with_what_needs_it():
+    import tomllib
+
+    readme = docs.page("README.md")
+    assert len(readme.splitlines()) <= 200
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as handle:
+        extras = set(tomllib.load(handle)["project"]["optional-dependencies"]) - {"test"}
+    named = set(re.findall(r"^\| `(\w+)` \| ", docs.section(readme, "Install with pip"), re.M))
+    assert extras - named == set(), "pip extras the README does not name"
