@@ -159,6 +159,7 @@ def test_the_package_builds_and_installs_both_pages_the_readme_and_the_docs():
     assert open(os.path.join(ROOT, "debian", "lms-refresh.manpages")).read().split() == [
         "debian/lms-refresh.8", "debian/lms-refresh.toml.5"]
     assert open(os.path.join(ROOT, "debian", "lms-refresh.docs")).read().split() == ["README.md", "docs"]
+    assert "dh_compress -X.md" in rules  # the pages' links and the messages name them by their .md names
 
 
 def test_the_configuration_page_renders_cleanly_and_names_every_key(tmp_path):
