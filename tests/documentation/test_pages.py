@@ -48,6 +48,11 @@ def test_no_lab_notes_in_user_documentation(path):
     assert lab_notes(docs.pages()[path]) == []
 
 
+@pytest.mark.parametrize("path", sorted(docs.pages()))
+def test_no_placeholder_is_left(path):
+    assert re.findall(r"\b[A-Z]+_(?:FIGURES|ROW)\b|\bTODO\b|\bXXX\b", docs.pages()[path]) == []
+
+
 def test_the_lab_notes_check_finds_them():
     assert lab_notes("at `f27add9` (issue 23, 2-core VM)") == ["f27add9", "issue 23", "2-core VM"]
     assert lab_notes("`deadbeefcafe0123deadbeefcafe0123` is a MESSAGE_ID, `2026-W41` a week") == []
