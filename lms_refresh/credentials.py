@@ -45,7 +45,8 @@ def read_secret(name, environ):
             loaded_by = f"the unit's $CREDENTIALS_DIRECTORY ({loaded}) has none" if loaded else "no unit loaded it"
             raise ConfigError(
                 f"Credential '{name}' is not at {path} and {loaded_by}; put it there as root "
-                f"(install -m 0640 -o root -g lms-refresh /dev/stdin {path}; README, \"Credentials\")."
+                f"(install -m 0640 -o root -g lms-refresh /dev/stdin {path}; see "
+                "/usr/share/doc/lms-refresh/docs/admin/credentials.md)."
             )
     try:
         secret = read_bounded(path, MAX_SECRET_BYTES).decode("utf-8").strip()

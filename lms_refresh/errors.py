@@ -3,7 +3,7 @@
 This is the one place that defines what an exit status means: `exit_status`
 turns the exception that ended a command into its code and sentence, for the
 CLI, the run log, the Healthchecks ping and the metrics textfile alike; the
-README documents the table.
+docs/admin/commands.md shows the table, generated from MEANINGS.
 """
 
 import errno

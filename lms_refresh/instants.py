@@ -57,7 +57,7 @@ class NotAnInstant(ValueError):
 
 
 def _out_of_range(what, text):
-    return NotAnInstant(f"{what} {text[:40]!r} is out of range")  # RANGE is in the README
+    return NotAnInstant(f"{what} {text[:40]!r} is out of range")  # RANGE is in docs/sources/xapi-statements.md
 
 
 def checked(moment, what="time", text=None):

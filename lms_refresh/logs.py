@@ -16,7 +16,7 @@ IDENTIFIER = "lms-refresh"
 
 # Each kind of record carries a stable MESSAGE_ID, as systemd's catalog does,
 # so that `journalctl MESSAGE_ID=...` finds every record of one kind whatever
-# its wording. Defined here once and listed in the README; never change one
+# its wording. Defined here once and listed in docs/admin/logging.md; never change one
 # (operators' queries and alerting rules name them), only add new ones.
 MESSAGE_IDS = {
     "run-started": uuid.UUID("efd465ddcc574f7ab9ffc02623a04297"),

@@ -33,7 +33,10 @@ def _parse_now(ctx, param, value):
 
 
 @click.group(
-    epilog="Example: lms-refresh --config /etc/lms-refresh/config.toml run",
+    epilog="Example: lms-refresh --config /etc/lms-refresh/config.toml run\n\n"
+           "Manuals: man lms-refresh (commands, exit statuses, files, units) and man 5 lms-refresh.toml (every "
+           "configuration key); guides and the data dictionary in /usr/share/doc/lms-refresh/ (docs/ in the "
+           "source).",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 @click.option(

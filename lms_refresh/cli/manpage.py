@@ -1,4 +1,4 @@
-"""Write the lms-refresh(8) manual page (roff) from the same sources as the program.
+"""Write the lms-refresh(8) and lms-refresh.toml(5) manual pages (roff) from the same sources as the program.
 
 The commands and their options come from the click command tree, the
 configuration keys (defaults, what they accept and one-line descriptions) from config.SCHEMA,
@@ -7,6 +7,7 @@ logs.MESSAGE_IDS and the units from their files, so the page cannot drift
 from the program. The package build runs:
 
     python3 -m lms_refresh.cli.manpage DATE systemd/ > lms-refresh.8
+    python3 -m lms_refresh.cli.manpage --section 5 DATE > lms-refresh.toml.5
 """
 
 import configparser
@@ -54,7 +55,8 @@ FILES = [
     (f"{DEFAULT_STATE_DIRECTORY}/pseudonymisation.key", "The secret key of the learners' pseudonyms; "
                                                         "back it up, and give every host of a shared store "
                                                         "the same one."),
-    ("/usr/share/doc/lms-refresh/", "The README (operator guide) and examples."),
+    ("/usr/share/doc/lms-refresh/", "The README, the documentation (docs/: the administrator's guide, one page per "
+                                    "source, the data dictionary, privacy, the references) and examples."),
 ]
 
 
@@ -208,7 +210,29 @@ def render(group, date, units):
         "OUTCOME=failure selects on them. Each kind of record has a stable MESSAGE_ID:")]
     for name, message_id in logs.MESSAGE_IDS.items():
         lines += _item(message_id.hex, name + (f" (OUTCOME={logs.OUTCOMES[name]})" if name in logs.OUTCOMES else ""))
-    lines += [".SH SEE ALSO", "systemctl(1), journalctl(1), systemd.timer(5), systemd.exec(5)"]
+    lines += [".SH SEE ALSO", "lms\\-refresh.toml(5), systemctl(1), journalctl(1), systemd.timer(5), systemd.exec(5)",
+              ".PP", _escape("/usr/share/doc/lms-refresh/docs/README.md: the guides, the data dictionary and the "
+                             "privacy page.")]
+    return "\n".join(lines) + "\n"
+
+
+def render_configuration(date):
+    """Return lms-refresh.toml(5), the configuration file's page, as roff text."""
+    lines = [
+        f'.TH LMS\\-REFRESH.TOML 5 "{date}" "lms\\-refresh {_escape(__version__)}" "File Formats"',
+        ".nh", ".ad l",
+        ".SH NAME", "lms\\-refresh.toml \\- configuration of lms\\-refresh",
+        ".SH SYNOPSIS", _escape(DEFAULT_CONFIG_PATH),
+        ".SH DESCRIPTION",
+        _escape("The configuration lms-refresh(8) reads: every command, the timer's run and the alert unit alike. "
+                "The packaged file has every key, commented, with its default; a [source] table must be "
+                "uncommented and filled in before the timer's runs do anything (until then they are skipped). "
+                "Check a change with: lms-refresh check"),
+        ".PP", *_configuration(SCHEMA)[1:],
+        ".SH FILES", *_item(DEFAULT_CONFIG_PATH, "The configuration (a conffile)."),
+        ".SH SEE ALSO", "lms\\-refresh(8)",
+        ".PP", _escape("/usr/share/doc/lms-refresh/docs/reference/configuration.md: the same keys as a table."),
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -222,6 +246,10 @@ def _all_commands(group, prefix=""):
 
 if __name__ == "__main__":
     from lms_refresh.cli import cli
+
+    if sys.argv[1:2] == ["--section"]:  # --section 5 [DATE]: the configuration's page
+        sys.stdout.write(render_configuration(sys.argv[3] if len(sys.argv) > 3 else "2026-11-30"))
+        sys.exit(0)
 
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the source tree
     sys.stdout.write(render(cli, sys.argv[1] if len(sys.argv) > 1 else "2026-11-30",

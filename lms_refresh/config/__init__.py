@@ -10,6 +10,7 @@ import os
 import tomllib
 
 from lms_refresh.config import validators as v
+from lms_refresh.config.drivers import refuse_missing_drivers
 from lms_refresh.config.paths import refuse_collisions
 from lms_refresh.config.schema import (
     DEFAULT_STATE_DIRECTORY,
@@ -105,7 +106,7 @@ def read_toml(path):
         return tomllib.loads(read_bounded(path, MAX_CONFIG_BYTES).decode("utf-8"))
     except FileNotFoundError:
         raise NotConfiguredError(
-            f"No configuration file at {path}; create it (see README, 'Configuration') "
+            f"No configuration file at {path}; create it (see man 5 lms-refresh.toml) "
             "or pass --config / set LMS_REFRESH_CONFIG."
         ) from None
     except PermissionError:
@@ -144,8 +145,8 @@ def _section_values(document, section, origin):
         elif spec.default is REQUIRED and section == "source" and "source" not in document:
             raise NotConfiguredError(
                 f"No source is configured yet: {origin} has no [source] table; uncomment and fill in one of "
-                "the commented [source] examples in it (xapi-ndjson, xapi-lrs or moodle; see README, "
-                "'Sources'), then run 'lms-refresh check'."
+                "the commented [source] examples in it (xapi-ndjson, xapi-lrs or moodle; see "
+                "/usr/share/doc/lms-refresh/docs/sources/), then run 'lms-refresh check'."
             )
         elif spec.default is REQUIRED:
             raise ConfigError(f"{origin}: key '{name}' is required.")
@@ -185,6 +186,7 @@ def validate(document, origin, environ):
 
     for section in TYPE_KEYS:
         _check_type_keys(section, document.get(section, {}), values, origin)
+    refuse_missing_drivers(values, origin)
     staging_days = values["retention.staging_days"]
     if staging_days is not None and staging_days < values["window.bootstrap_days"]:
         raise ConfigError(f"{origin}: key 'retention.staging_days' ({staging_days}) must be at least "

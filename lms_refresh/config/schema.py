@@ -1,6 +1,7 @@
 """Every configuration key, declared once: its validator (what it accepts, its type), its default
 and its one-line description. The typed sections (`sections.py`), the man page's CONFIGURATION
-section, `debian/config.toml` and the README are checked against or built from `SCHEMA`.
+section and lms-refresh.toml(5), docs/reference/configuration.md and `debian/config.toml` are built from or checked
+against `SCHEMA`.
 """
 
 import collections

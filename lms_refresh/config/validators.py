@@ -213,7 +213,7 @@ def path(value):
     return value
 
 
-@accepting('a credential name without "/" (see README, "Credentials") or an absolute path', str)
+@accepting('a credential name without "/" (see man 5 lms-refresh.toml) or an absolute path', str)
 def credential(value):
     """A credential: a bare name, looked up in the credentials directories, or an absolute path."""
     value = typed(str)(value)

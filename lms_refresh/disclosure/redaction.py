@@ -3,7 +3,7 @@
 `scrub_text` is applied to every text written for people (log records, the run log, alerts, `check` and `status
 --check` lines, Healthchecks bodies, the quarantine): it removes credentials read by this process, URLs' passwords,
 secret-named query parameters and anything shaped like an e-mail address, as a reader sees it too (disclosure/
-folding.py; README, "What is redacted, and where"). A URL shown on its own goes through `url_origin` or
+folding.py; docs/admin/bad-input.md, "What is redacted, and where"). A URL shown on its own goes through `url_origin` or
 `url_without_password` (a database URL), a quarantined record through `Redactor`, a published course name through
 `without_identifiers` (names.carries_address tells a course IRI that must not be published at all).
 """

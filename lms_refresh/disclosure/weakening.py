@@ -61,6 +61,6 @@ def require(config, store, accepted):
             f"{config.origin} protects the publication less than the settings in force in the store "
             f"{store.describe()} ({describe(in_force)}): {', '.join(lowered)}; nothing was read — put the settings "
             "in force back in the configuration, or weaken them deliberately with "
-            "'lms-refresh run --accept-weaker-privacy' (README, \"Metrics and suppression\")."
+            "'lms-refresh run --accept-weaker-privacy' (/usr/share/doc/lms-refresh/docs/explanation/metrics.md)."
         )
     return lowered

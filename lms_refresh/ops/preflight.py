@@ -156,6 +156,6 @@ def _store_rights(config, store):
     missing = store.missing_privileges()
     if missing:
         raise ConfigError(f"The store {store.describe()} is reachable, but its role may not {', '.join(missing)}, "
-                          "so a run would fail; connect as the role that owns the schema (README, \"PostgreSQL "
-                          "store\") or grant it those privileges.")
+                          "so a run would fail; connect as the role that owns the schema "
+                          "(/usr/share/doc/lms-refresh/docs/admin/postgresql.md) or grant it those privileges.")
     return "; its role may write every table"

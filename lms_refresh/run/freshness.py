@@ -32,7 +32,7 @@ def staleness(success, now, timezone, *, grace):
     started = instants.from_cursor(success["started_at"], "time")
     if started > now + dt.timedelta(minutes=5):
         return (f"the last success is dated {started.isoformat(timespec='minutes')}, in the future: the clock was "
-                "wrong then or is wrong now (see README, \"Recovery\")")
+                "wrong then or is wrong now (see /usr/share/doc/lms-refresh/docs/admin/recovery.md)")
     if started < expected.astimezone(dt.UTC) - dt.timedelta(minutes=1):
         local = started.astimezone(expected.tzinfo)  # both times in the configured zone, comparable at a glance
         return (f"the last success started at {local.isoformat(timespec='minutes')}, before the run due at "

@@ -20,7 +20,7 @@ from lms_refresh.state_directory import MARKER  # in the state directory: which 
 
 logger = logging.getLogger(__name__)
 
-REBUILD = "'lms-refresh rebuild --since DATE' (README, \"Recovery\")"
+REBUILD = "'lms-refresh rebuild --since DATE' (/usr/share/doc/lms-refresh/docs/admin/recovery.md)"
 # How far a recorded time may lie after now before the clock is suspect: more than
 # hosts sharing a store drift apart, far less than any glitch worth stopping for.
 CLOCK_TOLERANCE = dt.timedelta(minutes=5)
@@ -193,7 +193,8 @@ def verify_clock(now, meta, last_run):
                 f"The store's {what} {instants.to_cursor(moment)} is later than the current time "
                 f"{instants.to_cursor(now)} (by {_span(moment - now)}): the clock was wrong then or is wrong now. "
                 "Check it (timedatectl), then set the watermark back to the last time you trust with "
-                "'lms-refresh watermark set TIME' (README, \"Recovery\"); re-reading a stretch twice is safe."
+                "'lms-refresh watermark set TIME' (/usr/share/doc/lms-refresh/docs/admin/recovery.md); re-reading a "
+                "stretch twice is safe."
             )
 
 

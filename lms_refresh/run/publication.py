@@ -16,7 +16,7 @@ there (store/course_names.py; its text was made safe by disclosure/names.py).
 
 The file is written whole, by SQLite itself: the store's connection attaches
 the new file and fills each table from its serving view with one INSERT ...
-SELECT, no row passing through Python (README: "The publication's cost").
+SELECT, no row passing through Python (the cost: docs/development.md, bench/publication_bench.py).
 
 The file records a digest of what it holds (`store_digest`: its rows table by table in order, and the settings). A
 run that committed but died before publishing leaves the previous file, whose digest then differs from the store's,

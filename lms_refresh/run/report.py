@@ -81,7 +81,8 @@ class Report:
             return
         raise BadInputError(
             f"{wrong}; nothing was committed. See the quarantine table (lms-refresh status) and fix the source, "
-            "or accept these records once: lms-refresh run --accept-bad-input (README, \"Bad input\")."
+            "or accept these records once: lms-refresh run --accept-bad-input "
+            "(/usr/share/doc/lms-refresh/docs/admin/bad-input.md)."
         )
 
     def row(self, now, exit_code=0, message=""):

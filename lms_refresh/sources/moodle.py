@@ -10,7 +10,7 @@ created within `bootstrap_days`; `backfill` reads a `timecreated` window and
 leaves the id watermark alone.
 
 Rows are read in id order, `batch_size` at a time (keyset paging), in a
-read-only session. Which rows count, and as what, is the table in the README
+read-only session. Which rows count, and as what, is the table in docs/sources/moodle.md
 ("Moodle source"); `EVENTS` below is its code.
 """
 

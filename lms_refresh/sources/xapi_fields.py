@@ -2,7 +2,7 @@
 
 Each returns what the mapper needs or raises InvalidStatement, whose message
 is the quarantine reason. Only fields that can change a number are checked
-(the README's "Statement forms" lists them); a violation anywhere else in a
+(docs/sources/xapi-statements.md lists them); a violation anywhere else in a
 statement is tolerated, because no metric reads it.
 """
 

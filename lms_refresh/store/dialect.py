@@ -31,7 +31,7 @@ class Dialect:
     # Sum a learner's counts packed into one integer (presence.py; grains.SITE_DAY), and fill a period from the
     # shorter ones filled before it (presence.parts_of): never where learner_periods is filled in bulk without its
     # key (pg_bulk.py), which each fill would scan whole for its parts (0.26-0.43 s a month of a 400-day window on
-    # PostgreSQL against 0.05-0.07 s from its days, the review of 636dce6).
+    # PostgreSQL against 0.05-0.07 s from its days).
     packed_sums = False
     bytewise = ""  # after a text expression: compare it by code point, as Python and SQLite do
 

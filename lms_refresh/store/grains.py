@@ -32,7 +32,7 @@ _MODULUS = 4294967296  # key sums are kept modulo 2**32 (lms_refresh.disclosure.
 # (CELL_LEARNERS: "learners with an attempt" are those whose presence has one; the learner key sums each
 # learner's key once). Distinct counts over the staged events (six COUNT(DISTINCT actor), each an ephemeral
 # index in SQLite) and an UPDATE for the learner key cost 9,384 instructions per statement where this costs
-# 5,856 (callgrind, the cost model's sample, 2026-12-04).
+# 5,856 (callgrind, the cost model's sample).
 def _key_sum(condition):
     return f"COALESCE(SUM(record_key) FILTER (WHERE {condition}) % {_MODULUS}, 0)"
 
@@ -132,10 +132,10 @@ WHERE l.learners > 0{widest}"""
 
 # One learner grouping a day (by day and learner over a whole window would sort the window: 126 MiB more at 3M
 # statements over 90 days), with no grouping by day above it: 7,541 instructions a statement against 11,204
-# (callgrind, the cost model's sample, 2026-12-04).
+# (callgrind, the cost model's sample).
 # Its flags summed packed (a learner's rows of a day are in at most as many courses as a field counts: otherwise
 # it writes nothing, and the day is counted flag by flag, SITE_DAY_EXACT): 24.5 ms a day of the benchmark's full
-# 1M (29,269 learner-days, 16,212 learners) where seven maxima cost 28 ms (2026-12-06).
+# 1M (29,269 learner-days, 16,212 learners) where seven maxima cost 28 ms.
 _SITE_FIELD, _PER_SUM = 10, 3
 SITE_DAY, SITE_DAY_EXACT = (_site_cell("daily_metrics", "day", PRESENCE_FLAGS, "learner_days WHERE day = ?",
                                        f"day = ? AND course_id <> {SITE}", packed) for packed in (True, False))

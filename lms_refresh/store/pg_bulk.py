@@ -7,7 +7,7 @@ after the rows, it costs one sort. And until an ANALYZE the planner sees a table
 analyzed, an empty one never: autovacuum's comes after the commit, too late for the run's own recompute,
 which the planner then sorts on disk (it had counted on 165,000 staged rows of 1,000,000). On the
 benchmark's full refresh (1M statements over 30 days, PostgreSQL 15 at its defaults, fsync on, the server's
-statement log, 2026-12-05) the recompute took 7.58 s before and 4.84 s with both (README, "Benchmarks").
+statement log) the recompute took 7.58 s before and 4.84 s with both.
 
 Dropping needs the table's owner and a moment with no other session on it (a lock within 2 s): a role
 granted only DML, a table in use (or a session that waits for a table the run holds already: a deadlock,

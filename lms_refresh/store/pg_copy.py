@@ -1,8 +1,8 @@
 """The staged events as COPY's text format, written here rather than by psycopg's `write_row`.
 
 Debian's psycopg (3.1, `python3-psycopg`) has no C extension: its `write_row` looks up a dumper and
-escapes every value in Python, about 60 microseconds a staged row on the 2-core VM, most of a
-PostgreSQL refresh's client CPU (issue 23, 2026-12-03). The staging table's columns are known
+escapes every value in Python, about 60 microseconds a staged row on two cores, most of a
+PostgreSQL refresh's client CPU. The staging table's columns are known
 (tables.py): one line per row is one f-string, a few times cheaper. Text is escaped as COPY wants
 (backslash, tab, newline, carriage return); a NUL, which PostgreSQL's text never holds, is refused
 by the server as it is when psycopg sends it; bytes are bytea's hex form; NULL is \\N.

@@ -31,7 +31,7 @@ class PgStaging:
             with self.db.cursor().copy("COPY pg_temp.incoming FROM STDIN") as copy:
                 copy.write(text)
             # One arbiter, the unique event_id (a clash of the key is one of it): a third less per row than
-            # checking both unique indexes, and less than half for rows staged already (measured 2026-12-03).
+            # checking both unique indexes, and less than half for rows staged already.
             inserted = self.db.execute(
                 "INSERT INTO staged_events SELECT * FROM pg_temp.incoming ON CONFLICT (event_id) DO NOTHING").rowcount
             self.db.execute("TRUNCATE pg_temp.incoming")
@@ -41,7 +41,7 @@ class PgStaging:
     # Staging into an empty store (a first run, a backfill, a rebuild from scratch) copies each batch straight
     # into staged_events, without the unique index on statement ids, and builds that index once, sorted: the
     # INSERT ... ON CONFLICT from the temporary table checks the index row by row and writes every row twice.
-    # 1M rows in batches of 10,000 (fsync on, 2026-12-05): 13.1 s that way, 5.7 s so, the index's build
+    # 1M rows in batches of 10,000 (fsync on): 13.1 s that way, 5.7 s so, the index's build
     # included. A batch that the staging key refuses (a statement delivered twice under the same key) is put
     # back, the index is built there and then, and the run stages as every later run does from that batch on;
     # one statement id under two keys fails the build, and the run is read again with the index (StageAgain).

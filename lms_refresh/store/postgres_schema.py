@@ -22,7 +22,7 @@ class PostgresDialect(Dialect):
     legacy_average = "ROUND(m.score_sum_micro::numeric / m.score_count / 1000000, 6)::float8"
     legacy_duration = "(m.duration_ms / 1000.0)::float8"
     # One upsert per learner and period, not per learner-day: per-row upserts were 49 s of a 1M refresh
-    # (1.75M rows, 587 MB of WAL), issue 23, 2026-12-03.
+    # (1.75M rows, 587 MB of WAL).
     presence_by_period = True
     # A database's own collation (en_US.UTF-8: "B" < "a" is false) would break a tie of course names otherwise
     # than SQLite and Python do (course_names.py).

@@ -34,8 +34,8 @@ ADD, SUBTRACT = _one_day(1), _one_day(-1)
 
 # A learner's presence over several days (or periods) is summed with their counts packed into one integer, each in
 # _FIELD bits: one aggregate instead of seven. Grouping a week of the benchmark's full 1M (203,789 learner-days
-# into 102,767 learners) took 153 ms packed against 240 ms; filling its month, 0.76-0.80 s against 0.83-0.90 s
-# (2026-12-06). No count of a period of at most PACKED_DAYS days can overflow its field (a learner has at most
+# into 102,767 learners) took 153 ms packed against 240 ms; filling its month, 0.76-0.80 s against 0.83-0.90 s.
+# No count of a period of at most PACKED_DAYS days can overflow its field (a learner has at most
 # one row of learner_days a day); a longer one (a term) is summed count by count.
 _FIELD = 9
 PACKED_DAYS = 2 ** _FIELD - 1
@@ -83,12 +83,12 @@ def moving_days(sign, days_in):
 # The same, added to a period that holds no learner yet (each period of a first run or of a rebuild): nothing can
 # conflict, so its learners are inserted as they are, in key order. The upsert checks the key before each insert
 # and confirms it after, and its hash aggregate hands rows over in no order: for a week of 102,445 learners
-# (PostgreSQL 15, EXPLAIN (ANALYZE, BUFFERS, WAL), issue 23) 2.24 s, 7.6 buffer hits and 3 WAL records a row,
+# (PostgreSQL 15, EXPLAIN (ANALYZE, BUFFERS, WAL)) 2.24 s, 7.6 buffer hits and 3 WAL records a row,
 # against 1.07 s, 2.4 and 2 so. SQLite, which moves presence day by day, fills so a period of more than a week's
 # days: a month of the benchmark's full 1M (873,580 learner-days, 119,972 learners) took 2.1-3.4 s day by day and
-# 0.94-1.21 s grouped (2026-12-05): the longer the period, the more often each learner comes back. Packed (above),
-# a whole week grouped beats it day by day too: 303-327 ms against 352-380 ms for one of 203,789 learner-days
-# (2026-12-06). Fewer days stay day by day, in key order: the cost model's two days (a first run's week and
+# 0.94-1.21 s grouped: the longer the period, the more often each learner comes back. Packed (above),
+# a whole week grouped beats it day by day too: 303-327 ms against 352-380 ms for one of 203,789 learner-days.
+# Fewer days stay day by day, in key order: the cost model's two days (a first run's week and
 # month) cost 95,729 instructions a statement in its recompute grouped, 75,260 day by day. A period that holds
 # learners already is updated day by day on SQLite, where the grouped upsert's sort only paid from about ten days on.
 GROUPED_FILL_AFTER = 6
@@ -97,7 +97,7 @@ GROUPED_FILL_AFTER = 6
 # With `parts`, shorter periods filled whole before it in the same move (see parts_of) are read from their
 # learners' rows instead of their days': a learner active on several days of a week is one row of it. A month of
 # the benchmark's full 1M (873,580 learner-days) is four of its weeks (411,419 rows) and two days: its rows
-# grouped in 0.46 s instead of 0.62 s (2026-12-06).
+# grouped in 0.46 s instead of 0.62 s.
 def filling_days(days_in, packed, parts=0):
     grouped = _packed_days(days_in, parts) if packed else _grouped_days(1, days_in)
     return f"{_INTO_PERIODS}\n{grouped} ORDER BY course_id, actor"

@@ -24,7 +24,7 @@ _BY_KEY = "SELECT * FROM staged_events WHERE day = ? AND course_id = ? AND actor
 _CACHE, _SORT_CACHE = -65536, -2048  # KiB: the page cache of a run, and while it sorts much (sorting, below)
 # SQLite sorts what outgrows the cache in runs of the cache's size, each sorted by a helper thread while the next
 # is read (PRAGMA threads): a large sort takes the machine's second core, which a refresh leaves idle once staged.
-# The benchmark's full 1M (2 cores, 2026-12-06): the index on ids built in 0.49-0.51 s instead of 0.70 s, a week's
+# The benchmark's full 1M (2 cores): the index on ids built in 0.49-0.51 s instead of 0.70 s, a week's
 # presence filled in 175-183 ms instead of 193 ms, a month's in 460-469 ms instead of 526 ms; the id index of 5M
 # in 2.4-2.6 s instead of 3.3 s. Only a sort that spills starts the threads, and one that cannot be started (a
 # seccomp filter) does its work in the caller's thread (SQLite's threads.c): slower, never a failure.
@@ -255,7 +255,7 @@ class SqliteStore(SqlStore):
     # Staging into an empty store (a first run, a backfill of years, a rebuild from scratch) inserts without
     # the unique index on statement ids, and builds it once at the end, sorted. Kept up row by row, that
     # index of random ids outgrows the page cache past a few million statements, and every insert then
-    # reads and writes back a page of it: the time per statement grew by half from 1M to 10M (issue 23).
+    # reads and writes back a page of it: the time per statement grew by half from 1M to 10M.
     # Without the index the staging key (day, course, learner, statement id) still refuses a statement
     # again under the same key (a re-delivery; a second version, quarantined). One id under two keys
     # fails the index's build: the run is staged again with the index in place (StageAgain).

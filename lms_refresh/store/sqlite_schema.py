@@ -20,7 +20,7 @@ class SqliteDialect(Dialect):
     insertion_order = "rowid"
     days_in = "day IN (SELECT value FROM json_each(?))"
     # Not PostgreSQL's: its recompute of the benchmark's full 1M took 4.89 s packed against 4.67 s (medians of 3,
-    # alternated, 2026-12-06), where SQLite's went from 5.59 s to 5.19 s.
+    # alternated), where SQLite's went from 5.59 s to 5.19 s.
     packed_sums = True
     legacy_average = "ROUND(m.score_sum_micro * 1.0 / m.score_count / 1000000.0, 6)"
     legacy_duration = "m.duration_ms / 1000.0"

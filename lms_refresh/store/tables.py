@@ -293,7 +293,7 @@ DATA_STEPS = {
     # Weeks and months are counted from learner_days, which the next run fills by rebuilding every staged day.
     5: ["INSERT INTO {pending_days} SELECT DISTINCT day FROM {staged_events} WHERE true ON CONFLICT DO NOTHING"],
     # The site's rows, on every grain, come from the days the next run rebuilds: every staged day (a closed day,
-    # whose events retention dropped, has none: see the README's "Site totals").
+    # whose events retention dropped, has none: see docs/explanation/metrics.md, "Site totals").
     7: ["INSERT INTO {pending_days} SELECT DISTINCT day FROM {staged_events} WHERE true ON CONFLICT DO NOTHING"],
     # The noise on the sums of scores and durations is scaled by each cell's largest record: every staged day is
     # counted again with it, and every published row computed again (meta `republish`, SqlStore.set_privacy);

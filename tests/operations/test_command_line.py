@@ -135,6 +135,6 @@ def test_version_is_one_number_in_the_program_the_python_package_and_the_debian_
     assert result.stdout.strip() == f"lms-refresh, version {version}"
     with open(os.path.join(root, "README.md")) as handle:
         readme = handle.read()
-    installing = readme.split("## Installing on Debian 12 or 13", 1)[1].split("\n## ", 1)[0]
+    installing = readme.split("## Install on Debian 13 or 12", 1)[1].split("\n## ", 1)[0]
     named = set(re.findall(r"lms-refresh_([0-9][^_\s]*)_all\.deb", installing))  # what the build writes now
     assert named == {version}, named

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from helpers import docs
 from helpers.paths import REPO
 from helpers.statements import statement
 from lms_refresh.config import is_configured
@@ -17,7 +18,7 @@ from lms_refresh.demo.sample import generate
 from lms_refresh.run.lock import RunLock
 
 ROOT = REPO  # the repository, or the copy debian/tests/suite runs in
-README = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+DOCS = docs.everything()
 PACKAGED = open(os.path.join(ROOT, "debian", "config.toml"), encoding="utf-8").read()
 
 
@@ -79,10 +80,10 @@ def test_a_misspelt_table_is_not_skipped_it_runs_and_fails_with_78(sqlite_projec
     assert result.returncode == 78 and "unknown key 'sources'" in result.stderr, result.stderr
 
 
-def test_the_readme_quotes_the_lock_message_as_the_program_prints_it(sqlite_project):
-    quotes = re.findall(r"`(Another refresh holds the lock \(held by pid N on HOST\)[^`]*)`", README)
+def test_the_docs_quote_the_lock_message_as_the_program_prints_it(sqlite_project):
+    quotes = re.findall(r"`(Another refresh holds the lock \(held by pid N on HOST\)[^`]*)`", DOCS)
     assert len(quotes) == 3 and len(set(quotes)) == 2  # the timer's run (twice), an operator's rebuild
-    assert "(held by pid N host)" not in README
+    assert "(held by pid N host)" not in DOCS
     sqlite_project.write("a.ndjson", [statement()])
     sqlite_project.state.mkdir()
     with RunLock(str(sqlite_project.state / "refresh.lock")):

@@ -237,8 +237,8 @@ def test_the_periods_between_two_days_are_contiguous(first, length):
 
 
 def readme_query(title):
-    """The SQL block that follows `title` in the README, exactly as written there."""
-    text = (pathlib.Path(REPO) / "README.md").read_text().split(title, 1)[1]
+    """The SQL block that follows `title` in the data dictionary, exactly as written there."""
+    text = (pathlib.Path(REPO) / "docs" / "data-dictionary.md").read_text().split(title, 1)[1]
     return text.split("```sql\n", 1)[1].split("```", 1)[0]
 
 
@@ -260,7 +260,7 @@ def test_the_readme_weekly_query_runs_as_written(project):
     written = activity(4, dt.date(2026, 10, 5), 18)
     project.write("a.ndjson", written)
     project.invoke("run", now="2026-10-23T04:15:00Z", check=0)
-    rows = dashboard(project, readme_query("Example dashboard query, the weekly active learners per course"))
+    rows = dashboard(project, readme_query("### Weekly active learners per course\n"))
     expected = [(row[0], row[3], row[4]) for row in
                 expected_periods(written, "Europe/Paris", K, "week", moment("2026-10-23T04:15:00Z"))
                 if row[-1] == 1 and row[4] is not None and row[3] is not None]

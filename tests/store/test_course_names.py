@@ -134,12 +134,12 @@ def test_hostile_names_are_bounded_stripped_and_keep_no_learner_identifier(proje
         assert b"jane.doe" not in data and b"\xe2\x80\xae" not in data  # no address, no U+202E anywhere
 
 
-README = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+DICTIONARY = open(os.path.join(REPO, "docs", "data-dictionary.md"), encoding="utf-8").read()
 
 
 def readme_query():
-    """The example dashboard query of the README's "Course names" (the first sql block after its heading)."""
-    section = README[README.index("### Course names"):]
+    """The data dictionary's query of daily active learners per course, by name, as written there."""
+    section = DICTIONARY[DICTIONARY.index("### Daily active learners per course, by name"):]
     return re.search(r"```sql\n(.*?)```", section, re.S).group(1)
 
 

@@ -51,7 +51,7 @@ def workdir():
 def documented_build_commands():
     """The README's build steps, as written: its install section's commands up to dpkg-buildpackage."""
     with open(os.path.join(REPO, "README.md")) as readme:
-        section = readme.read().split("## Installing on Debian 12 or 13", 1)[1]
+        section = readme.read().split("## Install on Debian 13 or 12", 1)[1]
     commands = []
     for line in section.splitlines():
         if line.startswith("    ") and not line.strip().startswith("#"):
@@ -234,7 +234,7 @@ def test_unconfigured_package_is_skipped_not_failed(system):
 
 
 def test_the_readmes_install_commands_run_as_written(system):
-    script = readme_block("## Installing on Debian 12 or 13", "cat >> /etc/lms-refresh/config.toml", "journalctl")
+    script = readme_block("## Install on Debian 13 or 12", "cat >> /etc/lms-refresh/config.toml", "journalctl")
     assert "sudo" not in script and "editor" not in script, script
     # From the conffile as installed: the README appends its [source] to it.
     system.shell(f"dpkg-deb --fsys-tarfile {system.deb} | tar -xO ./etc/lms-refresh/config.toml "
@@ -664,11 +664,12 @@ def test_lrs_and_moodle_sources_run_under_the_hardened_unit(system, ralph, moodl
 
 # -- issue 21: the administrator's path, round 2 ---------------------------------------------------
 
-def readme_block(heading, first, last):
-    """The README's commands in section `heading`: the indented code block from the line that starts
-    with `first` to the line `last` (or the first that starts with it), as one shell script, run as
-    written (dedented by the first line's indentation: a block inside a list item is indented more)."""
-    with open(os.path.join(REPO, "README.md")) as readme:
+def readme_block(heading, first, last, page="README.md"):
+    """The commands in section `heading` of `page` (README.md or a page under docs/): the indented code block
+    from the line that starts with `first` to the line `last` (or the first that starts with it), as one shell
+    script, run as written (dedented by the first line's indentation: a block inside a list item is indented
+    more)."""
+    with open(os.path.join(REPO, page)) as readme:
         lines = readme.read().split(heading, 1)[1].splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("    ") and line.strip().startswith(first))
     indent = len(lines[start]) - len(lines[start].lstrip())
@@ -791,7 +792,8 @@ def test_postgresql_store_credentials_work_for_every_command_as_root_the_service
         '[alerts]\nwebhook_url_file = "alert-webhook"\n'))
     alert_unit = "lms-refresh-alert@lms-refresh.service.service"
     try:
-        script = readme_block("## PostgreSQL store", "install -d", "lms-refresh status --check")
+        script = readme_block("# PostgreSQL store", "install -d", "lms-refresh status --check",
+                              page="docs/admin/postgresql.md")
         result = system.run("env", f"STORE_PASSWORD={postgres_server.PASSWORD}", "sh", "-ec", script, check=False)
         assert result.returncode == 0, result.stdout + result.stderr
         assert "LMS-REFRESH OK" in result.stdout and "metabase may now read" in result.stdout, result.stdout
@@ -811,7 +813,8 @@ def test_postgresql_store_credentials_work_for_every_command_as_root_the_service
             assert check.returncode == 0 and check.stdout.startswith("LMS-REFRESH OK"), check
 
         system.run("useradd", "--system", "nagios")  # NRPE's user, through the README's sudo rule
-        nrpe = readme_block("## Alerts and monitoring", "printf '%s\\n' 'nagios", "chmod 0440")
+        nrpe = readme_block("# Alerts and monitoring", "printf '%s\\n' 'nagios", "chmod 0440",
+                            page="docs/admin/alerts-and-monitoring.md")
         system.shell("set -e\n" + nrpe)
         plugin = system.run("runuser", "-u", "nagios", "--", "/usr/bin/sudo", "-n", "-u", "lms-refresh",
                             "/usr/bin/lms-refresh", "status", "--check", check=False)
@@ -914,9 +917,9 @@ def test_an_upgrade_from_the_previous_release_keeps_the_timers_run_succeeding(sy
                  "('weekly_metrics', 'monthly_metrics')))")
         weeks, months = map(int, system.run("python3", "-c", count).stdout.split())
         assert weeks > 0 and months > 0, (weeks, months)
-        # The README's "Upgrade notes", as written.
-        script = readme_block("## Upgrade notes", "zcat /usr/share/doc/lms-refresh/NEWS.Debian.gz",
-                              "lms-refresh rebuild --since 2026-09-01")
+        # The upgrade procedure (docs/admin/upgrade.md), as written.
+        script = readme_block("## The procedure", "zcat /usr/share/doc/lms-refresh/NEWS.Debian.gz",
+                              "lms-refresh rebuild --since 2026-09-01", page="docs/admin/upgrade.md")
         notes = system.shell("set -e\n" + script, check=False)
         assert notes.returncode == 0, notes.stdout + notes.stderr
         start_by_a_timer(system)

@@ -1,24 +1,27 @@
-"""lms-refresh(8) and the README agree with the code: commands, options, keys, exit codes, MESSAGE_IDs."""
+"""lms-refresh(8), lms-refresh.toml(5) and the documentation agree with the code: commands, options, keys, exit
+codes, MESSAGE_IDs."""
 
 import os
 import re
 import shutil
 import subprocess
+import sys
 
 import click
 import pytest
 
 import lms_refresh
+from helpers import docs
 from helpers.paths import REPO
 from lms_refresh import logs
 from lms_refresh.cli import cli
-from lms_refresh.cli.manpage import format_default, format_duration, read_units, render
+from lms_refresh.cli.manpage import format_default, format_duration, read_units, render, render_configuration
 from lms_refresh.config.schema import SCHEMA, TERM_KEYS, Key, _check_schema
 from lms_refresh.config.validators import typed
 from lms_refresh.errors import MEANINGS
 
 ROOT = REPO  # the repository, or the copy debian/tests/suite runs in
-README = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+COMMANDS_PAGE = docs.page("docs/admin/commands.md")  # the commands and exit codes, in the operator's words
 
 
 def groff_warnings(path):
@@ -47,10 +50,8 @@ def leaf_commands(group=cli, prefix=""):
 
 
 def section(text, title):
-    """The README's text under '## title' up to the next '## '."""
-    match = re.search(rf"^## {re.escape(title)}\b.*?$(.*?)(?=^## |\Z)", text, re.M | re.S)
-    assert match, f"README has no section '## {title}'"
-    return match.group(1)
+    """The text under '## title' up to the next heading of that level or above."""
+    return docs.section(text, title)
 
 
 def test_the_page_renders_without_a_single_groff_warning(page, tmp_path):
@@ -151,15 +152,36 @@ def test_a_schema_entry_in_the_old_form_is_refused():
         _check_schema({"window": {"x": Key(lambda value: value, 1, "A key.")}})  # and a documented validator
 
 
-def test_the_package_builds_and_installs_the_page_and_the_readme():
+def test_the_package_builds_and_installs_both_pages_the_readme_and_the_docs():
     rules = open(os.path.join(ROOT, "debian", "rules")).read()
     assert "python3 -m lms_refresh.cli.manpage" in rules and "> debian/lms-refresh.8" in rules
-    assert open(os.path.join(ROOT, "debian", "lms-refresh.manpages")).read().split() == ["debian/lms-refresh.8"]
-    assert "README.md" in open(os.path.join(ROOT, "debian", "lms-refresh.docs")).read().split()
+    assert "python3 -m lms_refresh.cli.manpage --section 5" in rules and "> debian/lms-refresh.toml.5" in rules
+    assert open(os.path.join(ROOT, "debian", "lms-refresh.manpages")).read().split() == [
+        "debian/lms-refresh.8", "debian/lms-refresh.toml.5"]
+    assert open(os.path.join(ROOT, "debian", "lms-refresh.docs")).read().split() == ["README.md", "docs"]
+    assert "dh_compress -X.md" in rules  # the pages' links and the messages name them by their .md names
+
+
+def test_the_configuration_page_renders_cleanly_and_names_every_key(tmp_path):
+    page = render_configuration("2026-11-30")
+    path = tmp_path / "lms-refresh.toml.5"
+    path.write_text(page)
+    assert groff_warnings(path) == (0, "")
+    assert page.startswith('.TH LMS\\-REFRESH.TOML 5 "2026-11-30"') and "\n.SH SEE ALSO\nlms\\-refresh(8)" in page
+    for name, keys in [*SCHEMA.items(), ("[terms]", TERM_KEYS)]:
+        for key, spec in keys.items():
+            assert f"\\fB{key} = {format_default(spec)}\\fR".replace("-", "\\-") in page, (name, key)
+
+
+def test_help_points_at_the_manual_pages_and_the_documentation():
+    result = subprocess.run([sys.executable, "-m", "lms_refresh", "--help"], capture_output=True, text=True)
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())
+    assert "man lms-refresh" in text and "man 5 lms-refresh.toml" in text and "/usr/share/doc/lms-refresh/" in text
 
 
 def command_table_problems(readme):
-    """What is wrong with a README's command table against the click tree: a list of sentences."""
+    """What is wrong with a page's command table against the click tree: a list of sentences."""
     commands = leaf_commands()
     rows = re.findall(r"^\| `([^`]+)` \|", section(readme, "Commands"), re.M)
     problems, documented = [], set()
@@ -167,48 +189,50 @@ def command_table_problems(readme):
         words = row.split()
         name = " ".join(words[:2]) if " ".join(words[:2]) in commands else words[0]
         if name not in commands:
-            problems.append(f"README documents '{row}', which is no command")
+            problems.append(f"the command table documents '{row}', which is no command")
             continue
         documented.add(name)
         options = {opt for param in commands[name].params for opt in getattr(param, "opts", [])}
         for option in re.findall(r"--[a-z][a-z0-9-]*", row):
             if option not in options:
-                problems.append(f"README: '{row}' names {option}, which {name} does not take")
+                problems.append(f"the command table: '{row}' names {option}, which {name} does not take")
     if documented != set(commands):
-        problems.append(f"missing from the README's command table: {sorted(set(commands) - documented)}")
+        problems.append(f"missing from the command table: {sorted(set(commands) - documented)}")
     return problems
 
 
-def test_readme_command_table_lists_every_command_and_only_real_options():
-    assert command_table_problems(README) == []
-    assert re.search(r"^\| `grant-reader ROLE` \| .*PostgreSQL", section(README, "Commands"), re.M)
+def test_the_command_table_lists_every_command_and_only_real_options():
+    assert command_table_problems(COMMANDS_PAGE) == []
+    assert re.search(r"^\| `grant-reader ROLE` \| .*PostgreSQL", section(COMMANDS_PAGE, "Commands"), re.M)
 
 
 def test_the_command_table_check_catches_a_missing_command_and_a_false_option():
-    without = re.sub(r"^\| `grant-reader ROLE` \|.*\n", "", README, flags=re.M)
-    assert without != README
-    assert command_table_problems(without) == ["missing from the README's command table: ['grant-reader']"]
-    invented = README.replace("| `check` |", "| `check --fast` |", 1)
-    assert command_table_problems(invented) == ["README: 'check --fast' names --fast, which check does not take"]
-    foreign = README.replace("| `check` |", "| `verify` |", 1)
-    assert command_table_problems(foreign)[0] == "README documents 'verify', which is no command"
+    without = re.sub(r"^\| `grant-reader ROLE` \|.*\n", "", COMMANDS_PAGE, flags=re.M)
+    assert without != COMMANDS_PAGE
+    assert command_table_problems(without) == ["missing from the command table: ['grant-reader']"]
+    invented = COMMANDS_PAGE.replace("| `check` |", "| `check --fast` |", 1)
+    assert command_table_problems(invented) == [
+        "the command table: 'check --fast' names --fast, which check does not take"]
+    foreign = COMMANDS_PAGE.replace("| `check` |", "| `verify` |", 1)
+    assert command_table_problems(foreign)[0] == "the command table documents 'verify', which is no command"
 
 
 def exit_codes_in(readme):
     return {int(code) for code in re.findall(r"^\| (\d+) \|", section(readme, "Exit codes"), re.M)}
 
 
-def test_readme_exit_code_table_is_the_code_table():
-    assert exit_codes_in(README) == set(MEANINGS)
+def test_the_exit_code_table_is_the_code_table():
+    assert exit_codes_in(COMMANDS_PAGE) == set(MEANINGS)
     # ...and the comparison notices a row missing or a code the program never uses.
-    assert exit_codes_in(re.sub(r"^\| 69 \|.*\n", "", README, flags=re.M)) == set(MEANINGS) - {69}
-    assert exit_codes_in(README.replace("| 2 | usage error", "| 3 | usage error", 1)) == set(MEANINGS) - {2} | {3}
+    assert exit_codes_in(re.sub(r"^\| 69 \|.*\n", "", COMMANDS_PAGE, flags=re.M)) == set(MEANINGS) - {69}
+    assert (exit_codes_in(COMMANDS_PAGE.replace("| 2 | usage error", "| 3 | usage error", 1))
+            == set(MEANINGS) - {2} | {3})
 
 
 def readme_toml_keys():
-    """{(section, key)} of every key written in the README's TOML blocks (commented or not)."""
+    """{(section, key)} of every key written in the TOML blocks of the README and docs/ (commented or not)."""
     keys = set()
-    for block in re.findall(r"```toml\n(.*?)```", README, re.S):
+    for block in re.findall(r"```toml\n(.*?)```", docs.everything(), re.S):
         current = ""
         for line in block.splitlines():
             header = re.match(r"^#?\s*\[\[?(\w+)\]\]?\s*(?:#.*)?$", line)  # [table] or [[array of tables]]
@@ -224,24 +248,28 @@ def readme_toml_keys():
     return keys
 
 
-def test_readme_configuration_keys_exist_and_every_key_is_documented():
+def test_the_documentation_shows_only_real_keys_and_the_reference_has_every_key():
     written = readme_toml_keys()
     known = {(name, key) for name, keys in [*SCHEMA.items(), ("terms", TERM_KEYS)] for key in keys}
-    assert written - known == set(), "the README shows keys the program refuses"
-    undocumented = {(name, key) for name, key in known - written
-                    if f"`{name}.{key}`" not in README and f"`{key}`" not in README and f"`{key} =" not in README}
-    assert undocumented == set(), "keys the README never mentions"
+    assert written - known == set(), "the documentation shows keys the program refuses"
+    reference = docs.page("docs/reference/configuration.md")
+    listed = set()
+    for heading, table in re.findall(r"^## (.*?)\n(.*?)(?=^## |\Z)", reference, re.M | re.S):
+        name = "" if heading == "Top level" else heading.strip("[]")
+        listed.update((name, key) for key in re.findall(r"^\| `([a-z_]+)` \|", table, re.M))
+    assert listed == known, "the configuration reference differs from the schema"
 
 
 def test_readme_lists_every_message_id_with_its_outcome():
-    rows = re.findall(r"^\| `([0-9a-f]{32})` \| ([a-z-]+): .*? \| (.*?) \|$", section(README, "Logging"), re.M)
+    logging = docs.page("docs/admin/logging.md")
+    rows = re.findall(r"^\| `([0-9a-f]{32})` \| ([a-z-]+): .*? \| (.*?) \|$", logging, re.M)
     documented = {message_id: (name, outcome.strip("`")) for message_id, name, outcome in rows}
     assert documented == {message_id.hex: (name, logs.OUTCOMES.get(name, "—"))
                           for name, message_id in logs.MESSAGE_IDS.items()}
 
 
 def test_the_code_map_names_every_module_and_only_modules_that_exist():
-    """README's "Code map" is where a newcomer finds their room: a module it does not name (by its
+    """The development page's "Code map" is where a newcomer finds their room: a module it does not name (by its
     path in the package), or one it names that is gone, makes it wrong. The modules are those of the
     package under test: the source tree's (an editable install) or the installed package's
     (debian/tests/suite), which are the same files."""
@@ -249,6 +277,6 @@ def test_the_code_map_names_every_module_and_only_modules_that_exist():
     modules = {os.path.relpath(os.path.join(folder, name), package) for folder, _, files in os.walk(package)
                for name in files if name.endswith(".py") and name != "__main__.py"}
     modules -= {"__init__.py", "ops/__init__.py", "run/__init__.py", "disclosure/__init__.py"}  # docstrings only
-    named = set(re.findall(r"`((?:\w+/)*\w+\.py)`", section(README, "Code map")))
+    named = set(re.findall(r"`((?:\w+/)*\w+\.py)`", section(docs.page("docs/development.md"), "Code map")))
     assert modules - named == set(), "modules the code map does not name"
     assert named - modules == set(), "the code map names modules that do not exist"

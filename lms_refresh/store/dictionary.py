@@ -1,0 +1,134 @@
+"""The data dictionary: every table and view a dashboard reads, and every column of each, described once.
+
+A column's entry says its type in each store, its unit, what it means, what it counts (statements or distinct
+learners, or neither), whether the cell key method perturbs it, whether it can be withheld, and what NULL means in
+it. docs/data-dictionary.md is rendered from here (lms_refresh.cli.reference), and a test compares the entries with
+the columns of a real publication and of a real PostgreSQL serving schema, so neither can drift from the other.
+"""
+
+import collections
+
+# What a column counts: statements (events), distinct learners, or neither (a label, a sum, a flag).
+STATEMENTS, LEARNERS, NEITHER = "statements", "distinct learners", "—"
+
+
+class Column(collections.namedtuple("Column", "name sqlite postgresql unit meaning counts perturbed withheld null")):
+    """One published column: its SQLite and PostgreSQL types, unit, meaning, what it counts, whether it is
+    perturbed (noise of at most ± max_noise), whether it can be withheld, and what NULL in it means."""
+
+    __slots__ = ()
+
+
+WITHHELD_NULL = "withheld: derived from fewer than min_cell_size learners (or the whole row is withheld)"
+
+_COURSE = Column("course", "TEXT", "text", "—", "The course's IRI (Moodle: <site_url>/course/view.php?id=N; xAPI: "
+                 "the course activity's id). NULL on the row for the whole site.", NEITHER, False, False,
+                 "the whole site's row (all courses together)")
+
+# The metric columns every grain shares, in their published order after the grain's own columns and `course`.
+_METRICS = [
+    Column("active_learners", "INTEGER", "bigint", "learners", "Distinct learners with at least one counted "
+           "statement in the row's day or period (a learner active on five days of a week counts once in the week; "
+           "once on the site's row whatever the number of their courses).", LEARNERS, True, True, WITHHELD_NULL),
+    Column("statements", "INTEGER", "bigint", "statements", "Counted statements (Moodle: log events) of the row.",
+           STATEMENTS, True, True, WITHHELD_NULL),
+    Column("attempts", "INTEGER", "bigint", "statements", "Statements with the verb attempted "
+           "(Moodle: a quiz attempt or an assignment submitted).", STATEMENTS, True, True, WITHHELD_NULL),
+    Column("completions", "INTEGER", "bigint", "statements", "Statements with the verb completed or "
+           "result.completion = true (Moodle: an activity's completion marked complete, passed or failed, and a "
+           "course completed). Statements, not learners: a learner who completes three activities counts three.",
+           STATEMENTS, True, True, WITHHELD_NULL),
+    Column("passed", "INTEGER", "bigint", "statements", "Statements with the verb passed or result.success = true "
+           "(Moodle: an activity completed with a pass).",
+           STATEMENTS, True, True, WITHHELD_NULL),
+    Column("failed", "INTEGER", "bigint", "statements", "Statements with the verb failed or result.success = false "
+           "(Moodle: an activity completed with a fail).",
+           STATEMENTS, True, True, WITHHELD_NULL),
+    Column("avg_scaled_score", "REAL", "double precision", "score, −1 to 1", "The mean of result.score.scaled over "
+           "the row's scored statements (a perturbed sum over the perturbed number of scores, kept within −1..1). "
+           "Multiply by 100 for a percentage of the maximum.", NEITHER, True, True,
+           WITHHELD_NULL + "; also when no statement of the row has a score"),
+    Column("total_duration_seconds", "REAL", "double precision", "seconds", "The sum of result.duration over the "
+           "row's statements that have one (a perturbed sum, never below 0).", NEITHER, True, True,
+           WITHHELD_NULL + "; also when no statement of the row has a duration"),
+    Column("suppressed", "INTEGER", "bigint", "0 or 1", "1 when at least one value of this row is withheld (NULL), "
+           "not that the whole row is; 0 when every value is published.", NEITHER, False, False, "never NULL"),
+]
+
+_PERIOD = [
+    Column("period", "TEXT", "text", "—", "The period's label: an ISO week YYYY-Www (weekly), a month YYYY-MM "
+           "(monthly), or the term's configured name (term).", NEITHER, False, False, "never NULL"),
+    Column("period_start", "TEXT", "date", "local day", "The period's first local day in `timezone`, inclusive "
+           "(ISO date text in SQLite).", NEITHER, False, False, "never NULL"),
+    Column("period_end", "TEXT", "date", "local day", "The period's last local day, inclusive.", NEITHER, False,
+           False, "never NULL"),
+]
+
+_COMPLETE = Column("complete", "INTEGER", "smallint", "0 or 1", "1 once the period has ended in local time and the "
+                   "safety lag after its end has passed (as of the last run); 0 while it is still filling. A late "
+                   "statement can still change a complete period.", NEITHER, False, False, "never NULL")
+
+_GRAIN_NOTE = ("One row per {what} and course from a course's first to its last {what} with at least min_cell_size "
+               "learners (gap-filled, so a withheld row does not tell whether anyone was active), plus one row per "
+               "{what} for the whole site (`course` NULL).")
+
+
+class Table(collections.namedtuple("Table", "name grain key description columns")):
+    """One published table (SQLite publication) or view (PostgreSQL `<schema>_serving`)."""
+
+    __slots__ = ()
+
+
+TABLES = [
+    Table("daily_metrics", "local day", "day, course",
+          _GRAIN_NOTE.format(what="day"),
+          [Column("day", "TEXT", "date", "local day", "The local calendar day in `timezone` (ISO date text in "
+                  "SQLite).", NEITHER, False, False, "never NULL"), _COURSE, *_METRICS]),
+    Table("weekly_metrics", "ISO week, Monday to Sunday", "period, course",
+          _GRAIN_NOTE.format(what="week") + " Learners are distinct over the whole week, never summed from days.",
+          [*_PERIOD, _COURSE, *_METRICS, _COMPLETE]),
+    Table("monthly_metrics", "calendar month", "period, course",
+          _GRAIN_NOTE.format(what="month") + " Learners are distinct over the whole month.",
+          [*_PERIOD, _COURSE, *_METRICS, _COMPLETE]),
+    Table("term_metrics", "configured term ([[terms]])", "period, course",
+          _GRAIN_NOTE.format(what="term") + " Only the terms the configuration declares; rows ordered by "
+          "period_start.", [*_PERIOD, _COURSE, *_METRICS, _COMPLETE]),
+    Table("courses", "course", "course",
+          "One row per course that has a row in any metrics table; no row for the whole site. Join on `course`.",
+          [Column("course", "TEXT", "text", "—", "The course's IRI, as in the metrics tables.", NEITHER, False,
+                  False, "never NULL"),
+           Column("name", "TEXT", "text", "—", "Moodle: course.fullname; xAPI: the course activity's "
+                  "definition.name in publication.language. People's identifiers found in it are removed.",
+                  NEITHER, False, False, "the source gives no name"),
+           Column("short_name", "TEXT", "text", "—", "Moodle: course.shortname.", NEITHER, False, False,
+                  "no short name (always NULL for xAPI)"),
+           Column("category", "TEXT", "text", "—", "Moodle: the course category's name.", NEITHER, False, False,
+                  "no category (always NULL for xAPI)"),
+           Column("start_date", "TEXT", "date", "local day", "Moodle: course.startdate as a local date.",
+                  NEITHER, False, False, "none set in Moodle (always NULL for xAPI)"),
+           Column("end_date", "TEXT", "date", "local day", "Moodle: course.enddate as a local date.",
+                  NEITHER, False, False, "none set in Moodle (always NULL for xAPI)")]),
+    Table("publication", "one row", "—",
+          "SQLite publication only: the privacy settings the file was computed with, and a digest of its rows.",
+          [Column("digest", "TEXT", None, "—", "A digest of the file's rows and settings (a run republishes when "
+                  "the store's differs).", NEITHER, False, False, "never NULL"),
+           Column("min_cell_size", "INTEGER", None, "learners", "The threshold in force.", NEITHER, False, False,
+                  "never NULL"),
+           Column("method", "TEXT", None, "—", "cell-key (perturbed counts) or none (exact counts).", NEITHER,
+                  False, False, "never NULL"),
+           Column("max_noise", "INTEGER", None, "count", "D: every perturbed count is within ± D of the true one.",
+                  NEITHER, False, False, "never NULL"),
+           Column("variance", "REAL", None, "count²", "The noise's variance.", NEITHER, False, False, "never NULL"),
+           Column("withhold_zeros", "INTEGER", None, "0 or 1", "1: zero counts are withheld like small ones.",
+                  NEITHER, False, False, "never NULL")]),
+]
+
+
+def table(name):
+    """Return the Table called `name`."""
+    return next(entry for entry in TABLES if entry.name == name)
+
+
+def columns(name, store="sqlite"):
+    """Return [(column, type)] of table `name` as published by `store` ("sqlite" or "postgresql")."""
+    return [(column.name, getattr(column, store)) for column in table(name).columns if getattr(column, store)]
