@@ -44,6 +44,10 @@ WRITTEN = {
     "an invisible character inside": (JDOE, "Notes jd\u200boe", f"Notes {REDACTED}"),
     "a year after": (JDOE, "jdoe2026 plan", f"{REDACTED}2026 plan"),
     "a number before": (JDOE, "2026jdoe", f"2026{REDACTED}"),
+    "a non-breaking hyphen": ({"name": "Jean-Pierre Dupont", "account": {"homePage": HOME, "name": "jpd"}},
+                              "Sandbox of Jean\u2011Pierre Dupont", f"Sandbox of {REDACTED}"),
+    "an address with a non-breaking hyphen": (JANE, "Notes jane.doe@uni\u2011bonn.de", f"Notes {REDACTED}"),
+    "Cyrillic look-alike letters": (JDOE, "Notes j\u0501\u043e\u0435", f"Notes {REDACTED}"),
 }
 
 
