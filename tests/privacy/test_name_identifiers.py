@@ -81,10 +81,15 @@ def test_a_short_identifier_still_goes_only_where_it_is_the_whole_name():
 def test_the_quarantine_finds_an_identifier_as_a_name_does():
     """One rule: a quarantined record's strings lose an identifier glued to "_" or written full-width too."""
     record = statement(learner="jdoe", score=7)  # malformed: a score is an object
-    record["verb"]["display"] = {"en": "sandbox_jdoe", "de": "Notiz \uff4a\uff44\uff4f\uff45", "fr": "Annual"}
-    _, _, text, _ = Redactor(KEY, actor_identifier).row("a.ndjson:3", "r", json.dumps(record))
-    assert json.loads(text)["verb"]["display"] == {"en": f"sandbox_{REDACTED}", "de": f"Notiz {REDACTED}",
-                                                   "fr": "Annual"}
+    # Free text is kept as its length and keyed hash alone (test_quarantine_free_text.py); IRIs are kept, and
+    # lose the identifier as a name does.
+    written = [f"{HOME}/sandbox_jdoe", f"{HOME}/Annual", "\uff4a\uff44\uff4f\uff45"]
+    record["context"]["extensions"] = {f"{HOME}/x": written}
+    origin, _, text, _ = Redactor(KEY, actor_identifier).row("/srv/sandbox_jdoe/\uff4a\uff44\uff4f\uff45.ndjson:3",
+                                                             "r", json.dumps(record))
+    assert json.loads(text)["context"]["extensions"][f"{HOME}/x"] == [f"{HOME}/sandbox_{REDACTED}", f"{HOME}/Annual",
+                                                                    REDACTED]
+    assert origin == f"/srv/sandbox_{REDACTED}/{REDACTED}.ndjson:3"
 
 
 def course(code):

@@ -81,11 +81,17 @@ def test_a_quarantined_record_keeps_no_hidden_address_in_any_string():
     record["result"]["response"] = ("mail jane.doe\ufe0f@example.edu or bob\uff20example.edu or "
                                     "carl@example.edu")
     record["verb"]["display"] = {"en-US": "asked ｄａｎ＠ｅｘａｍｐｌｅ．ｅｄｕ"}
+    record["context"]["extensions"] = {"https://x.example/e": "mailto:jane.doe@example.edu",
+                                       "https://x.example/f": "mailto:jane.doe@example\uff0eedu"}
     origin, reason, text, _ = Redactor(KEY, actor_identifier).row(
         "/srv/in/eve\u200b@example.edu.ndjson:3", "sent by eve\U000e0100@example.edu", json.dumps(record))
     kept = json.loads(text)
-    assert kept["result"]["response"] == f"mail {REDACTED} or {REDACTED} or {REDACTED}"
-    assert kept["verb"]["display"] == {"en-US": f"asked {REDACTED}"}
+    # Free text is kept as its length and keyed hash alone; an IRI loses the address.
+    assert kept["result"]["response"].startswith("[text: 65 characters, keyed hash ")
+    assert kept["verb"]["display"]["en-US"].startswith("[text: ")
+    extensions = kept["context"]["extensions"]
+    assert extensions["https://x.example/e"] == f"mailto:{REDACTED}"
+    assert extensions["https://x.example/f"].startswith("[text: 27 characters, keyed hash ")  # no IRI: not ASCII
     assert origin == f"/srv/in/{REDACTED}:3" and reason == f"sent by {REDACTED}"  # as for eve@example.edu.ndjson
 
 
