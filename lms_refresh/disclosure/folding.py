@@ -50,9 +50,10 @@ _NAMED_LETTER = re.compile(r"(?:CYRILLIC|GREEK|ARMENIAN|COPTIC) ((?:SMALL|CAPITA
 # of its Pd category; a dot (IDEOGRAPHIC FULL STOP, ARMENIAN FULL STOP...); an at-sign (SMALL COMMERCIAL AT).
 _NAMED = ((re.compile(r"(?:^| )(?:HYPHEN(?: BULLET)?|DASH|MINUS SIGN)$"), "-"),
           (re.compile(r"(?:^| )FULL STOP$"), "."), (re.compile(r"(?:^| )COMMERCIAL AT$"), "@"))
-# Shown as a blank although not white space: Hangul fillers (default-ignorable, yet most fonts draw them) and the
-# blank Braille pattern.
-_BLANK = re.compile(r"BRAILLE PATTERN BLANK|(?:HALFWIDTH )?HANGUL (?:CHOSEONG |JUNGSEONG )?FILLER")
+# Shown as a blank although not white space: the spacing Hangul fillers (default-ignorable, yet most fonts draw
+# them as wide as a letter; the conjoining CHOSEONG and JUNGSEONG ones are drawn as nothing) and the blank Braille
+# pattern.
+_BLANK = re.compile(r"BRAILLE PATTERN BLANK|(?:HALFWIDTH )?HANGUL FILLER")
 
 
 @functools.lru_cache(maxsize=4096)
