@@ -63,7 +63,8 @@ _KINDS = (("control characters", lambda char: unicodedata.category(char) == "Cc"
           ("lone surrogates", lambda char: unicodedata.category(char) == "Cs"),
           ("not only ASCII", lambda char: not char.isascii()))
 _MARKER = re.compile(r"pseudonym:-?[0-9]{1,20}")
-_IRI = r"[A-Za-z][A-Za-z0-9+.-]{0,31}:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]*"
+# An IRI, hierarchical ("scheme://") or of the schemes xAPI's ids use without one: a bare "word:word" is no IRI here.
+_IRI = r"(?:[A-Za-z][A-Za-z0-9+.-]{0,31}://|(?i:urn|tag|mailto):)[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+"
 _ENUMERATIONS = ("Activity", "Agent", "Group", "SubStatement", "StatementRef", "true-false", "choice", "fill-in",
                  "long-fill-in", "matching", "performance", "sequencing", "likert", "numeric", "other")
 # What a string is when it is no one's words: an IRI, a UUID or hex id, a time or date, an ISO 8601 duration, a

@@ -38,6 +38,7 @@ def written_by_a_stranger():
     record["result"]["response"] = f"my name is {STRANGER}"
     record["context"]["extensions"] = {f"{HOME}/note": f"{STRANGER} wrote this", f"{HOME}/count": 3,
                                        f"{HOME}/page": f"{HOME}/course/BIO101/page/2",
+                                       f"{HOME}/label": "Margaret:White",  # shaped as a scheme, no IRI
                                        "Margaret's key": True}
     return record
 
