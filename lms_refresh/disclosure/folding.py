@@ -30,10 +30,10 @@ import unicodedata
 IGNORABLE = re.compile(
     "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164"
     "\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]")
-# Letters of other scripts that look like a Latin letter although Unicode names them otherwise (the Cyrillic and
-# Greek entries of Unicode's confusables data, UTS #39, whose prototype is one ASCII letter): unicodedata names "о"
-# CYRILLIC SMALL LETTER O, which `_one_form` finds by its name, but "е" CYRILLIC SMALL LETTER IE, which only this
-# table can tell. Each key is the ASCII letter, each value the letters that look like it.
+# Letters that look like an ASCII letter although Unicode names them otherwise: Cyrillic, Greek and Armenian ones,
+# and Latin ones outside ASCII (ɑ, ı, ɡ, small capitals), as Unicode's confusables data (UTS #39) maps them to one
+# ASCII letter. unicodedata cannot tell these: it names "о" CYRILLIC SMALL LETTER O, which `_one_form` finds by its
+# name, but "е" CYRILLIC SMALL LETTER IE. Each key is the ASCII letter, each value the letters that look like it.
 _LOOK_ALIKE = {
     "a": "\u0430\u0251\u03b1", "c": "\u0441\u03f2\u1d04", "d": "\u0501", "e": "\u0435\u04bd", "g": "\u0261\u0581",
     "h": "\u04bb\u0570", "i": "\u0456\u03b9\u0269\u0131", "j": "\u0458\u03f3", "l": "\u04cf", "n": "\u0578",
