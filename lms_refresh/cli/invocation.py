@@ -40,6 +40,24 @@ class Invocation:
         return config
 
 
+class UnicodeText(click.ParamType):
+    """An option's text that must be Unicode (a learner's identifier, which the source wrote as UTF-8): bytes that
+    are not UTF-8 reach Python as lone surrogates, which no identifier can hold, and are a usage error (2)."""
+
+    name = "TEXT"
+
+    def convert(self, value, param, ctx):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            self.fail("is not UTF-8 text: a learner's identifier is Unicode, as the source wrote it; give it in "
+                      "UTF-8 (check the terminal's or the script's encoding).", param, ctx)
+        return value
+
+
+UNICODE_TEXT = UnicodeText()
+
+
 class UserTime(click.ParamType):
     name = "DATE|DATETIME"
 

@@ -9,6 +9,7 @@ import sys
 import click
 
 from lms_refresh import errors
+from lms_refresh.cli.invocation import UNICODE_TEXT
 from lms_refresh.demo import DAYS, LEARNERS, READ_BACK_MARGIN
 from lms_refresh.disclosure import redaction
 from lms_refresh.ops.monitoring import plugin_check, staleness
@@ -139,11 +140,14 @@ def grant_reader(settings, role):
 
 
 @click.command()
-@click.option("--mbox", metavar="ADDRESS", help="xAPI: the learner's e-mail address (mailto: optional).")
-@click.option("--mbox-sha1sum", metavar="HEX", help="xAPI: the SHA-1 of the learner's mailto: IRI.")
-@click.option("--openid", metavar="URL", help="xAPI: the learner's OpenID.")
-@click.option("--account-homepage", metavar="URL", help="xAPI: the account's homePage (with --account-name).")
-@click.option("--account-name", metavar="NAME", help="xAPI: the account's name (with --account-homepage).")
+@click.option("--mbox", metavar="ADDRESS", type=UNICODE_TEXT,
+              help="xAPI: the learner's e-mail address (mailto: optional).")
+@click.option("--mbox-sha1sum", metavar="HEX", type=UNICODE_TEXT, help="xAPI: the SHA-1 of the learner's mailto: IRI.")
+@click.option("--openid", metavar="URL", type=UNICODE_TEXT, help="xAPI: the learner's OpenID.")
+@click.option("--account-homepage", metavar="URL", type=UNICODE_TEXT,
+              help="xAPI: the account's homePage (with --account-name).")
+@click.option("--account-name", metavar="NAME", type=UNICODE_TEXT,
+              help="xAPI: the account's name (with --account-homepage).")
 @click.option("--moodle-user-id", type=click.IntRange(min=1), metavar="N", help="Moodle: the user's id.")
 @click.option("--dry-run", is_flag=True, help="Count what would be deleted and rebuilt; write nothing.")
 @click.pass_obj

@@ -188,7 +188,8 @@ def label(value):
     if any(unicodedata.category(character) in ("Cc", "Cf", "Zl", "Zp") for character in value):
         raise ValueError("must not contain control or format characters")
     # Shown as nothing, or as whatever a font makes of it: a private-use or unassigned character, or a name of
-    # marks and characters shown as nothing only (a Hangul filler), which would be a blank row's name.
+    # marks, blanks and characters shown as nothing only (a Hangul filler, U+2800 BRAILLE PATTERN BLANK: as a reader
+    # sees it, folding.view), which would be a blank row's name.
     if any(unicodedata.category(character) in ("Co", "Cn") for character in value):
         raise ValueError("must not contain private-use or unassigned characters")
     if not folding.view(value)[0].strip():

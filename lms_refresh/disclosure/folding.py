@@ -1,13 +1,19 @@
 """Text as a reader sees it, so that what must not be shown is found however it is written.
 
-A pattern reads code points; a reader sees glyphs. An e-mail address can be hidden from the pattern by a
-character that shows as nothing ("jane\ufe0f@example.edu" looks like jane@example.edu), by a mark the pattern
-does not count as part of a word, or by a compatibility form that shows as the character it stands for (the
-full-width "＠" and "．"). `view` is a text as the pattern should read it, with the place in the text each of its
-characters came from, so that `redacted` removes what is found there from the text itself and leaves the rest
-as it was written. An identifier of a person is looked for alike (disclosure/redaction.py): `words` finds it as a
-word ("_" parts words too), as written and in a bare view (`bare`: marks left out, also of a composed letter), and
-`replaced` removes from the text what it finds in the bare view ("ｊｄｏｅ", "j\u0301doe" are jdoe).
+A pattern reads code points; a reader sees glyphs. An e-mail address or a person's name can be hidden from the
+pattern by a character that shows as nothing ("jane\ufe0f@example.edu" looks like jane@example.edu), by a mark the
+pattern does not count as part of a word, by a compatibility form that shows as the character it stands for (the
+full-width "＠" and "．"), or by a character that looks like another: a dash other than "-" ("uni\u2011bonn.de"),
+a blank other than " ", a letter of another script ("jdое" with a Cyrillic о and е). One rule reads them all,
+in the spirit of Unicode's confusables skeleton (UTS #39): each character is taken in its compatibility form
+(NFKC), without marks and what shows as nothing, and each of what is left in the one form of all that look like it
+(`_one_form`: white space and blanks " ", dashes "-", full stops ".", at-signs "@", look-alike letters the Latin
+letter). `view` is a text so read, with the place in the text each of its characters came from, so that
+`redacted` removes what is found there from the text itself and leaves the rest as it was written. An identifier
+of a person is looked for alike (disclosure/redaction.py): `words` finds it as a word ("_" parts words too), as
+written and in a bare view (`bare`: marks left out, also of a composed letter), and `replaced` removes from the
+text what it finds in the bare view ("ｊｄｏｅ", "j\u0301doe", "jdое" are jdoe). `looks_like` compares two
+names so (a term's, the report's "Whole site"). An ASCII text is its own view, and costs nothing here.
 """
 
 import functools
@@ -24,34 +30,93 @@ import unicodedata
 IGNORABLE = re.compile(
     "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164"
     "\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]")
-# IDNA's other label separators (RFC 3490, 3.1), which mail software reads as ".": NFKC has already made the
-# full-width and half-width ones this one.
-_DOTS = {"\u3002": "."}
+# Letters that look like an ASCII letter although Unicode names them otherwise: Cyrillic, Greek and Armenian ones,
+# and Latin ones outside ASCII (ɑ, ı, ɡ, small capitals), as Unicode's confusables data (UTS #39) maps them to one
+# ASCII letter. unicodedata cannot tell these: it names "о" CYRILLIC SMALL LETTER O, which `_one_form` finds by its
+# name, but "е" CYRILLIC SMALL LETTER IE. Each key is the ASCII letter, each value the letters that look like it.
+_LOOK_ALIKE = {
+    "a": "\u0430\u0251\u03b1", "c": "\u0441\u03f2\u1d04", "d": "\u0501", "e": "\u0435\u04bd", "g": "\u0261\u0581",
+    "h": "\u04bb\u0570", "i": "\u0456\u03b9\u0269\u0131", "j": "\u0458\u03f3", "l": "\u04cf", "n": "\u0578",
+    "o": "\u043e\u03bf\u03c3\u0585\u1d0f", "p": "\u0440\u03c1", "q": "\u051b\u0566", "s": "\u0455", "u": "\u057d\u03c5",
+    "v": "\u03bd\u0475", "w": "\u051d\u0461", "x": "\u0445\u03c7", "y": "\u0443\u03b3\u04af",
+    "A": "\u0410\u0391", "B": "\u0412\u0392", "C": "\u0421\u03f9", "E": "\u0415\u0395", "H": "\u041d\u0397",
+    "I": "\u0406\u0399\u04c0", "J": "\u0408", "K": "\u041a\u039a", "M": "\u041c\u039c", "N": "\u039d",
+    "O": "\u041e\u039f", "P": "\u0420\u03a1", "S": "\u0405", "T": "\u0422\u03a4", "X": "\u0425\u03a7",
+    "Y": "\u04ae\u03a5", "Z": "\u0396"}
+_LOOK_ALIKE = {letter: latin for latin, letters in _LOOK_ALIKE.items() for letter in letters}
+# A letter of these scripts named as a Latin letter is shown as one (CYRILLIC SMALL LETTER A, ... SCHWA).
+_NAMED_LETTER = re.compile(r"(?:CYRILLIC|GREEK|ARMENIAN|COPTIC) ((?:SMALL|CAPITAL) LETTER [A-Z ]+)")
+# Punctuation and symbols Unicode names as a dash (HYPHEN, FIGURE DASH, MINUS SIGN, HYPHEN BULLET...), besides those
+# of its Pd category; a dot (IDEOGRAPHIC FULL STOP, ARMENIAN FULL STOP...); an at-sign (SMALL COMMERCIAL AT).
+_NAMED = ((re.compile(r"(?:^| )(?:HYPHEN(?: BULLET)?|DASH|MINUS SIGN)$"), "-"),
+          (re.compile(r"(?:^| )FULL STOP$"), "."), (re.compile(r"(?:^| )COMMERCIAL AT$"), "@"))
+# Shown as a blank although not white space: the spacing Hangul fillers (default-ignorable, yet most fonts draw
+# them as wide as a letter; the conjoining CHOSEONG and JUNGSEONG ones are drawn as nothing) and the blank Braille
+# pattern.
+_BLANK = re.compile(r"BRAILLE PATTERN BLANK|(?:HALFWIDTH )?HANGUL FILLER")
+
+
+@functools.lru_cache(maxsize=4096)
+def _one_form(part):
+    """The one form of a character that looks like others (a part of a character's NFKC form, no mark): " " for
+    what shows as a blank, "-" for a dash, "." for a full stop, "@" for an at-sign, the ASCII letter for a letter
+    of another script that looks like it (UTS #39's skeleton, for these classes), else `part` itself."""
+    if part.isascii():
+        return part
+    category, name = unicodedata.category(part), unicodedata.name(part, "")
+    if category == "Zs" or _BLANK.fullmatch(name):
+        return " "
+    if category[0] in "PS":
+        if category == "Pd":
+            return "-"
+        return next((form for pattern, form in _NAMED if pattern.search(name)), part)
+    if category[0] == "L":
+        if part in _LOOK_ALIKE:
+            return _LOOK_ALIKE[part]
+        named = _NAMED_LETTER.fullmatch(name)
+        latin = _named(f"LATIN {named.group(1)}") if named else None
+        if latin:  # CYRILLIC SMALL LETTER SCHWA is LATIN SMALL LETTER SCHWA, and looks like it
+            return _one_form(latin)
+        if name.startswith("LATIN "):  # LATIN SMALL LETTER ALPHA is read as GREEK SMALL LETTER ALPHA is: "a"
+            return next((_LOOK_ALIKE[twin] for script in _SCRIPTS
+                         if (twin := _named(f"{script} {name[6:]}")) in _LOOK_ALIKE), part)
+    return part
+
+
+_SCRIPTS = ("CYRILLIC", "GREEK", "ARMENIAN", "COPTIC")
+
+
+def _named(name):
+    """The character Unicode names `name`, or None."""
+    try:
+        return unicodedata.lookup(name)
+    except KeyError:
+        return None
 
 
 @functools.lru_cache(maxsize=4096)
 def _fold(char):
     """What `char` is in a view: nothing if it shows as nothing or is a mark (it splits no word for a reader), else
-    its NFKC form without marks ("＠" is "@", "ｊ" "j", "क़" "क"), or itself where that form would split a word
-    the character is part of (½ is 1⁄2, whose fraction slash is no letter): a view joins words, never splits one,
-    so that what a pattern finds in the text, it finds whole in the view."""
-    if IGNORABLE.match(char) or unicodedata.category(char)[0] == "M":
+    its NFKC form without marks, each character of it in its one form (`_one_form`: "＠" is "@", "ｊ" "j", "‑" "-",
+    "о" "o", "क़" "क"), or itself where that form would split a word the character is part of (½ is 1⁄2, whose
+    fraction slash is no letter): a view joins words, never splits one, so that what a pattern finds in the text,
+    it finds whole in the view."""
+    if _BLANK.fullmatch(unicodedata.name(char, "")) or unicodedata.category(char) == "Zs":
+        return " "
+    if IGNORABLE.match(char) or unicodedata.category(char) in ("Mn", "Mc", "Me", "Cf"):
         return ""
-    form = "".join(part for part in unicodedata.normalize("NFKC", char) if unicodedata.category(part)[0] != "M")
+    form = "".join(_one_form(part) for part in unicodedata.normalize("NFKC", char)
+                   if unicodedata.category(part)[0] != "M")
     if (char.isalnum() or char == "_") and not form.isalnum():
         return char
-    return _DOTS.get(form, form)
+    return form
 
 
 def looks_like(text):
     """What `text` looks like, to compare it with others: two texts that differ only in letter case, in how Unicode
-    spells a letter ("A\u0301" and "\u00c1"), in characters shown as nothing, or in white space (a Hangul filler
-    is shown as one) are one."""
-    text = IGNORABLE.sub("", _BLANKS.sub(" ", text))
-    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
-
-
-_BLANKS = re.compile("[\u115f\u1160\u3164\uffa0]")  # Hangul fillers: default-ignorable, yet shown as blank
+    spells a letter ("A\u0301" and "\u00c1"), in characters shown as nothing, in white space (a Hangul filler is
+    shown as one), or in characters that look alike (`_one_form`: "Ｗｈｏｌｅ", "Whоle" with a Cyrillic о) are one."""
+    return " ".join(one_case(view(unicodedata.normalize("NFC", text))[0]).split())
 
 
 def one_case(text):
@@ -62,11 +127,13 @@ def one_case(text):
 @functools.lru_cache(maxsize=4096)
 def _bare(char):
     """`char` as in a view, and without the marks of a letter that holds them ("é" is "e", as "e\u0301" is in a
-    view): how an identifier is compared, where a mark added to a letter must not hide the word."""
+    view; "ё" is "e", as "е" is): how an identifier is compared, where a mark added to a letter must not hide the
+    word."""
     form = _fold(char)
     if form.isascii():
         return form
-    kept = "".join(part for part in unicodedata.normalize("NFD", form) if unicodedata.category(part)[0] != "M")
+    kept = "".join(_one_form(part) for part in unicodedata.normalize("NFD", form)
+                   if unicodedata.category(part)[0] != "M")
     return unicodedata.normalize("NFC", kept) or form
 
 

@@ -92,9 +92,6 @@ def clean_name(text, *, language=None, identifiers=()):
         text = reduce_multilang(text, language)
     text = _plain(text)
     if identifiers:
-        # An identifier is looked for as the name is shown: cleaned the same way (composed, without the characters
-        # removed, white space as one space), so "John  Smith" or a decomposed "José" in an actor is still found.
-        identifiers = [*identifiers, *(_plain(value) for value in identifiers if isinstance(value, str))]
         text = redaction.without_identifiers(text, [value for value in identifiers if value])
     else:
         text = redaction.scrub_text(text)

@@ -17,7 +17,7 @@ import re
 import urllib.parse
 
 from lms_refresh.credentials import read_so_far
-from lms_refresh.disclosure import folding
+from lms_refresh.disclosure import folding, free_text
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser, moodle_identifier
 
 REDACTED = "[redacted]"
@@ -145,7 +145,9 @@ class Redactor:
     `realuserid` — is replaced by its pseudonym (`pseudonym:N`, the keyed hash the run stages, so `forget` finds
     it) or by `[redacted]`. Every other string of the record, and its origin and reason, loses those identifiers
     (and an mbox's address and its part before the @) in any letter case — a string that equals a shorter one
-    goes whole — and then goes through `scrub_text`. A record that cannot be read at all (not JSON, too deep,
+    goes whole — and then goes through `scrub_text`; and of the record's strings only those that are no one's
+    words are kept (IRIs, ids, times, numbers...), every other one as its length and a keyed hash, in the reason
+    too where it quotes one (disclosure/free_text.py). A record that cannot be read at all (not JSON, too deep,
     not an object) is kept as its size only: its bytes may hold identifiers that cannot be located.
 
     `identify(actor)` is the source's own reading of an actor's identifier text (the xAPI mapper's
@@ -175,13 +177,15 @@ class Redactor:
                 raise _Unreadable("not an object")
         except (ValueError, RecursionError, UnicodeError):
             kept = None
-        scrub = found.rule()
+        scrub, reason = found.rule(), str(reason)
         if kept is None:
             text = json.dumps({"withheld": "the record could not be read as a JSON object, so none of it is kept",
                                "bytes": len(data)})
         else:
-            text = json.dumps(_scrub(kept, scrub), sort_keys=True)
-        return scrub(str(origin)), scrub(str(reason)), text, digest
+            shape = free_text.Shape(self._key, scrub, moodle=self._moodle_site is not None)
+            text = json.dumps(shape.of(kept), sort_keys=True)
+            reason = shape.quoted(reason)
+        return scrub(str(origin)), scrub(reason), text, digest
 
     # -- the places where a person can be named --------------------------------
 
@@ -336,14 +340,3 @@ def people_in(statement):
         Redactor(b"", None)._statement(statement, found, 0)
         return list(dict.fromkeys(found.values))
     return None
-
-
-def _scrub(value, scrub):
-    """Apply `scrub` to every string (keys too) of a record (no deeper than the walk let it be)."""
-    if isinstance(value, str):
-        return scrub(value)
-    if isinstance(value, list):
-        return [_scrub(item, scrub) for item in value]
-    if isinstance(value, dict):
-        return {scrub(key): _scrub(item, scrub) for key, item in value.items()}
-    return value

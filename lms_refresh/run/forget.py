@@ -128,7 +128,7 @@ def _forget(config, store, identifier, *, report, stop):
     pseudonym = Pseudonymiser(key)(identifier)
     store.begin()
     try:
-        store.follow_key(fingerprint(key))  # records quarantined under an earlier key name no one (store/erasure.py)
+        identity.follow_key(store, fingerprint(key))  # before it: records no key can match go (store/erasure.py)
         days, present = store.forget_learner(pseudonym)
         report.events = len(days)
         report.quarantined = store.forget_quarantined(pseudonym)

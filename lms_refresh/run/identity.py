@@ -153,6 +153,17 @@ def verify_store_present(config, store_is_new):
         )
 
 
+def follow_key(store, key_fingerprint):
+    """Inside the transaction: have the quarantine follow the key of `key_fingerprint` (store/erasure.py), saying
+    what went with the previous key."""
+    gone = store.follow_key(key_fingerprint)
+    if gone:
+        logger.warning("Deleted %d quarantined records that carried a pseudonym of the previous key: no key can match "
+                       "them any more, so no forget could erase them; those the source still holds are quarantined "
+                       "again under this key by the next run that reads them (a rebuild reads them all).", gone)
+    return gone
+
+
 def open_key(config, meta, has_events, *, dry_run, rebuild):
     """Return the pseudonymisation key, refusing one that does not match the store's data."""
     key = read_key(config.key_file)

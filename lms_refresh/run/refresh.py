@@ -149,7 +149,7 @@ class Refresh:
         if self.request.dry_run:
             return
         store.begin()
-        store.follow_key(self._key_fingerprint)
+        identity.follow_key(store, self._key_fingerprint)
         store.record_names(source.standing_names())
         # Retention does not wait for new records: a quiet source's old data goes on time too.
         horizon = retention.staging_horizon(self.config, retention.clock(self.now, store), meta)
@@ -228,7 +228,7 @@ class Refresh:
         self.report.outcome = "failed"
         try:
             store.begin()
-            store.follow_key(self._key_fingerprint)
+            identity.follow_key(store, self._key_fingerprint)
             if self._kept:
                 store.quarantine(self.report.run_id, self._kept, instants.to_cursor(self.now), redactor=self._redactor)
             store.record_run(self.report.row(self.now, code, message[:1000]))
@@ -311,7 +311,7 @@ class Refresh:
         self.progress(f"Reading {source.describe()}, window {window.since_cursor} .. {window.until_cursor}",
                       force=True)
         store.begin()
-        store.follow_key(self._key_fingerprint)
+        identity.follow_key(store, self._key_fingerprint)
         horizon = retention.staging_horizon(self.config, retention.clock(self.now, store), store.meta())
         upgrade.begin(store, self._upgrade, window, run_id=report.run_id)  # nothing without an upgrade
         if self._upgrade is None and self.request.kind == REBUILD:

@@ -14,6 +14,7 @@ import dataclasses
 import sqlite3
 import zoneinfo
 
+from lms_refresh.disclosure.folding import looks_like
 from lms_refresh.disclosure.names import clean_name
 from lms_refresh.errors import StateError
 from lms_refresh.store.sqlite import read_only_uri
@@ -23,6 +24,7 @@ OUTCOME_WEEKS = 4  # without terms, completions, passed and failed are summed ov
 SITE = None  # the whole site's rows: `course` IS NULL, the convention of GROUP BY ROLLUP
 SITE_LABEL = "Whole site"
 COURSE_MARK = " (course)"  # after a course's label that reads as SITE_LABEL: only the site is shown as the site
+_SITE_LOOKS = looks_like(SITE_LABEL)
 WITHHELD = "withheld"  # a week's published cell whose value is withheld (None: no row that week)
 
 
@@ -62,12 +64,13 @@ class ReportData:
 
 def label(course, names):
     """The text that names `course`: its published name, else its IRI (both cleaned), "Whole site" for NULL;
-    a course named like the site (letter case and white space aside) is marked COURSE_MARK."""
+    a course named like the site as a reader sees it (folding.looks_like: letter case, white space, full-width forms
+    and look-alike letters aside) is marked COURSE_MARK."""
     if course is SITE:
         return SITE_LABEL
     text = clean_name(names.get(course) or "") or clean_name(course) or "(unnamed course)"
     # A course's name is anyone's text: named "Whole site", its row and chart would pass for the site's total.
-    return text + COURSE_MARK if " ".join(text.split()).casefold() == SITE_LABEL.casefold() else text
+    return text + COURSE_MARK if looks_like(text) == _SITE_LOOKS else text
 
 
 def _tables(db):

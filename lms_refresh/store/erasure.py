@@ -22,9 +22,12 @@ the course is renamed there and a run reads the new name (Moodle: every run; xAP
 naming the course). A name
 row goes with its course (a rebuild), and retention, which keeps days, has none to drop.
 
-A pseudonym is only as findable as its key: records quarantined under another key (before a
-rebuild that made a new one) can never be matched again, so when the key changes they lose
-their pseudonyms — they then name no one — while their reason and origin stay.
+A pseudonym is only as findable as its key: a record quarantined under another key (before a
+rebuild that made a new one) that carries a learner's pseudonym can never be matched again, and
+so could never be erased on their request — while the rest of it (its statement id, times,
+course) still leads to them at the source. When the key changes, such records are deleted;
+the source still holds each, and the rebuild that made the new key quarantines it again under
+that key, where `forget` finds it. Records that name no learner stay.
 """
 
 import re
@@ -59,26 +62,23 @@ class Erasure:
 
     def follow_key(self, fingerprint):
         """Inside the transaction (before anything is quarantined in it): note that the quarantine's
-        pseudonyms are made with the key of `fingerprint`, stripping those of records quarantined under
-        another (see the module); return how many records lost theirs."""
+        pseudonyms are made with the key of `fingerprint`, deleting the records quarantined under another
+        that carry a pseudonym (see the module); return how many went."""
         if fingerprint is None:  # the run failed before it had its key: it quarantined nothing
             return 0
         meta = self.meta()
         previous = meta.get("quarantine_key", meta.get("key_fingerprint"))
-        stripped = 0
+        deleted = 0
         if previous is not None and previous != fingerprint:
             rows = self.execute("SELECT id, reason, raw FROM quarantine WHERE raw LIKE ? OR reason LIKE ?",
                                 ('%"pseudonym:%', _CONFLICT)).fetchall()
             for number, reason, raw in rows:
-                kept = _MARKER.sub(f'"{redaction.REDACTED}"', raw)
-                if reason.startswith("conflicting statement id"):
-                    kept = _LEGACY_ACTOR.sub(f'"actor": "{redaction.REDACTED}"', kept)
-                if kept != raw:
-                    self.execute("UPDATE quarantine SET raw = ? WHERE id = ?", (kept, number))
-                    stripped += 1
+                if _MARKER.search(raw) or reason.startswith("conflicting statement id") and _LEGACY_ACTOR.search(raw):
+                    self.execute("DELETE FROM quarantine WHERE id = ?", (number,))
+                    deleted += 1
         if previous != fingerprint:
             self.set_meta("quarantine_key", fingerprint)
-        return stripped
+        return deleted
 
     def drop_staged_before(self, day):
         """Delete the staged events of local days before `day` (one range of the clustered key)."""

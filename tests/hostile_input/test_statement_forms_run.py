@@ -1,6 +1,7 @@
 """Statement forms and hostile records through the installed CLI, on both stores."""
 
 import hashlib
+import re
 
 from helpers.statements import statement
 from lms_refresh.sources.xapi import ADL, COURSE_TYPE
@@ -74,8 +75,11 @@ def test_an_iri_with_a_bidi_override_never_becomes_a_published_course(project):
     path = project.write("a.ndjson", good + in_object + in_context)
     project.configure(extra_top="max_quarantine_share = 0.5")
     project.invoke("run", now=NOW, check=0)
-    assert sorted(set(project.query("SELECT origin, reason FROM quarantine"))) == [
-        (f"{path}:{line}", f"object.id {(hostile + '/quiz/1')[:60]!r} is not an IRI") for line in range(13, 25)]
+    # The value is quoted as what the quarantine keeps of it (no free text at rest: disclosure/free_text.py).
+    assert sorted({(origin, re.sub("keyed hash [0-9a-f]{16}", "keyed hash H", reason))
+                   for origin, reason in project.query("SELECT origin, reason FROM quarantine")}) == [
+        (f"{path}:{line}", "object.id '[text: 50 characters, format characters, not only ASCII, keyed hash H]' is not "
+         "an IRI") for line in range(13, 25)]
     assert [row[:4] for row in project.serving()] == [("2026-11-02", COURSE, 12, 12), ("2026-11-02", "unknown", 12, 12)]
     published = {row[1] for row in project.serving()} | {row[0] for row in project.query("SELECT iri FROM courses")}
     assert not any(character in iri for iri in published for character in "\u200e\u200f\u202a\u202b\u202c\u202d"

@@ -60,3 +60,26 @@ def test_no_address_reaches_the_publication_as_a_course_name_or_a_course_iri(pro
     assert "victim" not in everything and "jane" not in everything and "bob" not in everything
     assert "\ufe0f" not in published_text(project)
 
+
+
+def test_identifiers_written_with_unicode_dashes_reach_no_publication_no_journal_and_no_quarantine(project):
+    """The third hostile review's forms: an address with U+2011 NON-BREAKING HYPHEN in its domain, one with
+    U+2010 HYPHEN in its local part, a course named after its writer with U+2011 where the writer's name has "-"
+    (the first reached `courses`, the report and a journal warning; the second left "jean‐" before [redacted])."""
+    project.configure(extra_top="min_cell_size = 2")
+    sandbox = [named(f"u{i}", "Sandbox of Jean\u2011Pierre Dupont") for i in range(12)]
+    for body in sandbox:
+        body["actor"]["name"] = "Jean-Pierre Dupont"
+    other = f"{HOME}/course/CHEM1"
+    tutor = [named(f"t{i}", "Chemistry \u2014 jane.doe@uni\u2011bonn.de") for i in range(12)]
+    for body in tutor:
+        body["context"]["contextActivities"]["parent"][0]["id"] = other
+    bad = [in_course("v1", f"{HOME}/course/jean\u2010pierre.dupont@example.edu")]
+    project.write("a.ndjson", sandbox + tutor + bad)
+    ran = project.invoke("run", "--accept-bad-input", now=NOW, check=0)
+    assert sorted(row[:2] for row in published_courses(project)) == [
+        (COURSE, f"Sandbox of {REDACTED}"), (other, f"Chemistry \u2014 {REDACTED}")]
+    everything = (published_text(project) + ran.stderr
+                  + json.dumps(project.query("SELECT origin, reason, raw FROM quarantine"), ensure_ascii=False))
+    for word in ("jean", "pierre", "dupont", "jane", "bonn"):
+        assert word not in everything.casefold(), word

@@ -3,6 +3,7 @@
 import datetime as dt
 import json
 import re
+import subprocess
 
 from helpers.moodledb import EXPECTED_TWO_DAYS, SITE, course_iri, load_two_days, moodle_project
 from helpers.publication import publication, read_publication
@@ -211,3 +212,21 @@ def test_forget_on_a_store_gone_beside_its_key_is_refused_as_a_run_is(sqlite_pro
     assert "restore the store from a backup" in result.stderr and "deleted:" not in result.stdout
     checked = project.invoke("check", now=NOW)  # as the next run would
     assert checked.returncode == 78 and "is missing (or empty) but the pseudonymisation key" in checked.stderr
+
+
+def test_an_identifier_given_in_bytes_that_are_not_utf8_is_a_usage_error_in_one_sentence(sqlite_project):
+    """Bytes that are not UTF-8 reach Python as lone surrogates, which the pseudonymiser could not encode: forget
+    exited 1 with a UnicodeEncodeError traceback, its dry run too (found by the third hostile review)."""
+    project = sqlite_project
+    project.write("a.ndjson", [statement(learner=NAME)])
+    project.invoke("run", now=NOW, check=0)
+    for option in ("--account-name", "--mbox", "--openid"):
+        value = b"J\xf6rg" if option == "--account-name" else b"j\xf6rg@example.edu"
+        extra = [b"--account-homepage", HOME.encode()] if option == "--account-name" else []
+        for dry in ([], [b"--dry-run"]):
+            argv = [part.encode() for part in project.cli_args("forget")] + extra + [option.encode(), value] + dry
+            result = subprocess.run(argv, capture_output=True, env=project.environment(), timeout=300)
+            stderr = result.stderr.decode("utf-8", "replace")
+            assert result.returncode == 2, (option, dry, stderr)
+            assert f"Invalid value for '{option}': is not UTF-8 text" in stderr and "Traceback" not in stderr
+    assert project.query("SELECT COUNT(*) FROM staged_events") == [(1,)]

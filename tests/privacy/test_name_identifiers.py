@@ -44,6 +44,10 @@ WRITTEN = {
     "an invisible character inside": (JDOE, "Notes jd\u200boe", f"Notes {REDACTED}"),
     "a year after": (JDOE, "jdoe2026 plan", f"{REDACTED}2026 plan"),
     "a number before": (JDOE, "2026jdoe", f"2026{REDACTED}"),
+    "a non-breaking hyphen": ({"name": "Jean-Pierre Dupont", "account": {"homePage": HOME, "name": "jpd"}},
+                              "Sandbox of Jean\u2011Pierre Dupont", f"Sandbox of {REDACTED}"),
+    "an address with a non-breaking hyphen": (JANE, "Notes jane.doe@uni\u2011bonn.de", f"Notes {REDACTED}"),
+    "Cyrillic look-alike letters": (JDOE, "Notes j\u0501\u043e\u0435", f"Notes {REDACTED}"),
 }
 
 
@@ -77,10 +81,15 @@ def test_a_short_identifier_still_goes_only_where_it_is_the_whole_name():
 def test_the_quarantine_finds_an_identifier_as_a_name_does():
     """One rule: a quarantined record's strings lose an identifier glued to "_" or written full-width too."""
     record = statement(learner="jdoe", score=7)  # malformed: a score is an object
-    record["verb"]["display"] = {"en": "sandbox_jdoe", "de": "Notiz \uff4a\uff44\uff4f\uff45", "fr": "Annual"}
-    _, _, text, _ = Redactor(KEY, actor_identifier).row("a.ndjson:3", "r", json.dumps(record))
-    assert json.loads(text)["verb"]["display"] == {"en": f"sandbox_{REDACTED}", "de": f"Notiz {REDACTED}",
-                                                   "fr": "Annual"}
+    # Free text is kept as its length and keyed hash alone (test_quarantine_free_text.py); IRIs are kept, and
+    # lose the identifier as a name does.
+    written = [f"{HOME}/sandbox_jdoe", f"{HOME}/Annual", "\uff4a\uff44\uff4f\uff45"]
+    record["context"]["extensions"] = {f"{HOME}/x": written}
+    origin, _, text, _ = Redactor(KEY, actor_identifier).row("/srv/sandbox_jdoe/\uff4a\uff44\uff4f\uff45.ndjson:3",
+                                                             "r", json.dumps(record))
+    assert json.loads(text)["context"]["extensions"][f"{HOME}/x"] == [f"{HOME}/sandbox_{REDACTED}", f"{HOME}/Annual",
+                                                                    REDACTED]
+    assert origin == f"/srv/sandbox_{REDACTED}/{REDACTED}.ndjson:3"
 
 
 def course(code):

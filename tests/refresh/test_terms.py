@@ -152,6 +152,9 @@ BAD_TERMS = [
     # Names a reader sees as nothing (a Hangul filler, marks alone) or as whatever the font draws (private use).
     ('[[terms]]\nname = "\u3164"\nfirst_day = 2026-09-01\nlast_day = 2026-12-01\n',
      "term 1 ('\u3164'): key 'terms.name' must show as something: it is only marks or characters shown as nothing."),
+    ('[[terms]]\nname = "\u2800\u2800"\nfirst_day = 2026-09-01\nlast_day = 2026-12-01\n',
+     "term 1 ('\u2800\u2800'): key 'terms.name' must show as something: it is only marks or characters shown as "
+     "nothing."),
     ('[[terms]]\nname = "\u0301\u0302"\nfirst_day = 2026-09-01\nlast_day = 2026-12-01\n',
      "term 1 ('\u0301\u0302'): key 'terms.name' must show as something: it is only marks or characters shown as "
      "nothing."),

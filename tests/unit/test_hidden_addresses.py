@@ -81,11 +81,18 @@ def test_a_quarantined_record_keeps_no_hidden_address_in_any_string():
     record["result"]["response"] = ("mail jane.doe\ufe0f@example.edu or bob\uff20example.edu or "
                                     "carl@example.edu")
     record["verb"]["display"] = {"en-US": "asked ｄａｎ＠ｅｘａｍｐｌｅ．ｅｄｕ"}
+    record["context"]["extensions"] = {"https://x.example/e": "mailto:jane.doe@example.edu",
+                                       "https://x.example/f": "mailto:jane.doe@example\uff0eedu"}
     origin, reason, text, _ = Redactor(KEY, actor_identifier).row(
         "/srv/in/eve\u200b@example.edu.ndjson:3", "sent by eve\U000e0100@example.edu", json.dumps(record))
     kept = json.loads(text)
-    assert kept["result"]["response"] == f"mail {REDACTED} or {REDACTED} or {REDACTED}"
-    assert kept["verb"]["display"] == {"en-US": f"asked {REDACTED}"}
+    # Free text is kept as its length and keyed hash alone; an IRI loses the address.
+    assert kept["result"]["response"].startswith("[text: 65 characters, not only ASCII, keyed hash ")
+    assert kept["verb"]["display"]["en-US"].startswith("[text: ")
+    extensions = kept["context"]["extensions"]
+    assert extensions["https://x.example/e"] == f"mailto:{REDACTED}"
+    # Not ASCII: no IRI by shape, so kept as its length and keyed hash.
+    assert extensions["https://x.example/f"].startswith("[text: 27 characters, not only ASCII, keyed hash ")
     assert origin == f"/srv/in/{REDACTED}:3" and reason == f"sent by {REDACTED}"  # as for eve@example.edu.ndjson
 
 
@@ -112,7 +119,8 @@ def test_a_word_cut_where_a_name_stops_being_read_goes_however_many_marks_it_hol
 
 
 _INVISIBLE = st.sampled_from(["\ufe0f", "\ufe00", "\U000e0100", "\U000e01ef", "\u17b4", "\u17b5", "\u180b",
-                              "\u034f", "\U000e0020", "\u2064", "\ufff0", "\u0951", "\u0f35"])
+                              "\u034f", "\U000e0020", "\u2064", "\ufff0", "\u0951", "\u0f35", "\u115f",
+                              "\u1160", "\u200d", "\u00ad"])
 _FULL_WIDTH = {"@": ["\uff20", "\ufe6b"], ".": ["\uff0e", "\u3002", "\uff61"]}
 # Letters whose compatibility forms are other letters, or hold a mark or a character that is no letter (½ is 1⁄2):
 # the rule's pattern reads each as part of the word it is in, and must go on doing so.
