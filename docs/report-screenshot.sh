@@ -1,7 +1,7 @@
 #!/bin/sh
 # Regenerate docs/report.png, the README's picture of the HTML report: the demo's report (its fixed seed, so
 # the same data every time) rendered by Debian's headless chromium. Run from the source tree:
-#     sh tools/report-screenshot.sh [LMS-REFRESH]
+#     sh docs/report-screenshot.sh [LMS-REFRESH]
 set -eu
 program="${1:-lms-refresh}"
 work="$(mktemp -d)"
