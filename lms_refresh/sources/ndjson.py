@@ -52,6 +52,7 @@ from lms_refresh.sources.ndjson_worker import (
     oversized,
     parse_lines,
     read_chunk,
+    unreadable,
 )
 from lms_refresh.sources.pool import result_of, stop_pool, workers_of
 
@@ -259,8 +260,7 @@ class NdjsonSource(BaseSource):
         except PermissionError as error:
             raise ConfigError(denied(path)) from error
         except OSError as error:
-            raise BadInputError(f"Cannot read {shown_path(path)} ({error.strerror or error}); fix or move the file "
-                                "and run again.") from error
+            raise unreadable(path, error) from error
         with handle:
             if info.st_ino != signature.inode:
                 changed = ChunkResult()
@@ -284,6 +284,8 @@ class NdjsonSource(BaseSource):
                     yield self._gzip_batch(lines, since, until=until, reach=reach, settled=settled, after=after)
                     lines = []
             except (OSError, EOFError, zlib.error) as error:
+                if isinstance(error, OSError) and not isinstance(error, gzip.BadGzipFile):
+                    raise unreadable(path, error) from error  # reading the file failed, not its data
                 # The decompressor gives every byte it can before it finds the data ended early: each line of
                 # `lines` ended with its newline, and only the line it was reading is unfinished.
                 grew = os.fstat(handle.fileno()).st_size > signature.size
