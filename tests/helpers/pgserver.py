@@ -44,6 +44,7 @@ class PostgresServer:
                        + ("" if durable else " -c fsync=off -c max_wal_size=64MB -c min_wal_size=32MB"),
                        "start")
         self.count = 0
+        self.kept = set()  # databases that outlive the test that created them (a cache later tests copy)
         PostgresServer.running.add(self)
         self.admin(f"CREATE ROLE lms_refresh LOGIN PASSWORD '{self.PASSWORD}'")
         self.password_file = os.path.join(self.base, "store-password")
@@ -74,7 +75,7 @@ class PostgresServer:
                                              "AND NOT datistemplate")}
 
     def drop_databases(self, names):
-        for name in sorted(names):
+        for name in sorted(set(names) - self.kept):
             self.admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
     def url(self, database):

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from helpers.pgserver import PostgresServer
 from helpers.reference import expected_serving
 from helpers.statements import statement
 from lms_refresh import faults
@@ -55,7 +56,10 @@ def scenario(store_kind, make_project, tmp_path_factory):
     """A store holding a first run, new statements for a second (several batches), and the reference
     state after an uninterrupted second run."""
     if store_kind not in _SCENARIOS:
+        servers = {server: server.databases() for server in PostgresServer.running}
         _SCENARIOS[store_kind] = build_scenario(tmp_path_factory.mktemp(f"scenario-{store_kind}"), make_project)
+        for server, before in servers.items():  # the next tests copy them: not the first test's to drop
+            server.kept |= server.databases() - before
     return _SCENARIOS[store_kind]
 
 
