@@ -5,7 +5,7 @@ import dataclasses
 import os
 
 from lms_refresh.config.paths import named_paths, refuse_collisions
-from lms_refresh.disclosure import overlaps, weakening
+from lms_refresh.disclosure import weakening
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser
 from lms_refresh.disclosure.redaction import url_origin
 from lms_refresh.errors import ConfigError, StateError
@@ -25,7 +25,7 @@ def preflight(config, euid, environ):
     findings = [Finding(OK, f"configuration {config.origin}: valid")]
     if config.unused:
         findings.append(Finding(WARNING, config.unused_keys_sentence(), about="configuration"))
-    overlapping = overlaps.warning(config)
+    overlapping = weakening.overlapping_terms(config)
     if overlapping:
         findings.append(Finding(WARNING, overlapping, about="privacy"))
     refuse_collisions(config)

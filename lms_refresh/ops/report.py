@@ -13,7 +13,7 @@ from lms_refresh.config import paths
 from lms_refresh.errors import ConfigError
 from lms_refresh.ops.monitoring import staleness
 from lms_refresh.ops.status import collect_status
-from lms_refresh.run import report_note, report_page
+from lms_refresh.run import report_page
 from lms_refresh.run.report_data import local_today
 from lms_refresh.state_directory import user_name
 
@@ -49,8 +49,8 @@ def write_report(config, environ, now, output=None):
     except OSError as error:  # a full disk, a read-only file system, EIO: domain errors already (atomic.py)
         raise ConfigError(f"Cannot write the report {target} ({error.strerror or error}): its directory must exist "
                           f"and be writable by '{user_name(os.geteuid())}'; nothing else was changed.") from error
-    if written == report_note.maintained(config):  # the runs' page, not a copy asked for elsewhere (--output)
-        report_note.remember(config, written)
+    if written == report_page.maintained_page(config):  # the runs' page, not a copy asked for elsewhere (--output)
+        report_page.remember_page(config, written)
     return written, shown
 
 

@@ -12,7 +12,7 @@ import stat
 
 from lms_refresh import instants
 from lms_refresh.errors import RefreshError, exit_status
-from lms_refresh.run import identity, report_note, report_page
+from lms_refresh.run import identity, report_page
 from lms_refresh.run.freshness import staleness
 from lms_refresh.run.publication import publish_if_behind
 from lms_refresh.run.report_data import local_today
@@ -51,8 +51,8 @@ def write_report(refresh, store):
     mode and group, unless `[report] enabled` is false; a failure is logged as a warning, never raised.
     Return the report's path, or None if none was written."""
     config = refresh.config
-    report_note.retire(config)  # a page the configuration no longer has the runs write
-    if report_note.maintained(config) is None:
+    report_page.retire_page(config)  # a page the configuration no longer has the runs write
+    if report_page.maintained_page(config) is None:
         return None
     try:
         info = os.stat(config.publication.path)
@@ -70,7 +70,7 @@ def write_report(refresh, store):
         written = report_page.write_report(config.publication.path, config.report.path, freshness,
                                            today=local_today(refresh.now, config.timezone),
                                            mode=stat.S_IMODE(info.st_mode), group=info.st_gid)
-        report_note.remember(config, written)
+        report_page.remember_page(config, written)
         return written
     except Exception as error:  # never the run's failure: the publication, the dashboards' data, stands
         logger.warning("Could not write the HTML report %s (%s: %s); the publication stands.", config.report.path,

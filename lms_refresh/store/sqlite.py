@@ -41,25 +41,14 @@ _TRANSIENT = ("locked", "busy", "disk", "unable to open", "full")
 _ROOM = 1 << 20
 
 
-def _directory_of(path):
-    return path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-
-
-def _has_room(path):
-    """Whether the file system of `path` (a file or directory) has more room for this user than a write that found
-    it full would leave."""
+def _elsewhere_with_room(store, temporary):
+    """Whether the store's file system has more room than a write that found it full would leave, and is not
+    the one of the `temporary` directory: then it was that one that was full."""
     try:
-        info = os.statvfs(_directory_of(path))
+        info, directory = os.statvfs(os.path.dirname(os.path.abspath(store))), os.stat(temporary)
+        return info.f_bavail * info.f_frsize >= _ROOM and os.stat(store).st_dev != directory.st_dev
     except OSError:
         return False  # unknown: the store's own sentence stands
-    return info.f_bavail * info.f_frsize >= _ROOM
-
-
-def _same_file_system(one, other):
-    try:
-        return os.stat(_directory_of(one)).st_dev == os.stat(_directory_of(other)).st_dev
-    except OSError:
-        return True
 
 
 def _temporary_directory():
@@ -240,7 +229,7 @@ class SqliteStore(SqlStore):
         text = str(error)
         if isinstance(error, sqlite3.OperationalError) and "full" in text:
             temporary = _temporary_directory()
-            if temporary is not None and _has_room(self.path) and not _same_file_system(temporary, self.path):
+            if temporary is not None and _elsewhere_with_room(self.path, temporary):
                 return UnavailableError(
                     f"SQLite's temporary files in {temporary} found that disk full ({error}) while the store "
                     f"{self.path} was written, though the store's own disk has room; free some space there, or point "
