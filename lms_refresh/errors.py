@@ -105,3 +105,31 @@ def from_os_error(error, what, outcome=None):
                           "system under it failed — see the kernel's log (journalctl -k) and check the device"
                           + (f" — {outcome}" if outcome else "."))
     return None
+
+
+# What a read of a source's file may meet that is no fault of the file: the machine is short of something a
+# later run may find (69), or the device under it failed (78). Anything else (a name too long, a loop of links,
+# a file of the wrong kind) is the file's: bad input, in the caller's sentence.
+_SHORT_OF = {errno.ENOMEM: "memory", errno.EMFILE: "file descriptors (this process's limit)",
+             errno.ENFILE: "file descriptors (the system's limit)", errno.ENOBUFS: "buffer space",
+             errno.EAGAIN: "a resource the kernel lends (EAGAIN)"}
+_UNREACHABLE = (errno.ESTALE, errno.ETIMEDOUT, errno.ENOTCONN, errno.EHOSTDOWN, errno.EHOSTUNREACH,
+                errno.ECONNRESET, errno.ENOLINK)
+
+
+def from_read_error(error, what):
+    """Given an OSError met while reading `what` (a source's file), return the domain error it means if the file
+    is not at fault, else None. Nothing was committed: the run fails before its commit."""
+    number = getattr(error, "errno", None)
+    detail = error.strerror or str(error)
+    if number in _SHORT_OF:
+        return UnavailableError(f"Cannot read {what}: the system is short of {_SHORT_OF[number]} ({detail}); "
+                                "nothing was committed, and a later run reads it again.")
+    if number in _UNREACHABLE:
+        return UnavailableError(f"Cannot read {what}: the file system it is on cannot be reached ({detail}; a "
+                                "network share?); nothing was committed, and a later run reads it again.")
+    if number == errno.EIO:
+        return StateError(f"Cannot read {what}: an input/output error ({detail}); the disk or the file system "
+                          "under it failed — see the kernel's log (journalctl -k) and check the device; nothing "
+                          "was committed.")
+    return from_os_error(error, what)  # a full disk or quota (reading a network share may meet them)

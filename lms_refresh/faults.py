@@ -25,6 +25,7 @@ PHASES = (
     "store-created",        # a new store is migrated under its temporary name, before it takes its own name
     "migration-applied",    # a migration's statements ran; its transaction is not committed (@N: migration N)
     "migration-committed",  # a migration committed (@N: migration N)
+    "chunk-read",           # an export file's chunk is read (in a parsing worker, or here for a small file)
     "chunk-parsed",         # in a parsing worker (parallel NDJSON parsing), after it parsed a chunk
     "batch-staged",         # a batch is staged inside the run's transaction (@N: the Nth batch)
     "before-recompute",

@@ -169,13 +169,46 @@ def _no_skip_allowed(report, what):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
-    _no_skip_allowed(outcome.get_result(), "test")
+    report = outcome.get_result()
+    _no_skip_allowed(report, "test")
+    if report.when == "call":
+        item.stash[_CALL_PASSED] = report.passed
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_make_collect_report(collector):
     outcome = yield
     _no_skip_allowed(outcome.get_result(), "module")  # e.g. pytest.importorskip at the top of a test module
+
+
+# Scratch a passing test leaves behind goes with it. pytest keeps every test's tmp_path until the session ends (the
+# three latest sessions' even after: pytest 7.2, Debian 12's, has no retention setting), and the tests' PostgreSQL
+# server keeps every test's database: the suite needed more than 2.4 GiB of /tmp, which a tmpfs /tmp (Debian 13's
+# default) does not have. A failing test's directory and databases stay, for a look at what it left.
+_CALL_PASSED = pytest.StashKey[bool]()  # set by pytest_runtest_makereport
+
+
+def _passed(node):
+    return node.stash.get(_CALL_PASSED, False)
+
+
+@pytest.fixture
+def tmp_path(tmp_path, request):
+    """pytest's tmp_path, removed once its test has passed (the fixtures that use it are torn down first)."""
+    yield tmp_path
+    if _passed(request.node):
+        shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _drop_new_databases(request):
+    """Drop the databases a passing test created on the session's PostgreSQL server (if one runs). Fixtures of a
+    wider scope are set up before this one, so what they create outlives the test."""
+    before = {server: server.databases() for server in PostgresServer.running}
+    yield
+    if _passed(request.node):
+        for server in PostgresServer.running:
+            server.drop_databases(server.databases() - before.get(server, set()))
 
 
 @pytest.fixture(scope="session")

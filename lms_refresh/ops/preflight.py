@@ -25,6 +25,9 @@ def preflight(config, euid, environ):
     findings = [Finding(OK, f"configuration {config.origin}: valid")]
     if config.unused:
         findings.append(Finding(WARNING, config.unused_keys_sentence(), about="configuration"))
+    overlapping = weakening.overlapping_terms(config)
+    if overlapping:
+        findings.append(Finding(WARNING, overlapping, about="privacy"))
     refuse_collisions(config)
     written = [named for named in named_paths(config) if named.written and not named.directory]
     findings.append(Finding(OK, f"paths: the {len(written)} files a run writes are distinct from each other and "

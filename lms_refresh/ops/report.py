@@ -49,6 +49,8 @@ def write_report(config, environ, now, output=None):
     except OSError as error:  # a full disk, a read-only file system, EIO: domain errors already (atomic.py)
         raise ConfigError(f"Cannot write the report {target} ({error.strerror or error}): its directory must exist "
                           f"and be writable by '{user_name(os.geteuid())}'; nothing else was changed.") from error
+    if written == report_page.maintained_page(config):  # the runs' page, not a copy asked for elsewhere (--output)
+        report_page.remember_page(config, written)
     return written, shown
 
 

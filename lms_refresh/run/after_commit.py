@@ -51,7 +51,8 @@ def write_report(refresh, store):
     mode and group, unless `[report] enabled` is false; a failure is logged as a warning, never raised.
     Return the report's path, or None if none was written."""
     config = refresh.config
-    if config.store.type != "sqlite" or not config.report.enabled:
+    report_page.retire_page(config)  # a page the configuration no longer has the runs write
+    if report_page.maintained_page(config) is None:
         return None
     try:
         info = os.stat(config.publication.path)
@@ -66,9 +67,11 @@ def write_report(refresh, store):
                 f"This page was written after a {refresh.report.kind}, which refreshes no new data: its freshness "
                 "is that of the last successful refresh (a run or a rebuild)."),
         }
-        return report_page.write_report(config.publication.path, config.report.path, freshness,
-                                        today=local_today(refresh.now, config.timezone),
-                                        mode=stat.S_IMODE(info.st_mode), group=info.st_gid)
+        written = report_page.write_report(config.publication.path, config.report.path, freshness,
+                                           today=local_today(refresh.now, config.timezone),
+                                           mode=stat.S_IMODE(info.st_mode), group=info.st_gid)
+        report_page.remember_page(config, written)
+        return written
     except Exception as error:  # never the run's failure: the publication, the dashboards' data, stands
         logger.warning("Could not write the HTML report %s (%s: %s); the publication stands.", config.report.path,
                        type(error).__name__, error, extra={"REPORT": config.report.path})

@@ -23,6 +23,7 @@ quarantined by its origin and length.
 
 import collections
 import dataclasses
+import datetime as dt
 import gzip
 import itertools
 import logging
@@ -51,6 +52,7 @@ from lms_refresh.sources.ndjson_worker import (
     oversized,
     parse_lines,
     read_chunk,
+    unreadable,
 )
 from lms_refresh.sources.pool import result_of, stop_pool, workers_of
 
@@ -70,6 +72,16 @@ def _batched(items, size):
 
 def _no_index(paths):
     return {}
+
+
+def _unreadable_gzip(path, error, info, grew):
+    """The sentence of a compressed file that cannot be read to its end and is no file still being written."""
+    if isinstance(error, EOFError) and not grew:
+        written = dt.datetime.fromtimestamp(info.st_mtime, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+        return (f"{shown_path(path)} ends early ({error}) and nobody has written to it since {written}, more than "
+                f"{UNFINISHED_GRACE // 3600} hours before the window's end: it is truncated for good; fix or move "
+                "the file and run again.")
+    return f"Cannot read {shown_path(path)} to the end ({error}); fix or move the file and run again."
 
 
 class NdjsonSource(BaseSource):
@@ -193,9 +205,9 @@ class NdjsonSource(BaseSource):
                 yield tracker.state(signature, settled or future)
             for path, signature, chunks, settled, _ in self._plan(window, compressed=True):
                 tracker = FileTracker(path)
+                quiet_since = window.until.timestamp() - UNFINISHED_GRACE
                 for result in self._stream_gzip(path, signature, since, until=until, reach=window.reach_cursor,
-                                                settled=settled,
-                                                changed_after=window.until.timestamp(), after=chunks[0][2]):
+                                                settled=settled, quiet_since=quiet_since, after=chunks[0][2]):
                     yield tracker.add(result)
                 yield tracker.state(signature, settled or future)
         finally:
@@ -228,13 +240,16 @@ class NdjsonSource(BaseSource):
             result = read_chunk(self.mapper, dataclasses.replace(task, start=result.resume), reading)
             yield result
 
-    def _stream_gzip(self, path, signature, since, *, until, changed_after, settled=None, after=None, reach=None):
+    def _stream_gzip(self, path, signature, since, *, until, quiet_since, settled=None, after=None, reach=None):
         """Yield ChunkResults of a compressed file, streamed in batches of at most batch_size lines
         and about chunk_bytes of text, up to the compressed size the run planned. A file that ends
-        early and was modified after `changed_after` (the window's end, as a timestamp) is still
-        being written: what is complete is read, the rest by the next run, from the first line not
-        read on (the last result's `tail`: its number) whatever their `stored` — as from line `after`
-        now, if a committed run left this file so."""
+        early (no end-of-stream marker: a gzip writer adds it when it closes the file) and grew since it was
+        planned, or was written to after `quiet_since` (a timestamp: UNFINISHED_GRACE before the window's end,
+        the time an exporter may hold an unfinished line of a plain file), is still being written: every complete
+        line is read, the rest by the next run, from the first line not read on (the last result's `tail`: its
+        number) whatever their `stored` — as from line `after` now, if a committed run left this file so. One
+        that ends early and nobody has written to for longer is truncated for good, and corrupt data is corrupt
+        whenever it was written: bad input."""
         try:
             handle, info = open_regular(path)
         except (FileNotFoundError, NotRegularFile):
@@ -245,8 +260,7 @@ class NdjsonSource(BaseSource):
         except PermissionError as error:
             raise ConfigError(denied(path)) from error
         except OSError as error:
-            raise BadInputError(f"Cannot read {shown_path(path)} ({error.strerror or error}); fix or move the file "
-                                "and run again.") from error
+            raise unreadable(path, error) from error
         with handle:
             if info.st_ino != signature.inode:
                 changed = ChunkResult()
@@ -254,7 +268,7 @@ class NdjsonSource(BaseSource):
                 yield changed
                 return
             numbered = numbered_lines(gzip.GzipFile(fileobj=UpTo(handle, signature.size), mode="rb"), self.limit)
-            read = 0  # lines read (and yielded) so far
+            read, lines = 0, []  # lines read (and yielded) so far; those of the batch being read
             try:
                 while True:
                     lines, held = [], 0
@@ -266,27 +280,34 @@ class NdjsonSource(BaseSource):
                             break
                     if not lines:
                         return
-                    result = ChunkResult()
-                    offset = lines[0][0] - 1
-                    anytime = after and lines[0][0] >= after
-                    parse_lines(self.mapper, oversized(((n - offset, line) for n, line in lines), result.batch,
-                                                       self.limit), FROM_ANY_TIME if anytime else since,
-                                until=(reach or until) if anytime else until, result=result, settled=settled)
-                    result.lines = len(lines)
                     read += len(lines)
-                    del lines
-                    yield result
+                    yield self._gzip_batch(lines, since, until=until, reach=reach, settled=settled, after=after)
+                    lines = []
             except (OSError, EOFError, zlib.error) as error:
-                # Growing since it was planned, or ending early and changed after the window's end: an
-                # exporter is still writing it (files are planned as the walk reaches them, so growth
-                # alone is rarely seen). Corrupt data is corrupt whenever it was written.
+                if isinstance(error, OSError) and not isinstance(error, gzip.BadGzipFile):
+                    raise unreadable(path, error) from error  # reading the file failed, not its data
+                # The decompressor gives every byte it can before it finds the data ended early: each line of
+                # `lines` ended with its newline, and only the line it was reading is unfinished.
                 grew = os.fstat(handle.fileno()).st_size > signature.size
-                if grew or (isinstance(error, EOFError) and info.st_mtime > changed_after):
-                    logger.warning("%s was still being written when the run read it; what was complete is read "
-                                   "now, the rest by the next run.", shown_path(path))
-                    rest = ChunkResult()  # the lines of the batch cut short are read by the next run too
-                    rest.tail = [read + 1, False]
-                    yield rest
-                    return
-                raise BadInputError(f"Cannot read {shown_path(path)} to the end ({error}); fix or move the file "
-                                    "and run again.") from error
+                if not (grew or isinstance(error, EOFError) and info.st_mtime > quiet_since):
+                    raise BadInputError(_unreadable_gzip(path, error, info, grew)) from error
+                logger.warning("%s was still being written when the run read it (it ends early, and was written to "
+                               "less than %d hours before the window's end); its complete lines are read now, the "
+                               "rest by the next run.", shown_path(path), UNFINISHED_GRACE // 3600)
+                if lines:
+                    read += len(lines)
+                    yield self._gzip_batch(lines, since, until=until, reach=reach, settled=settled, after=after)
+                rest = ChunkResult()  # the next run reads from the first line not read on, whatever its `stored`
+                rest.tail = [read + 1, False]
+                yield rest
+
+    def _gzip_batch(self, lines, since, *, until, reach, settled, after):
+        """The ChunkResult of (number, line) pairs of a compressed file (see _stream_gzip)."""
+        result = ChunkResult()
+        offset = lines[0][0] - 1
+        anytime = after and lines[0][0] >= after
+        parse_lines(self.mapper, oversized(((n - offset, line) for n, line in lines), result.batch, self.limit),
+                    FROM_ANY_TIME if anytime else since, until=(reach or until) if anytime else until, result=result,
+                    settled=settled)
+        result.lines = len(lines)
+        return result

@@ -13,7 +13,7 @@ import signal
 import typing
 
 from lms_refresh import faults
-from lms_refresh.errors import BadInputError, ConfigError
+from lms_refresh.errors import BadInputError, ConfigError, from_read_error
 from lms_refresh.regular_files import NotRegularFile, open_regular
 from lms_refresh.sources import RAW_KEPT, Batch, json_decoding
 from lms_refresh.sources.files import chunk_lines, denied, shown_path
@@ -193,8 +193,7 @@ def read_chunk(mapper, chunk, reading):
     except PermissionError as error:
         raise ConfigError(denied(path)) from error
     except OSError as error:
-        raise BadInputError(f"Cannot read {shown_path(path)} ({error.strerror or error}); fix or move the file and run "
-                            "again.") from error
+        raise unreadable(path, error) from error
     try:
         with handle:
             # Replaced, or truncated (rewritten in place): what the run planned to read is no longer there.
@@ -203,14 +202,14 @@ def read_chunk(mapper, chunk, reading):
                 return result
             size = info.st_size if signature is None else signature.size
             end = size if chunk.end is None else min(chunk.end, size)
+            faults.point("chunk-read")
             lines, result.resume, tail = chunk_lines(handle, chunk.start, end, size=size, limit=limit,
                                                      max_lines=reading.max_lines)
             if signature is not None and os.fstat(handle.fileno()).st_size < signature.size:
                 result.changed = True  # truncated while this chunk was read
                 return result
     except OSError as error:
-        raise BadInputError(f"Cannot read {shown_path(path)} ({error.strerror or error}); fix or move the file and run "
-                            "again.") from error
+        raise unreadable(path, error) from error
     why = None if tail is None else incomplete(tail[1])
     if why is None and tail is not None:
         lines.append(tail[1])  # a complete record, though no newline ends it (yet)
@@ -225,6 +224,14 @@ def read_chunk(mapper, chunk, reading):
     if why is not None:
         result.tail = unfinished_tail(tail, why, chunk.left, len(lines) + 1, result.batch)
     return result
+
+
+def unreadable(path, error):
+    """The domain error of an export file that could not be opened or read (`error`, an OSError): what the machine
+    or its devices lack (from_read_error), else the file's own fault (bad input). In a worker too: the parent
+    re-raises it as it is."""
+    return from_read_error(error, shown_path(path)) or BadInputError(
+        f"Cannot read {shown_path(path)} ({error.strerror or error}); fix or move the file and run again.")
 
 
 def incomplete(line):

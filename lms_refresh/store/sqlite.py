@@ -36,6 +36,30 @@ _ID_INDEX = next(index for index in INDEXES if index.name == "staged_events_even
 _TRANSIENT = ("locked", "busy", "disk", "unable to open", "full")
 
 
+# What a write that found the disk full leaves free there, at most: SQLite's write-ahead log keeps the frames it
+# wrote, so the store's disk stays full after the failure (a temporary file of SQLite's is removed with it).
+_ROOM = 1 << 20
+
+
+def _elsewhere_with_room(store, temporary):
+    """Whether the store's file system has more room than a write that found it full would leave, and is not
+    the one of the `temporary` directory: then it was that one that was full."""
+    try:
+        info, directory = os.statvfs(os.path.dirname(os.path.abspath(store))), os.stat(temporary)
+        return info.f_bavail * info.f_frsize >= _ROOM and os.stat(store).st_dev != directory.st_dev
+    except OSError:
+        return False  # unknown: the store's own sentence stands
+
+
+def _temporary_directory():
+    """The directory SQLite writes its temporary files in on Unix (sqlite3's unixTempFileDir): SQLITE_TMPDIR,
+    TMPDIR, /var/tmp, /usr/tmp, /tmp, the first that is a writable directory; None if none is."""
+    for candidate in (os.environ.get("SQLITE_TMPDIR"), os.environ.get("TMPDIR"), "/var/tmp", "/usr/tmp", "/tmp"):
+        if candidate and os.path.isdir(candidate) and os.access(candidate, os.W_OK | os.X_OK):
+            return candidate
+    return None
+
+
 def _read_only_file_system(path):
     try:
         return bool(os.statvfs(os.path.dirname(os.path.abspath(path)) or ".").f_flag & os.ST_RDONLY)
@@ -204,6 +228,12 @@ class SqliteStore(SqlStore):
             return None
         text = str(error)
         if isinstance(error, sqlite3.OperationalError) and "full" in text:
+            temporary = _temporary_directory()
+            if temporary is not None and _elsewhere_with_room(self.path, temporary):
+                return UnavailableError(
+                    f"SQLite's temporary files in {temporary} found that disk full ({error}) while the store "
+                    f"{self.path} was written, though the store's own disk has room; free some space there, or point "
+                    "SQLITE_TMPDIR (or TMPDIR) at a larger file system — nothing was committed.")
             return UnavailableError(f"The store {self.path} could not be written: the disk is full ({error}); "
                                     "free some space — nothing was committed.")
         if "readonly" in text or "read-only" in text or isinstance(error, sqlite3.OperationalError) and \

@@ -47,9 +47,19 @@ def sample_statements(seed, learners=600, days=8):
 
 
 def post_then_mark(ralph, statements):
-    """Post statements; return a time after all of them were stored and before anything later is."""
+    """Post statements; return a time after all of them were stored and before anything later is.
+
+    On the LRS's clock, which sets `stored`, not this process's: two processes need not agree on the time (two
+    hosts' clocks drift; under `faketime -f "@<date> <time>"` each process's clock starts at that instant when the
+    process starts, so Ralph's lags the tests' by the seconds between their starts). A mark from this process's
+    clock could then lie before statements stored since, which a window ending there leaves unread."""
     ralph.post(statements)
-    time.sleep(0.05)
-    mark = utc_now()
-    time.sleep(0.05)
+    latest = max(parse_stored(s["stored"]) for s in ralph.all_statements())
+    mark = latest + dt.timedelta(microseconds=1)
+    time.sleep(0.05)  # Ralph stores anything posted from now on after the mark
     return mark
+
+
+def parse_stored(value):
+    """An LRS's `stored` text as an aware datetime (UTC)."""
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(dt.UTC)

@@ -20,6 +20,7 @@ class PostgresServer:
     """A throwaway PostgreSQL cluster on loopback (../shared/recipes/servers.md), one database per test."""
 
     PASSWORD = "refresh-secret"
+    running = set()  # the servers started and not stopped (tests/conftest.py drops a passing test's databases)
 
     def __init__(self, durable=False):
         import tempfile
@@ -37,9 +38,14 @@ class PostgresServer:
                        "-U", "postgres", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync")
         self._postgres(f"{self.bin}/pg_ctl", "-D", self.data, "-l", os.path.join(self.data, "server.log"), "-w",
                        "-t", "30", "-o", f"-k {self.sockets} -p {self.port} -c listen_addresses=127.0.0.1"
-                       + ("" if durable else " -c fsync=off"),  # tests need no crash safety of the server itself
+                       # Tests need no crash safety of the server itself; and its write-ahead log is recycled past
+                       # 64 MB rather than the default 1 GB, which a suite's stores would fill in /tmp (the
+                       # benchmark's durable server keeps PostgreSQL's defaults, which its figures are taken with).
+                       + ("" if durable else " -c fsync=off -c max_wal_size=64MB -c min_wal_size=32MB"),
                        "start")
         self.count = 0
+        self.kept = set()  # databases that outlive the test that created them (a cache later tests copy)
+        PostgresServer.running.add(self)
         self.admin(f"CREATE ROLE lms_refresh LOGIN PASSWORD '{self.PASSWORD}'")
         self.password_file = os.path.join(self.base, "store-password")
         with open(self.password_file, "w") as handle:
@@ -63,10 +69,20 @@ class PostgresServer:
         self.admin(f"CREATE DATABASE {name} OWNER lms_refresh" + (f" TEMPLATE {template}" if template else ""))
         return name
 
+    def databases(self):
+        """The names of the databases on the server but its own (postgres, the templates)."""
+        return {row[0] for row in self.admin("SELECT datname FROM pg_database WHERE datname <> 'postgres' "
+                                             "AND NOT datistemplate")}
+
+    def drop_databases(self, names):
+        for name in sorted(set(names) - self.kept):
+            self.admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
     def url(self, database):
         return f"postgresql://lms_refresh@127.0.0.1:{self.port}/{database}"
 
     def stop(self):
+        PostgresServer.running.discard(self)
         subprocess.run(["runuser", "-u", "postgres", "--", f"{self.bin}/pg_ctl", "-D", self.data, "-m", "immediate",
                         "-w", "stop"], capture_output=True, timeout=60)
         self.port_holder.close()

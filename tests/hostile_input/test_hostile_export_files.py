@@ -13,6 +13,7 @@ import pathlib
 import shutil
 import socket
 import tempfile
+import zlib
 
 import pytest
 
@@ -74,9 +75,9 @@ def test_a_line_of_hundreds_of_megabytes_is_read_past_and_quarantined_by_its_siz
     path = project.source / "a.ndjson"
     with open(path, "wb") as handle:
         handle.write("\n".join(lines[:200]).encode() + b'\n{"id": "')
-        block = b"x" * MIB
-        for _ in range(300):
-            handle.write(block)
+        # A hole, read as 300 MiB of NUL bytes without a newline: the line is as long, and takes no disk (the
+        # suite's scratch may be a small tmpfs).
+        handle.seek(300 * MIB, os.SEEK_CUR)
         handle.write(b'"}\n' + "\n".join(lines[200:]).encode() + b"\n")
     code, stderr, peak = measured(project, "run")
     assert code == 0, stderr
@@ -355,6 +356,55 @@ def test_a_gzip_file_that_grows_while_the_run_reads_it_is_read_as_far_as_it_is_c
         rest = list(batches)
     assert f"{gz} was still being written when the run read it" in caplog.text
     assert 0 < sum(len(batch.events) for batch in [first] + rest) < 400
+
+
+def complete_lines(truncated):
+    """The lines a truncated gzip stream holds whole (each with its newline), decompressed independently."""
+    text = zlib.decompressobj(wbits=31).decompress(truncated)
+    return text[:text.rindex(b"\n")].decode().split("\n")
+
+
+def truncated_gz(project, lines, written):
+    """An export .gz cut in the middle of its data (no end-of-stream marker yet), last written at `written`."""
+    data = gzip.compress(("\n".join(lines) + "\n").encode())
+    gz = project.source / "a.ndjson.gz"
+    gz.write_bytes(data[:len(data) * 2 // 3])
+    os.utime(gz, (written.timestamp(),) * 2)
+    return gz, data
+
+
+def test_a_gzip_file_an_exporter_is_still_writing_is_read_to_its_last_complete_line(sqlite_project):
+    """Written to two hours before the run (an exporter flushes its compressed blocks now and then): every line
+    that is complete is counted now, not only those of the batches before the end, and the rest next run."""
+    project, lines = sqlite_project, good_lines(300)  # fewer than one batch (500): all in the batch cut short
+    now = dt.datetime.fromisoformat(NOW)
+    gz, data = truncated_gz(project, lines, now - dt.timedelta(hours=2))
+    whole = complete_lines(gz.read_bytes())
+    assert 100 < len(whole) < 300
+    result = project.invoke("run", now=NOW)
+    assert result.returncode == 0, result.stderr
+    assert (f"{gz} was still being written when the run read it (it ends early, and was written to less than 24 "
+            "hours before the window's end); its complete lines are read now, the rest by the next run."
+            ) in result.stderr
+    assert project.query("SELECT statements_read, quarantined FROM runs") == [(len(whole), 0)]
+    assert project.serving(site=True) == expected_serving(whole, SINCE, UNTIL, "Europe/Paris", 10)
+    gz.write_bytes(data)  # the exporter closes it
+    later = now + dt.timedelta(hours=1)
+    os.utime(gz, (later.timestamp(),) * 2)
+    project.invoke("run", now=(later + dt.timedelta(hours=1)).isoformat(), check=0)
+    assert project.serving(site=True) == expected_serving(lines, SINCE, UNTIL, "Europe/Paris", 10)
+
+
+def test_a_gzip_file_nobody_has_written_to_for_a_day_that_ends_early_is_truncated_for_good(sqlite_project):
+    project = sqlite_project
+    now = dt.datetime.fromisoformat(NOW)
+    gz, _ = truncated_gz(project, good_lines(300), now - dt.timedelta(hours=25))
+    result = project.invoke("run", now=NOW)
+    assert result.returncode == 65, result.stderr
+    assert (f"{gz} ends early (Compressed file ended before the end-of-stream marker was reached) and nobody has "
+            "written to it since 2026-11-03 03:15 UTC, more than 24 hours before the window's end: it is truncated "
+            "for good; fix or move the file and run again.") in result.stderr
+    assert project.serving() == [] and "watermark" not in project.meta()
 
 
 def test_corrupt_compressed_data_is_bad_input_not_a_crash(tmp_path):

@@ -317,3 +317,59 @@ def test_the_command_takes_the_current_term_from_now_in_the_configured_time_zone
                                   environment())
         assert result.returncode == 0, result.stderr
         assert f"Over {span}: " in output.read_text(), (now, span)
+
+
+def test_the_page_a_run_no_longer_writes_is_removed_by_that_run(sqlite_project, tmp_path):
+    """`[report] path` moved, then `enabled = false`: the page left behind would say "Fresh" with numbers that
+    age while status --check turns CRITICAL. The run that stops writing it removes it — the one the tool wrote."""
+    project = sqlite_project
+    project.write("a.ndjson", [])
+    now = ["--config", str(project.config), "--now", "2026-11-30T05:00:00+00:00"]
+    configured = project.config.read_text()
+    assert inprocess.invoke([*now, "run"], environment()).returncode == 0
+    beside = publication(project).parent / "report.html"
+    assert beside.exists()
+    moved = tmp_path / "www" / "report.html"
+    moved.parent.mkdir()
+    project.config.write_text(configured + f'[report]\npath = "{moved}"\n')
+    result = inprocess.invoke([*now, "run"], environment())
+    assert result.returncode == 0, result.stderr
+    assert not beside.exists() and "fresh" in Page(moved.read_text()).texts
+    assert (f"Removed the HTML report {beside}: the configuration no longer has the runs write it there "
+            "([report] path or enabled changed), and it would go on showing old numbers.") in result.stderr
+    project.config.write_text(configured + f'[report]\npath = "{moved}"\nenabled = false\n')
+    assert inprocess.invoke([*now, "run"], environment()).returncode == 0
+    assert not moved.exists() and list(moved.parent.iterdir()) == []
+    # Enabled again where it was first: written there, and nothing else is touched.
+    project.config.write_text(configured)
+    assert inprocess.invoke([*now, "run"], environment()).returncode == 0
+    assert beside.exists()
+
+
+def test_a_page_changed_since_the_tool_wrote_it_is_left_in_place_with_a_warning(sqlite_project):
+    project = sqlite_project
+    project.write("a.ndjson", [])
+    now = ["--config", str(project.config), "--now", "2026-11-30T05:00:00+00:00"]
+    assert inprocess.invoke([*now, "run"], environment()).returncode == 0
+    beside = publication(project).parent / "report.html"
+    beside.write_text("<p>the web team's own page</p>")  # the name taken over by someone else
+    project.config.write_text(project.config.read_text() + "[report]\nenabled = false\n")
+    result = inprocess.invoke([*now, "run"], environment())
+    assert result.returncode == 0, result.stderr
+    assert beside.read_text() == "<p>the web team's own page</p>"
+    assert (f"The HTML report {beside} is no longer written by the runs, but it changed since lms-refresh wrote it, "
+            "so it is left in place: remove it if nothing else keeps it.") in result.stderr
+    again = inprocess.invoke([*now, "run"], environment())  # said once: the note of the page is gone
+    assert again.returncode == 0 and "no longer written" not in again.stderr and beside.exists()
+
+
+def test_a_copy_written_with_output_is_never_taken_for_the_runs_page(sqlite_project, tmp_path):
+    project = sqlite_project
+    project.write("a.ndjson", [])
+    now = ["--config", str(project.config), "--now", "2026-11-30T05:00:00+00:00"]
+    assert inprocess.invoke([*now, "run"], environment()).returncode == 0
+    copy = tmp_path / "copy.html"
+    assert inprocess.invoke([*now, "report", "--output", str(copy)], environment()).returncode == 0
+    project.config.write_text(project.config.read_text() + "[report]\nenabled = false\n")
+    assert inprocess.invoke([*now, "run"], environment()).returncode == 0
+    assert copy.exists() and not (publication(project).parent / "report.html").exists()

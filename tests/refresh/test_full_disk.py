@@ -2,14 +2,22 @@
 69 wherever it strikes, a read-only one is named as such — never a traceback, never "damaged"."""
 
 import contextlib
+import errno
+import json
 import os
 import sqlite3
 import subprocess
 
 import pytest
 
+from helpers.batches import collect_batches
 from helpers.project import Project
+from helpers.readers import MAPPER, WINDOW
 from helpers.statements import statement
+from lms_refresh import faults
+from lms_refresh.errors import StateError, exit_status
+from lms_refresh.sources.ndjson import NdjsonSource
+from lms_refresh.sources.ndjson_worker import unreadable
 
 NOW = "2026-11-03T04:15:00+01:00"
 
@@ -134,3 +142,55 @@ def test_forget_on_a_full_publication_disk_says_the_learner_is_forgotten_and_sta
     (small_disk / "filler").unlink()
     project.invoke("run", now=NOW, check=0)
     assert project.invoke("status", "--check", now=NOW).returncode == 0
+
+
+# -- a full disk elsewhere, and what reading meets: each OS error named as what it is, in the workers too --
+
+def test_sqlite_temporary_files_finding_their_disk_full_are_named_not_the_store(small_disk, tmp_path):
+    """SQLite sorts what does not fit its cache in temporary files (SQLITE_TMPDIR, TMPDIR, else /var/tmp): the
+    unit's private /var/tmp full while the store's disk has room. The store's own sentence sent the operator to a
+    disk with room to spare."""
+    project = Project(tmp_path / "p")
+    project.write("a.ndjson", [statement(learner=f"v{i % 300}", course=f"C{i % 50}",
+                                         timestamp=f"2026-11-0{1 + i % 2}T10:00:00Z") for i in range(20000)])
+    fill(small_disk)
+    result = project.cli("run", now=NOW, env={"SQLITE_TMPDIR": str(small_disk)})  # read by the C library
+    assert result.returncode == 69, result.stderr
+    assert (f"SQLite's temporary files in {small_disk} found that disk full (database or disk is full) while the "
+            f"store {project.store} was written, though the store's own disk has room; free some space there, or "
+            "point SQLITE_TMPDIR (or TMPDIR) at a larger file system — nothing was committed.") in result.stderr
+    assert "Traceback" not in result.stderr and "watermark" not in project.meta()
+    project.cli("run", now=NOW, check=0)  # pointed at a larger file system, as the sentence says
+    assert "watermark" in project.meta()
+
+
+def test_an_input_output_error_reading_an_export_file_is_the_devices_not_bad_input(tmp_path):
+    """EIO while a chunk is read: the disk under the export share failed (78, see the kernel's log), not a file to
+    fix or move (65)."""
+    project = Project(tmp_path / "p")
+    path = project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
+    result = project.cli("run", now=NOW, env={faults.ENVIRONMENT_VARIABLE: "chunk-read:eio"})
+    assert result.returncode == 78, result.stderr
+    assert (f"Cannot read {path}: an input/output error (Input/output error (injected at chunk-read)); the disk or "
+            "the file system under it failed — see the kernel's log (journalctl -k) and check the device; nothing "
+            "was committed.") in result.stderr
+    assert "fix or move the file" not in result.stderr and "watermark" not in project.meta()
+
+
+def test_an_input_output_error_in_a_parsing_worker_reaches_the_run_as_what_it_is(tmp_path):
+    (tmp_path / "a.ndjson").write_text("\n".join(json.dumps(statement(learner=f"u{i}")) for i in range(200)) + "\n")
+    source = NdjsonSource(str(tmp_path), MAPPER, batch_size=20, workers=2, parallel_min_bytes=1)
+    faults.arm({faults.ENVIRONMENT_VARIABLE: "chunk-read:eio"})  # the workers are forked: armed there too
+    try:
+        with pytest.raises(StateError, match=f"Cannot read {tmp_path / 'a.ndjson'}: an input/output error"):
+            collect_batches(source, WINDOW)
+    finally:
+        faults.arm({})
+
+
+@pytest.mark.parametrize("number, code", [(errno.ENOMEM, 69), (errno.EMFILE, 69), (errno.ENFILE, 69),
+                                          (errno.ESTALE, 69), (errno.ENOSPC, 69), (errno.EIO, 78),
+                                          (errno.ELOOP, 65), (errno.EISDIR, 65)])
+def test_what_reading_a_file_meets_is_classified_by_what_it_is(number, code):
+    error = OSError(number, os.strerror(number))
+    assert exit_status(unreadable("/srv/x/a.ndjson", error))[0] == code

@@ -62,9 +62,10 @@ def test_gzip_files_are_streamed_in_batches(tmp_path):
 def test_truncated_gzip_is_a_clear_bad_input_error(tmp_path):
     data = gzip.compress(("\n".join(lines(200)) + "\n").encode())
     (tmp_path / "a.ndjson.gz").write_bytes(data[: len(data) // 2])
-    # Last modified before the window's end: truncated for good, not still being written.
+    # Last written to more than a day (file_index.UNFINISHED_GRACE) before the window's end: truncated for good,
+    # not still being written.
     os.utime(tmp_path / "a.ndjson.gz", (WINDOW.since.timestamp(), WINDOW.since.timestamp()))
-    with pytest.raises(BadInputError, match="a.ndjson.gz to the end"):
+    with pytest.raises(BadInputError, match="a.ndjson.gz ends early .* it is truncated for good"):
         collect(NdjsonSource(str(tmp_path), MAPPER, batch_size=100))
 
 
