@@ -10,7 +10,7 @@ utf8mb4 table and of a legacy utf8 (3-byte) one converts to without loss.
 
 import re
 
-from lms_refresh.config.validators import mysql_url
+from lms_refresh.config.mysql_url import mysql_url
 from lms_refresh.credentials import read_secret
 from lms_refresh.errors import ConfigError, UnavailableError
 from lms_refresh.sources.moodle_database import failed, no_table, refused, where

@@ -8,6 +8,7 @@ import pytest
 
 from helpers.moodle_mariadb import MariaDBMoodle, create_reader
 from helpers.moodledb import EXPECTED_TWO_DAYS, READER_PASSWORD, course_iri, load_two_days, moodle_project, unix
+from helpers.ports import unused_port
 from helpers.publication import publication
 
 NOW = "2026-11-25T04:15:00+01:00"
@@ -151,3 +152,98 @@ def test_a_lagging_replica_is_caught_up_by_the_lookback_and_beyond_it_by_a_backf
     project.invoke("backfill", "--since", "2026-11-24", "--until", "2026-11-25", now="2026-11-26T05:00:00+01:00",
                    check=0)
     assert learners() == 3 + 18 + 4 and project.meta()["watermark"] == "40"
+
+
+def test_mariadb_failures_exit_with_their_codes_in_one_sentence(tmp_path, mariadb_moodle, mariadb_server):
+    moodle, reader = mariadb_moodle
+    load_two_days(moodle)
+    wrong = tmp_path / "wrong"
+    wrong.write_text("nope\n")
+    fake = tmp_path / "nodriver" / "MySQLdb"  # a Python where the driver is not installed
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('No module named MySQLdb')\n")
+    with unused_port() as port:
+        cases = [
+            ({"password_file": str(wrong)}, None, 78, "refused the credentials (Access denied for user"),
+            ({"url": f"mariadb://moodle_reader@127.0.0.1:{port}/{moodle.name}"}, None, 69, "is unreachable"),
+            ({"url": f"mysql://moodle_reader@127.0.0.1:{mariadb_server.port}/nosuchdb"}, None, 78,
+             "refused the database (Access denied for user"),
+            ({"prefix": "mdl2_"}, None, 78, "refused to let us read mdl2_logstore_standard_log (SELECT command denied"),
+            ({}, {"PYTHONPATH": str(fake.parent)}, 78,
+             "its driver is not installed: install the Debian package python3-mysqldb (pip: lms-refresh[mysql])"),
+        ]
+        for number, (settings, env, code, message) in enumerate(cases):
+            project = moodle_project(tmp_path / f"p{number}", moodle, reader, **settings)
+            run = project.cli if env else project.invoke  # a driver taken away: a process of its own
+            result = run("run", now=NOW, env=env)
+            assert result.returncode == code and message in result.stderr, (settings, result.stderr)
+            assert "Traceback" not in result.stderr and "moodle-secret" not in result.stderr
+            assert project.serving() == [] and "watermark" not in (project.meta() if project.has_store() else {})
+            assert run("check", env=env).returncode == code
+
+
+def test_check_names_the_server_its_grants_and_a_read_only_session(tmp_path, mariadb_moodle, mariadb_server):
+    moodle, reader = mariadb_moodle
+    load_two_days(moodle)
+    project = moodle_project(tmp_path / "p", moodle, reader)
+    out = project.invoke("check", check=0).stdout
+    assert f"Moodle database mariadb://moodle_reader@127.0.0.1:{mariadb_server.port}/{moodle.name}: reachable, " \
+           "mdl_logstore_standard_log readable, newest log id 17" in out
+    server = next(line for line in out.splitlines() if "Moodle database server: MariaDB 10." in line)
+    assert "session read-only: yes, grants: USAGE ON *.*; " in server
+    assert f"SELECT ON `{moodle.name}`.`mdl_logstore_standard_log`" in server and "PASSWORD" not in server
+    assert "may write" not in out and not project.has_store()
+    moodle.grant("INSERT, DELETE", "mdl_logstore_standard_log")
+    out = project.invoke("check", check=0).stdout
+    assert "warning: source.url's user may write mdl_logstore_standard_log" in out
+    assert "session read-only: yes" in out
+    project.invoke("run", now=NOW, check=0)
+    assert project.serving() == EXPECTED_TWO_DAYS
+    assert moodle.sql("SELECT COUNT(*) FROM mdl_logstore_standard_log") == [(17,)]
+
+
+def test_the_session_refuses_to_write_whatever_the_grants(mariadb_moodle, tmp_path):
+    from lms_refresh.errors import UnavailableError
+    from lms_refresh.sources.moodle_database import open_database
+
+    moodle, reader = mariadb_moodle
+    moodle.grant("INSERT", "mdl_grade_items")
+    database = open_database(moodle.url, reader, {}, 60)
+    try:
+        with pytest.raises(UnavailableError, match=r"failed \(Cannot execute statement in a READ ONLY transaction\)"):
+            database.query("INSERT INTO mdl_grade_items (id) VALUES (99)", (), "mdl_grade_items", "log")
+        assert database.may_write("mdl_grade_items") and not database.may_write("mdl_course")
+    finally:
+        database.close()
+    assert moodle.sql("SELECT COUNT(*) FROM mdl_grade_items") == [(0,)]
+
+
+def test_check_weighs_bootstrap_days_against_moodles_loglifetime(tmp_path, any_moodle):
+    moodle, reader = any_moodle
+    load_two_days(moodle)
+    project = moodle_project(tmp_path / "p", moodle, reader)  # bootstrap_days = 30
+    out = project.invoke("check", check=0).stdout
+    assert "how long Moodle keeps its log is not known (mdl_config_plugins is not readable" in out
+    moodle.log_lifetime(10)
+    out = project.invoke("check", check=0).stdout
+    assert ("warning: Moodle deletes its log rows after 10 days (logstore_standard's loglifetime) but "
+            "window.bootstrap_days is 30: a first run finds nothing older than 10 days") in out
+    project.configure(extra_top="min_cell_size = 2", bootstrap_days=7)
+    out = project.invoke("check", check=0).stdout
+    assert "Moodle keeps its log 10 days (loglifetime); window.bootstrap_days (7) is within it" in out
+
+
+def test_a_backfill_or_rebuild_says_how_far_back_the_log_goes(tmp_path, any_moodle):
+    moodle, reader = any_moodle
+    load_two_days(moodle)  # the oldest row: 2026-11-23 10:00 in Paris
+    moodle.log_lifetime(365)
+    project = moodle_project(tmp_path / "p", moodle, reader)
+    result = project.invoke("backfill", "--since", "2026-11-23T12:00", "--until", "2026-11-25", now=NOW, check=0)
+    assert ("Moodle's log mdl_logstore_standard_log goes back to 2026-11-23T09:00:00.000000Z, and Moodle keeps it "
+            "365 days (loglifetime).") in result.stderr
+    assert "further back" not in result.stderr
+    result = project.invoke("rebuild", "--since", "2026-11-01", now=NOW, check=0)
+    assert ("The window starts at 2026-10-31T23:00:00.000000Z, further back than Moodle's log reaches "
+            "(mdl_logstore_standard_log goes back to 2026-11-23T09:00:00.000000Z, and Moodle keeps it 365 days "
+            "(loglifetime)): nothing older than its oldest row is read") in result.stderr
+    assert project.serving() == EXPECTED_TWO_DAYS
