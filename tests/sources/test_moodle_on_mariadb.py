@@ -247,3 +247,47 @@ def test_a_backfill_or_rebuild_says_how_far_back_the_log_goes(tmp_path, any_mood
             "(mdl_logstore_standard_log goes back to 2026-11-23T09:00:00.000000Z, and Moodle keeps it 365 days "
             "(loglifetime)): nothing older than its oldest row is read") in result.stderr
     assert project.serving() == EXPECTED_TWO_DAYS
+
+
+def test_a_grant_on_the_whole_server_or_a_database_pattern_counts_as_writable(mariadb_moodle, mariadb_server):
+    """Write grants reach the log table from *.*, from a LIKE pattern naming the database, or on the table itself;
+    one on another database or another table does not."""
+    from lms_refresh.sources.moodle_database import open_database
+
+    moodle, reader = mariadb_moodle
+    database = open_database(moodle.url, reader, {}, 60)
+    log = "mdl_logstore_standard_log"
+    cases = [("UPDATE ON `nomoodle`.*", False), (f"DELETE ON `{moodle.name}x`.*", False),
+             (f"INSERT ON `{moodle.name}`.`mdl_course`", False), (f"UPDATE (`other`) ON `{moodle.name}`.`{log}`", True),
+             ("ALL PRIVILEGES ON `t%`.*", True), ("DELETE ON *.*", True)]
+    try:
+        for grant, writable in cases:
+            privileges, _, target = grant.partition(" ON ")
+            mariadb_server.admin(f"GRANT {privileges} ON {target} TO moodle_reader@'%'")
+            try:
+                database.close()
+                assert database.may_write(log) is writable, grant
+            finally:
+                mariadb_server.admin(f"REVOKE {privileges} ON {target} FROM moodle_reader@'%'")
+    finally:
+        database.close()
+
+
+def test_a_statement_past_the_timeout_exits_69_and_commits_nothing(tmp_path, mariadb_moodle, mariadb_server):
+    """The log locked by another session (a long ALTER, a backup's lock): the session's max_statement_time ends
+    the read after source.timeout, not the server's lock_wait_timeout (a year by default)."""
+    import MySQLdb
+
+    moodle, reader = mariadb_moodle
+    load_two_days(moodle)
+    project = moodle_project(tmp_path / "p", moodle, reader, timeout="1s")
+    holder = MySQLdb.connect(unix_socket=mariadb_server.socket, user="root", db=moodle.name)
+    try:
+        holder.cursor().execute("LOCK TABLES mdl_logstore_standard_log WRITE")
+        result = project.invoke("run", now=NOW)
+    finally:
+        holder.close()
+    assert result.returncode == 69, result.stderr
+    assert "is unreachable or dropped the connection, or timed out (Query execution was interrupted " \
+           "(max_statement_time exceeded))" in result.stderr
+    assert project.serving() == [] and "watermark" not in (project.meta() if project.has_store() else {})
