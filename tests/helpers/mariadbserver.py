@@ -10,16 +10,19 @@ import time
 
 from helpers.ports import held_port
 
-INSTALL_DB = "/usr/bin/mariadb-install-db"
-SERVER = "/usr/sbin/mariadbd"
+
+def _programs():
+    """(mariadb-install-db, mariadbd) found on PATH (and /usr/sbin, where Debian puts the server), or None."""
+    path = os.environ.get("PATH", "")
+    found = shutil.which("mariadb-install-db", path=path), shutil.which("mariadbd", path=f"{path}:/usr/sbin")
+    return found if all(found) else None
 
 
 def missing():
     """Why no MariaDB server can be started here, or None."""
     import importlib.util
 
-    if not (os.access(INSTALL_DB, os.X_OK) and os.access(SERVER, os.X_OK)) or \
-            importlib.util.find_spec("MySQLdb") is None:
+    if _programs() is None or importlib.util.find_spec("MySQLdb") is None:
         return ("MariaDB is not installed: install the Debian packages mariadb-server and python3-mysqldb "
                 "(tests/run.sh does)")
     return None
@@ -38,10 +41,11 @@ class MariaDBServer:
         self.socket = os.path.join(self.sockets, "mysqld.sock")
         self.port_holder = held_port()  # held until the server stops: nothing else is given the port meanwhile
         self.port = self.port_holder.getsockname()[1]
-        subprocess.run([INSTALL_DB, "--no-defaults", "--user=mysql", f"--datadir={self.data}",
+        install_db, server = _programs()
+        subprocess.run([install_db, "--no-defaults", "--user=mysql", f"--datadir={self.data}",
                         "--auth-root-authentication-method=socket", "--skip-test-db", "--skip-name-resolve"],
                        check=True, capture_output=True, timeout=180)
-        options = [SERVER, "--no-defaults", "--user=mysql", f"--datadir={self.data}", f"--socket={self.socket}",
+        options = [server, "--no-defaults", "--user=mysql", f"--datadir={self.data}", f"--socket={self.socket}",
                    f"--port={self.port}", "--bind-address=127.0.0.1", "--skip-name-resolve", "--skip-log-bin",
                    f"--pid-file={os.path.join(self.sockets, 'mysqld.pid')}", "--innodb-buffer-pool-size=128M",
                    f"--log-error={os.path.join(self.base, 'server.log')}",
