@@ -5,6 +5,7 @@ import shutil
 
 import pytest
 
+from helpers import mariadbserver
 from helpers.lrsserver import VENV as RALPH_VENV, RalphServer
 from helpers.moodledb import READER, READER_PASSWORD, MoodleDatabase
 from helpers.pgserver import PostgresServer
@@ -80,9 +81,9 @@ def _missing_chromium():
 
 
 REQUIREMENTS = {"postgresql": _missing_postgresql, "ralph": _missing_ralph, "systemd": _missing_systemd,
-                "orjson": _missing_orjson, "chromium": _missing_chromium}
+                "orjson": _missing_orjson, "chromium": _missing_chromium, "mariadb": mariadbserver.missing}
 # The fixtures that reach each kind of server: a test using one is marked without saying so itself.
-MARKING_FIXTURES = {"postgres_server": "postgresql", "ralph_server": "ralph"}
+MARKING_FIXTURES = {"postgres_server": "postgresql", "ralph_server": "ralph", "mariadb_server": "mariadb"}
 
 
 # The system tests share one built .deb and one booted machine per release (session and module
@@ -214,6 +215,13 @@ def _drop_new_databases(request):
 @pytest.fixture(scope="session")
 def postgres_server():
     server = PostgresServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def mariadb_server():
+    server = mariadbserver.MariaDBServer()
     yield server
     server.stop()
 

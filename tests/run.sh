@@ -58,6 +58,7 @@ needs() {
       openssl  # a certificate for the LRS tests' HTTPS
       chromium  # the HTML report rendered in Debian's headless browser (tests/operations/test_report_chromium.py)
       postgresql  # a real PostgreSQL server for the PostgreSQL store and the Moodle source tests
+      mariadb-server python3-mysqldb  # a real MariaDB server and the driver for the Moodle source on MySQL/MariaDB
     )
   fi
   if [[ $tiers == *" system "* ]]; then

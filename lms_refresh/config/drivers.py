@@ -6,9 +6,10 @@ import importlib
 from lms_refresh.errors import ConfigError
 
 # (section, type, the URL schemes that need it, or None for any) -> (module, pip extra, Debian package). The Moodle
-# source needs psycopg for a PostgreSQL database only: another database's driver is that database's concern.
+# source needs its database's driver only: psycopg for PostgreSQL, MySQLdb for MySQL and MariaDB.
 DRIVERS = {
     ("source", "moodle", ("postgresql", "postgres")): ("psycopg", "postgresql", "python3-psycopg"),
+    ("source", "moodle", ("mysql", "mariadb")): ("MySQLdb", "mysql", "python3-mysqldb"),
     ("store", "postgresql", None): ("psycopg", "postgresql", "python3-psycopg"),
     ("source", "xapi-lrs", None): ("requests", "lrs", "python3-requests"),
 }

@@ -100,7 +100,7 @@ SCHEMA = {
                              "xapi-lrs: all requests of one run, retries and pauses included (exit 69)."),
         "max_pages": Key(v.typed(int, 1, 10_000_000), 100_000,
                          "xapi-lrs: pages one run follows through 'more' (exit 69 beyond)."),
-        "url": Key(v.database_url, None, "moodle: the PostgreSQL URL of Moodle's database, without the password."),
+        "url": Key(v.database_url, None, "moodle: Moodle's database, postgresql://, mysql:// or mariadb://."),
         "prefix": Key(v.identifier_prefix, "mdl_", "moodle: the table prefix ($CFG->prefix)."),
         "site_url": Key(v.http_url, None, "moodle: $CFG->wwwroot; names the courses in the store."),
         "id_lookback": Key(v.typed(int, 0, 10_000_000), 10_000, "moodle: log ids re-read before the watermark."),

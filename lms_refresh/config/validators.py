@@ -16,6 +16,7 @@ import unicodedata
 import zoneinfo
 
 from lms_refresh import instants
+from lms_refresh.config.mysql_url import MYSQL_SCHEME, mysql_url
 from lms_refresh.disclosure import folding
 
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
@@ -311,12 +312,15 @@ def http_url(value):
     return value
 
 
-@accepting("a postgresql:// URL of Moodle's database without a password", str)
+@accepting("a postgresql://, mysql:// or mariadb:// URL of Moodle's database without a password", str)
 def database_url(value):
-    if isinstance(value, str) and re.match(r"^(mysql|mariadb)(\+\w+)?://", value):
-        raise ValueError("is a MySQL/MariaDB URL; only PostgreSQL Moodle databases are supported "
-                         "(Debian's python3-psycopg is the one database driver lms-refresh depends on)")
-    return postgres_url(value)
+    if isinstance(value, str) and MYSQL_SCHEME.match(value):
+        mysql_url(value)
+        return value
+    if isinstance(value, str) and re.match(r"^postgres(ql)?://", value):
+        return postgres_url(value)
+    raise ValueError("expected a URL such as \"postgresql://user@host:5432/moodle\" or "
+                     "\"mariadb://user@host:3306/moodle\" (mysql:// is the same)")
 
 
 def sql_name(longest, example, what):

@@ -40,7 +40,7 @@ ADDRESS = re.compile(_ADDRESS)  # the address rule alone
 # One pass over the text; the alternatives are tried in this order at each position. Letter case is
 # ignored only where it must be: for classes as wide as \w, re.IGNORECASE costs 10 times the time.
 _TEXT = re.compile(
-    r"(?P<database>(?<![\w.+%-])(?i:postgres(?:ql)?)://[\w.~-]+)(?::[^\s/?#]*)?@"  # a role name stays
+    r"(?P<database>(?<![\w.+%-])(?i:postgres(?:ql)?|mysql|mariadb)://[\w.~-]+)(?::[^\s/?#]*)?@"  # a role name stays
     r"|(?P<scheme>(?<![\w.+%-])[a-zA-Z][a-zA-Z0-9+.-]*://)[^\s/?#]*@"  # any other URL's user:password@
     r"|(?P<parameter>[?&;][\w.-]+=)(?P<value>[^&;#\s]*)"
     r"|(?P<auth>\b(?i:authorization)\b[\"']?\s*[:=]\s*[\"']?(?:(?i:basic|bearer|token)\s+)?|\b(?i:bearer)\s+)"

@@ -184,5 +184,6 @@ def build_source(config, pseudonymise, environ, *, now=None, record_keys=None):
         from lms_refresh.sources.moodle import MoodleSource
 
         return MoodleSource(settings, config.timezone, pseudonymise, environ=environ, now=now,
-                            language=config.publication.language, record_keys=record_keys)
+                            language=config.publication.language, record_keys=record_keys,
+                            bootstrap_days=config.window.bootstrap_days)
     raise ConfigError(f"source type {kind!r} is not supported")

@@ -1,4 +1,4 @@
-"""Moodle's standard log (`{prefix}logstore_standard_log`), read from its PostgreSQL database.
+"""Moodle's standard log (`{prefix}logstore_standard_log`), read from its PostgreSQL, MySQL or MariaDB database.
 
 The cursor is the log's `id`, not `timecreated`: Moodle's buffered log writer
 inserts rows at the end of a request, after their `timecreated`, so a time
@@ -10,25 +10,23 @@ created within `bootstrap_days`; `backfill` reads a `timecreated` window and
 leaves the id watermark alone.
 
 Rows are read in id order, `batch_size` at a time (keyset paging), in a
-read-only session. Which rows count, and as what, is the table in docs/sources/moodle.md
-("Moodle source"); `EVENTS` below is its code.
+read-only session, with the same statements on PostgreSQL, MySQL and MariaDB
+(moodle_database.py). Which rows count, and as what, is the table in
+docs/sources/moodle.md ("Moodle source"); `EVENTS` below is its code.
 """
 
 import hashlib
 import json
 import logging
 import math
-import re
-
-import psycopg  # this module is imported only when the Moodle source is configured
 
 from lms_refresh import instants, window as windows
 from lms_refresh.disclosure.cell_key import NoRecordKeys
 from lms_refresh.disclosure.pseudonyms import moodle_identifier
 from lms_refresh.disclosure.redaction import url_without_password
-from lms_refresh.errors import ConfigError, UnavailableError
-from lms_refresh.postgresql import connect, connection_error, first_line
-from lms_refresh.sources import OK, WARNING, BaseSource, Finding, moodle_courses
+from lms_refresh.errors import ConfigError
+from lms_refresh.sources import OK, WARNING, BaseSource, Finding, moodle_courses, moodle_log_lifetime
+from lms_refresh.sources.moodle_database import open_database
 from lms_refresh.sources.moodle_other import InvalidRow, completion_state, graded, scaled_micro
 from lms_refresh.sources.records import EVENT, NOTHING, Intake, LocalDays, make_event
 from lms_refresh.sources.xapi import ADL, name_id
@@ -142,7 +140,8 @@ class MoodleSource(BaseSource):
     name = "moodle"
     axis = windows.LOG_ID
 
-    def __init__(self, settings, timezone, pseudonymise, *, environ, now=None, language="en", record_keys=None):
+    def __init__(self, settings, timezone, pseudonymise, *, environ, now=None, language="en", record_keys=None,
+                 bootstrap_days=None):
         self.url, self.prefix, self.site = settings.url, settings.prefix, settings.site_url.rstrip("/")
         self.site_course_id, self.timezone, self.language = settings.site_course_id, timezone, language
         self.password_file = settings.password_file
@@ -155,6 +154,7 @@ class MoodleSource(BaseSource):
         self.mapper = RowMapper(timezone, pseudonymise, settings.site_url, site_course_id=settings.site_course_id,
                                 guest_user_id=settings.guest_user_id, now=now, record_keys=record_keys)
         self.environ = environ
+        self.bootstrap_days, self.now = bootstrap_days, now
         self._db = None
 
     def describe(self):
@@ -167,31 +167,10 @@ class MoodleSource(BaseSource):
 
         Driver errors become the domain's, naming Moodle and the table.
         """
-        where, table = url_without_password(self.url), table or self.table
-        try:
-            if self._db is None:
-                self._db = connect(
-                    self.url, self.password_file, self.environ, what=f"The Moodle database {where}", section="source",
-                    connect_timeout=min(self.timeout, 60),
-                    # Read-only by construction, whatever the role may do; and never a runaway scan.
-                    options=f"-c default_transaction_read_only=on -c statement_timeout={self.timeout * 1000}",
-                )
-            return self._db.execute(statement.replace("{table}", table), parameters).fetchall()
-        except psycopg.OperationalError as error:
-            raise connection_error(error, f"The Moodle database {where}", "source") from error
-        except psycopg.errors.UndefinedTable:
-            log_store = " and that the standard log store is enabled" if table == self.table else ""
-            raise ConfigError(f"The Moodle database {where} has no table {table}; check source.prefix "
-                              f"(Moodle's $CFG->prefix){log_store}.") from None
-        except psycopg.errors.InsufficientPrivilege as error:
-            # The table the server names: a query may read several (the course names join their categories).
-            denied = re.search(r"permission denied for (?:table|relation) (\w+)", first_line(error))
-            table = denied.group(1) if denied else table
-            raise ConfigError(f"The Moodle database {where} refused to let us read {table} "
-                              f"({first_line(error)}); GRANT SELECT ON {table} to source.url's user.") from error
-        except psycopg.Error as error:
-            raise UnavailableError(f"Reading {table} from {where} failed ({first_line(error)}); "
-                                   "nothing was committed.") from error
+        table = table or self.table
+        if self._db is None:
+            self._db = open_database(self.url, self.password_file, self.environ, self.timeout)
+        return self._db.query(statement.replace("{table}", table), parameters, table, self.table)
 
     def close(self):
         if self._db is not None:
@@ -225,7 +204,8 @@ class MoodleSource(BaseSource):
         """Yield Batches of the window's rows, in id order, `batch_size` rows per query."""
         if window.axis is windows.LOG_ID:
             condition, bounds = "id >= %s AND id < %s", (window.since, window.until)
-        else:
+        else:  # a backfill, a rebuild, an upgrade's re-read: first, how far back the log goes
+            moodle_log_lifetime.note_time_window(self, window.since, self.now)
             condition = "timecreated >= %s AND timecreated < %s"
             bounds = (math.ceil(window.since.timestamp()), math.ceil(window.until.timestamp()))
         statement = (f"SELECT {', '.join(COLUMNS)} FROM {{table}} WHERE {condition} AND id > %s "
@@ -251,8 +231,10 @@ class MoodleSource(BaseSource):
         if not wanted or not self._grades_readable:
             return
         try:
-            found = self.query("SELECT id, grademin, grademax FROM {table} WHERE id = ANY(%s)",
-                               (sorted(wanted),), table=self.grade_items)
+            wanted = sorted(wanted)  # ints (graded keeps no other): one statement for every database
+            marks = ", ".join(["%s"] * len(wanted))
+            found = self.query(f"SELECT id, grademin, grademax FROM {{table}} WHERE id IN ({marks})", tuple(wanted),
+                               table=self.grade_items)
         except ConfigError as error:
             self._grades_readable = False
             logger.warning("%s Until then, grades count without a score.", error)
@@ -278,14 +260,16 @@ class MoodleSource(BaseSource):
         newest = self.query("SELECT max(id) FROM {table}")[0][0]
         findings = [Finding(OK, f"Moodle database {url_without_password(self.url)}: reachable, {self.table} readable, "
                                 f"newest log id {newest if newest is not None else 'none (the log is empty)'}")]
-        writable = self.query("SELECT has_table_privilege(current_user, %s, 'INSERT, UPDATE, DELETE')",
-                              (self.table,))[0][0]
+        findings.append(Finding(OK, f"Moodle database server: {self._db.server(self.table)}"))
+        writable = self._db.may_write(self.table)
         try:
             self.query("SELECT id, grademin, grademax FROM {table} LIMIT 0", table=self.grade_items)
         except ConfigError as error:
             findings.append(Finding(WARNING, f"{error} Until then, grades count without a score."))
         findings += moodle_courses.preflight(self)
+        if self.bootstrap_days is not None:
+            findings += moodle_log_lifetime.preflight(self, self.bootstrap_days)
         if writable:
             findings.append(Finding(WARNING, f"source.url's user may write {self.table}; lms-refresh only reads "
-                                             "(its session is read-only), but a role with SELECT only is safer"))
+                                             "(its session is read-only), but an account with SELECT only is safer"))
         return findings

@@ -25,6 +25,9 @@ def inner_pytest(node, **environment):
     ("tests/sources/test_lrs_against_ralph.py::test_a_wrong_password_exits_78",
      {"LMS_REFRESH_RALPH_VENV": "/nonexistent/venv-ralph"},
      "Ralph is not installed: create /nonexistent/venv-ralph with 'ralph-malph[cli,lrs]==5.1.0' (tests/run.sh does"),
+    ("tests/sources/test_moodle_on_mariadb.py::test_the_session_refuses_to_write_whatever_the_grants",
+     {"PATH": "/nonexistent"},
+     "MariaDB is not installed: install the Debian packages mariadb-server and python3-mysqldb (tests/run.sh does)"),
     ("tests/system/test_systemd.py::test_exposure_is_at_most_2", {"PATH": "/nonexistent"},
      "booting Debian under systemd needs root and systemd-nspawn and mmdebstrap (systemd-nspawn, mmdebstrap): "
      "install the Debian packages systemd-container and mmdebstrap"),

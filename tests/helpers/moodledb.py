@@ -59,6 +59,18 @@ CREATE TABLE mdl_grade_items (
 );
 """
 
+# config_plugins as Moodle's installer creates it on PostgreSQL; created (and granted) only by a test that sets
+# loglifetime: the source needs no SELECT on it (it holds every plugin's settings, secrets among them).
+CONFIG_PLUGINS_DDL = """
+CREATE TABLE mdl_config_plugins (
+    id BIGSERIAL,
+    plugin VARCHAR(100) NOT NULL DEFAULT 'core',
+    name VARCHAR(100) NOT NULL DEFAULT '',
+    value TEXT NOT NULL,
+    CONSTRAINT mdl_confplug_id_pk PRIMARY KEY (id)
+)
+"""
+
 # course and course_categories as Moodle's installer creates them on PostgreSQL (lib/db/install.xml:
 # int(10) is BIGINT, int(5) INTEGER, int(1..4) SMALLINT, char NOT NULL gets DEFAULT ''), with
 # Moodle's index names. The source reads fullname, shortname, startdate, enddate, category and the
@@ -164,23 +176,29 @@ class MoodleDatabase:
 
     def log(self, kind, user, course, at, related=None, other=None, anonymous=0, realuser=None, id=None):
         """Insert one log row the way Moodle writes it; `id` set by hand simulates a late commit."""
-        eventname, component, action, target, crud, edulevel = KINDS[kind]
-        values = {
-            "eventname": eventname, "component": component, "action": action, "target": target, "crud": crud,
-            "edulevel": edulevel, "contextid": 100 + (course or 0), "contextlevel": 50,
-            "contextinstanceid": course or 0,
-            "userid": user, "courseid": course, "relateduserid": related, "anonymous": anonymous,
-            "other": json.dumps(other) if other is not None else "null", "timecreated": unix(at),
-            "origin": "web", "ip": "192.0.2.1", "realuserid": realuser,
-        }
-        if id is not None:
-            values["id"] = id
+        values = log_values(kind, user, course, at, related, other, anonymous, realuser, id)
         columns = ", ".join(values)
         literals = ", ".join("NULL" if v is None else str(v) if isinstance(v, int) else "'" + v.replace("'", "''") + "'"
                              for v in values.values())
         return self.server.admin(f"INSERT INTO mdl_logstore_standard_log ({columns}) VALUES ({literals}) RETURNING id",
                                  self.name)[0][0]
 
+    def sql(self, statement):
+        """Run a statement as the server's administrator in this database; return its rows, if any."""
+        return self.server.admin(statement, self.name)
+
+    def grant(self, privilege, *tables):
+        self.sql(f"GRANT {privilege} ON {', '.join(tables)} TO {READER}")
+
+    def revoke(self, privilege, *tables):
+        self.sql(f"REVOKE {privilege} ON {', '.join(tables)} FROM {READER}")
+
+    def log_lifetime(self, days):
+        """Set Moodle's logstore_standard loglifetime (as its admin page does) and let the reader read it."""
+        self.sql(CONFIG_PLUGINS_DDL)
+        self.sql(f"INSERT INTO mdl_config_plugins (plugin, name, value) VALUES ('logstore_standard', 'loglifetime', "
+                 f"'{days}')")
+        self.grant("SELECT", "mdl_config_plugins")
 
     def category(self, number, name):
         self.server.admin(f"INSERT INTO mdl_course_categories (id, name, path, depth) VALUES ({number}, "
@@ -199,6 +217,22 @@ class MoodleDatabase:
         self.server.admin(f"INSERT INTO mdl_grade_items (id, courseid, itemname, itemtype, itemmodule, grademin, "
                           f"grademax) VALUES ({item}, {course}, 'Quiz', 'mod', 'quiz', {grademin}, {grademax})",
                           self.name)
+
+
+def log_values(kind, user, course, at, related=None, other=None, anonymous=0, realuser=None, id=None):
+    """The columns of one log row as Moodle writes it ({column: value}; `other` is JSON, or text as given)."""
+    eventname, component, action, target, crud, edulevel = KINDS[kind]
+    values = {
+        "eventname": eventname, "component": component, "action": action, "target": target, "crud": crud,
+        "edulevel": edulevel, "contextid": 100 + (course or 0), "contextlevel": 50,
+        "contextinstanceid": course or 0,
+        "userid": user, "courseid": course, "relateduserid": related, "anonymous": anonymous,
+        "other": other if isinstance(other, str) else json.dumps(other) if other is not None else "null",
+        "timecreated": unix(at), "origin": "web", "ip": "192.0.2.1", "realuserid": realuser,
+    }
+    if id is not None:
+        values["id"] = id
+    return values
 
 
 def _literal(text):

@@ -3,6 +3,7 @@
 import dataclasses
 import gc
 import os
+import re
 
 import pytest
 
@@ -120,8 +121,20 @@ def test_source_keys_belong_to_their_kind(tmp_path):
         load(tmp_path, MINIMAL + 'endpoint = "https://lrs.example.edu/xAPI/"\n')
     with pytest.raises(ConfigError, match=r"key 'source.site_url' is required when source.type is \"moodle\""):
         load(tmp_path, '[source]\ntype = "moodle"\nurl = "postgresql://reader@db/moodle"\n')
-    with pytest.raises(ConfigError, match="only PostgreSQL Moodle databases are supported"):
-        load(tmp_path, '[source]\ntype = "moodle"\nurl = "mysql://reader@db/moodle"\nsite_url = "https://m.example"\n')
+    moodle = '[source]\ntype = "moodle"\nsite_url = "https://m.example"\nurl = '
+    for url in ("mysql://reader@db/moodle", "mariadb://reader@[2001:db8::1]:3307/moodle",
+                "mysql://reader@localhost/moodle?unix_socket=/run/mysqld/mysqld.sock"):
+        assert load(tmp_path, moodle + f'"{url}"\n').source.url == url
+    for url, problem in (("mysql://reader:secret@db/moodle", "must not contain a password"),
+                         ("mariadb://db/moodle", "with a user, a host and the database"),
+                         ("mariadb://reader@db/", "with a user, a host and the database"),
+                         ("mysql://reader@db:99999/moodle", "has a port that is not a number"),
+                         ("mysql://reader@db/moodle?ssl=1", "takes only unix_socket=... after '?'"),
+                         ("mysql://reader@db/moodle?unix_socket=run/s", "unix_socket that is not an absolute path"),
+                         ("oracle://reader@db/moodle", "expected a URL such as")):
+        with pytest.raises(ConfigError, match=re.escape(problem)) as raised:
+            load(tmp_path, moodle + f'"{url}"\n')
+        assert "secret" not in str(raised.value)
     with pytest.raises(ConfigError, match="must not contain a user name or password"):
         load(tmp_path, '[source]\ntype = "xapi-lrs"\nendpoint = "https://u:p@lrs.example.edu/"\nusername = "u"\n'
                        'password_file = "p"\n')

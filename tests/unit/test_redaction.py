@@ -125,11 +125,13 @@ def test_a_url_that_is_not_one_is_named_without_its_text():
 @settings(max_examples=200, deadline=None)
 @given(_TOKEN, st.sampled_from(["postgresql://reader:{}@db.example.edu/moodle",
                                 "postgresql://reader:{}@/moodle?host=/run/postgresql",
-                                "postgres://u@db/m?sslmode=require&password={}", "postgresql://u@db/m?sslpassword={}"]))
+                                "postgres://u@db/m?sslmode=require&password={}", "postgresql://u@db/m?sslpassword={}",
+                                "mariadb://reader:{}@db.example.edu/moodle", "MySQL://u:{}@db/m"]))
 def test_a_database_url_is_shown_without_its_password(password, template):
     shown = url_without_password(template.format(password))
     assert password not in shown and "db" in shown or "/run/postgresql" in shown
-    assert shown.startswith(("postgresql://reader@", "postgres://u@", "postgresql://u@"))
+    assert shown.startswith(("postgresql://reader@", "postgres://u@", "postgresql://u@", "mariadb://reader@",
+                             "MySQL://u@"))
 
 
 # -- quarantined records --------------------------------------------------------------------------------------

@@ -1,0 +1,157 @@
+"""Moodle's tables in a real MariaDB, typed as Moodle's installer creates them there, for the tests of the
+Moodle source on MySQL/MariaDB (the same rows as helpers.moodledb's PostgreSQL, through the same methods)."""
+
+from helpers.moodledb import READER, READER_PASSWORD, log_values
+
+# Moodle's MySQL generator (lib/ddl/mysql_sql_generator.php): int(10) is BIGINT(10), int(5) MEDIUMINT(5),
+# int(4) SMALLINT(4), int(1..2) TINYINT, number(10,5) DECIMAL(10,5), text LONGTEXT, char VARCHAR; InnoDB,
+# utf8mb4 with the database's collation (utf8mb4_unicode_ci by default), ROW_FORMAT=COMPRESSED (Barracuda).
+TABLE = "ENGINE=InnoDB DEFAULT CHARSET={charset} COLLATE={collation} ROW_FORMAT=COMPRESSED"
+MOODLE_DDL = """
+CREATE TABLE mdl_logstore_standard_log (
+    id BIGINT(10) NOT NULL AUTO_INCREMENT,
+    eventname VARCHAR(255) NOT NULL DEFAULT '',
+    component VARCHAR(100) NOT NULL DEFAULT '',
+    action VARCHAR(100) NOT NULL DEFAULT '',
+    target VARCHAR(100) NOT NULL DEFAULT '',
+    objecttable VARCHAR(50) DEFAULT NULL,
+    objectid BIGINT(10) DEFAULT NULL,
+    crud VARCHAR(1) NOT NULL DEFAULT '',
+    edulevel TINYINT(1) NOT NULL,
+    contextid BIGINT(10) NOT NULL,
+    contextlevel BIGINT(10) NOT NULL,
+    contextinstanceid BIGINT(10) NOT NULL,
+    userid BIGINT(10) NOT NULL,
+    courseid BIGINT(10) DEFAULT NULL,
+    relateduserid BIGINT(10) DEFAULT NULL,
+    anonymous TINYINT(1) NOT NULL DEFAULT 0,
+    other LONGTEXT,
+    timecreated BIGINT(10) NOT NULL,
+    origin VARCHAR(10) DEFAULT NULL,
+    ip VARCHAR(45) DEFAULT NULL,
+    realuserid BIGINT(10) DEFAULT NULL,
+    PRIMARY KEY (id),
+    KEY mdl_logsstanlog_tim_ix (timecreated),
+    KEY mdl_logsstanlog_couanotim_ix (courseid, anonymous, timecreated),
+    KEY mdl_logsstanlog_useconconcr_ix (userid, contextlevel, contextinstanceid, crud, edulevel, timecreated)
+) {table} COMMENT='Standard log table';
+CREATE TABLE mdl_grade_items (
+    id BIGINT(10) NOT NULL AUTO_INCREMENT,
+    courseid BIGINT(10) DEFAULT NULL,
+    itemname VARCHAR(255) DEFAULT NULL,
+    itemtype VARCHAR(30) NOT NULL DEFAULT '',
+    itemmodule VARCHAR(30) DEFAULT NULL,
+    iteminstance BIGINT(10) DEFAULT NULL,
+    gradetype SMALLINT(4) NOT NULL DEFAULT 1,
+    grademax DECIMAL(10,5) NOT NULL DEFAULT 100.00000,
+    grademin DECIMAL(10,5) NOT NULL DEFAULT 0.00000,
+    PRIMARY KEY (id)
+) {table};
+CREATE TABLE mdl_course (
+    id BIGINT(10) NOT NULL AUTO_INCREMENT,
+    category BIGINT(10) NOT NULL DEFAULT 0,
+    sortorder BIGINT(10) NOT NULL DEFAULT 0,
+    fullname VARCHAR(1333) NOT NULL DEFAULT '',
+    shortname VARCHAR(255) NOT NULL DEFAULT '',
+    idnumber VARCHAR(100) NOT NULL DEFAULT '',
+    summary LONGTEXT,
+    format VARCHAR(21) NOT NULL DEFAULT 'topics',
+    newsitems MEDIUMINT(5) NOT NULL DEFAULT 1,
+    startdate BIGINT(10) NOT NULL DEFAULT 0,
+    enddate BIGINT(10) NOT NULL DEFAULT 0,
+    visible TINYINT(1) NOT NULL DEFAULT 1,
+    timecreated BIGINT(10) NOT NULL DEFAULT 0,
+    timemodified BIGINT(10) NOT NULL DEFAULT 0,
+    PRIMARY KEY (id),
+    KEY mdl_cour_cat_ix (category),
+    KEY mdl_cour_sho_ix (shortname)
+) {table};
+CREATE TABLE mdl_course_categories (
+    id BIGINT(10) NOT NULL AUTO_INCREMENT,
+    name VARCHAR(255) NOT NULL DEFAULT '',
+    idnumber VARCHAR(100) DEFAULT NULL,
+    description LONGTEXT,
+    parent BIGINT(10) NOT NULL DEFAULT 0,
+    sortorder BIGINT(10) NOT NULL DEFAULT 0,
+    coursecount BIGINT(10) NOT NULL DEFAULT 0,
+    visible TINYINT(1) NOT NULL DEFAULT 1,
+    timemodified BIGINT(10) NOT NULL DEFAULT 0,
+    depth BIGINT(10) NOT NULL DEFAULT 0,
+    path VARCHAR(255) NOT NULL DEFAULT '',
+    PRIMARY KEY (id)
+) {table};
+INSERT INTO mdl_course (id, category, fullname, shortname, format) VALUES (1, 0, 'Moodle Site', 'moodle', 'site')
+"""
+CONFIG_PLUGINS_DDL = """
+CREATE TABLE mdl_config_plugins (
+    id BIGINT(10) NOT NULL AUTO_INCREMENT,
+    plugin VARCHAR(100) NOT NULL DEFAULT 'core',
+    name VARCHAR(100) NOT NULL DEFAULT '',
+    value LONGTEXT NOT NULL,
+    PRIMARY KEY (id),
+    UNIQUE KEY mdl_confplug_plunam_uix (plugin, name)
+) {table}
+"""
+TABLES = ("mdl_logstore_standard_log", "mdl_grade_items", "mdl_course", "mdl_course_categories")
+
+
+def create_reader(server):
+    """The account the source reads with, from 127.0.0.1 (the tests' URLs) and the socket."""
+    server.admin(f"CREATE USER {READER}@'%' IDENTIFIED BY '{READER_PASSWORD}'")
+
+
+class MariaDBMoodle:
+    """A new database on a MariaDBServer holding Moodle's tables, readable (SELECT only) by the reader."""
+
+    def __init__(self, server, charset="utf8mb4", collation="utf8mb4_unicode_ci"):
+        self.server = server
+        self.name = server.new_database(charset, collation)
+        self.table = TABLE.format(charset=charset, collation=collation)
+        self.sql(MOODLE_DDL.format(table=self.table))
+        self.grant("SELECT", *TABLES)
+
+    @property
+    def url(self):
+        return self.server.url(self.name, READER)
+
+    def sql(self, statement, parameters=None):
+        if parameters is not None:
+            return self.server.admin(statement, self.name, parameters)
+        return self.server.admin(statement, self.name)
+
+    def grant(self, privilege, *tables):
+        for table in tables:
+            self.sql(f"GRANT {privilege} ON {self.name}.{table} TO {READER}@'%'")
+
+    def revoke(self, privilege, *tables):
+        for table in tables:
+            self.sql(f"REVOKE {privilege} ON {self.name}.{table} FROM {READER}@'%'")
+
+    def _insert(self, table, values, returning=""):
+        marks = ", ".join(["%s"] * len(values))
+        return self.sql(f"INSERT INTO {table} ({', '.join(values)}) VALUES ({marks}){returning}",
+                        tuple(values.values()))
+
+    def log(self, kind, user, course, at, related=None, other=None, anonymous=0, realuser=None, id=None):
+        values = log_values(kind, user, course, at, related, other, anonymous, realuser, id)
+        return self._insert("mdl_logstore_standard_log", values, " RETURNING id")[0][0]
+
+    def category(self, number, name):
+        self._insert("mdl_course_categories", {"id": number, "name": name, "path": f"/{number}", "depth": 1})
+
+    def course(self, number, fullname, shortname, category=0, startdate=0, enddate=0):
+        self._insert("mdl_course", {"id": number, "category": category, "fullname": fullname,
+                                    "shortname": shortname, "startdate": startdate, "enddate": enddate})
+
+    def rename(self, number, fullname):
+        self.sql("UPDATE mdl_course SET fullname = %s WHERE id = %s", (fullname, number))
+
+    def grade_item(self, item, course, grademin, grademax):
+        self._insert("mdl_grade_items", {"id": item, "courseid": course, "itemname": "Quiz", "itemtype": "mod",
+                                         "itemmodule": "quiz", "grademin": grademin, "grademax": grademax})
+
+    def log_lifetime(self, days):
+        """Set Moodle's logstore_standard loglifetime (as its admin page does) and let the reader read it."""
+        self.sql(CONFIG_PLUGINS_DDL.format(table=self.table))
+        self._insert("mdl_config_plugins", {"plugin": "logstore_standard", "name": "loglifetime", "value": str(days)})
+        self.grant("SELECT", "mdl_config_plugins")
