@@ -291,29 +291,23 @@ class Grains:
         (every course of each grain in `everything`), {grain: the labels rebuilt}).
 
         With `touched` ({day: the course ids with a cell on it before or after its rebuild}), a period of `days`
-        has only the cells of the courses touched on its rebuilt days counted again, and the site's: no other
-        course's presence or days changed, so neither did its cell (a night that adds a statement to one course
-        recounts that course's week, month and term, not the 50,000 others'). The periods `also` are counted
-        whole."""
+        recounts only the cells of the courses touched on its rebuilt days, and the site's: no other course's
+        presence or days changed, nor did its cell. The periods `also` are counted whole."""
         courses = {grain: set() for grain in periods.GRAINS}
         labels = {grain: set() for grain in periods.GRAINS}
         days = {day for day in days if instants.FIRST_DAY <= day <= instants.LAST_DAY}
-        also = also or {}
-        for (grain, label), (first, last) in sorted({**calendar.periods_of(days), **also}.items()):
+        for (grain, label), (first, last) in sorted({**calendar.periods_of(days), **(also or {})}.items()):
             labels[grain].add(label)
-            if touched is None or (grain, label) in also:
-                courses[grain].update(self._period_courses(grain, label))
-                self.execute("DELETE FROM period_metrics WHERE grain = ? AND period = ?", (grain, label))
-                self.execute(_REBUILD.replace("{only}", ""), (grain, label, grain, label, first, last))
-                courses[grain].update(self._period_courses(grain, label))
-            else:
-                some = {SITE}.union(*(touched.get(day, ()) for day in days if first <= day <= last))
-                courses[grain].update(some)
-                some = self.dialect.id_set(some)
-                only = f" AND {self.dialect.courses_in}"
-                self.execute(f"DELETE FROM period_metrics WHERE grain = ? AND period = ?{only}", (grain, label, some))
-                self.execute(_REBUILD.replace("{only}", only), (grain, label, grain, label, some, first, last, some))
+            whole = touched is None or (grain, label) in (also or {})
+            some = self._period_courses(grain, label) if whole else {SITE}.union(
+                *(touched.get(day, ()) for day in days if first <= day <= last))
+            courses[grain].update(some)
+            only, some = ("", ()) if whole else (f" AND {self.dialect.courses_in}", (self.dialect.id_set(some),))
+            self.execute(f"DELETE FROM period_metrics WHERE grain = ? AND period = ?{only}", (grain, label, *some))
+            self.execute(_REBUILD.replace("{only}", only), (grain, label, grain, label, *some, first, last, *some))
             self.execute(_SITE_PERIOD, (grain, label, grain, label, first, last))
+            if whole:
+                courses[grain].update(self._period_courses(grain, label))
         for grain in everything:
             courses[grain] = {row[0] for row in self.execute(
                 "SELECT course_id FROM period_metrics WHERE grain = ? UNION "
