@@ -9,6 +9,7 @@ imports this package.
 
 import dataclasses
 import datetime as dt
+import functools
 
 from lms_refresh.disclosure.cell_key import PerturbationTable
 from lms_refresh.errors import StateError
@@ -47,40 +48,65 @@ def in_force(store, missing_ok=False):
     return None if row is None else PrivacySettings(**row)
 
 
+# Courses published together: one statement of each kind for them, and their cells in memory (a course's whole
+# history when it is published whole).
+CHUNK = 2000
+
+
+def chunks(courses):
+    """`courses` in order, in lists of at most CHUNK."""
+    courses = sorted(courses)
+    return (courses[start:start + CHUNK] for start in range(0, len(courses), CHUNK))
+
+
+@functools.lru_cache(maxsize=4)
+def table_of(settings):
+    """The PerturbationTable of `settings`, made once: its base distribution and rows cost as much as publishing
+    hundreds of cells, and they are the same for every cell."""
+    return PerturbationTable(settings)
+
+
 def publish(store, courses, settings, days=None):
     """Publish again the days of `courses` in `store` as `settings` allow: where `days` were rebuilt (None: all
     their rows, from all their cells)."""
-    for course in sorted(courses):
+    for chunk in chunks(courses):
         if days is None:
-            store.write_published("day", course, course_rows(store.cells("day", course), settings))
+            cells = store.cells("day", chunk)
+            store.write_published("day", [(course, row) for course in chunk
+                                          for row in course_rows(cells.get(course, {}), settings)], courses=chunk)
         else:
-            republish(store, "day", course, settings, rebuilt=days, between=_days_between,
+            republish(store, "day", chunk, settings, rebuilt=days, between=_days_between,
                       row=lambda day, values: (day,) + values)
 
 
-def republish(store, grain, course, settings, *, rebuilt, between, row):
-    """Rewrite what the `rebuilt` labels of `course`'s `grain` change of its published rows, as `course_rows` and
-    `period_rows` would publish them whole: each rebuilt label in its span, the labels the span gains (withheld
-    unless rebuilt), and none outside it. The rows of other labels stay: their cells and the settings are what
-    they were published with. `between(first, last)` lists the labels from first to last, in order;
+def republish(store, grain, courses, settings, *, rebuilt, between, row):
+    """Rewrite what the `rebuilt` labels of `courses`' `grain` change of their published rows, as `course_rows` and
+    `period_rows` would publish them whole: each rebuilt label in a course's span, the labels the span gains
+    (withheld unless rebuilt), and none outside it. The rows of other labels stay: their cells and the settings are
+    what they were published with. `between(first, last)` lists the labels from first to last, in order;
     `row(label, values)` makes a stored row of a label's published values."""
-    span = store.visible_span(grain, course, settings.min_cell_size)
-    if span is None:
-        store.write_published(grain, course, [])
-        return
-    first, last = span
-    labels = {label for label in rebuilt if first <= label <= last}
-    old = store.published_span(grain, course)
-    if old is None:
-        labels.update(between(first, last))
-    else:
-        if first < old[0]:
-            labels.update(label for label in between(first, min(last, old[0])) if label < old[0])
-        if last > old[1]:
-            labels.update(label for label in between(max(first, old[1]), last) if label > old[1])
-    cells, table = store.cells(grain, course, labels), PerturbationTable(settings)
-    store.write_published(grain, course, [row(label, published_row(cells.get(label), settings, table))
-                                          for label in sorted(labels)], keep=span)
+    spans = store.visible_spans(grain, courses, settings.min_cell_size)
+    olds = store.published_spans(grain, courses)
+    wanted, ranges = {}, []
+    for course, (first, last) in sorted(spans.items()):
+        labels = {label for label in rebuilt if first <= label <= last}
+        ranges += [(course, label, label) for label in sorted(labels)]
+        old = olds.get(course)
+        if old is None:
+            labels.update(between(first, last))
+            ranges.append((course, first, last))
+        else:
+            if first < old[0]:
+                labels.update(label for label in between(first, min(last, old[0])) if label < old[0])
+                ranges.append((course, first, min(last, old[0])))
+            if last > old[1]:
+                labels.update(label for label in between(max(first, old[1]), last) if label > old[1])
+                ranges.append((course, max(first, old[1]), last))
+        wanted[course] = labels
+    cells, table = store.cells_in(grain, ranges), table_of(settings)
+    store.write_published(grain, [(course, row(label, published_row(cells.get(course, {}).get(label), settings, table)))
+                                  for course, labels in wanted.items() for label in sorted(labels)],
+                          courses=[course for course in courses if course not in spans], keep=spans)
 
 
 def _days_between(first, last):
@@ -93,7 +119,7 @@ def period_rows(cells, settings, span):
     [(label, values...)]: every period from its first to its last with at least k learners, as `course_rows`
     does for days — each cell thresholded on its own true counts and perturbed on its own keys.
     `span(labels)` returns, in order, the labels from the earliest to the latest of `labels`."""
-    table = PerturbationTable(settings)
+    table = table_of(settings)
     visible = [label for label, cell in cells.items() if cell["learners"] >= settings.min_cell_size]
     if not visible:
         return []
@@ -157,7 +183,7 @@ def course_rows(cells, settings):
     range and in the future, and a day outside what an instant in range can
     fall on (staged by an earlier version) neither stretches the span nor is published.
     """
-    table = PerturbationTable(settings)
+    table = table_of(settings)
     visible = sorted(day for day, cell in cells.items()
                      if cell["learners"] >= settings.min_cell_size and FIRST_DAY <= day <= LAST_DAY)
     if not visible:

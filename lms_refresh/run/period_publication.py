@@ -43,13 +43,16 @@ def publish(store, period_courses, settings, *, config, now, rebuilt=None, whole
         def span(labels, grain=grain):
             return periods_in_force.span(grain, labels)
 
-        for course in sorted(period_courses.get(grain, ())):
+        for chunk in policy.chunks(period_courses.get(grain, ())):
             if grain == "term" or grain in whole or rebuilt is None:
-                rows = policy.period_rows(store.cells(grain, course), settings, span)
-                store.write_published(grain, course, [row(grain, label, tuple(values)) for label, *values in rows])
+                cells = store.cells(grain, chunk)
+                store.write_published(grain, [(course, row(grain, label, tuple(values))) for course in chunk
+                                              for label, *values in policy.period_rows(cells.get(course, {}),
+                                                                                       settings, span)],
+                                      courses=chunk)
             else:
-                policy.republish(store, grain, course, settings, rebuilt=rebuilt.get(grain, ()),
-                                 between=lambda first, last: span((first, last)),
+                policy.republish(store, grain, chunk, settings, rebuilt=rebuilt.get(grain, ()),
+                                 between=lambda first, last, span=span: span((first, last)),
                                  row=lambda label, values, grain=grain: row(grain, label, values))
     store.close_periods(cutoff(config, now))
 

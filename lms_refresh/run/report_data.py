@@ -102,32 +102,39 @@ def _read(db, weeks, today):
         "SELECT DISTINCT period FROM weekly_metrics ORDER BY period DESC LIMIT ?", (weeks,))] \
         if "weekly_metrics" in tables else []
     shown.reverse()
+    # Row by row, never all rows at once: each row carries its course's IRI (up to 200 characters, a copy a row),
+    # which for 9,000 courses and 12 weeks made 50 MB of rows.
     rows = db.execute(
         f"SELECT course, period, active_learners FROM weekly_metrics "
-        f"WHERE period IN ({', '.join('?' for _ in shown)})", shown).fetchall() if shown else []
-    by_course = {}
+        f"WHERE period IN ({', '.join('?' for _ in shown)})", shown) if shown else ()
+    by_course, cells, withheld, weeks_shown = {}, 0, 0, {week: week for week in shown}
     for course, period, learners in rows:
         # `suppressed = 1` says only that SOME value of the row is withheld: its learners are withheld when NULL.
-        by_course.setdefault(course, {})[period] = WITHHELD if learners is None else learners
-    ordered = sorted(by_course, key=lambda course: (course is not SITE, label(course, names).casefold(), course))
-    series = tuple(Series(course, label(course, names), tuple(by_course[course].get(week) for week in shown))
-                   for course in ordered)
+        by_course.setdefault(course, {})[weeks_shown[period]] = WITHHELD if learners is None else learners
+        cells, withheld = cells + 1, withheld + (learners is None)
     span, outcome_rows = _outcome_rows(db, tables, shown, today)
     totals = _totals(outcome_rows)
-    outcomes = tuple(Outcome(course, label(course, names), *totals[course])
-                     for course in sorted(totals, key=lambda c: (c is not SITE, label(c, names).casefold(), c)))
+    labels = {course: label(course, names) for course in by_course.keys() | totals.keys()}  # each cleaned once
+
+    def order(course):
+        return course is not SITE, labels[course].casefold(), course
+
+    series = tuple(Series(course, labels[course], tuple(by_course[course].get(week) for week in shown))
+                   for course in sorted(by_course, key=order))
+    outcomes = tuple(Outcome(course, labels[course], *totals[course][:4]) for course in sorted(totals, key=order))
     # A cell is one value the page shows (a week's learners; a completions, passed or failed), withheld when NULL.
-    values = [row[2] for row in rows] + [value for row in outcome_rows for value in row[1:]]
-    cells, withheld = len(values), sum(value is None for value in values)
+    cells += sum(entry[4] for entry in totals.values())
+    withheld += sum(entry[3] for entry in totals.values())
     return ReportData(settings, tuple(shown), series, span, outcomes, cells, withheld)
 
 
 def _totals(outcome_rows):
-    """{course: [completions, passed, failed, withheld cells]}: each the sum of its published values (None when
-    all are withheld), summed value by value, since a row with `suppressed = 1` may publish some of them."""
+    """{course: [completions, passed, failed, withheld cells, cells]}: each the sum of its published values (None
+    when all are withheld), summed value by value, since a row with `suppressed = 1` may publish some of them."""
     totals = {}
     for course, *values in outcome_rows:
-        entry = totals.setdefault(course, [None, None, None, 0])
+        entry = totals.setdefault(course, [None, None, None, 0, 0])
+        entry[4] += len(values)
         for index, value in enumerate(values):
             if value is None:
                 entry[3] += 1
@@ -148,18 +155,18 @@ def current_term(terms, today):
 
 
 def _outcome_rows(db, tables, shown, today):
-    """(what the outcomes cover, their rows (course, completions, passed, failed)): the current
+    """(what the outcomes cover, their rows (course, completions, passed, failed), to be read once): the current
     term's (`current_term`) when the publication has one, else the last OUTCOME_WEEKS weeks'."""
     columns = "course, completions, passed, failed"
     if "term_metrics" in tables:
         term = current_term([tuple(map(str, row)) for row in db.execute(
             "SELECT DISTINCT period, period_start, period_end FROM term_metrics")], today)
         if term is not None:
-            rows = db.execute(f"SELECT {columns} FROM term_metrics WHERE period = ?", (term[0],)).fetchall()
+            rows = db.execute(f"SELECT {columns} FROM term_metrics WHERE period = ?", (term[0],))
             return f"the term {clean_name(term[0]) or '?'} ({term[1]} to {term[2]})", rows
     last = shown[-OUTCOME_WEEKS:]
     if not last:
         return "the last weeks (none published yet)", []
     rows = db.execute(f"SELECT {columns} FROM weekly_metrics WHERE period IN ({', '.join('?' for _ in last)})",
-                      last).fetchall()
+                      last)
     return f"the last {len(last)} week(s), {last[0]} to {last[-1]}", rows

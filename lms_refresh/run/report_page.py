@@ -4,7 +4,8 @@ No JavaScript, no network, no external style or font: inline CSS and inline SVG 
 a `<title>` and a table holding the same numbers. Every text that reaches the page goes through
 `_text` (html.escape with quote=True), course names and IRIs too: they are attacker-controlled text
 (disclosure/names.py has already removed control characters and bidi overrides and bounded them).
-`write_report` replaces the file atomically (lms_refresh/atomic.py).
+`write_report` replaces the file atomically (lms_refresh/atomic.py), writing it piece by piece: a page of many
+courses is never held whole in memory.
 
 The page the runs maintain, and the retirement of one they no longer do: once `[report] path` moves, `enabled`
 is false or the store is PostgreSQL, no run writes that page again; left where it was, it says "Fresh" with
@@ -44,6 +45,27 @@ def _text(value):
     return html.escape("" if value is None else str(value), quote=True)
 
 
+# The most HTML one label (or a course's IRI) may take: anyone's name is bounded in characters (disclosure/names.py),
+# but escaped a character may take six ('"' is &quot;), and the page writes a label five times and an IRI twice
+# per course: 9,000 names of 200 '"' made a 68.8 MiB page. Past it, the label is cut and ends with "…".
+_LABEL_HTML = 240
+
+
+def _label(text):
+    """`text` escaped as `_text` does, cut to at most _LABEL_HTML characters of HTML (then "…")."""
+    escaped = _text(text)
+    if len(escaped) <= _LABEL_HTML:
+        return escaped
+    kept, size = [], 0
+    for char in text:
+        piece = html.escape(char, quote=True)
+        if size + len(piece) >= _LABEL_HTML:
+            break
+        kept.append(piece)
+        size += len(piece)
+    return "".join(kept) + "…"
+
+
 def _cell(value):
     if value is None:
         return "–"
@@ -57,10 +79,10 @@ def _chart(series, weeks, top):
     points = " ".join(f"{index * step:.0f},{_HEIGHT - 2 - (value / top) * (_HEIGHT - 4):.0f}"
                       for index, value in shown)
     latest = next((value for value in reversed(series.values) if value is not None), None)
-    title = (f"{series.label}: weekly active learners, {weeks[0]} to {weeks[-1]}; latest {_cell(latest)}"
-             if weeks else f"{series.label}: no weeks")
+    title = (f": weekly active learners, {weeks[0]} to {weeks[-1]}; latest {_cell(latest)}"
+             if weeks else ": no weeks")
     return (f'<svg role="img" width="{_WIDTH}" height="{_HEIGHT}" viewBox="0 0 {_WIDTH} {_HEIGHT}">'
-            f"<title>{_text(title)}</title>"
+            f"<title>{_label(series.label)}{_text(title)}</title>"
             f'<polyline fill="none" stroke="#1a73e8" stroke-width="2" points="{points}"/></svg>')
 
 
@@ -92,24 +114,25 @@ def _privacy(data):
 
 
 def _weekly(data):
+    """The weekly section, piece by piece: a figure and a table row per series."""
     courses = [series for series in data.series if series.course is not None]
     top = max([value for series in courses for value in series.values if isinstance(value, int)] or [1]) or 1
-    figures = []
+    yield ('<section id="weekly"><h2>Weekly active learners</h2><p>Distinct learners per ISO week, the last '
+           f"{len(data.weeks)} week(s); the courses share one scale, the whole site has its own.</p>"
+           '<div class="grid">')
     for series in data.series:
         scale = max([value for value in series.values if isinstance(value, int)] or [1]) or 1 \
             if series.course is None else top
-        figures.append(f'<figure><figcaption title="{_text(series.label)}">{_text(series.label)}</figcaption>'
-                       f"{_chart(series, data.weeks, scale)}</figure>")
+        shown = _label(series.label)
+        yield (f'<figure><figcaption title="{shown}">{shown}</figcaption>'
+               f"{_chart(series, data.weeks, scale)}</figure>")
     head = "".join(f'<th scope="col">{_text(week)}</th>' for week in data.weeks)
-    body = "".join(
-        f'<tr data-course="{_text(_iri(series.course))}"><th scope="row">{_text(series.label)}</th>'
-        + "".join(f"<td>{_text(_cell(value))}</td>" for value in series.values) + "</tr>"
-        for series in data.series)
-    return ('<section id="weekly"><h2>Weekly active learners</h2><p>Distinct learners per ISO week, the last '
-            f"{len(data.weeks)} week(s); the courses share one scale, the whole site has its own.</p>"
-            f'<div class="grid">{"".join(figures)}</div><details><summary>The same numbers as a table</summary>'
-            f'<table id="weekly-table"><thead><tr><th scope="col">Course</th>{head}</tr></thead>'
-            f"<tbody>{body}</tbody></table></details></section>")
+    yield ('</div><details><summary>The same numbers as a table</summary>'
+           f'<table id="weekly-table"><thead><tr><th scope="col">Course</th>{head}</tr></thead><tbody>')
+    for series in data.series:
+        yield (f'<tr data-course="{_label(_iri(series.course))}"><th scope="row">{_label(series.label)}</th>'
+               + "".join(f"<td>{_text(_cell(value))}</td>" for value in series.values) + "</tr>")
+    yield "</tbody></table></details></section>"
 
 
 def _iri(course):
@@ -119,16 +142,17 @@ def _iri(course):
 
 
 def _outcomes(data):
-    rows = "".join(
-        f'<tr data-course="{_text(_iri(outcome.course))}"><th scope="row">{_text(outcome.label)}</th>'
-        f"<td>{_text(_cell(outcome.completions))}</td><td>{_text(_cell(outcome.passed))}</td>"
-        f"<td>{_text(_cell(outcome.failed))}</td><td>{outcome.withheld}</td></tr>" for outcome in data.outcomes)
-    bars = _outcome_chart(data.outcomes)
-    return (f'<section id="outcomes"><h2>Completions, passed and failed</h2><p>Over {_text(data.outcome_span)}: '
-            "the sums of the published cells (withheld cells count for nothing).</p>"
-            f'{bars}<table id="outcomes-table"><thead><tr><th scope="col">Course</th><th scope="col">Completions'
-            '</th><th scope="col">Passed</th><th scope="col">Failed</th><th scope="col">Withheld cells</th></tr>'
-            f"</thead><tbody>{rows}</tbody></table></section>")
+    """The outcomes section, piece by piece: a table row per course."""
+    yield (f'<section id="outcomes"><h2>Completions, passed and failed</h2><p>Over {_text(data.outcome_span)}: '
+           "the sums of the published cells (withheld cells count for nothing).</p>"
+           f'{_outcome_chart(data.outcomes)}<table id="outcomes-table"><thead><tr><th scope="col">Course</th>'
+           '<th scope="col">Completions</th><th scope="col">Passed</th><th scope="col">Failed</th>'
+           '<th scope="col">Withheld cells</th></tr></thead><tbody>')
+    for outcome in data.outcomes:
+        yield (f'<tr data-course="{_label(_iri(outcome.course))}"><th scope="row">{_label(outcome.label)}</th>'
+               f"<td>{_text(_cell(outcome.completions))}</td><td>{_text(_cell(outcome.passed))}</td>"
+               f"<td>{_text(_cell(outcome.failed))}</td><td>{outcome.withheld}</td></tr>")
+    yield "</tbody></table></section>"
 
 
 def _outcome_chart(outcomes):
@@ -151,9 +175,17 @@ def _outcome_chart(outcomes):
 def render(data, freshness):
     """Given a ReportData and the freshness ({"last_success", "watermark", "stale", "written"}, and optionally
     "note": a neutral sentence shown under the banner), return the page as text."""
-    return (f"{_HEAD}<style>{_STYLE}</style></head><body><h1>LMS activity report</h1>"
-            f'<section id="freshness">{_freshness(freshness)}</section>{_privacy(data)}{_weekly(data)}'
-            f"{_outcomes(data)}</body></html>\n")
+    return "".join(_pieces(data, freshness))
+
+
+def _pieces(data, freshness):
+    """The page (see `render`) in pieces, in order: none holds more than one course's row or figure, so that
+    `write_report` holds no more of the page than a piece and its file's buffer, however many courses there are."""
+    yield (f"{_HEAD}<style>{_STYLE}</style></head><body><h1>LMS activity report</h1>"
+           f'<section id="freshness">{_freshness(freshness)}</section>{_privacy(data)}')
+    yield from _weekly(data)
+    yield from _outcomes(data)
+    yield "</body></html>\n"
 
 
 # How every page begins: what tells a report this program wrote from any other file (retire).
@@ -189,10 +221,13 @@ def retire(path):
 
 def write_report(publication_path, output, freshness, *, today, mode=0o644, group=None):
     """Render the report of the publication at `publication_path` as of `today` (the local date, ISO text) and
-    replace `output` by it atomically, with `mode` and `group` (the publication's); return `output`."""
-    page = render(read_publication(publication_path, today=today), freshness)
-    atomic.replace_bytes(output, page.encode("utf-8"), mode=mode, group=group, what=f"the report {output}",
-                         outcome="the publication stands.")
+    replace `output` by it atomically, with `mode` and `group` (the publication's); return `output`. The page is
+    written to its temporary piece by piece (`_pieces`), never held whole."""
+    data = read_publication(publication_path, today=today)
+    with atomic.replacing(output, mode=mode, group=group, what=f"the report {output}",
+                          outcome="the publication stands.") as temporary:
+        with open(temporary, "w", encoding="utf-8", newline="") as handle:
+            handle.writelines(_pieces(data, freshness))
     return output
 
 

@@ -250,11 +250,11 @@ class SqlStore(Staging, Erasure, Grains, Published, RebuildCheck, RunLog, Course
             row[0] for row in self.execute("SELECT DISTINCT day FROM daily_metrics").fetchall()}
 
     def courses_on(self, days):
-        """Return the course ids with a metrics row on any of `days`."""
-        found = set()
-        for day in days:
-            found.update(row[0] for row in self.execute(
-                "SELECT course_id FROM daily_metrics WHERE day = ?", (day,)).fetchall())
+        """Return {day: the course ids with a metrics row on it} of those of `days` that have one."""
+        found = {}
+        for day, course in self.execute(f"SELECT day, course_id FROM daily_metrics WHERE {self.dialect.days_in}",
+                                        (self.dialect.day_set(days),)).fetchall():
+            found.setdefault(day, set()).add(course)
         return found
 
     def _courses_to_publish(self, courses):
@@ -274,12 +274,14 @@ class SqlStore(Staging, Erasure, Grains, Published, RebuildCheck, RunLog, Course
         horizon = self.meta().get("staging_horizon")  # see lms_refresh.run.retention
         if horizon is not None:
             days = {day for day in days if day >= horizon}  # a closed day is never rebuilt from what is left
-        courses, everything = self.courses_on(days), self._republish_all
+        before, everything = self.courses_on(days), self._republish_all
         recounted = self.sync_terms(calendar)  # first: the days' presence then moves in and out of these terms
         uncounted = [] if recounted is None else recounted.pop(None, [])
         # A term that cannot be counted whole gets no presence and no cell, now or later (sync_terms).
         calendar = calendar.without(uncounted)
         written = self.rebuild_partitions(days, calendar)
+        touched = {day: before.get(day, set()) | courses for day, courses in self.courses_on(days).items()}
+        touched.update((day, courses) for day, courses in before.items() if day not in touched)
         grains = periods.GRAINS if everything else () if recounted is None else ("term",)
         # `periods_of`: days whose presence changed without their events (a learner forgotten on a closed day):
         # their periods with a day still open are counted again; the days themselves, and periods wholly closed,
@@ -287,8 +289,8 @@ class SqlStore(Staging, Erasure, Grains, Published, RebuildCheck, RunLog, Course
         also = {period: bounds for period, bounds in calendar.periods_of(periods_of).items()
                 if horizon is None or bounds[1] >= horizon}
         also.update(recounted or {})
-        period_courses, labels = self.rebuild_periods(days, calendar, everything=grains, also=also)
-        return Recomputed(written, days, self._courses_to_publish(courses | self.courses_on(days)), period_courses,
+        period_courses, labels = self.rebuild_periods(days, calendar, everything=grains, also=also, touched=touched)
+        return Recomputed(written, days, self._courses_to_publish(set().union(*touched.values())), period_courses,
                           tuple(uncounted), labels, ("day",) + grains if everything else grains, calendar)
 
     def forget_transaction(self):

@@ -26,6 +26,12 @@ class Dialect:
     serving_courses = ""  # the serving view of course names (tables.courses_view)
     insertion_order = ""  # what orders a logged table's rows (tables.Table.logged)
     days_in = ""  # the condition "day is one of the days given as the statement's one parameter"
+    courses_in = ""  # the condition "course_id is one of the ids given as the statement's one parameter" (id_set)
+    # Tables made of one statement's parameters: `c` of course ids (c.value; one parameter, id_set) and `r` of
+    # (course, lo, hi) ranges of labels (range_set's parameters). Each is read first when written before CROSS JOIN
+    # (SQLite keeps that order), so that a statement about some courses looks each one up by its index.
+    courses_table = ""
+    ranges_table = ""
     legacy_average = legacy_duration = ""  # the serving view's computed columns until schema version 3
     presence_by_period = False  # move a period's presence in one grouped statement, not day by day (grains.py)
     # Sum a learner's counts packed into one integer (presence.py; grains.SITE_DAY), and fill a period from the
@@ -49,6 +55,19 @@ class Dialect:
 
     def day_set(self, days):
         """Return the parameter of `days_in` that holds `days`."""
+        raise NotImplementedError
+
+    def indexed_by(self, index):
+        """Return what follows a table's name to have a statement read it through `index` (nothing: the planner's
+        statistics choose it)."""
+        return ""
+
+    def id_set(self, ids):
+        """Return the parameter of `courses_in` and `courses_table` that holds the course ids `ids`."""
+        return self.day_set(ids)
+
+    def range_set(self, ranges):
+        """Return the parameters of `ranges_table` that hold `ranges` [(course id, first label, last label)]."""
         raise NotImplementedError
 
     def prelude(self):

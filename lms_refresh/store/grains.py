@@ -95,9 +95,9 @@ FROM (SELECT course_id, COUNT(*) AS learners,
         {", ".join(f"SUM(CASE WHEN {count} > 0 THEN 1 ELSE 0 END) AS {name}"
                    for count, name in zip(PERIOD_COUNTS[1:], _LEARNERS[1:], strict=True))},
         SUM(learner_key) % {_MODULUS} AS learner_key
-    FROM learner_periods WHERE grain = ? AND period = ? GROUP BY course_id) AS l
+    FROM learner_periods WHERE grain = ? AND period = ?{{only}} GROUP BY course_id) AS l
 JOIN (SELECT course_id, {_SUMMED}
-    FROM daily_metrics WHERE day BETWEEN ? AND ? GROUP BY course_id) AS e ON e.course_id = l.course_id"""
+    FROM daily_metrics WHERE day BETWEEN ? AND ?{{only}} GROUP BY course_id) AS e ON e.course_id = l.course_id"""
 
 
 # The site's cells, each learner once however many courses they were in (learner_days and learner_periods hold
@@ -285,20 +285,29 @@ class Grains:
         return self.execute("SELECT 1 FROM learner_periods WHERE grain = ? AND period = ? LIMIT 1",
                             (grain, label)).fetchone() is None
 
-    def rebuild_periods(self, days, calendar, everything=(), also=None):
+    def rebuild_periods(self, days, calendar, everything=(), also=None, touched=None):
         """Rebuild the cells of every period of `calendar` that holds one of `days` (ISO text, already rebuilt),
         and of the periods `also` ({(grain, label): (first, last)}); return ({grain: course ids to publish again}
-        (every course of each grain in `everything`), {grain: the labels rebuilt})."""
+        (every course of each grain in `everything`), {grain: the labels rebuilt}).
+
+        With `touched` ({day: the course ids with a cell on it before or after its rebuild}), a period of `days`
+        recounts only the cells of the courses touched on its rebuilt days, and the site's: no other course's
+        presence or days changed, nor did its cell. The periods `also` are counted whole."""
         courses = {grain: set() for grain in periods.GRAINS}
         labels = {grain: set() for grain in periods.GRAINS}
         days = {day for day in days if instants.FIRST_DAY <= day <= instants.LAST_DAY}
         for (grain, label), (first, last) in sorted({**calendar.periods_of(days), **(also or {})}.items()):
             labels[grain].add(label)
-            courses[grain].update(self._period_courses(grain, label))
-            self.execute("DELETE FROM period_metrics WHERE grain = ? AND period = ?", (grain, label))
-            self.execute(_REBUILD, (grain, label, grain, label, first, last))
+            whole = touched is None or (grain, label) in (also or {})
+            some = self._period_courses(grain, label) if whole else {SITE}.union(
+                *(touched.get(day, ()) for day in days if first <= day <= last))
+            courses[grain].update(some)
+            only, some = ("", ()) if whole else (f" AND {self.dialect.courses_in}", (self.dialect.id_set(some),))
+            self.execute(f"DELETE FROM period_metrics WHERE grain = ? AND period = ?{only}", (grain, label, *some))
+            self.execute(_REBUILD.replace("{only}", only), (grain, label, grain, label, *some, first, last, *some))
             self.execute(_SITE_PERIOD, (grain, label, grain, label, first, last))
-            courses[grain].update(self._period_courses(grain, label))
+            if whole:
+                courses[grain].update(self._period_courses(grain, label))
         for grain in everything:
             courses[grain] = {row[0] for row in self.execute(
                 "SELECT course_id FROM period_metrics WHERE grain = ? UNION "

@@ -19,6 +19,9 @@ class PostgresDialect(Dialect):
     serving_courses = "{s}_serving.courses"
     insertion_order = "seq"
     days_in = "day = ANY(?)"
+    courses_in = "course_id = ANY(CAST(? AS bigint[]))"
+    courses_table = "unnest(CAST(? AS bigint[])) AS c(value)"
+    ranges_table = "unnest(CAST(? AS bigint[]), CAST(? AS text[]), CAST(? AS text[])) AS r(course, lo, hi)"
     legacy_average = "ROUND(m.score_sum_micro::numeric / m.score_count / 1000000, 6)::float8"
     legacy_duration = "(m.duration_ms / 1000.0)::float8"
     # One upsert per learner and period, not per learner-day: per-row upserts were 49 s of a 1M refresh
@@ -39,6 +42,9 @@ class PostgresDialect(Dialect):
 
     def day_set(self, days):
         return sorted(days)
+
+    def range_set(self, ranges):
+        return tuple(list(column) for column in zip(*ranges, strict=True)) if ranges else ([], [], [])
 
     def prelude(self):
         return ["CREATE SCHEMA IF NOT EXISTS {s}", "CREATE SCHEMA IF NOT EXISTS {s}_serving",

@@ -3,11 +3,14 @@ writes back. What a row holds is decided by lms_refresh.disclosure.policy; nothi
 
 A nightly run rewrites only what it changed (policy.republish): the rows of the days and periods it rebuilt,
 and those that a move of a course's span adds or removes (every day or period from its first to its last
-cell with at least k learners is published, withheld or not). So every read here is of one course's rows at
-given labels or at an end of its span, one index range away: its cost follows what a run touches, not the
-years of history behind it. A grain is `"day"` (daily_metrics, published_metrics) or one of
-lms_refresh.store.periods.GRAINS (period_metrics, published_periods); labels are ISO days, `YYYY-Www` and
-`YYYY-MM`, which sort as text in calendar order (term names do not: a term is always republished whole).
+cell with at least k learners is published, withheld or not). So every read here is of some courses' rows at
+given labels or at an end of their spans, each course one index range away: its cost follows what a run touches,
+not the years of history behind it nor the courses it did not touch. Each read and write is one statement for a
+set of courses (the dialect's `courses_table`, `ranges_table`, `courses_in`), never one per course: a run that
+publishes 50,000 courses makes a few statements per grain, not 300,000. A grain is `"day"` (daily_metrics,
+published_metrics) or one of lms_refresh.store.periods.GRAINS (period_metrics, published_periods); labels are ISO
+days, `YYYY-Www` and `YYYY-MM`, which sort as text in calendar order (term names do not: a term is always
+republished whole).
 """
 
 import typing
@@ -20,7 +23,7 @@ from lms_refresh.store.tables import column_names
 CELL_FIELDS = tuple(name for name in column_names("daily_metrics") if name != "course_id")
 PERIOD_CELL_FIELDS = ("period",) + tuple(name for name in column_names("period_metrics")
                                          if name not in ("grain", "period", "course_id"))
-_CHUNK = 500  # labels per statement: well under SQLite's parameter limit
+_CHUNK = 5000  # courses (or ranges) per statement
 
 
 class _Tables(typing.NamedTuple):
@@ -29,82 +32,113 @@ class _Tables(typing.NamedTuple):
     label: str
     fields: tuple
     written: tuple  # the published table's columns: the key's prefix (course, or grain and course), then a row's
+    by_course: str  # the index of `cells` by course, then label
 
 
-_DAYS = _Tables("daily_metrics", "published_metrics", "day", CELL_FIELDS, column_names("published_metrics"))
+_DAYS = _Tables("daily_metrics", "published_metrics", "day", CELL_FIELDS, column_names("published_metrics"),
+                "daily_metrics_by_course")
 _PERIODS = _Tables("period_metrics", "published_periods", "period", PERIOD_CELL_FIELDS,
-                   column_names("published_periods"))
+                   column_names("published_periods"), "period_metrics_by_course")
 
 
-def _of(grain, course):
-    """Return (the grain's tables, the condition selecting `course`'s rows of it, its parameters)."""
+def _of(grain):
+    """Return (the grain's tables, the condition selecting its rows before the course's, its parameters)."""
     if grain == "day":
-        return _DAYS, "course_id = ?", (course,)
-    return _PERIODS, "grain = ? AND course_id = ?", (grain, course)
+        return _DAYS, "", ()
+    return _PERIODS, "grain = ? AND ", (grain,)
+
+
+def _parts(values):
+    values = list(values)
+    return (values[start:start + _CHUNK] for start in range(0, len(values), _CHUNK))
 
 
 class Published:
     """A mixin of SqlStore: `execute`, `executemany` and `dialect` come from it."""
 
-    def cells(self, grain, course, labels=None):
-        """Return the aggregates and record keys of `course`'s `grain` cells, all of them or those at `labels`:
-        {label: {field: value}} (CELL_FIELDS, PERIOD_CELL_FIELDS)."""
-        tables, where, parameters = _of(grain, course)
-        select = f"SELECT {', '.join(tables.fields)} FROM {tables.cells} WHERE {where}"
-        if labels is None:
-            rows = self.execute(select, parameters).fetchall()
-        else:
-            labels, rows = sorted(labels), []
-            for start in range(0, len(labels), _CHUNK):
-                part = labels[start:start + _CHUNK]
-                rows += self.execute(f"{select} AND {tables.label} IN ({', '.join('?' * len(part))})",
-                                     parameters + tuple(part)).fetchall()
-        return {row[0]: dict(zip(tables.fields, row, strict=True)) for row in rows}
+    def cells(self, grain, courses):
+        """Return the aggregates and record keys of all `grain` cells of `courses`: {course: {label: {field:
+        value}}} (CELL_FIELDS, PERIOD_CELL_FIELDS); a course without one is not in it."""
+        tables, where, parameters = _of(grain)
+        found = {}
+        for part in _parts(courses):
+            self._collect(found, tables, f"SELECT c.value, {self._fields(tables)} FROM {self.dialect.courses_table} "
+                                         f"CROSS JOIN {self._by_course(tables)} WHERE {where}m.course_id = c.value",
+                          (self.dialect.id_set(part),) + parameters)
+        return found
 
-    def visible_span(self, grain, course, min_cell_size):
-        """Return (first, last) label of `course`'s `grain` cells with at least `min_cell_size` learners (days:
-        within instants' range, which policy.course_rows publishes), or None if it has none."""
-        tables, where, parameters = _of(grain, course)
-        where += " AND learners >= ?"
+    def cells_in(self, grain, ranges):
+        """Return the `grain` cells within `ranges` [(course, first label, last label)], as `cells` does."""
+        tables, where, parameters = _of(grain)
+        found = {}
+        for part in _parts(ranges):
+            self._collect(found, tables, f"SELECT r.course, {self._fields(tables)} FROM {self.dialect.ranges_table} "
+                                         f"CROSS JOIN {self._by_course(tables)} WHERE {where}"
+                                         f"m.course_id = r.course AND m.{tables.label} BETWEEN r.lo AND r.hi",
+                          self.dialect.range_set(part) + parameters)
+        return found
+
+    def _by_course(self, tables):
+        return f"{tables.cells} AS m{self.dialect.indexed_by(tables.by_course)}"
+
+    @staticmethod
+    def _fields(tables):
+        return ", ".join(f"m.{name}" for name in tables.fields)
+
+    def _collect(self, found, tables, select, parameters):
+        for course, *row in self.execute(select, parameters).fetchall():
+            found.setdefault(course, {})[row[0]] = dict(zip(tables.fields, row, strict=True))
+
+    def visible_spans(self, grain, courses, min_cell_size):
+        """Return {course: (first, last)} labels of each of `courses`' `grain` cells with at least `min_cell_size`
+        learners (days: within instants' range, which policy.course_rows publishes); a course with none is not
+        in it."""
+        tables, where, parameters = _of(grain)
+        where += "course_id = c.value AND learners >= ?"
         parameters += (min_cell_size,)
         if grain == "day":
             where += " AND day BETWEEN ? AND ?"
             parameters += (instants.FIRST_DAY, instants.LAST_DAY)
-        return self._ends(tables.cells, tables.label, where, parameters)
+        return self._ends(courses, tables.cells + self.dialect.indexed_by(tables.by_course), tables.label, where,
+                          parameters)
 
-    def published_span(self, grain, course):
-        """Return (first, last) label of `course`'s published `grain` rows, or None if it has none."""
-        tables, where, parameters = _of(grain, course)
-        return self._ends(tables.published, tables.label, where, parameters)
+    def published_spans(self, grain, courses):
+        """Return {course: (first, last)} labels of each of `courses`' published `grain` rows; a course with none is
+        not in it."""
+        tables, where, parameters = _of(grain)
+        return self._ends(courses, tables.published, tables.label, where + "course_id = c.value", parameters)
 
-    def _ends(self, table, label, where, parameters):
-        # One ordered look-up per end (an index's first and last entry in range), never MIN and MAX together,
-        # which SQLite answers by reading the whole range.
-        ends = []
-        for order in ("ASC", "DESC"):
-            row = self.execute(f"SELECT {label} FROM {table} WHERE {where} ORDER BY {label} {order} LIMIT 1",
-                               parameters).fetchone()
-            if row is None:
-                return None
-            ends.append(row[0])
-        return tuple(ends)
+    def _ends(self, courses, table, label, where, parameters):
+        # One ordered look-up per end and course (an index's first and last entry in range), never MIN and MAX
+        # together, which SQLite answers by reading the whole range.
+        ends = [f"(SELECT {label} FROM {table} WHERE {where} ORDER BY {label} {order} LIMIT 1)"
+                for order in ("ASC", "DESC")]
+        found = {}
+        for part in _parts(courses):
+            found.update((course, (first, last)) for course, first, last in self.execute(
+                f"SELECT c.value, {', '.join(ends)} FROM {self.dialect.courses_table}",
+                parameters + parameters + (self.dialect.id_set(part),)).fetchall() if first is not None)
+        return found
 
-    def write_published(self, grain, course, rows, keep=None):
-        """Write `course`'s published `grain` rows [(label, values...)]. Without `keep`, they replace all its
-        rows; with `keep` = (first, last), its rows outside that span go, and `rows` replace those at their labels."""
-        tables, where, parameters = _of(grain, course)
-        if keep is None:
-            self.execute(f"DELETE FROM {tables.published} WHERE {where}", parameters)
-        else:
-            self.execute(f"DELETE FROM {tables.published} WHERE {where} AND ({tables.label} < ? OR {tables.label} > ?)",
-                         parameters + tuple(keep))
+    def write_published(self, grain, rows, *, courses=(), keep=None):
+        """Write published `grain` rows [(course, (label, values...))]: those of `courses` go first (rewritten
+        whole), then of each course in `keep` ({course: (first, last)}) those outside that span; `rows` replace
+        those at their labels."""
+        tables, where, parameters = _of(grain)
+        for part in _parts(courses):
+            self.execute(f"DELETE FROM {tables.published} WHERE {where}{self.dialect.courses_in}",
+                         parameters + (self.dialect.id_set(part),))
+        if keep:
+            self.executemany(f"DELETE FROM {tables.published} WHERE {where}course_id = ? AND "
+                             f"({tables.label} < ? OR {tables.label} > ?)",
+                             [parameters + (course, first, last) for course, (first, last) in sorted(keep.items())])
         if rows:
-            key = len(parameters) + 1  # the key's columns: the prefix and the label
+            key = len(parameters) + 2  # the key's columns: the prefix, the course and the label
             columns, values = ", ".join(tables.written), ", ".join("?" * len(tables.written))
             update = ", ".join(f"{column} = excluded.{column}" for column in tables.written[key:])
             self.executemany(f"INSERT INTO {tables.published} ({columns}) VALUES ({values}) "
                              f"ON CONFLICT ({', '.join(tables.written[:key])}) DO UPDATE SET {update}",
-                             [parameters + tuple(row) for row in rows])
+                             [parameters + (course,) + tuple(row) for course, row in rows])
 
     def suppressed_on(self, days):
         """Return how many published rows of `days` have a withheld value."""
