@@ -131,10 +131,10 @@ def grant_reader(settings, role):
 
     store = open_store(config, os.environ, create=True)
     try:
-        store.grant_reader(role)
+        views = store.grant_reader(role)
     finally:
         store.close()
-    click.echo(f"{role} may now read {store.serving} and {store.serving_courses}")
+    click.echo(f"{role} may now read {', '.join(views[:-1])} and {views[-1]}")
     return errors.OK
 
 
