@@ -11,6 +11,7 @@ import datetime as dt
 import json
 import logging
 import os
+import socket
 
 from lms_refresh import atomic, instants, window as windows
 from lms_refresh.disclosure.pseudonyms import create_key, fingerprint, read_key
@@ -95,6 +96,49 @@ def verify_identity(config, meta, has_events, *, upgrading=False):
                 "which would count the same statements a second time under other names; put the old value back, "
                 f"or apply the change by rebuilding the store with {REBUILD}."
             )
+
+
+# The [[terms]] as the installation that last changed them configured them, which installation that was, and
+# what each installation configured at its last run: terms are settings every installation sharing a store
+# must share, or each would count its own on alternate nights.
+TERMS, TERMS_BY, TERMS_OF = "terms.configured", "terms.configured_by", "terms.configured."
+
+
+def installation(config):
+    """This installation, as the store's meta names it: the host and its state directory."""
+    return f"{socket.gethostname()}:{config.state_directory}"
+
+
+def _terms_text(config):
+    return json.dumps(sorted([term.name, term.first_day, term.last_day] for term in config.terms))
+
+
+def verify_terms(config, meta):
+    """Refuse (78) [[terms]] other than the store's when another installation set the store's and this one's
+    configuration is not a change made here: unchanged since this installation's last run, or never run here.
+    A change made here applies (and the others are then refused until they are given the same terms)."""
+    stored, mine, by = meta.get(TERMS), _terms_text(config), meta.get(TERMS_BY)
+    here = installation(config)
+    if stored is None or stored == mine or by in (None, here):
+        return
+    last_here = meta.get(TERMS_OF + here)
+    if last_here is not None and last_here != mine:
+        return  # edited here since this installation's last run: the change is this installation's to make
+    host, _, directory = by.partition(":")
+    raise StateError(
+        f"The store's [[terms]] were set by the lms-refresh on host {host} (state directory {directory}), but "
+        f"{config.origin} configures other terms; every host that shares a store must configure the same "
+        "[[terms]], or each would publish its own on alternate nights: copy them from that host's configuration.")
+
+
+def record_terms(store, config, meta):
+    """Write the terms this run counted, and this installation's, into the store's meta (inside the run's
+    transaction); `meta` is the store's as the run began."""
+    mine, here = _terms_text(config), installation(config)
+    if meta.get(TERMS) != mine:
+        store.set_meta(TERMS, mine)
+        store.set_meta(TERMS_BY, here)
+    store.set_meta(TERMS_OF + here, mine)
 
 
 def marker_path(config):
