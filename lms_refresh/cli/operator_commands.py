@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from lms_refresh import errors
+from lms_refresh import errors, logs
 from lms_refresh.demo import DAYS, LEARNERS, READ_BACK_MARGIN
 from lms_refresh.disclosure import redaction
 from lms_refresh.ops.monitoring import plugin_check, staleness
@@ -182,10 +182,11 @@ def forget(settings, mbox, mbox_sha1sum, *, openid, account_homepage, account_na
     report = forget_learner(config, identifier, os.environ, euid=os.geteuid(), dry_run=dry_run)
     if not dry_run:  # the page is made of the publication: it must not show the learner until the next run
         rewrite_after(config, os.environ, settings.now, "forget")
-    click.echo(f"{'would delete' if dry_run else 'deleted'}: {report.events} staged events, "
-               f"{report.quarantined} quarantined records")
-    click.echo(f"rebuilt:     {len(report.partitions)} daily partitions ({report.rows_written} rows, "
-               f"{report.suppressed} suppressed)" + (" — rolled back" if dry_run else ""))
+    click.echo(f"{'would delete' if dry_run else 'deleted'}: {logs.counted(report.events, 'staged event')}, "
+               f"{logs.counted(report.quarantined, 'quarantined record')}")
+    click.echo(f"rebuilt:     {logs.counted(len(report.partitions), 'daily partition')} "
+               f"({logs.counted(report.rows_written, 'row')}, {report.suppressed} suppressed)"
+               + (" — rolled back" if dry_run else ""))
     if report.closed_days:  # closed days are never rebuilt, but their learner's presence goes (README: Erasure)
         days, will = f"{report.closed_days} day{'' if report.closed_days == 1 else 's'}", "would be " if dry_run else ""
         click.echo(f"closed:      presence on {days} before the staging horizon {will}deleted; their weeks, months "

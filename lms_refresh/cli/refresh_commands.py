@@ -53,20 +53,21 @@ def _do_refresh(settings, kind, dry_run, *, since=None, until=None, weaker=False
                       committed=settings.stop.committed)
     if report.outcome == "success":
         logger.info(
-            "%s: read %d statements, staged %d, voided %d, quarantined %d; rebuilt %d partitions "
-            "(%d rows, %d suppressed cells).",
+            "%s: read %s, staged %d, voided %d, quarantined %d; rebuilt %s (%s, %s).",
             "Dry run (nothing written)" if dry_run else "Rebuild committed" if kind == REBUILD else "Refresh committed",
-            report.statements_read, report.staged, report.voided, report.quarantined,
-            len(report.partitions), report.rows_written, report.suppressed,
+            logs.counted(report.statements_read, "statement"), report.staged, report.voided, report.quarantined,
+            logs.counted(len(report.partitions), "partition"), logs.counted(report.rows_written, "row"),
+            logs.counted(report.suppressed, "suppressed cell"),
             extra=logs.run_fields(logs.DRY_RUN_FINISHED if dry_run else logs.RUN_FINISHED, report),
         )
     if dry_run:
         window = report.window
         click.echo(f"window:      {window.since_cursor} .. {window.until_cursor}" if window else "window:      -")
         click.echo(f"outcome:     {report.outcome}")
-        click.echo(f"read:        {report.statements_read} statements ({report.quarantined} would be quarantined)")
+        click.echo(f"read:        {logs.counted(report.statements_read, 'statement')} ({report.quarantined} would be "
+                   "quarantined)")
         click.echo(f"partitions:  {', '.join(report.partitions) or '-'}")
-        click.echo(f"would write: {report.rows_written} metric rows, {report.suppressed} suppressed")
+        click.echo(f"would write: {logs.counted(report.rows_written, 'metric row')}, {report.suppressed} suppressed")
     return errors.OK
 
 
@@ -146,9 +147,11 @@ def copy_store(settings, path):
 
     config = settings.config()
     report = copy_from_sqlite(config, path, environ=os.environ, euid=os.geteuid())
-    click.echo(f"copied:      {report.rows['staged_events']} staged events, {report.rows['daily_metrics']} metric "
-               f"rows, {report.rows['published_metrics']} published rows, {report.rows['runs']} runs, "
-               f"{report.rows['quarantine']} quarantined records into {config.store_location}")
+    rows = report.rows
+    click.echo(f"copied:      {logs.counted(rows['staged_events'], 'staged event')}, "
+               f"{logs.counted(rows['daily_metrics'], 'metric row')}, "
+               f"{logs.counted(rows['published_metrics'], 'published row')}, {logs.counted(rows['runs'], 'run')}, "
+               f"{logs.counted(rows['quarantine'], 'quarantined record')} into {config.store_location}")
     click.echo(f"watermark:   {report.watermark or 'none'} (the next run reads on from there)")
     what = {"removed": "removed", "absent": "none there",
             "kept": "kept: it is not a publication lms-refresh wrote"}[report.publication]
