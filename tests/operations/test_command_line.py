@@ -97,7 +97,7 @@ def test_errors_go_to_the_journal_with_error_priority(project, monkeypatch):
 def test_without_systemd_logs_are_human_lines_on_stderr(project):
     project.write("a.ndjson", [statement()])
     result = project.invoke("run", now=NOW, check=0)
-    assert " INFO Refresh committed: read 1 statements" in result.stderr
+    assert " INFO Refresh committed: read 1 statement" in result.stderr
     assert result.stdout == ""
 
 

@@ -80,7 +80,7 @@ def test_forget_deletes_the_learners_conflicting_versions_in_the_new_and_the_old
     assert len(naming(project, number)) == 2
 
     result = project.invoke("forget", *ACCOUNT, check=0)
-    assert "deleted: 1 staged events, 2 quarantined records" in result.stdout
+    assert "deleted: 1 staged event, 2 quarantined records" in result.stdout
     assert naming(project, number) == [] and raws(project) == [other]
     assert project.query("SELECT COUNT(*) FROM staged_events WHERE actor = ?", (number,)) == [(0,)]
     assert project.query("SELECT COUNT(*) FROM learner_days WHERE actor = ?", (number,)) == [(0,)]
@@ -98,7 +98,7 @@ def test_a_statement_for_a_closed_day_carries_its_learner_and_forget_finds_it(pr
     (reason, raw), = project.query("SELECT reason, raw FROM quarantine")
     assert reason.startswith(CLOSED) and json.loads(raw)["learner"] == marker(pseudonym(project))
     result = project.invoke("forget", *ACCOUNT, check=0)
-    assert "0 staged events, 1 quarantined records" in result.stdout
+    assert "0 staged events, 1 quarantined record" in result.stdout
     assert project.query("SELECT COUNT(*) FROM quarantine") == [(0,)]
 
 
@@ -122,7 +122,7 @@ def test_records_quarantined_under_an_earlier_key_name_no_one_after_the_key_chan
     assert all('"https://example.edu/x": "kept"' in raw for raw in raws(project))
     assert sorted(bool(naming(project, new)) and raw in naming(project, new) for raw in raws(project)) == [False, True]
     result = project.invoke("forget", *ACCOUNT, check=0)
-    assert "1 quarantined records" in result.stdout
+    assert "1 quarantined record" in result.stdout
     assert naming(project, new) == [] and naming(project, old) == []
     assert all("pseudonym:" not in raw for raw in raws(project))
 
