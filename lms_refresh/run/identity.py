@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import socket
+import zoneinfo
 
 from lms_refresh import atomic, instants, window as windows
 from lms_refresh.disclosure.pseudonyms import create_key, fingerprint, read_key
@@ -139,6 +140,42 @@ def record_terms(store, config, meta):
         store.set_meta(TERMS, mine)
         store.set_meta(TERMS_BY, here)
     store.set_meta(TERMS_OF + here, mine)
+
+
+def changed_settings(config, meta, key_fingerprint):
+    """Describe each setting the store's rows were derived with that `config` (or the key) changes."""
+    changes = []
+    if meta.get("timezone") not in (None, config.timezone):
+        changes.append(f"time zone {meta['timezone']} -> {config.timezone}")
+    for name, value in identity(config).items():
+        setting, assumed = IDENTITY[name]
+        was = meta.get(name, assumed)
+        if was is not None and was != value:
+            changes.append(f"{setting} {was!r} -> {value!r}")
+    if meta.get("key_fingerprint") not in (None, key_fingerprint):
+        changes.append("the pseudonymisation key")
+    return changes
+
+
+def begin_rebuild(store, config, since, key_fingerprint, *, horizon, run_id):
+    """Empty what a rebuild from `since` replaces (inside its transaction): every day from the local day of
+    `since` on. The days before it stay as they are, with their staged events, presence and published rows: the
+    source may still hold them, and a week, month or term that holds `since` is counted whole from them. A
+    rebuild that applies a changed setting is refused (78) if it would keep such days (from the staging
+    `horizon` on), derived with the old setting."""
+    first = since.astimezone(zoneinfo.ZoneInfo(config.timezone)).date().isoformat()
+    changes = changed_settings(config, store.meta(), key_fingerprint)
+    kept = store.days_between(horizon or "", first) if changes else None
+    if kept:
+        raise StateError(
+            f"rebuild --since {first} applies a changed setting ({', '.join(changes)}) but would keep the store's "
+            f"days from {kept[0]} to {kept[1]}, derived with the old one; rebuild --since {kept[0]} (or earlier), "
+            "or put the old setting back.")
+    store.reset_derived(max(horizon or "", first))
+    logger.warning("Rebuilding the store from %s: what it derived from the source from that day on is replaced by "
+                   "what the source holds; the days before it stay as they are%s.", max(horizon or "", first),
+                   f" (days before the staging horizon {horizon} stay as published)" if horizon else "",
+                   extra={"RUN_ID": run_id})
 
 
 def marker_path(config):

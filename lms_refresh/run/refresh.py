@@ -322,12 +322,9 @@ class Refresh:
         store.follow_key(self._key_fingerprint)
         horizon = retention.staging_horizon(self.config, retention.clock(self.now, store), store.meta())
         upgrade.begin(store, self._upgrade, window, run_id=report.run_id)  # nothing without an upgrade
-        if self._upgrade is None and self.request.kind == REBUILD:
-            store.reset_derived(horizon)  # closed days (before the horizon) stay as they were published
-            logger.warning("Rebuilding the store: everything derived from the source is replaced by what it holds "
-                           "from %s on%s.", window.since_cursor,
-                           f" (days before the staging horizon {horizon} stay as published)" if horizon else "",
-                           extra={"RUN_ID": report.run_id})
+        if self._upgrade is None and self.request.kind == REBUILD:  # closed days too stay as they were published
+            identity.begin_rebuild(store, self.config, self.request.since, self._key_fingerprint, horizon=horizon,
+                                   run_id=report.run_id)
         days = self.stage(store, source, window, horizon=horizon)
         upgrade.verify(store, self._upgrade, report)
         staged_at = time.monotonic()

@@ -366,3 +366,39 @@ def test_two_installations_with_other_terms_on_one_store_refuse_the_one_that_dis
     first.invoke("run", now="2026-11-11T04:15:00Z", check=0)
     second.invoke("run", now="2026-11-12T04:15:00Z", check=0)
     check_every_grain(second, written, "Europe/Paris", moment("2026-11-12T04:15:00Z"), (AUTUMN, WINTER))
+
+
+def test_a_rebuild_since_a_day_inside_a_period_keeps_the_days_before_it(project):
+    """`rebuild --since DATE` inside a week, a month and two terms, with the source still holding everything,
+    deleted every earlier day and published the periods that straddle DATE from their later days only, as whole
+    (a term's statements 601 -> 169, complete = 1). Days before DATE stay as they are (re-read only if a
+    statement stored from DATE on belongs to them) and every period is counted whole: every grain equals the
+    recount of everything written."""
+    with_terms(project, TERMS)
+    written = activity(15, dt.date(2026, 9, 14), 56)
+    project.write("a.ndjson", written)
+    project.invoke("run", now="2026-11-09T04:15:00Z", check=0)
+    days, before = project.serving(site=True), {grain: project.grain_rows(grain, site=True)
+                                                 for grain in ("week", "month", "term")}
+    result = project.invoke("rebuild", "--since", "2026-10-07", now="2026-11-09T05:15:00Z", check=0)
+    assert "Rebuilding the store from 2026-10-07" in result.stderr, result.stderr
+    check_every_grain(project, written, "Europe/Paris", moment("2026-11-09T05:15:00Z"), TERMS)
+    assert {grain: project.grain_rows(grain, site=True) for grain in before} == before
+    assert project.serving(site=True) == days
+
+
+def test_a_rebuild_that_applies_a_changed_setting_is_refused_if_it_would_keep_days_derived_by_the_old(project):
+    """Days kept from before DATE were derived with the store's settings: a rebuild that applies a changed one
+    (here the time zone) must start the store over from its first day, or it would mix the two."""
+    with_terms(project, TERMS)
+    written = activity(16, dt.date(2026, 9, 14), 56)
+    project.write("a.ndjson", written)
+    project.invoke("run", now="2026-11-09T04:15:00Z", check=0)
+    with_terms(project, TERMS, timezone="America/New_York")
+    refused = project.invoke("rebuild", "--since", "2026-10-07", now="2026-11-09T05:15:00Z")
+    assert refused.returncode == 78, refused.stderr
+    assert ("rebuild --since 2026-10-07 applies a changed setting (time zone Europe/Paris -> America/New_York) "
+            "but would keep the store's days from 2026-09-14 to 2026-10-06, derived with the old one; rebuild "
+            "--since 2026-09-14 (or earlier)") in refused.stderr
+    project.invoke("rebuild", "--since", "2026-09-01", now="2026-11-09T05:15:00Z", check=0)
+    check_every_grain(project, written, "America/New_York", moment("2026-11-09T05:15:00Z"), TERMS)
