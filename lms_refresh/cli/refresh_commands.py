@@ -115,10 +115,11 @@ def rebuild(settings, since, *, dry_run, accept_weaker_privacy, accept_bad_input
 
     The way to apply a change the store refuses (time zone, course_pattern,
     site_url, the key), and to re-create history after the store was lost. In
-    one transaction it empties staging and metrics, re-reads the source from
-    SINCE and records the configuration's identity; days before SINCE that the
-    source no longer holds are gone, except closed days (before the staging
-    horizon), which stay as published. The run log and the quarantine stay.
+    one transaction it empties what the store derived from SINCE's day on,
+    re-reads the source from SINCE and records the configuration's identity;
+    the days before SINCE stay as they are, so the weeks, months and terms
+    that hold SINCE stay whole (a rebuild that applies a changed setting must
+    start at the store's first day). The run log and the quarantine stay.
     Run it as the service user, like backfill.
 
     Example: lms-refresh rebuild --since 2026-09-01
