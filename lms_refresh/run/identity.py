@@ -172,6 +172,12 @@ def begin_rebuild(store, config, since, key_fingerprint, *, horizon, run_id):
             f"days from {kept[0]} to {kept[1]}, derived with the old one; rebuild --since {kept[0]} (or earlier), "
             "or put the old setting back.")
     store.reset_derived(max(horizon or "", first))
+    if store.days_between("", first) is None:
+        # Nothing is kept before `first`: a week, month or term that holds it is counted from part of its days.
+        # Such a term is not counted (it begins before the presence the store keeps, meta presence_from), and
+        # such a week or month is never published as complete (meta counted_from, store/grains.py).
+        store.set_meta("counted_from", first)
+        store.set_meta("presence_from", max(first, store.meta().get("presence_from") or first))
     logger.warning("Rebuilding the store from %s: what it derived from the source from that day on is replaced by "
                    "what the source holds; the days before it stay as they are%s.", max(horizon or "", first),
                    f" (days before the staging horizon {horizon} stay as published)" if horizon else "",

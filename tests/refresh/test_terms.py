@@ -402,3 +402,23 @@ def test_a_rebuild_that_applies_a_changed_setting_is_refused_if_it_would_keep_da
             "--since 2026-09-14 (or earlier)") in refused.stderr
     project.invoke("rebuild", "--since", "2026-09-01", now="2026-11-09T05:15:00Z", check=0)
     check_every_grain(project, written, "America/New_York", moment("2026-11-09T05:15:00Z"), TERMS)
+
+
+def test_a_rebuild_that_keeps_nothing_before_its_first_day_never_publishes_the_period_holding_it_as_whole(project):
+    """A rebuild from inside a week, a month and two terms, of a store that holds nothing before (a lost store):
+    those periods are counted from part of their days. The terms are not counted (with the warning), and the week
+    and the month are published but never complete, then as at later runs; the weeks after are whole."""
+    with_terms(project, TERMS)
+    written = activity(17, dt.date(2026, 9, 14), 56)
+    project.write("a.ndjson", written)
+    result = project.invoke("rebuild", "--since", "2026-10-07", now="2026-11-09T04:15:00Z", check=0)
+    assert "The term 'Autumn 2026' is not counted" in result.stderr and "The term 'Block week' is not counted" \
+        in result.stderr
+    for now in ("2026-11-09T04:15:00Z", "2026-12-10T04:15:00Z"):
+        project.invoke("run", now=now, check=0)
+        complete = {row[0]: row[-1] for grain in ("week", "month") for row in project.grain_rows(grain, site=True)
+                    if row[3] is None}
+        assert complete["2026-W41"] == 0 and complete["2026-10"] == 0, complete  # from Wednesday 7 October on
+        assert complete["2026-W42"] == 1 and complete["2026-W45"] == 1
+        assert {row[0] for row in project.grain_rows("term", site=True)} == {"Winter 2026"}
+    assert complete["2026-11"] == 1  # ended before 10 December, and counted whole
