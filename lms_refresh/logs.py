@@ -189,3 +189,7 @@ class Progress:
             self.stream.flush()
         sd_notify("STATUS=", self.environ)
 
+
+def counted(number, noun, plural=None):
+    """Return "1 partition", "2 partitions": `number` with `noun` in agreement (`plural` if not noun + "s")."""
+    return f"{number} {noun if number == 1 else plural or noun + 's'}"

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from lms_refresh import errors
+from lms_refresh import errors, logs
 from lms_refresh.cli.invocation import UNICODE_TEXT
 from lms_refresh.demo import DAYS, LEARNERS, READ_BACK_MARGIN
 from lms_refresh.disclosure import redaction
@@ -132,10 +132,10 @@ def grant_reader(settings, role):
 
     store = open_store(config, os.environ, create=True)
     try:
-        store.grant_reader(role)
+        views = store.grant_reader(role)
     finally:
         store.close()
-    click.echo(f"{role} may now read {store.serving} and {store.serving_courses}")
+    click.echo(f"{role} may now read {', '.join(views[:-1])} and {views[-1]}")
     return errors.OK
 
 
@@ -186,12 +186,12 @@ def forget(settings, mbox, mbox_sha1sum, *, openid, account_homepage, account_na
     report = forget_learner(config, identifier, os.environ, euid=os.geteuid(), dry_run=dry_run)
     if not dry_run:  # the page is made of the publication: it must not show the learner until the next run
         rewrite_after(config, os.environ, settings.now, "forget")
-    click.echo(f"{'would delete' if dry_run else 'deleted'}: {report.events} staged events, "
-               f"{report.quarantined} quarantined records")
-    click.echo(f"rebuilt:     {len(report.partitions)} daily partitions ({report.rows_written} rows, "
-               f"{report.suppressed} suppressed)" + (" — rolled back" if dry_run else ""))
-    # Closed days are never rebuilt, but their learner's presence goes (docs/admin/erasure-and-retention.md).
-    if report.closed_days:
+    click.echo(f"{'would delete' if dry_run else 'deleted'}: {logs.counted(report.events, 'staged event')}, "
+               f"{logs.counted(report.quarantined, 'quarantined record')}")
+    click.echo(f"rebuilt:     {logs.counted(len(report.partitions), 'daily partition')} "
+               f"({logs.counted(report.rows_written, 'row')}, {report.suppressed} suppressed)"
+               + (" — rolled back" if dry_run else ""))
+    if report.closed_days:  # closed days are never rebuilt, but their learner's presence goes (docs/admin/erasure-and-retention.md)
         days, will = f"{report.closed_days} day{'' if report.closed_days == 1 else 's'}", "would be " if dry_run else ""
         click.echo(f"closed:      presence on {days} before the staging horizon {will}deleted; their weeks, months "
                    f"and terms with a day still open {will}counted again")

@@ -53,20 +53,21 @@ def _do_refresh(settings, kind, dry_run, *, since=None, until=None, weaker=False
                       committed=settings.stop.committed)
     if report.outcome == "success":
         logger.info(
-            "%s: read %d statements, staged %d, voided %d, quarantined %d; rebuilt %d partitions "
-            "(%d rows, %d suppressed cells).",
+            "%s: read %s, staged %d, voided %d, quarantined %d; rebuilt %s (%s, %s).",
             "Dry run (nothing written)" if dry_run else "Rebuild committed" if kind == REBUILD else "Refresh committed",
-            report.statements_read, report.staged, report.voided, report.quarantined,
-            len(report.partitions), report.rows_written, report.suppressed,
+            logs.counted(report.statements_read, "statement"), report.staged, report.voided, report.quarantined,
+            logs.counted(len(report.partitions), "partition"), logs.counted(report.rows_written, "row"),
+            logs.counted(report.suppressed, "suppressed cell"),
             extra=logs.run_fields(logs.DRY_RUN_FINISHED if dry_run else logs.RUN_FINISHED, report),
         )
     if dry_run:
         window = report.window
         click.echo(f"window:      {window.since_cursor} .. {window.until_cursor}" if window else "window:      -")
         click.echo(f"outcome:     {report.outcome}")
-        click.echo(f"read:        {report.statements_read} statements ({report.quarantined} would be quarantined)")
+        click.echo(f"read:        {logs.counted(report.statements_read, 'statement')} ({report.quarantined} would be "
+                   "quarantined)")
         click.echo(f"partitions:  {', '.join(report.partitions) or '-'}")
-        click.echo(f"would write: {report.rows_written} metric rows, {report.suppressed} suppressed")
+        click.echo(f"would write: {logs.counted(report.rows_written, 'metric row')}, {report.suppressed} suppressed")
     return errors.OK
 
 
@@ -114,10 +115,11 @@ def rebuild(settings, since, *, dry_run, accept_weaker_privacy, accept_bad_input
 
     The way to apply a change the store refuses (time zone, course_pattern,
     site_url, the key), and to re-create history after the store was lost. In
-    one transaction it empties staging and metrics, re-reads the source from
-    SINCE and records the configuration's identity; days before SINCE that the
-    source no longer holds are gone, except closed days (before the staging
-    horizon), which stay as published. The run log and the quarantine stay.
+    one transaction it empties what the store derived from SINCE's day on,
+    re-reads the source from SINCE and records the configuration's identity;
+    the days before SINCE stay as they are, so the weeks, months and terms
+    that hold SINCE stay whole (a rebuild that applies a changed setting must
+    start at the store's first day). The run log and the quarantine stay.
     Run it as the service user, like backfill.
 
     Example: lms-refresh rebuild --since 2026-09-01
@@ -146,9 +148,11 @@ def copy_store(settings, path):
 
     config = settings.config()
     report = copy_from_sqlite(config, path, environ=os.environ, euid=os.geteuid())
-    click.echo(f"copied:      {report.rows['staged_events']} staged events, {report.rows['daily_metrics']} metric "
-               f"rows, {report.rows['published_metrics']} published rows, {report.rows['runs']} runs, "
-               f"{report.rows['quarantine']} quarantined records into {config.store_location}")
+    rows = report.rows
+    click.echo(f"copied:      {logs.counted(rows['staged_events'], 'staged event')}, "
+               f"{logs.counted(rows['daily_metrics'], 'metric row')}, "
+               f"{logs.counted(rows['published_metrics'], 'published row')}, {logs.counted(rows['runs'], 'run')}, "
+               f"{logs.counted(rows['quarantine'], 'quarantined record')} into {config.store_location}")
     click.echo(f"watermark:   {report.watermark or 'none'} (the next run reads on from there)")
     what = {"removed": "removed", "absent": "none there",
             "kept": "kept: it is not a publication lms-refresh wrote"}[report.publication]

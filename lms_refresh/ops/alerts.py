@@ -21,7 +21,7 @@ from lms_refresh.credentials import read_secret
 from lms_refresh.disclosure.redaction import scrub_text, url_origin
 from lms_refresh.errors import MEANINGS, ConfigError, RefreshError, StateError
 from lms_refresh.instants import from_cursor
-from lms_refresh.ops.interruption import take_unalerted
+from lms_refresh.ops.interruption import mark_alerted, unalerted
 from lms_refresh.ops.monitoring import post, read_url
 
 logger = logging.getLogger(__name__)
@@ -284,8 +284,10 @@ def send_alert(config_path, unit, exit_status, *, result, invocation, environ, l
     # A run a shutdown interrupted could not alert then: the next alert says so, once.
     directory = (config.state_directory if config is not None
                  else environ.get("STATE_DIRECTORY", DEFAULT_STATE_DIRECTORY))
-    message["interrupted"] = take_unalerted(directory)
+    message["interrupted"] = unalerted(directory)
     delivered, attempted = deliver(message, settings, environ)
+    if delivered and message["interrupted"]:
+        mark_alerted(directory, message["interrupted"])
     if attempted == 0:
         logger.warning("%s failed, but [alerts] in %s names no channel to tell.", unit, config_path)
     elif not delivered:

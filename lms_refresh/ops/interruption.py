@@ -139,14 +139,18 @@ class Marker:
             logger.warning("Could not remove %s (%s): the next boot will run the refresh once more.", path, error)
 
 
-def take_unalerted(state_directory):
-    """The last interruption if no alert reported it yet, marking it reported; else None."""
-    path = os.path.join(state_directory, LAST)
-    noticed = _read(path)
+def unalerted(state_directory):
+    """The last interruption if no alert has reported it yet, else None (see `mark_alerted`)."""
+    noticed = _read(os.path.join(state_directory, LAST))
     if not noticed or noticed.get("alerted"):
         return None
+    return noticed
+
+
+def mark_alerted(state_directory, noticed):
+    """`noticed` (from `unalerted`) reached someone: later alerts leave it out. Only an alert that was delivered
+    marks it; one that reached nobody leaves it to the next."""
     try:
-        _write(path, dict(noticed, alerted=True))
+        _write(os.path.join(state_directory, LAST), dict(noticed, alerted=True))
     except OSError:
         pass  # reported again next time rather than never
-    return noticed

@@ -20,7 +20,7 @@ import time
 from lms_refresh import logs
 from lms_refresh.errors import ConfigError, RefreshError, Terminated, UnavailableError, exit_status
 from lms_refresh.ops.interruption import Marker
-from lms_refresh.ops.monitoring import Healthchecks, metrics_text, read_previous, read_url, write_textfile
+from lms_refresh.ops.monitoring import Healthchecks, metrics_text, read_previous, read_url, staleness, write_textfile
 from lms_refresh.ops.status import collect_status
 from lms_refresh.run import stopping
 from lms_refresh.run.report import Outcome
@@ -61,6 +61,18 @@ def _write_metrics(config, environ, now, *, exit_code, duration, report):
         logger.warning("Could not write the metrics textfile %s: %s%s", path, error, hint)
 
 
+def _stale(refresh):
+    """Return why the data is stale for the schedule as of the run's `now` (monitoring.staleness), or None: also
+    when the store cannot be read, which is no news of its freshness."""
+    config = refresh.config
+    try:
+        return staleness(collect_status(config, refresh.environ), refresh.now, config.timezone,
+                         grace=config.monitoring.grace)
+    except (RefreshError, OSError) as error:
+        logger.debug("Could not read the store's last success after finding the lock held: %s", error)
+        return None
+
+
 def run_job(refresh, sleep=time.sleep, clock=time.monotonic):
     """Run `refresh` (a Refresh) with retries, pings for scheduled runs and the textfile for real ones;
     return the Outcome (report, error) of its last attempt."""
@@ -84,9 +96,17 @@ def run_job(refresh, sleep=time.sleep, clock=time.monotonic):
     lock_held = report is not None and report.outcome == "lock-held"
     if not request.dry_run:
         code, message = exit_status(outcome.error)
-        # A /start left without its finish is a failure to Healthchecks once its grace time is over: the run
-        # that found the lock held ends as it exits, with 0.
-        pings.finish(code, message)
+        stale = _stale(refresh) if lock_held and request.scheduled else None
+        if stale:
+            # The lock has been held for longer than the schedule allows (a run that never ends, a lock that is
+            # not a run's): exit 0 is the contract for a held lock, but a success ping would hide that nothing has
+            # been refreshed since.
+            pings.fail(f"Another refresh holds the lock (held by {report.lock_holder}) and the data is stale: "
+                       f"{stale}.")
+        else:
+            # A /start left without its finish is a failure to Healthchecks once its grace time is over: the run
+            # that found the lock held ends as it exits, with 0.
+            pings.finish(code, message)
         if not lock_held:
             _write_metrics(refresh.config, refresh.environ, refresh.now, exit_code=code,
                            duration=clock() - began, report=report)

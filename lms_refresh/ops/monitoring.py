@@ -131,6 +131,11 @@ class Healthchecks:
             target = self.url if exit_code == 0 else f"{self.url}/{exit_code}"
             post(target, scrub_text(message).encode()[:10000], "text/plain", timeout=self.timeout)
 
+    def fail(self, message):
+        """Ping a failure whatever the exit status (Healthchecks' /fail)."""
+        if self.url:
+            post(self.url + "/fail", scrub_text(message).encode()[:10000], "text/plain", timeout=self.timeout)
+
 
 def _epoch(cursor):
     return from_cursor(cursor, "time").timestamp() if cursor else None
@@ -257,14 +262,18 @@ def plugin_report(status, now, timezone, *, grace):
     if status.get("interrupted") is not None:  # said, not paged: staleness pages if it is not caught up in time
         text = (f"{text}; the run started {status['interrupted'].get('started_at', '?')} did not finish (a shutdown, "
                 "a crash or a stop) and is not caught up yet")
-    if last_run is not None and last_run["exit_code"] == TERMINATED:
-        stopped = from_cursor(last_run["started_at"], "time").astimezone(zone).isoformat(timespec="minutes")
-        text = f"{text}; the last run ({last_run['kind']}, started {stopped}) was stopped (143) before its commit"
-    elif last_run is not None and last_run["exit_code"] != 0:
-        failed = from_cursor(last_run["started_at"], "time").astimezone(zone).isoformat(timespec="minutes")
+    # A failure stands until a success makes it good (store.unresolved_failure): not merely until a later
+    # backfill of some old window succeeds.
+    failure = status.get("unresolved_failure", last_run if last_run and last_run["exit_code"] != 0 else None)
+    if failure is not None and failure["exit_code"] == TERMINATED:
+        stopped = from_cursor(failure["started_at"], "time").astimezone(zone).isoformat(timespec="minutes")
+        text = f"{text}; the last run ({failure['kind']}, started {stopped}) was stopped (143) before its commit"
+    elif failure is not None:
+        failed = from_cursor(failure["started_at"], "time").astimezone(zone).isoformat(timespec="minutes")
+        which = "last run" if failure is last_run or failure == last_run else "last failed run"
         return PLUGIN_WARNING, plugin_line(
-            PLUGIN_WARNING, f"the last run ({last_run['kind']}, started {failed}) failed with exit status "
-                            f"{last_run['exit_code']}: {last_run['message']}; {text}", perfdata)
+            PLUGIN_WARNING, f"the {which} ({failure['kind']}, started {failed}) failed with exit status "
+                            f"{failure['exit_code']}: {failure['message']}; {text}", perfdata)
     publication = status.get("publication")
     if publication and not publication["current"]:  # e.g. forget's republication failed after its commit
         return PLUGIN_WARNING, plugin_line(

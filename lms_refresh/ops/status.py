@@ -43,6 +43,7 @@ def collect_status(config, environ):
                 if status["watermark"] is not None:
                     status["cursor_kind"] = meta.get("cursor_kind", TIME.name)
                 status["last_run"], status["last_success"] = store.last_runs()
+                status["unresolved_failure"] = store.unresolved_failure()
                 entry = store.last_entry()
                 status["watermark_set"] = entry if entry and entry["kind"] == "watermark-set" else None
                 status["quarantined_records"] = store.quarantine_count()

@@ -11,6 +11,7 @@ import dataclasses
 import datetime as dt
 import logging
 
+from lms_refresh import logs
 from lms_refresh.disclosure.cell_key import RecordKeys
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser, fingerprint, moodle_identifier
 from lms_refresh.disclosure.redaction import REDACTED, scrub_text
@@ -110,9 +111,11 @@ def forget(config, identifier, environ, *, euid, dry_run=False):
 
 def _log(report):
     logger.info(
-        "%s one learner: %d staged events and %d quarantined records deleted; rebuilt %d daily partitions "
-        "(%d rows, %d suppressed cells).", "Would forget (dry run, nothing written)" if report.dry_run else "Forgot",
-        report.events, report.quarantined, len(report.partitions), report.rows_written, report.suppressed,
+        "%s one learner: %s and %s deleted; rebuilt %s (%s, %s).",
+        "Would forget (dry run, nothing written)" if report.dry_run else "Forgot",
+        logs.counted(report.events, "staged event"), logs.counted(report.quarantined, "quarantined record"),
+        logs.counted(len(report.partitions), "daily partition"), logs.counted(report.rows_written, "row"),
+        logs.counted(report.suppressed, "suppressed cell"),
         extra=report.journal_fields(),
     )
 

@@ -11,8 +11,10 @@ import datetime as dt
 import json
 import logging
 import os
+import socket
+import zoneinfo
 
-from lms_refresh import atomic, instants, window as windows
+from lms_refresh import atomic, instants, logs, window as windows
 from lms_refresh.disclosure.pseudonyms import create_key, fingerprint, read_key
 from lms_refresh.errors import StateError
 from lms_refresh.sources.xapi import MAPPING_VERSION
@@ -97,6 +99,91 @@ def verify_identity(config, meta, has_events, *, upgrading=False):
             )
 
 
+# The [[terms]] as the installation that last changed them configured them, which installation that was, and
+# what each installation configured at its last run: terms are settings every installation sharing a store
+# must share, or each would count its own on alternate nights.
+TERMS, TERMS_BY, TERMS_OF = "terms.configured", "terms.configured_by", "terms.configured."
+
+
+def installation(config):
+    """This installation, as the store's meta names it: the host and its state directory."""
+    return f"{socket.gethostname()}:{config.state_directory}"
+
+
+def _terms_text(config):
+    return json.dumps(sorted([term.name, term.first_day, term.last_day] for term in config.terms))
+
+
+def verify_terms(config, meta):
+    """Refuse (78) [[terms]] other than the store's when another installation set the store's and this one's
+    configuration is not a change made here: unchanged since this installation's last run, or never run here.
+    A change made here applies (and the others are then refused until they are given the same terms)."""
+    stored, mine, by = meta.get(TERMS), _terms_text(config), meta.get(TERMS_BY)
+    here = installation(config)
+    if stored is None or stored == mine or by in (None, here):
+        return
+    last_here = meta.get(TERMS_OF + here)
+    if last_here is not None and last_here != mine:
+        return  # edited here since this installation's last run: the change is this installation's to make
+    host, _, directory = by.partition(":")
+    raise StateError(
+        f"The store's [[terms]] were set by the lms-refresh on host {host} (state directory {directory}), but "
+        f"{config.origin} configures other terms; every host that shares a store must configure the same "
+        "[[terms]], or each would publish its own on alternate nights: copy them from that host's configuration.")
+
+
+def record_terms(store, config, meta):
+    """Write the terms this run counted, and this installation's, into the store's meta (inside the run's
+    transaction); `meta` is the store's as the run began."""
+    mine, here = _terms_text(config), installation(config)
+    if meta.get(TERMS) != mine:
+        store.set_meta(TERMS, mine)
+        store.set_meta(TERMS_BY, here)
+    store.set_meta(TERMS_OF + here, mine)
+
+
+def changed_settings(config, meta, key_fingerprint):
+    """Describe each setting the store's rows were derived with that `config` (or the key) changes."""
+    changes = []
+    if meta.get("timezone") not in (None, config.timezone):
+        changes.append(f"time zone {meta['timezone']} -> {config.timezone}")
+    for name, value in identity(config).items():
+        setting, assumed = IDENTITY[name]
+        was = meta.get(name, assumed)
+        if was is not None and was != value:
+            changes.append(f"{setting} {was!r} -> {value!r}")
+    if meta.get("key_fingerprint") not in (None, key_fingerprint):
+        changes.append("the pseudonymisation key")
+    return changes
+
+
+def begin_rebuild(store, config, since, key_fingerprint, *, horizon, run_id):
+    """Empty what a rebuild from `since` replaces (inside its transaction): every day from the local day of
+    `since` on. The days before it stay as they are, with their staged events, presence and published rows: the
+    source may still hold them, and a week, month or term that holds `since` is counted whole from them. A
+    rebuild that applies a changed setting is refused (78) if it would keep such days (from the staging
+    `horizon` on), derived with the old setting."""
+    first = since.astimezone(zoneinfo.ZoneInfo(config.timezone)).date().isoformat()
+    changes = changed_settings(config, store.meta(), key_fingerprint)
+    kept = store.days_between(horizon or "", first) if changes else None
+    if kept:
+        raise StateError(
+            f"rebuild --since {first} applies a changed setting ({', '.join(changes)}) but would keep the store's "
+            f"days from {kept[0]} to {kept[1]}, derived with the old one; rebuild --since {kept[0]} (or earlier), "
+            "or put the old setting back.")
+    store.reset_derived(max(horizon or "", first))
+    if store.days_between("", first) is None:
+        # Nothing is kept before `first`: a week, month or term that holds it is counted from part of its days.
+        # Such a term is not counted (it begins before the presence the store keeps, meta presence_from), and
+        # such a week or month is never published as complete (meta counted_from, store/grains.py).
+        store.set_meta("counted_from", first)
+        store.set_meta("presence_from", max(first, store.meta().get("presence_from") or first))
+    logger.warning("Rebuilding the store from %s: what it derived from the source from that day on is replaced by "
+                   "what the source holds; the days before it stay as they are%s.", max(horizon or "", first),
+                   f" (days before the staging horizon {horizon} stay as published)" if horizon else "",
+                   extra={"RUN_ID": run_id})
+
+
 def marker_path(config):
     """The state directory's note that a store was built with this key (see `remember_store`)."""
     return os.path.join(config.state_directory, MARKER)
@@ -158,9 +245,9 @@ def follow_key(store, key_fingerprint):
     what went with the previous key."""
     gone = store.follow_key(key_fingerprint)
     if gone:
-        logger.warning("Deleted %d quarantined records that carried a pseudonym of the previous key: no key can match "
-                       "them any more, so no forget could erase them; those the source still holds are quarantined "
-                       "again under this key by the next run that reads them (a rebuild reads them all).", gone)
+        logger.warning("Deleted %s that carried a pseudonym of the previous key: no key can match them any more, so no "
+                       "forget could erase them; those the source still holds are quarantined again under this key by "
+                       "the next run that reads them (a rebuild reads them all).", logs.counted(gone, "quarantined record"))
     return gone
 
 

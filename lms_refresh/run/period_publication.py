@@ -32,12 +32,12 @@ def publish(store, period_courses, settings, *, config, now, rebuilt=None, whole
     as their periods do, and a course has few). `counted`: the calendar the store counted (`config`'s terms
     but those it could not count, which get no row, not even a withheld one between two others)."""
     closed_before = instants.to_cursor(cutoff(config, now))
-    periods_in_force = counted or calendar(config)
+    periods_in_force, counted_from = counted or calendar(config), store.counted_from()
 
     def row(grain, label, values):
         start, end = periods_in_force.bounds(grain, label)
         ends = periods.closes_at(end, config.timezone)
-        return (label, start, end, *values, ends, int(ends <= closed_before))
+        return (label, start, end, *values, ends, int(ends <= closed_before and start >= counted_from))
 
     for grain in periods.GRAINS:
         def span(labels, grain=grain):

@@ -98,6 +98,7 @@ class Refresh:
             identity.verify_clock(self.now, meta, store.last_entry())
             self._upgrade = upgrade.plan(config, self.request.kind == RUN, store, meta=meta, has_events=has_events)
             identity.verify_identity(config, meta, has_events, upgrading=self._upgrade is not None)
+        identity.verify_terms(config, meta)  # a rebuild's too: it would count other terms
         key = identity.open_key(config, meta, has_events, dry_run=self.request.dry_run, rebuild=rebuild)
         self._record_keys = RecordKeys(key)  # the cell keys of what this run stages and recomputes
         self._key_fingerprint = fingerprint(key)  # the quarantine's pseudonyms follow the key (store/erasure.py)
@@ -153,7 +154,13 @@ class Refresh:
         store.record_names(source.standing_names())
         # Retention does not wait for new records: a quiet source's old data goes on time too.
         horizon = retention.staging_horizon(self.config, retention.clock(self.now, store), meta)
-        retention.apply(store, self.config, self.now, horizon=horizon, days=set())
+        days = retention.apply(store, self.config, self.now, horizon=horizon, days=store.pending_days())
+        # A change of the settings (the terms, the privacy settings) takes effect now, whatever there is to read:
+        # the same recompute as a run's, of no day unless one is pending.
+        store.set_privacy(self.config.min_cell_size, self.config.privacy)
+        publication.recompute(store, days, record_keys=self._record_keys, config=self.config, now=self.now)
+        store.clear_pending_days()
+        identity.record_terms(store, self.config, meta)
         store.close_periods(period_publication.cutoff(self.config, self.now))  # a week may have ended since
         store.record_run(self.report.row(self.now))
         with self.stop.commit():
@@ -208,6 +215,7 @@ class Refresh:
             store.set_meta("watermark", axis.format(new_watermark))
             store.set_meta("cursor_kind", axis.name)
         identity.record(store, self.config, key)
+        identity.record_terms(store, self.config, store.meta())
         store.record_run(self.report.row(self.now))
         if self.request.dry_run:
             store.rollback()
@@ -314,12 +322,9 @@ class Refresh:
         identity.follow_key(store, self._key_fingerprint)
         horizon = retention.staging_horizon(self.config, retention.clock(self.now, store), store.meta())
         upgrade.begin(store, self._upgrade, window, run_id=report.run_id)  # nothing without an upgrade
-        if self._upgrade is None and self.request.kind == REBUILD:
-            store.reset_derived(horizon)  # closed days (before the horizon) stay as they were published
-            logger.warning("Rebuilding the store: everything derived from the source is replaced by what it holds "
-                           "from %s on%s.", window.since_cursor,
-                           f" (days before the staging horizon {horizon} stay as published)" if horizon else "",
-                           extra={"RUN_ID": report.run_id})
+        if self._upgrade is None and self.request.kind == REBUILD:  # closed days too stay as they were published
+            identity.begin_rebuild(store, self.config, self.request.since, self._key_fingerprint, horizon=horizon,
+                                   run_id=report.run_id)
         days = self.stage(store, source, window, horizon=horizon)
         upgrade.verify(store, self._upgrade, report)
         staged_at = time.monotonic()

@@ -74,7 +74,7 @@ def copy_from_sqlite(config, path, *, environ, euid):
         raise lock_held(held.holder, "nothing was copied", "copy-store") from None
     report.publication = retire_publication(config.publication.path)
     report_page.retire(config.report.path)
-    logger.warning("Copied the SQLite store %s into %s: %s; the old publication %s was %s.", path,
+    logger.info("Copied the SQLite store %s into %s: %s; the old publication %s was %s.", path,
                    config.store_location, ", ".join(f"{n} {t}" for t, n in report.rows.items()),
                    config.publication.path, report.publication)
     return report

@@ -145,6 +145,12 @@ class SqlStore(Staging, Erasure, Grains, Published, RebuildCheck, RunLog, Course
         self.execute("INSERT INTO meta (key, value) VALUES (?, ?) "
                      "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, str(value)))
 
+    def days_between(self, first, before):
+        """Return (first, last) of the days with metrics from `first` to before `before`, or None."""
+        row = self.execute("SELECT MIN(day), MAX(day) FROM daily_metrics WHERE day >= ? AND day < ?",
+                           (first, before)).fetchone()
+        return None if row[0] is None else (row[0], row[1])
+
     def pending_days(self):
         """Days whose metrics a migration left to be rebuilt (it removed double-staged statements)."""
         return {row[0] for row in self.execute("SELECT day FROM pending_days").fetchall()}
@@ -155,10 +161,16 @@ class SqlStore(Staging, Erasure, Grains, Published, RebuildCheck, RunLog, Course
 
     def reset_derived(self, horizon=None):
         """Empty everything derived from the source (a rebuild refills it in the same transaction);
-        the run log and the quarantine stay, and so do the metrics of days before the staging
-        `horizon` (closed days: their events are gone, and they stay as they were published)."""
-        for table in ("staged_events", "voided_events", "verbs", "source_state", "pending_days"):
-            self.execute(f"DELETE FROM {table}")
+        the run log and the quarantine stay, and so does every day before `horizon` (the staging horizon's
+        closed days, whose events are gone, or the days before a rebuild's first day, whose events stay): as
+        it was published, with the learners' presence its weeks, months and terms are counted from."""
+        if horizon is None:
+            for table in ("staged_events", "voided_events", "verbs", "pending_days"):
+                self.execute(f"DELETE FROM {table}")
+        else:  # the kept days' events keep their verbs, and their voids keep a voided statement out
+            for table in ("staged_events", "pending_days"):
+                self.execute(f"DELETE FROM {table} WHERE day >= ?", (horizon,))
+        self.execute("DELETE FROM source_state")
         self.reset_periods(horizon)
         for table in ("published_metrics", "daily_metrics"):
             self.execute(f"DELETE FROM {table} WHERE day >= ?", (horizon or "",))

@@ -321,9 +321,15 @@ class Grains:
             (grain, label, grain, label)).fetchall()}
 
     def close_periods(self, cutoff):
-        """Mark complete the published periods that ended (closes_at) at or before the instant `cutoff`."""
-        self.execute("UPDATE published_periods SET complete = 1 WHERE complete = 0 AND closes_at <= ?",
-                     (instants.to_cursor(cutoff),))
+        """Mark complete the published periods that ended (closes_at) at or before the instant `cutoff` and that
+        were counted whole: none that begins before `counted_from`."""
+        self.execute("UPDATE published_periods SET complete = 1 WHERE complete = 0 AND closes_at <= ? "
+                     "AND period_start >= ?", (instants.to_cursor(cutoff), self.counted_from()))
+
+    def counted_from(self):
+        """The first local day the store counts periods from ('' if any): a period that begins before it is not
+        counted whole. A rebuild that keeps nothing before its first day sets it there (run/identity.py)."""
+        return self.meta().get("counted_from") or ""
 
     def period_serving_rows(self, grain):
         """Return the serving view of `grain`'s rows, ordered, with dates as ISO text in every store."""

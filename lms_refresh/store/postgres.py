@@ -2,9 +2,15 @@
 
 One refresh is one transaction here too. Staging goes through COPY into a
 temporary table, then one INSERT ... ON CONFLICT DO NOTHING (into an empty
-store, COPY straight into staging: PostgresStore.begin_staging). A session-level
-advisory lock, held for the whole run, keeps two hosts (each with its own
-flock) from refreshing the same store at once.
+store, COPY straight into staging: PostgresStore.begin_staging).
+
+The run lock keeps two hosts (each with its own flock) from refreshing the same store at once. It is a
+lock only the store's writer can take: a table lock on the store's `schema_version`, in a transaction of
+a second session held open for the whole command. An advisory lock would not do: any role that can
+connect may take any advisory lock, so a dashboards' read-only role could hold it and stop every run.
+Only a role that may write the table may lock it in a mode stronger than reading (LOCK TABLE), the
+mode chosen lets every read through (status, the dashboards' views, pg_dump), and the run's own
+session never writes that table once the lock is taken (migrations come before it, see `open`).
 """
 
 import contextlib
@@ -27,7 +33,9 @@ from lms_refresh.store.tables import PERIOD_VIEWS, TABLES, courses_view, period_
 
 logger = logging.getLogger(__name__)
 
-LOCK_CLASS = 0x4C4D5352  # "LMSR": the first key of the run's advisory lock; the second is the schema's hash
+LOCK_CLASS = 0x4C4D5352  # "LMSR"; LOCK_CLASS + 1: the first key of the advisory lock that serialises building a store
+# The run lock's mode: it conflicts with itself and with writes to the table, and with no read.
+RUN_LOCK_MODE = "SHARE ROW EXCLUSIVE"
 
 # What the qmark-to-format conversion must look into or skip: string literals (with '' inside),
 # quoted identifiers, dollar-quoted strings, comments, a placeholder, a percent sign.
@@ -49,11 +57,12 @@ class PostgresStore(PgStaging, PgBulk, SqlStore):
     driver_error = psycopg.Error  # what `errors` turns into the domain's
     dialect = POSTGRESQL
     schema_target = SCHEMA_VERSION
-    run_locked = False  # whether this session holds the run's advisory lock (acquire_run_lock)
+    lock_session = None  # the second session whose open transaction holds the run lock (acquire_run_lock)
 
-    def __init__(self, connection, location, schema):
+    def __init__(self, connection, location, schema, connect_again=None):
         super().__init__(connection, location)
         self.schema = schema
+        self._connect_again = connect_again  # a new session to the same store, as the first was opened
         self.serving = self._ddl(POSTGRESQL.serving)
         self.serving_courses = self._ddl(POSTGRESQL.serving_courses)
 
@@ -62,9 +71,12 @@ class PostgresStore(PgStaging, PgBulk, SqlStore):
         """Connect to the store; migrate it unless `read_only` or `migrate=False`."""
         url = settings.url
         shown = url_without_password(url)
-        db = connect(url, settings.password_file, environ, what=f"The store {shown}", section="store",
-                     connect_timeout=15)
-        store = cls(db, shown, settings.schema)
+        def connect_again():
+            return connect(url, settings.password_file, environ, what=f"The store {shown}", section="store",
+                           connect_timeout=15)
+
+        db = connect_again()
+        store = cls(db, shown, settings.schema, connect_again)
         with store.errors():
             db.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(settings.schema)))
             version = store.check_version(strict=read_only)
@@ -92,10 +104,19 @@ class PostgresStore(PgStaging, PgBulk, SqlStore):
     def _create(self):
         """Build a new store's schema in one transaction, so no half-built store is ever visible."""
         with self.db.transaction():
-            self.db.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (LOCK_CLASS + 1, self.schema))
+            self._lock_for_building()
             if self.schema_version() == 0:  # another host may have built it while we waited
                 self._build()
                 faults.point("store-created")
+
+    def _lock_for_building(self):
+        """Make this transaction the only one building or upgrading the store's schema: the run lock's table lock
+        once the store has one (it waits for another host's run to end), else an advisory lock (there is no
+        store yet whose readers could hold it)."""
+        if self.schema_version() > 0:
+            self.db.execute(f"LOCK TABLE {self.schema}.schema_version IN {RUN_LOCK_MODE} MODE")
+        else:
+            self.db.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (LOCK_CLASS + 1, self.schema))
 
     def _sql(self, statement):
         return format_style(statement)
@@ -120,12 +141,12 @@ class PostgresStore(PgStaging, PgBulk, SqlStore):
     def migrate(self, target=SCHEMA_VERSION):
         """Apply the missing migrations up to `target`, each in its own transaction.
 
-        A transaction-level advisory lock makes concurrent first runs on two
-        hosts take turns instead of racing to create the same tables.
+        The run lock's table lock, taken for each migration, makes two hosts upgrading at once take turns, and
+        waits for another host's run to end. A store that needs nothing is not locked: every run opens it so.
         """
-        while True:
+        while self.schema_version() < target:
             with self.db.transaction():
-                self.db.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (LOCK_CLASS + 1, self.schema))
+                self._lock_for_building()
                 number = self.schema_version() + 1
                 if number > target:
                     return
@@ -157,28 +178,54 @@ class PostgresStore(PgStaging, PgBulk, SqlStore):
         return None
 
     def acquire_run_lock(self):
-        """Take the run's advisory lock for this session; return None, or who holds it."""
-        if self.db.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (LOCK_CLASS, self.schema)).fetchone()[0]:
-            self.run_locked = True
-            return None
+        """Take the run lock (see the module's docstring) in a second session; return None, or who holds it."""
+        table = f"{self.schema}.schema_version"
+        session = self._connect_again()
+        try:
+            if session.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is None:
+                session.close()
+                return None  # a dry run's new store, built in its own transaction: no other session sees it
+            # The lock lasts as long as this transaction: a server's idle-in-transaction limit must not end it.
+            session.execute("SET idle_in_transaction_session_timeout = 0")
+            session.execute("BEGIN")
+            session.execute(f"LOCK TABLE {table} IN {RUN_LOCK_MODE} MODE NOWAIT")
+        except psycopg.errors.LockNotAvailable:
+            session.close()
+            return self._run_lock_holder(table)
+        except BaseException:
+            session.close()
+            raise
+        self.lock_session = session
+        return None
+
+    def _run_lock_holder(self, table):
+        """Who holds the run lock: the application name (this program names itself) and address of its session."""
         holder = self.db.execute(
             "SELECT a.application_name, a.client_addr FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
-            "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s::bigint::oid "
-            "AND l.objid = hashtext(%s)::bigint::oid AND l.objsubid = 2",
-            (LOCK_CLASS, self.schema)).fetchone()
+            "WHERE l.locktype = 'relation' AND l.relation = to_regclass(%s) AND l.granted "
+            "AND l.mode = 'ShareRowExclusiveLock'", (table,)).fetchone()
         if holder is None:
             return "another session"
         return f"{holder[0] or 'another session'}" + (f" from {holder[1]}" if holder[1] else "")
 
+    def _verify_run_lock(self):
+        """Refuse to commit once the session holding the run lock is gone (the server ended it): another host may
+        be refreshing the store now."""
+        try:
+            self.lock_session.execute("SELECT 1")
+        except psycopg.Error as error:
+            raise unreachable(error, f"The session holding the run lock on the store {self.location}") from error
+
     def close(self):
-        """Release the run's lock, then close. The lock belongs to the server's session, and closing the socket
-        does not wait for that session to end: a command started right after this one (a backfill after a run,
-        the next test) could still find the lock held and give up. Unlocking is answered before close returns."""
-        if self.run_locked and not (self.db.closed or self.db.broken):
+        """Release the run lock, then close. Closing a socket does not wait for the server's session to end: a
+        command started right after this one (a backfill after a run, the next test) could still find the lock
+        held and give up. The rollback that releases it is answered before close returns."""
+        session, self.lock_session = self.lock_session, None
+        if session is not None:
             with contextlib.suppress(psycopg.Error):
-                if self.db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                    self.db.rollback()  # what closing would do; an aborted transaction would refuse the unlock
-                self.db.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (LOCK_CLASS, self.schema))
+                if not (session.closed or session.broken):
+                    session.execute("ROLLBACK")
+            session.close()
         self.db.close()
 
     def staging_held(self):
@@ -245,7 +292,7 @@ class PostgresStore(PgStaging, PgBulk, SqlStore):
         return True
 
     def grant_reader(self, role):
-        """Let `role` read the serving view, and nothing else."""
+        """Let `role` read the dashboards' views, and nothing else; return their names."""
         if role.lower() == "public":  # GRANT ... TO "public" grants every role of the cluster
             raise ConfigError("'public' stands for every role of the PostgreSQL cluster, not one: name the "
                               "dashboards' own role.")
@@ -258,6 +305,7 @@ class PostgresStore(PgStaging, PgBulk, SqlStore):
                 self.db.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(serving, sql.Identifier(role)))
                 self.db.execute(sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(
                     serving, sql.Identifier(role)))
+        return list(self._dashboard_views())
 
     # -- one run's transaction ------------------------------------------------
 
@@ -267,6 +315,8 @@ class PostgresStore(PgStaging, PgBulk, SqlStore):
         self.db.execute("CREATE TEMP TABLE IF NOT EXISTS incoming (LIKE staged_events) ON COMMIT DELETE ROWS")
 
     def commit(self):
+        if self.lock_session is not None:
+            self._verify_run_lock()
         self.db.execute("COMMIT")
 
     def rollback(self):

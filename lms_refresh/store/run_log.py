@@ -27,6 +27,17 @@ class RunLog:
         refreshes = f"kind IN ({', '.join(repr(kind) for kind in REFRESH_KINDS)})"
         return self._last_run(refreshes), self._last_run("exit_code = 0 AND kind IN ('run', 'rebuild')")
 
+    def unresolved_failure(self):
+        """Return the last failed refresh that no later success has made good, as a dict, or None. A failed
+        backfill or rebuild is made good by a later success of its own kind; any failure by a later refresh
+        that read up to its own now (`run`, `rebuild`). A successful backfill of some window says nothing of
+        the scheduled run that failed: the data is still as that failure left it."""
+        order = self.run_order
+        refreshes = f"kind IN ({', '.join(repr(kind) for kind in REFRESH_KINDS)})"
+        later = (f"NOT EXISTS (SELECT 1 FROM runs AS later WHERE later.{order} > runs.{order} "
+                 "AND later.exit_code = 0 AND (later.kind IN ('run', 'rebuild') OR later.kind = runs.kind))")
+        return self._last_run(f"{refreshes} AND exit_code <> 0 AND {later}")
+
     def last_entry(self):
         """Return the run log's last row of any kind (a watermark set by hand too) as a dict, or None."""
         return self._last_run("TRUE")

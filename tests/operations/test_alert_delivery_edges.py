@@ -150,3 +150,39 @@ def test_a_sendmail_that_queues_and_exits_0_is_a_delivery_even_if_its_child_ling
     settings = Alerts(mail_to="data-team@example.edu", sendmail=str(stub), webhook_url_file=None, timeout=10,
                       healthchecks_url_file=None)
     assert deliver(alert, settings, {}) == (1, 1)
+
+
+def test_a_lock_held_past_the_schedule_is_stale_to_every_monitor(project, tmp_path):
+    """A lock held night after night (a run that never ends, a lock that is not a run's) made every run exit 0 with
+    a success ping to Healthchecks, nothing refreshed. The exit stays 0; once the data is stale for the schedule the
+    ping is a failure saying so, `status --check` is CRITICAL and the textfile keeps its last success."""
+    receiver = Receiver()
+    try:
+        with_alerts(project, tmp_path, healthchecks_url_file=f"{receiver.url}/ping/secret-token")
+        prom = tmp_path / "lms_refresh.prom"
+        project.config.write_text(project.config.read_text() + f'\n[monitoring]\ntextfile = "{prom}"\n')
+        project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
+        project.invoke("run", now=NOW, check=0)
+        written = prom.read_text()
+        receiver.received.clear()
+        with open(project.state / "refresh.lock", "r+") as held:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held.write("4242 dashboards\n")
+            held.flush()
+            fresh = project.cli("run", now="2026-11-03T05:00:00+01:00")  # the same morning: not stale yet
+            assert fresh.returncode == 0 and "Another refresh holds the lock (held by pid 4242 on dashboards)" \
+                in fresh.stderr
+            assert receiver.paths() == ["/ping/secret-token/start", "/ping/secret-token"]
+            receiver.received.clear()
+            late = project.cli("run", now="2026-11-05T04:15:00+01:00")  # Wednesday's run and Thursday's missed
+            assert late.returncode == 0 and "Another refresh holds the lock" in late.stderr
+            assert receiver.paths() == ["/ping/secret-token/start", "/ping/secret-token/fail"]
+            assert receiver.received[-1][1].decode() == (
+                "Another refresh holds the lock (held by pid 4242 on dashboards) and the data is stale: the last "
+                "success started at 2026-11-03T04:15+01:00, before the run due at 2026-11-04T04:15+01:00 (grace "
+                "120 min).")
+            check = project.invoke("status", "--check", now="2026-11-05T04:20:00+01:00")
+        assert check.returncode == 2 and "LMS-REFRESH CRITICAL - stale: the last success started" in check.stdout
+        assert prom.read_text() == written
+    finally:
+        receiver.server.shutdown()

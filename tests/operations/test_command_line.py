@@ -97,7 +97,7 @@ def test_errors_go_to_the_journal_with_error_priority(project, monkeypatch):
 def test_without_systemd_logs_are_human_lines_on_stderr(project):
     project.write("a.ndjson", [statement()])
     result = project.invoke("run", now=NOW, check=0)
-    assert " INFO Refresh committed: read 1 statements" in result.stderr
+    assert " INFO Refresh committed: read 1 statement" in result.stderr
     assert result.stdout == ""
 
 
@@ -138,3 +138,20 @@ def test_version_is_one_number_in_the_program_the_python_package_and_the_debian_
     installing = readme.split("## Install on Debian 13 or 12", 1)[1].split("\n## ", 1)[0]
     named = set(re.findall(r"lms-refresh_([0-9][^_\s]*)_all\.deb", installing))  # what the build writes now
     assert named == {version}, named
+
+
+def test_counts_agree_with_their_nouns(sqlite_project):
+    """"rebuilt 1 partitions": every count printed with its noun agrees with it, in the run's summary, a dry run's,
+    forget's and copy-store's."""
+    project = sqlite_project
+    project.write("a.ndjson", [statement()])
+    window = ("--since", "2026-11-02T08:00:00Z", "--until", "2026-11-02T12:00:00Z")
+    dry = project.invoke("backfill", *window, "--dry-run", now="2026-11-03T04:15:00Z", check=0)
+    assert "read:        1 statement (0 would be quarantined)" in dry.stdout
+    result = project.invoke("backfill", *window, now="2026-11-03T04:15:00Z", check=0)
+    assert "Refresh committed: read 1 statement, staged 1, voided 0, quarantined 0; rebuilt 1 partition (" \
+        in result.stderr, result.stderr
+    forgot = project.invoke("forget", "--account-name", "u1", "--account-homepage", "https://lms.example.edu",
+                            now="2026-11-03T05:00:00Z", check=0)
+    assert "deleted: 1 staged event, 0 quarantined records" in forgot.stdout, forgot.stdout
+    assert "rebuilt:     1 daily partition (" in forgot.stdout

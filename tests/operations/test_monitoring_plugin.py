@@ -50,6 +50,33 @@ def test_ok_warning_and_critical_with_perfdata(project):
                            "2026-11-04T04:15+01:00")
 
 
+def test_a_successful_backfill_does_not_make_good_a_failed_run(project):
+    """A backfill of some window succeeding after the nightly run failed turned WARNING into OK, though the failed
+    run's data was still missing. A failure stands until a refresh that reads up to its own now succeeds (or, for a
+    failed backfill or rebuild, a later one of its own kind)."""
+    project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
+    project.invoke("run", now=NOW, check=0)
+    project.write("b.ndjson", ["garbage"] * 5 + [statement(timestamp="2026-11-03T10:00:00Z")])
+    assert project.invoke("run", now="2026-11-03T13:00:00+01:00").returncode == 65
+    project.invoke("backfill", "--since", "2026-11-01", "--until", "2026-11-02", "--accept-bad-input",
+                   now="2026-11-03T13:30:00+01:00", check=0)
+    code, state, text, perfdata = check(project, "2026-11-03T14:00:00+01:00")
+    assert (code, state) == (1, "WARNING"), text
+    assert text.startswith("the last failed run (run, started 2026-11-03T13:00+01:00) failed with exit status 65: "
+                           "5 of 6")
+    assert perfdata["last_exit_code"] == "0;;;0"  # the last run itself, the backfill, succeeded
+    project.invoke("run", "--accept-bad-input", now="2026-11-03T15:00:00+01:00", check=0)
+    assert check(project, "2026-11-03T16:00:00+01:00")[:2] == (0, "OK")
+    # A failed backfill is made good by a later backfill that succeeds.
+    project.write("c.ndjson", ["more garbage"] * 20 + [statement(timestamp="2026-11-03T11:00:00Z")])
+    assert project.invoke("backfill", "--since", "2026-11-01", "--until", "2026-11-04",
+                          now="2026-11-03T17:00:00+01:00").returncode == 65
+    assert check(project, "2026-11-03T17:30:00+01:00")[:2] == (1, "WARNING")
+    project.invoke("backfill", "--since", "2026-11-01", "--until", "2026-11-04", "--accept-bad-input",
+                   now="2026-11-03T18:00:00+01:00", check=0)
+    assert check(project, "2026-11-03T18:30:00+01:00")[:2] == (0, "OK")
+
+
 def test_no_store_yet_is_unknown_not_critical(project):
     code, state, text, perfdata = check(project, NOW)
     assert (code, state) == (3, "UNKNOWN") and text.startswith("no store at ") and perfdata == {}

@@ -87,7 +87,7 @@ def test_forget_by_mbox_also_deletes_the_learners_quarantined_records(project):
     project.invoke("run", now=NOW, check=0)
     assert project.query("SELECT COUNT(*) FROM quarantine") == [(2,)]
     result = project.invoke("forget", "--mbox", ADDRESS, check=0)
-    assert "deleted: 2 staged events, 1 quarantined records" in result.stdout
+    assert "deleted: 2 staged events, 1 quarantined record" in result.stdout
     assert staged_of(project, {"mbox": f"mailto:{ADDRESS}"}) == 0
     (raw,), = project.query("SELECT raw FROM quarantine")
     assert json.loads(raw)["actor"]["account"]["homePage"] == HOME  # the other learner's record stays
@@ -138,7 +138,7 @@ def test_forget_a_moodle_user_by_id(tmp_path, moodle, moodle_reader):
     assert json.loads(raw)["relateduserid"] == json.loads(raw)["userid"] == f"pseudonym:{pseudonym}"
     assert project.query("SELECT COUNT(*) FROM staged_events WHERE actor = ?", (pseudonym,)) == [(3,)]
     result = project.invoke("forget", "--moodle-user-id", "101", check=0)
-    assert "deleted: 3 staged events, 1 quarantined records" in result.stdout
+    assert "deleted: 3 staged events, 1 quarantined record" in result.stdout
     # The 23rd without learner 101 (a view, a quiz attempt, a passed completion): 102 and 103 remain.
     assert project.serving() == [("2026-11-23", course_iri(7), 2, 4, None, None, 0, 0, None, None, 1),
                                  EXPECTED_TWO_DAYS[1]]
@@ -193,7 +193,7 @@ def test_forget_on_a_store_no_run_has_published_yet_exits_0_and_says_what_it_del
     assert failed.returncode == 65, failed.stderr
     assert project.query("SELECT COUNT(*) FROM quarantine") == [(1,)]
     result = project.invoke("forget", "--account-homepage", HOME, "--account-name", NAME, now=NOW, check=0)
-    assert "deleted: 0 staged events, 1 quarantined records" in result.stdout, result.stderr
+    assert "deleted: 0 staged events, 1 quarantined record" in result.stdout, result.stderr
     assert project.query("SELECT COUNT(*) FROM quarantine") == [(0,)]
     again = project.invoke("forget", "--account-homepage", HOME, "--account-name", NAME, now=NOW, check=0)
     assert "Nothing in the store matched this learner" in again.stderr

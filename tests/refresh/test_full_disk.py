@@ -131,7 +131,7 @@ def test_forget_on_a_full_publication_disk_says_the_learner_is_forgotten_and_sta
     fill(small_disk)
     result = project.invoke("forget", "--account-homepage", "https://lms.example.edu", "--account-name", "u0")
     assert result.returncode == 69, result.stderr
-    assert "Forgot one learner: 1 staged events" in result.stderr
+    assert "Forgot one learner: 1 staged event" in result.stderr
     assert "the disk is full" in result.stderr
     assert "the store is committed, and the next run publishes it." in result.stderr
     assert sorted(p.name for p in directory.iterdir()) == ["report.html", "serving.sqlite"]  # the run's report

@@ -226,16 +226,18 @@ def test_a_marker_whose_pid_is_the_checking_process_itself_is_no_live_run(tmp_pa
 
 def test_the_next_alert_reports_an_interruption_once(sqlite_project):
     from lms_refresh.ops.alerts import mail_text
-    from lms_refresh.ops.interruption import take_unalerted
+    from lms_refresh.ops.interruption import mark_alerted, unalerted
 
     project = sqlite_project
     _populate(project)
     project.invoke("run", now="2026-11-02T12:00:00Z", check=0)
     assert project.cli("run", now=NOW, env={"LMS_REFRESH_FAULT": "before-commit:term"}).returncode == 143
     project.invoke("run", now="2026-11-03T05:00:00+01:00", check=0)  # notices it
-    noticed = take_unalerted(str(project.state))
+    noticed = unalerted(str(project.state))
     assert noticed["started_at"] == "2026-11-03T03:15:00.000000Z" and noticed["noticed_at"].startswith("2026-11-03T04")
-    assert take_unalerted(str(project.state)) is None  # reported once
+    assert unalerted(str(project.state)) == noticed  # not reported yet
+    mark_alerted(str(project.state), noticed)
+    assert unalerted(str(project.state)) is None  # reported once
     alert = {"unit": "lms-refresh.service", "host": "h", "exit_status": 65, "meaning": "bad input",
              "result": "exit-code", "window": None, "message": "m", "invocation_id": "i", "journal": [],
              "interrupted": noticed}
@@ -243,3 +245,30 @@ def test_the_next_alert_reports_an_interruption_once(sqlite_project):
     assert ("Earlier: the run started 2026-11-03T03:15:00.000000Z did not finish (a shutdown, a crash or a stop) and "
             "could not alert; it was caught up by the run started 2026-11-03T04") in text
     assert "Earlier" not in mail_text(dict(alert, interrupted=None), "team@example.edu")
+
+
+def test_an_alert_that_reached_nobody_leaves_the_interruption_to_the_next_one(sqlite_project, tmp_path):
+    """An alert whose every channel failed marked the interruption reported: the next alert, delivered, left it out,
+    so nobody ever heard of it."""
+    from helpers.receiver import Receiver
+
+    project = sqlite_project
+    _populate(project)
+    project.invoke("run", now="2026-11-02T12:00:00Z", check=0)
+    assert project.cli("run", now=NOW, env={"LMS_REFRESH_FAULT": "before-commit:term"}).returncode == 143
+    project.invoke("run", now="2026-11-03T05:00:00+01:00", check=0)  # notices it
+    hook = tmp_path / "hook-url"
+    hook.write_text("http://127.0.0.1:9/hook\n")  # nothing listens on port 9
+    project.config.write_text(project.config.read_text() + f'\n[alerts]\nwebhook_url_file = "{hook}"\ntimeout = "2s"\n')
+    failed = project.invoke("alert", "--exit-status", "69")
+    assert failed.returncode == 1 and "no [alerts] channel could be reached; nobody was alerted" in failed.stderr
+    receiver = Receiver()
+    try:
+        hook.write_text(f"{receiver.url}/hook\n")
+        assert project.invoke("alert", "--exit-status", "69").returncode == 0
+        assert project.invoke("alert", "--exit-status", "69").returncode == 0
+        first, second = (json.loads(body) for _, body in receiver.received)
+    finally:
+        receiver.server.shutdown()
+    assert first["interrupted"]["started_at"] == "2026-11-03T03:15:00.000000Z"
+    assert second["interrupted"] is None  # delivered once, then said no more

@@ -9,6 +9,7 @@ import sqlite3
 import pytest
 
 from helpers.period_reference import expected_periods
+from helpers.project import Project
 from helpers.statements import statement
 from lms_refresh.store import presence
 from refresh.test_weeks_and_months import (
@@ -319,3 +320,108 @@ def test_a_term_filled_from_its_months_counts_a_learner_who_passed_on_every_day_
     assert project.query("SELECT days, passed_days, failed_days, score_days, duration_days FROM learner_periods "
                          "WHERE grain = 'term'") == [(61, 61, 0, 61, 61)] * K
     check_every_grain(project, written, "Europe/Paris", moment("2026-11-20T04:15:00Z"), [term])
+
+
+def test_terms_edited_before_a_run_with_nothing_to_read_take_effect_at_that_run(project):
+    """A run with nothing to read (here the same instant; with Moodle's id_lookback = 0, every quiet night) left
+    renamed and removed terms published: a settings change takes effect at the next run, whatever it reads."""
+    with_terms(project, (AUTUMN, BLOCK))
+    written = activity(9, dt.date(2026, 9, 14), 56)
+    project.write("a.ndjson", written)
+    project.invoke("run", now="2026-11-09T04:15:00Z", check=0)
+    renamed = ("Autumn term 2026", AUTUMN[1], AUTUMN[2])
+    add_terms(project, (renamed, WINTER))  # Autumn renamed, Block week removed, Winter new
+    result = project.invoke("run", now="2026-11-09T04:15:00Z", check=0)
+    assert "Nothing to do" in result.stderr
+    check_every_grain(project, written, "Europe/Paris", moment("2026-11-09T04:15:00Z"), (renamed, WINTER))
+    assert {row[0] for row in dashboard(project, "SELECT period FROM term_metrics")} == {
+        "Autumn term 2026", "Winter 2026"}
+
+
+def test_two_installations_with_other_terms_on_one_store_refuse_the_one_that_disagrees(tmp_path, postgres_server):
+    """Two hosts sharing a PostgreSQL store with different [[terms]] made the terms appear and disappear on
+    alternate nights. The terms are settings every host must share: the host whose configuration disagrees with
+    the terms another host set is refused (78) with a sentence; a change made on a host applies, and then the
+    other host is refused until it has the same terms."""
+    first = Project(tmp_path / "first", postgres_server)
+    second = Project(tmp_path / "second", postgres_server, first.database)
+    for project in (first, second):
+        with_terms(project, (AUTUMN, BLOCK))
+    written = activity(10, dt.date(2026, 9, 14), 56)
+    first.write("a.ndjson", written)
+    second.write("a.ndjson", written)
+    first.invoke("run", now="2026-11-09T04:15:00Z", check=0)
+    second.state.mkdir()
+    for key in first.state.glob("*.key"):  # every host sharing a store has its key
+        (second.state / key.name).write_bytes(key.read_bytes())
+        (second.state / key.name).chmod(0o600)
+    second.invoke("run", now="2026-11-10T04:15:00Z", check=0)  # the same terms: fine
+    add_terms(second, (AUTUMN, WINTER))  # edited on the second host: its change applies
+    second.invoke("run", now="2026-11-10T05:15:00Z", check=0)
+    assert {row[0] for row in second.grain_rows("term")} == {"Autumn 2026", "Winter 2026"}
+    refused = first.invoke("run", now="2026-11-11T04:15:00Z")  # the first host still has the old terms
+    assert refused.returncode == 78, refused.stderr
+    assert "The store's [[terms]] were set by the lms-refresh on host " in refused.stderr
+    assert (f"(state directory {second.state}), but {first.config} configures other terms; every host that "
+            "shares a store must configure the same [[terms]]") in refused.stderr
+    assert {row[0] for row in first.grain_rows("term")} == {"Autumn 2026", "Winter 2026"}  # nothing flipped
+    add_terms(first, (AUTUMN, WINTER))
+    first.invoke("run", now="2026-11-11T04:15:00Z", check=0)
+    second.invoke("run", now="2026-11-12T04:15:00Z", check=0)
+    check_every_grain(second, written, "Europe/Paris", moment("2026-11-12T04:15:00Z"), (AUTUMN, WINTER))
+
+
+def test_a_rebuild_since_a_day_inside_a_period_keeps_the_days_before_it(project):
+    """`rebuild --since DATE` inside a week, a month and two terms, with the source still holding everything,
+    deleted every earlier day and published the periods that straddle DATE from their later days only, as whole
+    (a term's statements 601 -> 169, complete = 1). Days before DATE stay as they are (re-read only if a
+    statement stored from DATE on belongs to them) and every period is counted whole: every grain equals the
+    recount of everything written."""
+    with_terms(project, TERMS)
+    written = activity(15, dt.date(2026, 9, 14), 56)
+    project.write("a.ndjson", written)
+    project.invoke("run", now="2026-11-09T04:15:00Z", check=0)
+    days, before = project.serving(site=True), {grain: project.grain_rows(grain, site=True)
+                                                 for grain in ("week", "month", "term")}
+    result = project.invoke("rebuild", "--since", "2026-10-07", now="2026-11-09T05:15:00Z", check=0)
+    assert "Rebuilding the store from 2026-10-07" in result.stderr, result.stderr
+    check_every_grain(project, written, "Europe/Paris", moment("2026-11-09T05:15:00Z"), TERMS)
+    assert {grain: project.grain_rows(grain, site=True) for grain in before} == before
+    assert project.serving(site=True) == days
+
+
+def test_a_rebuild_that_applies_a_changed_setting_is_refused_if_it_would_keep_days_derived_by_the_old(project):
+    """Days kept from before DATE were derived with the store's settings: a rebuild that applies a changed one
+    (here the time zone) must start the store over from its first day, or it would mix the two."""
+    with_terms(project, TERMS)
+    written = activity(16, dt.date(2026, 9, 14), 56)
+    project.write("a.ndjson", written)
+    project.invoke("run", now="2026-11-09T04:15:00Z", check=0)
+    with_terms(project, TERMS, timezone="America/New_York")
+    refused = project.invoke("rebuild", "--since", "2026-10-07", now="2026-11-09T05:15:00Z")
+    assert refused.returncode == 78, refused.stderr
+    assert ("rebuild --since 2026-10-07 applies a changed setting (time zone Europe/Paris -> America/New_York) "
+            "but would keep the store's days from 2026-09-14 to 2026-10-06, derived with the old one; rebuild "
+            "--since 2026-09-14 (or earlier)") in refused.stderr
+    project.invoke("rebuild", "--since", "2026-09-01", now="2026-11-09T05:15:00Z", check=0)
+    check_every_grain(project, written, "America/New_York", moment("2026-11-09T05:15:00Z"), TERMS)
+
+
+def test_a_rebuild_that_keeps_nothing_before_its_first_day_never_publishes_the_period_holding_it_as_whole(project):
+    """A rebuild from inside a week, a month and two terms, of a store that holds nothing before (a lost store):
+    those periods are counted from part of their days. The terms are not counted (with the warning), and the week
+    and the month are published but never complete, then as at later runs; the weeks after are whole."""
+    with_terms(project, TERMS)
+    written = activity(17, dt.date(2026, 9, 14), 56)
+    project.write("a.ndjson", written)
+    result = project.invoke("rebuild", "--since", "2026-10-07", now="2026-11-09T04:15:00Z", check=0)
+    assert "The term 'Autumn 2026' is not counted" in result.stderr and "The term 'Block week' is not counted" \
+        in result.stderr
+    for now in ("2026-11-09T04:15:00Z", "2026-12-10T04:15:00Z"):
+        project.invoke("run", now=now, check=0)
+        complete = {row[0]: row[-1] for grain in ("week", "month") for row in project.grain_rows(grain, site=True)
+                    if row[3] is None}
+        assert complete["2026-W41"] == 0 and complete["2026-10"] == 0, complete  # from Wednesday 7 October on
+        assert complete["2026-W42"] == 1 and complete["2026-W45"] == 1
+        assert {row[0] for row in project.grain_rows("term", site=True)} == {"Winter 2026"}
+    assert complete["2026-11"] == 1  # ended before 10 December, and counted whole

@@ -55,6 +55,7 @@ def test_copy_store_carries_the_whole_history_and_the_next_run_continues_it(tmp_
     old_store = project.state / "metrics.sqlite"
     result = project.cli("copy-store", "--from-sqlite", str(old_store), now=SECOND, check=0)
     assert "Traceback" not in result.stderr
+    assert " INFO Copied the SQLite store " in result.stderr and "WARNING Copied" not in result.stderr  # a success
     assert f"copied:      {before['staged'][0][0]} staged events" in result.stdout
     assert f"watermark:   {before['watermark']} (the next run reads on from there)" in result.stdout
     assert f"publication: {publication} removed; dashboards read lms_refresh_serving.daily_metrics now" in result.stdout

@@ -144,7 +144,7 @@ def test_dst_days_are_one_local_day_of_23_or_25_hours(project):
 def test_dry_run_writes_nothing(project):
     project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
     result = project.invoke("run", "--dry-run", now=NOW, check=0)
-    assert "would write: 1 metric rows, 0 suppressed" in result.stdout
+    assert "would write: 1 metric row, 0 suppressed" in result.stdout
     assert "2026-11-02" in result.stdout
     assert not project.state.exists()
     project.invoke("run", now=NOW, check=0)

@@ -145,7 +145,7 @@ def test_a_dry_forget_fills_nothing_in_bulk(tmp_path, postgres_server):
     project = _project(tmp_path, postgres_server, "dry-forget", base())
     before = _bulk_marks(project)
     dry = project.invoke("forget", "--dry-run", "--account-homepage", HOME, "--account-name", "u1", check=0)
-    assert "would delete: 1 staged events" in dry.stdout, dry.stdout
+    assert "would delete: 1 staged event" in dry.stdout, dry.stdout
     assert _bulk_marks(project) == before
     assert project.serving(site=True) == recount(base())
 

@@ -9,7 +9,6 @@ import pytest
 from helpers.lrsserver import HeldLrs
 from helpers.project import Project
 from helpers.statements import statement
-from lms_refresh.store.postgres import LOCK_CLASS
 from lms_refresh.store.sqlite_schema import SCHEMA_VERSION
 
 NOW = "2026-11-03T04:15:00+01:00"
@@ -31,17 +30,22 @@ def backend_of(server, process):
     return rows[0][0] if rows else None
 
 
-def wait_for_advisory_lock(server, process, seconds=30):
+# The run lock (store/postgres.py): a table lock on the store's schema_version, in the database asked.
+RUN_LOCK = ("l.locktype = 'relation' AND l.granted AND l.mode = 'ShareRowExclusiveLock' "
+            "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+            "AND l.relation = to_regclass('lms_refresh.schema_version')")
+
+
+def wait_for_run_lock(server, process, *, database, seconds=30):
     deadline = time.monotonic() + seconds
     while True:
-        # The run's session lock, not the transaction lock that serialises migrations.
         held = server.admin("SELECT COUNT(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
-                            f"WHERE l.locktype = 'advisory' AND l.granted AND l.classid = {LOCK_CLASS} "
-                            f"AND a.application_name LIKE 'lms-refresh pid {process.pid} %'")[0][0]
+                            f"WHERE {RUN_LOCK} AND a.application_name LIKE 'lms-refresh pid {process.pid} %'",
+                            database)[0][0]
         if held:
             return
         assert process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline, "the first run never took the advisory lock"
+        assert time.monotonic() < deadline, "the first run never took the run lock"
         time.sleep(0.05)
 
 
@@ -74,7 +78,7 @@ def test_two_hosts_on_one_store_never_refresh_at_once(tmp_path, server, pg_proje
     other_host = Project(tmp_path / "b", server, pg_project.database, source=held_lrs.source)  # its own flock
     first = blocked_run(pg_project, held_lrs)
     try:
-        wait_for_advisory_lock(server, first)
+        wait_for_run_lock(server, first, database=pg_project.database)
         second = other_host.invoke("run", now=NOW)
         assert second.returncode == 0, second.stderr
         assert f"Another refresh holds the lock (held by lms-refresh pid {first.pid} on " in second.stderr
@@ -90,7 +94,8 @@ def test_two_hosts_on_one_store_never_refresh_at_once(tmp_path, server, pg_proje
 def test_a_dropped_connection_exits_69_commits_nothing_and_the_next_run_converges(server, pg_project, held_lrs):
     first = blocked_run(pg_project, held_lrs)
     try:
-        wait_for_advisory_lock(server, first)  # taken after the schema is created, before the run's transaction
+        # taken after the schema is created, before the run's transaction
+        wait_for_run_lock(server, first, database=pg_project.database)
         held_lrs.wait_until_held(first)
         wait_until_in_transaction(server, first)
         server.admin(f"SELECT pg_terminate_backend({backend_of(server, first)})")
@@ -137,9 +142,8 @@ def test_a_connection_lost_inside_a_pipelined_write_is_unreachable_not_a_damaged
     assert "watermark" not in pg_project.meta()
 
 
-def run_locks_held(server):
-    return server.admin("SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
-                        f"AND classid = {LOCK_CLASS}")[0][0]
+def run_locks_held(server, database):
+    return server.admin(f"SELECT COUNT(*) FROM pg_locks l WHERE {RUN_LOCK}", database)[0][0]
 
 
 @pytest.mark.parametrize("ending", ["committed", "aborted"])
@@ -155,9 +159,9 @@ def test_the_run_lock_is_released_before_the_connection_closes(server, pg_projec
     seen = []
     with pytest.raises(StateError, match="division by zero") if ending == "aborted" else contextlib.nullcontext():
         with locked_store(config, {}, create=True) as store:
-            assert run_locks_held(server) == 1
+            assert run_locks_held(server, pg_project.database) == 1
             closing = store.db.close
-            store.db.close = lambda: (seen.append(run_locks_held(server)), closing())
+            store.db.close = lambda: (seen.append(run_locks_held(server, pg_project.database)), closing())
             store.db.execute("BEGIN")
             if ending == "aborted":
                 store.db.execute("SELECT 1 / 0")
@@ -180,7 +184,9 @@ def test_a_dashboard_role_reads_the_serving_view_and_nothing_else(server, pg_pro
     server.admin("DO $$ BEGIN CREATE ROLE dashboard LOGIN PASSWORD 'dash'; "
                  "EXCEPTION WHEN duplicate_object THEN NULL; END $$")
     result = pg_project.invoke("grant-reader", "dashboard", check=0)
-    assert "dashboard may now read lms_refresh_serving.daily_metrics" in result.stdout
+    assert result.stdout == ("dashboard may now read lms_refresh_serving.daily_metrics, "  # every view it may read
+                             "lms_refresh_serving.weekly_metrics, lms_refresh_serving.monthly_metrics, "
+                             "lms_refresh_serving.term_metrics and lms_refresh_serving.courses\n")
     url = f"host=127.0.0.1 port={server.port} dbname={pg_project.database} user=dashboard password=dash"
     with psycopg.connect(url, autocommit=True) as db:
         rows = db.execute("SELECT day, course, active_learners, suppressed "
@@ -243,3 +249,36 @@ def test_a_password_in_the_url_is_refused(pg_project):
 def test_grant_reader_on_sqlite_says_why_not(sqlite_project):
     result = sqlite_project.invoke("grant-reader", "dashboard")
     assert result.returncode == 78 and "a SQLite store has no roles" in result.stderr
+
+
+def test_a_dashboard_role_cannot_hold_the_run_lock(server, pg_project, monkeypatch):
+    """Any role may take any advisory lock: a role given read access by grant-reader took the run's and every run
+    after it exited 0 "Another refresh holds the lock", refreshing nothing. The run lock is one only the store's
+    writer can take; a reader holding every advisory lock the store ever used, and reading the dashboards' views
+    in an open transaction meanwhile, stops no run."""
+    import psycopg
+
+    pg_project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
+    pg_project.invoke("run", now=NOW, check=0)
+    # A run that waits for a lock the reader holds fails after 20 s instead of hanging the test (libpq reads it).
+    monkeypatch.setenv("PGOPTIONS", "-c lock_timeout=20s")
+    server.admin("DO $$ BEGIN CREATE ROLE dashboard LOGIN PASSWORD 'dash'; "
+                 "EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+    pg_project.invoke("grant-reader", "dashboard", check=0)
+    url = f"host=127.0.0.1 port={server.port} dbname={pg_project.database} user=dashboard password=dash"
+    with psycopg.connect(url, autocommit=True, application_name="lms-refresh pid 1 on reporting") as db:
+        for lock_class in (0x4C4D5352, 0x4C4D5352 + 1):  # the run's and the migrations' advisory locks of old
+            db.execute("SELECT pg_advisory_lock(%s, hashtext('lms_refresh'))", (lock_class,))
+        db.execute("BEGIN")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            db.execute("LOCK TABLE lms_refresh.schema_version IN SHARE ROW EXCLUSIVE MODE NOWAIT")
+        db.execute("ROLLBACK")
+        db.execute("BEGIN")
+        db.execute("SELECT COUNT(*) FROM lms_refresh_serving.daily_metrics").fetchone()
+        pg_project.write("b.ndjson", [statement(learner=f"v{i}", stored="2026-11-03T09:00:00Z",
+                                                timestamp="2026-11-03T09:00:00Z") for i in range(12)])
+        result = pg_project.invoke("run", now="2026-11-04T04:15:00+01:00")
+        assert result.returncode == 0, result.stderr
+        assert "Another refresh holds the lock" not in result.stderr
+        assert [run[:3] for run in pg_project.runs()] == [("run", "success", 0)] * 2
+        assert [(row[0], row[2]) for row in pg_project.serving()] == [("2026-11-02", 12), ("2026-11-03", 12)]

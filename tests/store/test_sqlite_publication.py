@@ -406,7 +406,7 @@ def test_sigterm_while_forget_republishes_keeps_the_erasure_and_says_so(sqlite_p
                                 "learner-0@example.edu",
                                 env={faults.ENVIRONMENT_VARIABLE: "replace-synced/serving.sqlite:term"})
     assert result.returncode == 0, result.stderr
-    assert "Forgot one learner: 1 staged events" in result.stderr
+    assert "Forgot one learner: 1 staged event" in result.stderr
     assert "SIGTERM after the commit; the command finishes, and what it committed stands." in result.stderr
     assert "nothing was committed" not in result.stderr and "after the run committed" not in result.stderr
     after = read_publication(publication(sqlite_project))[1]
