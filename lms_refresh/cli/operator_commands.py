@@ -191,7 +191,8 @@ def forget(settings, mbox, mbox_sha1sum, *, openid, account_homepage, account_na
     click.echo(f"rebuilt:     {logs.counted(len(report.partitions), 'daily partition')} "
                f"({logs.counted(report.rows_written, 'row')}, {report.suppressed} suppressed)"
                + (" — rolled back" if dry_run else ""))
-    if report.closed_days:  # closed days are never rebuilt, but their learner's presence goes (docs/admin/erasure-and-retention.md)
+    # Closed days are never rebuilt, but their learner's presence goes (docs/admin/erasure-and-retention.md).
+    if report.closed_days:
         days, will = f"{report.closed_days} day{'' if report.closed_days == 1 else 's'}", "would be " if dry_run else ""
         click.echo(f"closed:      presence on {days} before the staging horizon {will}deleted; their weeks, months "
                    f"and terms with a day still open {will}counted again")

@@ -245,9 +245,10 @@ def follow_key(store, key_fingerprint):
     what went with the previous key."""
     gone = store.follow_key(key_fingerprint)
     if gone:
-        logger.warning("Deleted %s that carried a pseudonym of the previous key: no key can match them any more, so no "
-                       "forget could erase them; those the source still holds are quarantined again under this key by "
-                       "the next run that reads them (a rebuild reads them all).", logs.counted(gone, "quarantined record"))
+        logger.warning("Deleted %s that carried a pseudonym of the previous key: no key can match them any more, so "
+                       "no forget could erase them; those the source still holds are quarantined again under this "
+                       "key by the next run that reads them (a rebuild reads them all).",
+                       logs.counted(gone, "quarantined record"))
     return gone
 
 

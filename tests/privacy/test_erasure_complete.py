@@ -9,8 +9,8 @@ re-read after `watermark set`, are never counted as malformed.
 """
 
 import json
-import re
 import os
+import re
 import sqlite3
 
 from helpers.publication import publication, read_publication
