@@ -12,6 +12,7 @@ LOCK_NAME = "refresh.lock"  # the run's flock (lms_refresh.run.lock)
 MARKER = "store-identity"  # which store the key built (lms_refresh.run.identity)
 RUN_IN_PROGRESS = "run-in-progress"  # a run started, not ended (lms_refresh.ops.interruption; the catch-up timer)
 LAST_INTERRUPTION = "last-interruption"  # the last run found so (lms_refresh.ops.interruption)
+REPORT_FAILED = "report-failed"  # why the last run wrote no HTML report (lms_refresh.run.after_commit)
 
 
 def user_name(uid):

@@ -16,7 +16,7 @@ import stat
 
 from lms_refresh.errors import ConfigError
 from lms_refresh.regular_files import kind_of
-from lms_refresh.state_directory import LAST_INTERRUPTION, LOCK_NAME, MARKER, RUN_IN_PROGRESS
+from lms_refresh.state_directory import LAST_INTERRUPTION, LOCK_NAME, MARKER, REPORT_FAILED, RUN_IN_PROGRESS
 
 SQLITE_SIDECARS = ("-journal", "-wal", "-shm")  # what SQLite writes beside a database file
 
@@ -60,6 +60,8 @@ def named_paths(config):
                   os.path.join(state, RUN_IN_PROGRESS)),
         NamedPath(f"the note of the last interrupted run ({LAST_INTERRUPTION} in 'state_directory')",
                   os.path.join(state, LAST_INTERRUPTION)),
+        NamedPath(f"the note of a report the last run could not write ({REPORT_FAILED} in 'state_directory')",
+                  os.path.join(state, REPORT_FAILED)),
         NamedPath(_default_or_set("pseudonymisation.key_file", config.key_file,
                                   os.path.join(state, "pseudonymisation.key")), config.key_file, private=True),
     ]
