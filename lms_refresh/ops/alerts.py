@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import socket
+import stat
 import subprocess
 import tempfile
 import time
@@ -190,6 +191,26 @@ def mail_text(alert, recipient):
     return "\n".join(headers) + "\n\n" + "\n".join(body) + "\n"
 
 
+# What the alert unit needs added for a mailer whose sendmail is set-user-ID root (exim4, Debian's default, and
+# sendmail itself): the capabilities that program uses to become its own user and write its spool.
+ROOT_MAILER_DROP_IN = "CapabilityBoundingSet=CAP_SETUID CAP_SETGID CAP_CHOWN CAP_DAC_OVERRIDE CAP_FOWNER"
+
+
+def mailer_problem(sendmail):
+    """Return a sentence if the `sendmail` program is set-user-ID root, which the alert unit's hardening (no
+    capabilities) keeps from working, else None. Set-group-ID helpers (postfix's postdrop) and set-user-ID
+    programs of another user (nullmailer's) work under it."""
+    try:
+        info = os.stat(os.path.realpath(sendmail))
+    except OSError:
+        return None
+    if not (info.st_mode & stat.S_ISUID and info.st_uid == 0):
+        return None
+    return (f"{os.path.realpath(sendmail)} is set-user-ID root (exim4's is), and lms-refresh-alert@.service gives "
+            "its programs no capabilities: add a drop-in with 'systemctl edit lms-refresh-alert@.service' holding "
+            f"'[Service]' and '{ROOT_MAILER_DROP_IN}' (README, \"Alerts and monitoring\")")
+
+
 def deliver(alert, settings, environ):
     """Send `alert` to every configured channel; return (delivered, attempted) counts."""
     attempted = delivered = 0
@@ -210,8 +231,9 @@ def deliver(alert, settings, environ):
                 except (subprocess.SubprocessError, OSError) as error:
                     said.seek(0)
                     words = said.read(500).decode("utf-8", "replace").strip()
-                    logger.warning("Sending the alert mail with %s failed: %s%s", sendmail, error,
-                                   f" It said: {words}" if words else "")
+                    problem = mailer_problem(sendmail)
+                    logger.warning("Sending the alert mail with %s failed: %s%s%s", sendmail, error,
+                                   f" It said: {words}" if words else "", f" ({problem}.)" if problem else "")
     if settings.webhook_url_file:
         attempted += 1
         try:

@@ -11,6 +11,7 @@ from lms_refresh.disclosure.pseudonyms import Pseudonymiser
 from lms_refresh.disclosure.redaction import url_origin
 from lms_refresh.errors import ConfigError, StateError
 from lms_refresh.instants import to_cursor
+from lms_refresh.ops import alerts
 from lms_refresh.ops.monitoring import read_url
 from lms_refresh.run import after_commit, identity, publication_group, upgrade
 from lms_refresh.sources import OK, WARNING, Finding, build_source, json_decoding
@@ -44,6 +45,9 @@ def preflight(config, euid, environ):
     else:
         findings.append(Finding(OK, f"state directory {directory}: will be created on the first run"))
     findings.extend(_url_findings(config, environ))
+    mailer = config.alerts.mail_to and alerts.mailer_problem(config.alerts.sendmail)
+    if mailer:
+        findings.append(Finding(WARNING, f"the alert mail would fail under the alert unit: {mailer}", about="alerts"))
     findings.append(Finding(OK, f"JSON parser: {json_decoding.describe()}"))
     problem = json_decoding.setting_problem(json_decoding.REQUESTED)
     if problem:
