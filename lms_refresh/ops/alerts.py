@@ -191,24 +191,23 @@ def mail_text(alert, recipient):
     return "\n".join(headers) + "\n\n" + "\n".join(body) + "\n"
 
 
-# What the alert unit needs added for a mailer whose sendmail is set-user-ID root (exim4, Debian's default, and
-# sendmail itself): the capabilities that program uses to become its own user and write its spool.
-ROOT_MAILER_DROP_IN = "CapabilityBoundingSet=CAP_SETUID CAP_SETGID CAP_CHOWN CAP_DAC_OVERRIDE CAP_FOWNER"
-
-
 def mailer_problem(sendmail):
-    """Return a sentence if the `sendmail` program is set-user-ID root, which the alert unit's hardening (no
-    capabilities) keeps from working, else None. Set-group-ID helpers (postfix's postdrop) and set-user-ID
-    programs of another user (nullmailer's) work under it."""
-    try:
-        info = os.stat(os.path.realpath(sendmail))
-    except OSError:
-        return None
-    if not (info.st_mode & stat.S_ISUID and info.st_uid == 0):
-        return None
-    return (f"{os.path.realpath(sendmail)} is set-user-ID root (exim4's is), and lms-refresh-alert@.service gives "
-            "its programs no capabilities: add a drop-in with 'systemctl edit lms-refresh-alert@.service' holding "
-            f"'[Service]' and '{ROOT_MAILER_DROP_IN}' (README, \"Alerts and monitoring\")")
+    """Return a sentence if the `sendmail` program (or postfix's postdrop, which its sendmail runs) is
+    set-user-ID or set-group-ID, which lms-refresh-alert@.service keeps from working (NoNewPrivileges=, implied
+    by any system call filter), else None."""
+    real = os.path.realpath(sendmail)
+    for program in (real, os.path.join(os.path.dirname(real), "postdrop")):
+        try:
+            info = os.stat(program)
+        except OSError:
+            continue
+        if info.st_mode & (stat.S_ISUID | stat.S_ISGID):
+            return (f"{program} is set-{'user' if info.st_mode & stat.S_ISUID else 'group'}-ID (exim4's and postfix's "
+                    "are), and lms-refresh-alert@.service, like any unit with a system call filter, lets no program "
+                    "gain privileges; point alerts.sendmail at one that needs none, e.g. msmtp handing the mail to "
+                    "the local mail server (apt install msmtp; /etc/msmtprc: 'account default', 'host localhost', "
+                    "'port 25', 'from lms-refresh@HOSTNAME'; sendmail = \"/usr/bin/msmtp\"), or use a webhook")
+    return None
 
 
 def deliver(alert, settings, environ):
