@@ -4,9 +4,18 @@ Every file the program writes for keeps (the pseudonymisation key, a new
 store, the store note, the publication, the metrics textfile) goes through
 here. A new version is written to a temporary file in the target's own
 directory, `.NAME.tmp-XXXXXXXX` (created with O_EXCL by `tempfile.mkstemp`),
-given its final mode (and group), fsynced, renamed over NAME, and then the
-directory is fsynced so that the rename itself survives a power cut. A reader
-sees the previous file or the new one, never a part of either.
+given its final mode, fsynced, renamed over NAME, and then the directory is
+fsynced so that the rename itself survives a power cut. A reader sees the
+previous file or the new one, never a part of either.
+
+No writer changes a file's owner or group: the service's unit forbids chown
+and fchown (SystemCallFilter=~@privileged) and maps no group but its own
+(PrivateUsers=yes), so a call that works at a terminal fails under the unit.
+A new file takes its group from its directory when that directory is setgid
+(the kernel does that, under any filter), else the writer's own group; a
+caller that needs a group states it and the replacement is refused, before
+anything is renamed, when the new file did not get it (`new_file_group`
+predicts it for `check`).
 
 The temporary is removed on every failure, KeyboardInterrupt and SIGTERM's
 `Terminated` included. One left by a process that was killed outright
@@ -26,13 +35,14 @@ other OSError is raised as it is, for the caller to name what to fix.
 
 import contextlib
 import fcntl
+import grp
 import os
 import re
 import stat
 import tempfile
 
 from lms_refresh import faults
-from lms_refresh.errors import from_os_error
+from lms_refresh.errors import ConfigError, from_os_error
 
 SIDECARS = ("-journal", "-wal", "-shm")  # SQLite's files beside a database of that name
 # How versions before this helper named their temporaries (the publication, a new store, the key and the note).
@@ -50,17 +60,23 @@ def temporary_prefix(path):
 @contextlib.contextmanager
 def replacing(path, *, mode, group=None, what=None, outcome=None):
     """Yield the path of a new, empty temporary file beside `path` for the block to write (by any means:
-    a SQLite connection, open()); when the block returns, make it `path` with `mode` (and group id
-    `group`), durably. If the block or the replacement fails, the temporary is removed and `path` is
-    left as it was. `what` names the file in an error's sentence (default: its path)."""
+    a SQLite connection, open()); when the block returns, make it `path` with `mode`, durably. `group`, if
+    given, is the group id (as this process sees it: `seen_gid`) the new file must have, which only its
+    directory gives (see the module's docstring): a GroupError (78) otherwise, raised before the block runs.
+    If the block or the replacement fails, the temporary is removed and `path` is left as it was. `what`
+    names the file in an error's sentence (default: its path)."""
     try:
         remove_stale(path)
         temporary = _Temporary(path)
     except OSError as error:
         _raise_domain(error, what or path, outcome)
+    if group is not None and os.fstat(temporary.fd).st_gid != group:
+        temporary.discard()
+        temporary.close()
+        raise GroupError(what or path, _directory(path), group, outcome)
     try:
         yield temporary.path
-        temporary.commit(mode, group)
+        temporary.commit(mode)
     except OSError as error:
         temporary.discard()
         _raise_domain(error, what or path, outcome)
@@ -104,6 +120,50 @@ def remove_stale(path):
     return removed
 
 
+class GroupError(ConfigError):
+    """A file that must belong to a group would not: its directory does not give it that group."""
+
+    def __init__(self, what, directory, gid, outcome=None):
+        super().__init__(f"Cannot write {what}: a new file in {directory} would not get the group it needs "
+                         f"({_group_name(gid)}), which only a setgid directory of that group gives (lms-refresh "
+                         "changes no file's group); make the directory so (a systemd-tmpfiles line, as "
+                         "/usr/share/doc/lms-refresh/docs/publication.md says for publication.group)"
+                         + (f" — {outcome}" if outcome else "."))
+
+
+def new_file_group(directory):
+    """Return the group id (as this process sees it) a file this process creates in `directory` gets: the
+    directory's own if it is setgid, else this process's group."""
+    info = os.stat(directory)
+    return info.st_gid if info.st_mode & stat.S_ISGID else os.getegid()
+
+
+def seen_gid(gid, gid_map="/proc/self/gid_map"):
+    """Return how group id `gid` of the group database shows in this process's user namespace: itself outside
+    one; under the unit's PrivateUsers=, which maps only the service's own group, any other group's files show
+    the kernel's overflow group (65534): a file of that group cannot be told from another unmapped group's
+    there, so the check that tells them apart is `check`'s, run outside the unit."""
+    try:
+        with open(gid_map, encoding="ascii") as handle:
+            ranges = [tuple(map(int, line.split())) for line in handle if line.strip()]
+    except (OSError, ValueError):
+        return gid
+    for inside, outside, count in ranges:
+        if outside <= gid < outside + count:
+            return inside + gid - outside
+    return OVERFLOW_GID
+
+
+OVERFLOW_GID = 65534  # the kernel's default overflowgid (/proc/sys is hidden from the unit by ProcSubset=pid)
+
+
+def _group_name(gid):
+    try:
+        return f"group {grp.getgrgid(gid).gr_name!r}"
+    except KeyError:
+        return f"group id {gid}"
+
+
 def fsync_directory(directory):
     """Flush `directory`'s entries (a rename, a new file) to disk."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -128,11 +188,9 @@ class _Temporary:
             os.close(fd)
         self.fd, self.path = fd, name
 
-    def commit(self, mode, group):
+    def commit(self, mode):
         subject = os.path.basename(self.target)
         os.fchmod(self.fd, mode)
-        if group is not None:
-            os.fchown(self.fd, -1, group)
         faults.point(WRITTEN, subject)
         os.fsync(self.fd)
         faults.point(SYNCED, subject)

@@ -13,6 +13,7 @@ MARKER = "store-identity"  # which store the key built (lms_refresh.run.identity
 RUN_IN_PROGRESS = "run-in-progress"  # a run started, not ended (lms_refresh.ops.interruption; the catch-up timer)
 LAST_INTERRUPTION = "last-interruption"  # the last run found so (lms_refresh.ops.interruption)
 REPORT_NOTE = "report-written"  # which HTML report page the tool last wrote (lms_refresh.run.report_page)
+REPORT_FAILED = "report-failed"  # why the last run wrote no HTML report (lms_refresh.run.after_commit)
 
 
 def user_name(uid):

@@ -16,7 +16,14 @@ import stat
 
 from lms_refresh.errors import ConfigError
 from lms_refresh.regular_files import kind_of
-from lms_refresh.state_directory import LAST_INTERRUPTION, LOCK_NAME, MARKER, REPORT_NOTE, RUN_IN_PROGRESS
+from lms_refresh.state_directory import (
+    LAST_INTERRUPTION,
+    LOCK_NAME,
+    MARKER,
+    REPORT_FAILED,
+    REPORT_NOTE,
+    RUN_IN_PROGRESS,
+)
 
 SQLITE_SIDECARS = ("-journal", "-wal", "-shm")  # what SQLite writes beside a database file
 
@@ -62,6 +69,8 @@ def named_paths(config):
                   os.path.join(state, LAST_INTERRUPTION)),
         NamedPath(f"the note of the report page written ({REPORT_NOTE} in 'state_directory')",
                   os.path.join(state, REPORT_NOTE)),
+        NamedPath(f"the note of a report the last run could not write ({REPORT_FAILED} in 'state_directory')",
+                  os.path.join(state, REPORT_FAILED)),
         NamedPath(_default_or_set("pseudonymisation.key_file", config.key_file,
                                   os.path.join(state, "pseudonymisation.key")), config.key_file, private=True),
     ]

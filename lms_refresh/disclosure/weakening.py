@@ -16,7 +16,7 @@ the others do:
 
 And what a configuration exposes beyond its settings: under exact counts (`method = "none"`), two overlapping
 terms' event counts subtract to those of the days one holds and the other does not, however few learners were
-active on them (README, "Threat model"); `check` warns of such pairs (`overlapping_terms`). The cell key method
+active on them (docs/privacy.md); `check` warns of such pairs (`overlapping_terms`). The cell key method
 gives each term's row its own noise, so the difference is a guess, never certain.
 """
 
@@ -110,4 +110,4 @@ def overlapping_terms(config):
     return (f"terms overlap: {'; '.join(described)}{more}. With method = \"none\" each term's counts are exact, so "
             "the difference of two overlapping terms publishes the statements, attempts, completions, passes and "
             "fails of the days in only one of them exactly, even on days min_cell_size withholds; make terms that "
-            "do not overlap, or use method = \"cell-key\" (README, \"Threat model\")")
+            "do not overlap, or use method = \"cell-key\" (/usr/share/doc/lms-refresh/docs/privacy.md)")

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import socket
+import stat
 import subprocess
 import tempfile
 import time
@@ -190,6 +191,25 @@ def mail_text(alert, recipient):
     return "\n".join(headers) + "\n\n" + "\n".join(body) + "\n"
 
 
+def mailer_problem(sendmail):
+    """Return a sentence if the `sendmail` program (or postfix's postdrop, which its sendmail runs) is
+    set-user-ID or set-group-ID, which lms-refresh-alert@.service keeps from working (NoNewPrivileges=, implied
+    by any system call filter), else None."""
+    real = os.path.realpath(sendmail)
+    for program in (real, os.path.join(os.path.dirname(real), "postdrop")):
+        try:
+            info = os.stat(program)
+        except OSError:
+            continue
+        if info.st_mode & (stat.S_ISUID | stat.S_ISGID):
+            return (f"{program} is set-{'user' if info.st_mode & stat.S_ISUID else 'group'}-ID (exim4's and postfix's "
+                    "are), and lms-refresh-alert@.service, like any unit with a system call filter, lets no program "
+                    "gain privileges; point alerts.sendmail at one that needs none, e.g. msmtp handing the mail to "
+                    "the local mail server (apt install msmtp; /etc/msmtprc: 'account default', 'host localhost', "
+                    "'port 25', 'from lms-refresh@HOSTNAME'; sendmail = \"/usr/bin/msmtp\"), or use a webhook")
+    return None
+
+
 def deliver(alert, settings, environ):
     """Send `alert` to every configured channel; return (delivered, attempted) counts."""
     attempted = delivered = 0
@@ -210,8 +230,9 @@ def deliver(alert, settings, environ):
                 except (subprocess.SubprocessError, OSError) as error:
                     said.seek(0)
                     words = said.read(500).decode("utf-8", "replace").strip()
-                    logger.warning("Sending the alert mail with %s failed: %s%s", sendmail, error,
-                                   f" It said: {words}" if words else "")
+                    problem = mailer_problem(sendmail)
+                    logger.warning("Sending the alert mail with %s failed: %s%s%s", sendmail, error,
+                                   f" It said: {words}" if words else "", f" ({problem}.)" if problem else "")
     if settings.webhook_url_file:
         attempted += 1
         try:

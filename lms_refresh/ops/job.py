@@ -19,6 +19,7 @@ import time
 
 from lms_refresh import logs
 from lms_refresh.errors import ConfigError, RefreshError, Terminated, UnavailableError, exit_status
+from lms_refresh.ops import trigger
 from lms_refresh.ops.interruption import Marker
 from lms_refresh.ops.monitoring import Healthchecks, metrics_text, read_previous, read_url, staleness, write_textfile
 from lms_refresh.ops.status import collect_status
@@ -113,16 +114,21 @@ def run_job(refresh, sleep=time.sleep, clock=time.monotonic):
     return outcome
 
 
-def retried(request, environ):
-    """Whether an unreachable source or store (69) is retried per [retry]: only for a scheduled run
-    started by a timer ($TRIGGER_UNIT, set by systemd 252 and later for lms-refresh.timer and
-    lms-refresh-catch-up.timer), or at a terminal, where each retry is a line on stderr.
+def retried(request, environ, started_by=trigger.timer_started):
+    """Whether an unreachable source or store (69) is retried per [retry]: only for a scheduled run that a
+    timer started (lms-refresh.timer, lms-refresh-catch-up.timer: see ops/trigger.py for how that is told),
+    or at a terminal, where each retry is a line on stderr.
 
     A `systemctl start lms-refresh.service` by hand waits for the run to end and shows nothing
     meanwhile, so it fails fast (69) rather than block for the retries' 20 minutes in silence."""
     if not request.scheduled:
         return False
-    return environ.get("TRIGGER_UNIT", "").endswith(".timer") or not logs.under_systemd(environ)
+    if not logs.under_systemd(environ):
+        return True
+    timer, unknown = started_by(environ)
+    if unknown:
+        logger.info("Could not tell whether a timer started this run (%s): it is taken for a start by hand.", unknown)
+    return timer is not None
 
 
 def _refresh_with_retries(refresh, sleep, clock):

@@ -167,6 +167,8 @@ def metrics_text(now, exit_code, duration, *, report, status, previous):
         ("lms_refresh_suppressed_cells", "Rows with suppressed values written by the last refresh.",
          report.suppressed if committed else 0),
         ("lms_refresh_watermark_timestamp_seconds", "The watermark: source arrival time complete up to.", watermark),
+        ("lms_refresh_report_failed", "1 if the HTML report could not be written, 0 if it was (absent: none asked).",
+         None if not status or "report" not in status else int(status["report"]["failure"] is not None)),
     ]
     lines = []
     for name, text, value in values:
@@ -253,6 +255,9 @@ def plugin_report(status, now, timezone, *, grace):
         return PLUGIN_CRITICAL, plugin_line(PLUGIN_CRITICAL, f"stale: {stale}", perfdata)
     started_text = from_cursor(success["started_at"], "time").astimezone(zone).isoformat(timespec="minutes")
     text = f"last success started {started_text}, watermark {status['watermark']}"
+    upgrade = status["store"].get("upgrade")
+    if upgrade:  # the package was upgraded; its next run upgrades the store first, as it always does
+        text += f"; the next run upgrades the store from schema version {upgrade['from']} to {upgrade['to']}"
     publication = status.get("publication") or {}
     if publication.get("missing"):
         verb = "are" if len(publication.get("missing_views", ())) > 1 else "is"
@@ -274,6 +279,11 @@ def plugin_report(status, now, timezone, *, grace):
         return PLUGIN_WARNING, plugin_line(
             PLUGIN_WARNING, f"the {which} ({failure['kind']}, started {failed}) failed with exit status "
                             f"{failure['exit_code']}: {failure['message']}; {text}", perfdata)
+    report_failure = (status.get("report") or {}).get("failure")
+    if report_failure:  # dashboards' web server shows a 404 or the page of an earlier run
+        return PLUGIN_WARNING, plugin_line(
+            PLUGIN_WARNING, f"the HTML report {report_failure.get('path')} could not be written "
+                            f"({report_failure.get('message')}); {text}", perfdata)
     publication = status.get("publication")
     if publication and not publication["current"]:  # e.g. forget's republication failed after its commit
         return PLUGIN_WARNING, plugin_line(

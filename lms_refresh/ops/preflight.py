@@ -4,14 +4,16 @@ writing nothing — what a run would meet, before it meets it."""
 import dataclasses
 import os
 
+from lms_refresh import atomic
 from lms_refresh.config.paths import named_paths, refuse_collisions
 from lms_refresh.disclosure import weakening
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser
 from lms_refresh.disclosure.redaction import url_origin
 from lms_refresh.errors import ConfigError, StateError
 from lms_refresh.instants import to_cursor
+from lms_refresh.ops import alerts
 from lms_refresh.ops.monitoring import read_url
-from lms_refresh.run import identity, publication, upgrade
+from lms_refresh.run import after_commit, identity, publication_group, upgrade
 from lms_refresh.sources import OK, WARNING, Finding, build_source, json_decoding
 from lms_refresh.state_directory import refuse_a_file, user_name
 from lms_refresh.store import open_store, store_exists
@@ -46,6 +48,9 @@ def preflight(config, euid, environ):
     else:
         findings.append(Finding(OK, f"state directory {directory}: will be created on the first run"))
     findings.extend(_url_findings(config, environ))
+    mailer = config.alerts.mail_to and alerts.mailer_problem(config.alerts.sendmail)
+    if mailer:
+        findings.append(Finding(WARNING, f"the alert mail would fail under the alert unit: {mailer}", about="alerts"))
     findings.append(Finding(OK, f"JSON parser: {json_decoding.describe()}"))
     problem = json_decoding.setting_problem(json_decoding.REQUESTED)
     if problem:
@@ -56,9 +61,12 @@ def preflight(config, euid, environ):
     finally:
         source.close()
     if store_exists(config, environ):
-        store = open_store(config, environ, create=False, read_only=True)
+        store = open_store(config, environ, create=False, read_only=True, behind_ok=True)
         try:
             with store.errors():
+                if store.behind is not None:
+                    findings.extend(_behind_findings(store))
+                    return _after_store(config, euid, findings)
                 weakening.require(config, store, accepted=False)  # the run would refuse it: so does check
                 # A changed time zone, course rule, ... too; a run staging meanwhile (it holds the table) has events.
                 meta, has_events = store.meta(), store.staging_held() or store.has_events()
@@ -83,13 +91,48 @@ def preflight(config, euid, environ):
     else:
         identity.verify_store_present(config, True)  # gone beside its key: the run refuses it, so does check
         findings.append(Finding(OK, f"store {config.store_location}: will be created on the first run"))
-    if config.store.type == "sqlite" and config.publication.group:
-        gid = publication.group_id(config.publication.group,  # the run would fail after its commit
-                                   outcome="a run would commit the store, then fail to publish it.")
-        findings.append(Finding(OK, f"publication.group {config.publication.group}: exists (gid {gid})"))
+    return _after_store(config, euid, findings)
+
+
+def _behind_findings(store):
+    """What check says of a store of an earlier schema version: the next run upgrades it (each run migrates the
+    store it opens first), which is no fault; what the run then refuses of it can only be read once it is."""
+    version, target = store.behind
+    return [Finding(OK, f"the next run upgrades it from schema version {version} to {target}; the settings it "
+                        "keeps are compared with the configuration's once it is upgraded", about="store"),
+            Finding(OK, f"store {store.describe()}: reachable, schema v{version}")]
+
+
+def _after_store(config, euid, findings):
+    """Add the publication's findings (a SQLite store's) to `findings`; return them."""
+    gid = publication_group.require_group(config, user_name(_service_uid(config, euid)), outcome="a run would refuse "
+                                    "to start (78) for the same reason.")
+    if gid is not None:
+        findings.append(Finding(OK, f"publication.group {config.publication.group} (gid {gid}): a new file in "
+                                    f"{os.path.dirname(config.publication.path)} gets that group"))
+        report_directory = os.path.dirname(os.path.abspath(config.report.path))
+        if config.report.enabled and report_directory != os.path.dirname(os.path.abspath(config.publication.path)):
+            try:
+                given = atomic.new_file_group(report_directory)
+            except OSError:
+                given = None
+            if given != gid:
+                findings.append(Finding(WARNING, f"the report {config.report.path} would not get the group "
+                                                 f"{config.publication.group!r} the publication has ({report_directory}"
+                                                 " is no setgid directory of it), so each run would warn that it "
+                                                 "wrote no report; make it one as the publication's is, or leave "
+                                                 "report.path beside the publication", about="report"))
     if config.store.type == "sqlite":
         findings.extend(_publication_findings(config, user_name(euid)))
     return findings
+
+
+def _service_uid(config, euid):
+    """The user a run is: the state directory's owner (root's run becomes it), else this one."""
+    try:
+        return os.stat(config.state_directory).st_uid
+    except OSError:
+        return euid
 
 
 def _directory_problem(path, user):
@@ -126,6 +169,11 @@ def _publication_findings(config, user):
                                              "elsewhere or set report.enabled = false", about="report"))
         else:
             findings.append(Finding(OK, f"report {path}: {_writable(path, directory, user)}"))
+        failure = after_commit.report_failure(config)
+        if failure:
+            findings.append(Finding(WARNING, f"the last run could not write the report {failure.get('path')} "
+                                             f"({failure.get('message')}); the next run that writes it clears this",
+                                    about="report"))
     return findings
 
 

@@ -13,7 +13,7 @@ from lms_refresh.config import paths
 from lms_refresh.errors import ConfigError
 from lms_refresh.ops.monitoring import staleness
 from lms_refresh.ops.status import collect_status
-from lms_refresh.run import report_page
+from lms_refresh.run import after_commit, report_page
 from lms_refresh.run.report_data import local_today
 from lms_refresh.state_directory import user_name
 
@@ -44,8 +44,12 @@ def write_report(config, environ, now, output=None):
     shown = freshness(config, environ, now)
     target = output or config.report.path
     try:
+        mode = stat.S_IMODE(info.st_mode)
+        # The publication's group where others may not read the page the dashboards' web server serves; a page
+        # written elsewhere (--output) is the operator's, with the group its directory gives.
+        group = None if mode & stat.S_IROTH or output is not None else info.st_gid
         written = report_page.write_report(path, target, shown, today=local_today(now, config.timezone),
-                                           mode=stat.S_IMODE(info.st_mode), group=info.st_gid)
+                                           mode=mode, group=group)
     except OSError as error:  # a full disk, a read-only file system, EIO: domain errors already (atomic.py)
         raise ConfigError(f"Cannot write the report {target} ({error.strerror or error}): its directory must exist "
                           f"and be writable by '{user_name(os.geteuid())}'; nothing else was changed.") from error
@@ -79,8 +83,13 @@ def rewrite_after(config, environ, now, command):
     if config.store.type != "sqlite" or not config.report.enabled or not os.path.exists(config.publication.path):
         return None
     try:
-        return write_report(config, environ, now)[0]
+        written = write_report(config, environ, now)[0]
     except Exception as error:  # the publication, the dashboards' data, stands
         logger.warning("Could not write the HTML report %s after %s (%s: %s); the publication stands.",
                        config.report.path, command, type(error).__name__, error, extra={"REPORT": config.report.path})
+        after_commit.note_report_failure(config, {"path": config.report.path, "run_id": None,
+                                                  "at": instants.to_cursor(now),
+                                                  "message": f"{type(error).__name__}: {error}"})
         return None
+    after_commit.note_report_failure(config, None)
+    return written

@@ -5,7 +5,7 @@ import os
 
 from lms_refresh.disclosure import policy
 from lms_refresh.ops import interruption
-from lms_refresh.run import publication
+from lms_refresh.run import after_commit, publication
 from lms_refresh.run.lock import probe
 from lms_refresh.sources import json_decoding
 from lms_refresh.state_directory import LOCK_NAME, refuse_a_file
@@ -33,12 +33,14 @@ def collect_status(config, environ):
         "json_parser_setting": json_decoding.setting_problem(json_decoding.REQUESTED),  # None: nothing wrong
     }
     if status["store"]["exists"]:
-        store = open_store(config, environ, create=False, read_only=True)
+        store = open_store(config, environ, create=False, read_only=True, behind_ok=True)
         try:
             with store.errors():
                 meta = store.meta()
                 status["store"]["size_bytes"] = store.size_bytes()
                 status["store"]["schema_version"] = store.schema_version()
+                if store.behind is not None:  # after an upgrade of the package, before its first run
+                    status["store"]["upgrade"] = {"from": store.behind[0], "to": store.behind[1]}
                 status["watermark"] = meta.get("watermark")
                 if status["watermark"] is not None:
                     status["cursor_kind"] = meta.get("cursor_kind", TIME.name)
@@ -47,15 +49,18 @@ def collect_status(config, environ):
                 entry = store.last_entry()
                 status["watermark_set"] = entry if entry and entry["kind"] == "watermark-set" else None
                 status["quarantined_records"] = store.quarantine_count()
-                # The settings in force, from the store's typed row (a store that still needs an
-                # upgrade was refused by open_store): none before the first run stores them.
-                settings = policy.in_force(store, missing_ok=True)
+                # The settings in force, from the store's typed row: none before the first run stores them, and
+                # none read from a store the next run upgrades (its tables are those of its own version).
+                settings = policy.in_force(store, missing_ok=True) if store.behind is None else None
                 status["privacy"] = dataclasses.asdict(settings) if settings else None
-                missing_views = store.missing_views()
+                missing_views = store.missing_views() if store.behind is None else []
         finally:
             store.close()
         if status.get("privacy"):
             status["publication"] = publication.describe(config, environ, missing_views)
+    if config.store.type == "sqlite" and config.report.enabled:
+        # The HTML report the last run (or forget) could not write: None once one wrote it.
+        status["report"] = {"path": config.report.path, "failure": after_commit.report_failure(config)}
     return status
 
 
@@ -97,7 +102,8 @@ def format_status(status):
         f"state:        {status['state_directory']}",
         f"store:        {store['type']} {store['location']}"
         + (f" ({store['size_bytes']:,} bytes, schema v{store.get('schema_version')})" if store["exists"]
-           else " (not created yet)"),
+           else " (not created yet)")
+        + (f"; the next run upgrades it to schema v{store['upgrade']['to']}" if store.get("upgrade") else ""),
         f"watermark:    {_watermark_text(status)}",
         f"lock:         {'held by ' + lock['holder'] if lock['held'] else 'free'}",
     ]
@@ -132,6 +138,10 @@ def format_status(status):
                      f"{moved['started_at']} (watermark set; not a run)")
     lines.append(f"quarantine:   {status['quarantined_records']} record(s) kept")
     lines.extend(_privacy_lines(status))
+    failure = (status.get("report") or {}).get("failure")
+    if failure:
+        lines.append(f"REPORT:       {failure.get('path')} was NOT written at {failure.get('at')}: "
+                     f"{failure.get('message')}")
     if status.get("stale"):
         lines.append(f"STALE:        {status['stale']}")
     return "\n".join(lines)

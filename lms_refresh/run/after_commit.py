@@ -3,19 +3,23 @@
 None may undo the commit. The note is best effort (the next run writes it
 again); a failed publication fails the command, with a sentence that says the
 store is committed, and is recorded in the run's own row of the run log. The
-HTML report is best effort too: a failure to write it is a warning.
+HTML report is best effort too: a failure to write it is a warning, and it is
+noted in the state directory (`report-failed`, removed by the next run that
+writes the page) for `check`, `status`, `status --check` and the textfile.
 """
 
+import json
 import logging
 import os
 import stat
 
-from lms_refresh import instants
+from lms_refresh import atomic, instants
 from lms_refresh.errors import RefreshError, exit_status
 from lms_refresh.run import identity, report_page
 from lms_refresh.run.freshness import staleness
 from lms_refresh.run.publication import publish_if_behind
 from lms_refresh.run.report_data import local_today
+from lms_refresh.state_directory import REPORT_FAILED
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +57,7 @@ def write_report(refresh, store):
     config = refresh.config
     report_page.retire_page(config)  # a page the configuration no longer has the runs write
     if report_page.maintained_page(config) is None:
+        note_report_failure(config, None)  # no page is asked for any more: none is missing
         return None
     try:
         info = os.stat(config.publication.path)
@@ -67,15 +72,49 @@ def write_report(refresh, store):
                 f"This page was written after a {refresh.report.kind}, which refreshes no new data: its freshness "
                 "is that of the last successful refresh (a run or a rebuild)."),
         }
+        mode = stat.S_IMODE(info.st_mode)
         written = report_page.write_report(config.publication.path, config.report.path, freshness,
-                                           today=local_today(refresh.now, config.timezone),
-                                           mode=stat.S_IMODE(info.st_mode), group=info.st_gid)
+                                           today=local_today(refresh.now, config.timezone), mode=mode,
+                                           # the publication's group only when others may not read the page
+                                           group=None if mode & stat.S_IROTH else info.st_gid)
         report_page.remember_page(config, written)
-        return written
     except Exception as error:  # never the run's failure: the publication, the dashboards' data, stands
         logger.warning("Could not write the HTML report %s (%s: %s); the publication stands.", config.report.path,
                        type(error).__name__, error, extra={"REPORT": config.report.path})
+        note_report_failure(config, {"path": config.report.path, "run_id": refresh.report.run_id,
+                                      "at": instants.to_cursor(refresh.now),
+                                      "message": f"{type(error).__name__}: {error}"})
         return None
+    note_report_failure(config, None)
+    return written
+
+
+def report_failure(config):
+    """Return what the last run noted of the HTML report it could not write ({path, run_id, at, message}), or None
+    if it wrote the page (or none was asked for). A note that cannot be read is said as such."""
+    try:
+        with open(os.path.join(config.state_directory, REPORT_FAILED), encoding="utf-8") as handle:
+            note = json.load(handle)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        return {"path": config.report.path, "run_id": None, "at": None,
+                "message": f"the note {REPORT_FAILED} in the state directory is unreadable ({error})"}
+    return note if isinstance(note, dict) else {"path": config.report.path, "run_id": None, "at": None,
+                                                "message": f"the note {REPORT_FAILED} is damaged"}
+
+
+def note_report_failure(config, note):
+    """Write (or, for None, remove) the state directory's note of the report that could not be written."""
+    path = os.path.join(config.state_directory, REPORT_FAILED)
+    try:
+        if note is None:
+            if os.path.lexists(path):
+                os.unlink(path)
+        else:
+            atomic.replace_bytes(path, (json.dumps(note, sort_keys=True) + "\n").encode(), mode=0o640)
+    except (OSError, RefreshError) as error:  # the run's warning above already says the page is missing
+        logger.warning("Could not note in %s whether the report was written (%s).", path, error)
 
 
 def _replace_run(store, run):

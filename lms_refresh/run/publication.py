@@ -28,7 +28,6 @@ committed with the run itself.
 
 import contextlib
 import errno
-import grp
 import hashlib
 import logging
 import marshal
@@ -38,8 +37,9 @@ import stat
 
 from lms_refresh import atomic
 from lms_refresh.disclosure import policy
-from lms_refresh.errors import ConfigError, RefreshError, StateError, from_os_error
+from lms_refresh.errors import RefreshError, StateError, from_os_error
 from lms_refresh.run import period_publication, report_page
+from lms_refresh.run.publication_group import group_id
 from lms_refresh.store import open_store, periods, store_exists
 from lms_refresh.store.sqlite import read_only_uri
 from lms_refresh.store.tables import COURSE_COLUMNS, PERIOD_SERVING_COLUMNS, SERVING_COLUMNS
@@ -158,7 +158,7 @@ def publish_if_behind(config, store, euid):
 
 def _publish(config, store, euid):
     path, group = config.publication.path, config.publication.group
-    gid = group_id(group) if group else None
+    gid = group_id(group, COMMITTED) if group else None
     with store.errors():
         settings = policy.in_force(store, missing_ok=True)
     if settings is None:  # no run stored any yet (the first failed): nothing was ever published, nothing is behind
@@ -191,14 +191,6 @@ def retire_sqlite_publication(config):
                        "serving view; the file would only have gone stale.", path, extra={"PUBLICATION": path})
 
 
-def group_id(name, outcome=COMMITTED):  # `outcome`: what a missing group means for the command asking
-    try:
-        return grp.getgrnam(name).gr_gid
-    except KeyError:
-        raise ConfigError(f"The group {name!r} named by publication.group does not exist; create it or fix the "
-                          f"key — {outcome}") from None
-
-
 def _mode(gid):
     return 0o640 if gid is not None else 0o644
 
@@ -208,7 +200,7 @@ def _has_permissions(path, mode, gid):
         info = os.stat(path)
     except OSError:
         return False
-    return stat.S_IMODE(info.st_mode) == mode and (gid is None or info.st_gid == gid)
+    return stat.S_IMODE(info.st_mode) == mode and (gid is None or info.st_gid == atomic.seen_gid(gid))
 
 
 def write_publication(path, gid, rows, *, settings, wanted, euid, courses=()):
@@ -229,12 +221,13 @@ def _replace(path, gid, euid, fill):
     what = f"the publication {path}"
     try:
         os.makedirs(directory, mode=0o755, exist_ok=True)
-        if os.stat(directory).st_uid == euid:
-            # Others may traverse the directory only when no group is named; the file's mode says the rest.
-            os.chmod(directory, 0o750 if gid is not None else 0o755)
-            if gid is not None:
-                os.chown(directory, -1, gid)
-        with atomic.replacing(path, mode=_mode(gid), group=gid, what=what, outcome=COMMITTED) as temporary:
+        info = os.stat(directory)
+        if gid is None and info.st_uid == euid and stat.S_IMODE(info.st_mode) != 0o755:
+            # Every account reads the publication when no group is named: a directory a group narrowed (its
+            # setgid bit too) is opened again. A named group's directory is the administrator's (require_group).
+            os.chmod(directory, 0o755)
+        group = None if gid is None else atomic.seen_gid(gid)
+        with atomic.replacing(path, mode=_mode(gid), group=group, what=what, outcome=COMMITTED) as temporary:
             try:
                 fill(temporary)
             except sqlite3.Error as error:
@@ -245,8 +238,7 @@ def _replace(path, gid, euid, fill):
             raise domain from error
         raise StateError(
             f"Cannot write the publication {path} ({error.strerror}); the store is committed and the next run "
-            f"publishes it — make {directory} writable by the service user (a ReadWritePaths= drop-in), and "
-            "for publication.group make that user a member of the group (SupplementaryGroups=).") from error
+            f"publishes it — make {directory} writable by the service user (a ReadWritePaths= drop-in).") from error
 
 
 def _as_os_error(error, path):

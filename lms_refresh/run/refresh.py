@@ -23,14 +23,23 @@ from lms_refresh.disclosure import policy, redaction, weakening
 from lms_refresh.disclosure.cell_key import RecordKeys
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser, fingerprint
 from lms_refresh.errors import RefreshError, StateError, Terminated, exit_status, from_os_error
-from lms_refresh.run import after_commit, identity, period_publication, publication, retention, stopping, upgrade
+from lms_refresh.run import (
+    after_commit,
+    identity,
+    period_publication,
+    publication,
+    publication_group,
+    retention,
+    stopping,
+    upgrade,
+)
 from lms_refresh.run.lock import LockHeld, lock_held, locked_store, run_lock
 from lms_refresh.run.report import Outcome, Report
 from lms_refresh.run.request import REBUILD, RUN, UNDONE, Request
 from lms_refresh.sources import build_source
 from lms_refresh.sources.redelivery import conflict_records
 from lms_refresh.sources.xapi_fields import actor_identifier
-from lms_refresh.state_directory import check_writable_file
+from lms_refresh.state_directory import check_writable_file, user_name
 from lms_refresh.store import load_driver, store_exists
 from lms_refresh.store.staging import StageAgain
 
@@ -87,6 +96,7 @@ class Refresh:
             for path in [config.key_file] + ([config.store.path] if config.store.type == "sqlite" else []):
                 check_writable_file(path, self.euid)
         identity.verify_store_present(config, not store_exists(config, self.environ) and self.request.kind != REBUILD)
+        publication_group.require_group(config, user_name(self.euid))  # before anything is read, not after the commit
         return locked_store(config, self.environ, create=not self.request.dry_run, rehearsal=self.request.dry_run)
 
     def check_state(self, store, meta):

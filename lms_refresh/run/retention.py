@@ -46,8 +46,8 @@ def clock(now, store):
     earlier.
 
     A clock set ahead by months for one run would otherwise drop every staged event at once, for good: the
-    run itself looks fine, the next ones are refused for the future watermark until it is set back (README,
-    "Recovery"), and by then the events are gone and every re-read statement is quarantined as older than
+    run itself looks fine, the next ones are refused for the future watermark until it is set back (docs/admin/
+    recovery.md), and by then the events are gone and every re-read statement is quarantined as older than
     the horizon. So no run counts more than a day past the time an earlier run trusted: nightly runs are not
     held back at all, the first run after a longer pause (a weekend, an outage) goes a day further and the
     next catches up, and a wrong clock can drop at most a day's events early."""

@@ -14,16 +14,19 @@ def load_driver(config):
         import lms_refresh.store.postgres  # noqa: F401 (unused: imported now for the reason above)
 
 
-def open_store(config, environ, create, *, read_only=False, migrate=True):
-    """Given a Config, return an opened store; `create=False` never creates one."""
+def open_store(config, environ, create, *, read_only=False, migrate=True, behind_ok=False):
+    """Given a Config, return an opened store; `create=False` never creates one. A read-only store of an earlier
+    schema version is refused unless `behind_ok` (then its `behind` says so: see base.SqlStore.check_version)."""
     if config.store.type == "sqlite":
         from lms_refresh.store.sqlite import SqliteStore
 
-        return SqliteStore.open(config.store.path, create=create, read_only=read_only, migrate=migrate)
+        return SqliteStore.open(config.store.path, create=create, read_only=read_only, migrate=migrate,
+                                behind_ok=behind_ok)
     if config.store.type == "postgresql":
         from lms_refresh.store.postgres import PostgresStore
 
-        return PostgresStore.open(config.store, environ, create=create, read_only=read_only, migrate=migrate)
+        return PostgresStore.open(config.store, environ, create=create, read_only=read_only, migrate=migrate,
+                                  behind_ok=behind_ok)
     raise ConfigError(f"store type {config.store.type!r} is not supported")
 
 

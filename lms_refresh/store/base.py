@@ -63,6 +63,7 @@ class SqlStore(Staging, Erasure, Grains, Published, RebuildCheck, RunLog, Course
         self._void_targets = set()
         self._conflicts = []
         self._republish_all = False
+        self.behind = None  # (its schema version, this code's): a store read as it is, before the next run upgrades it
 
     @property
     def run_order(self):
@@ -94,8 +95,9 @@ class SqlStore(Staging, Erasure, Grains, Published, RebuildCheck, RunLog, Course
         cursor.executemany(self._sql(statement), rows)
         return cursor
 
-    def check_version(self, strict):
-        """Refuse a store newer than this code (and, if `strict`, one that still needs migrating)."""
+    def check_version(self, strict, behind_ok=False):
+        """Refuse a store newer than this code (and, if `strict`, one that still needs migrating, unless
+        `behind_ok`: then `behind` says so, for a reader that reads only what every version has)."""
         version = self.schema_version()
         if version > self.schema_target:
             raise StateError(
@@ -103,7 +105,10 @@ class SqlStore(Staging, Erasure, Grains, Published, RebuildCheck, RunLog, Course
                 f"understands ({self.schema_target}); upgrade lms-refresh."
             )
         if strict and 0 < version < self.schema_target:
-            raise StateError(f"The store {self.describe()} has schema version {version}; the next run upgrades it.")
+            if not behind_ok:
+                raise StateError(f"The store {self.describe()} has schema version {version}; the next run upgrades "
+                                 "it.")
+            self.behind = (version, self.schema_target)
         return version
 
     # -- reading -------------------------------------------------------------

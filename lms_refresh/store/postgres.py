@@ -67,7 +67,7 @@ class PostgresStore(PgStaging, PgBulk, SqlStore):
         self.serving_courses = self._ddl(POSTGRESQL.serving_courses)
 
     @classmethod
-    def open(cls, settings, environ, create=True, *, read_only=False, migrate=True):
+    def open(cls, settings, environ, create=True, *, read_only=False, migrate=True, behind_ok=False):
         """Connect to the store; migrate it unless `read_only` or `migrate=False`."""
         url = settings.url
         shown = url_without_password(url)
@@ -79,7 +79,7 @@ class PostgresStore(PgStaging, PgBulk, SqlStore):
         store = cls(db, shown, settings.schema, connect_again)
         with store.errors():
             db.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(settings.schema)))
-            version = store.check_version(strict=read_only)
+            version = store.check_version(strict=read_only, behind_ok=behind_ok)
             if version == 0 and not create and not read_only:
                 # A dry run on a new database: build the schema inside the run's own
                 # transaction, which the dry run rolls back with everything else.

@@ -3,7 +3,7 @@ leaves one row; status, monitoring, the clock check and the alert read it back.
 """
 
 from lms_refresh.disclosure import redaction
-from lms_refresh.store.tables import column_names
+from lms_refresh.store.tables import TABLES, column_names
 
 RUN_FIELDS = column_names("runs")
 REFRESH_KINDS = ("run", "backfill", "rebuild")  # the run log's kinds that are refreshes (not "watermark-set")
@@ -43,10 +43,20 @@ class RunLog:
         return self._last_run("TRUE")
 
     def _last_run(self, condition):
-        row = self.execute(f"SELECT {', '.join(RUN_FIELDS)} FROM runs WHERE {condition} "
+        fields = RUN_FIELDS if self.behind is None else _fields_at(self.behind[0])
+        row = self.execute(f"SELECT {', '.join(fields)} FROM runs WHERE {condition} "
                            f"ORDER BY {self.run_order} DESC LIMIT 1").fetchone()
         if row is None:
             return None
         # Rows written by an earlier version went through an earlier rule: today's applies to what is read.
-        run = dict(zip(RUN_FIELDS, row, strict=True))
+        run = dict(_MISSING, **dict(zip(fields, row, strict=True)))
         return dict(run, message=redaction.scrub_text(run["message"]))
+
+
+_RUNS = next(table for table in TABLES if table.name == "runs")
+_MISSING = {column.name: "" for column in _RUNS.columns}  # a column added later: TEXT with default '' so far
+
+
+def _fields_at(version):
+    """The run log's columns in a store of schema `version` (one read before the next run upgrades it)."""
+    return tuple(column.name for column in _RUNS.columns_at(version))

@@ -117,7 +117,7 @@ class SqliteStore(SqlStore):
             return True  # something is there; opening it says what is wrong with it
 
     @classmethod
-    def open(cls, path, create, read_only=False, *, migrate=True):
+    def open(cls, path, create, read_only=False, *, migrate=True, behind_ok=False):
         """Open (and unless told otherwise create and migrate) the store at `path`.
 
         With create=False a missing store is an empty in-memory one, so a dry
@@ -144,7 +144,7 @@ class SqliteStore(SqlStore):
         store = cls(db, path if target != ":memory:" else ":memory:")
         try:
             store._configure(wal=target != ":memory:" and not read_only)
-            store.check_version(strict=read_only and exists)
+            store.check_version(strict=read_only and exists, behind_ok=behind_ok)
             if migrate and not read_only:
                 store.migrate()
         except sqlite3.DatabaseError as error:

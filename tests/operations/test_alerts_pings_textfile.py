@@ -57,7 +57,10 @@ def test_healthchecks_pings_and_textfile_follow_each_run(project, receiver, tmp_
     assert sorted(first) == sorted([
         "lms_refresh_last_run_timestamp_seconds", "lms_refresh_last_success_timestamp_seconds",
         "lms_refresh_last_exit_code", "lms_refresh_last_duration_seconds", "lms_refresh_rows_written",
-        "lms_refresh_quarantined_records", "lms_refresh_suppressed_cells", "lms_refresh_watermark_timestamp_seconds"])
+        "lms_refresh_quarantined_records", "lms_refresh_suppressed_cells", "lms_refresh_watermark_timestamp_seconds"]
+        # whether the HTML report was written: a SQLite publication's only
+        + ([] if project.postgres else ["lms_refresh_report_failed"]))
+    assert first.get("lms_refresh_report_failed", 0) == 0
 
     project.write("b.ndjson", ["garbage"] * 5 + [statement(timestamp="2026-11-03T10:00:00Z")])
     assert project.invoke("run", now="2026-11-04T04:15:00+01:00").returncode == 65

@@ -163,12 +163,11 @@ def test_check_fails_for_a_publication_group_that_does_not_exist(sqlite_project)
     result = project.invoke("check", now=NOW)
     assert result.returncode == 78
     assert ("The group 'no-such-group-here' named by publication.group does not exist; create it or fix the key "
-            "— a run would commit the store, then fail to publish it." in result.stderr), result.stderr
+            "— a run would refuse to start (78) for the same reason." in result.stderr), result.stderr
     assert "the store is committed" not in result.stderr  # check commits nothing
     run = project.invoke("run", now=NOW)
-    assert run.returncode == 78  # as the run itself, after its commit
-    assert "does not exist; create it or fix the key — the store is committed, and the next run publishes it." \
-        in run.stderr, run.stderr
+    assert run.returncode == 78  # as the run itself, before it starts
+    assert "does not exist; create it or fix the key — nothing was done." in run.stderr, run.stderr
 
 
 def test_check_passes_a_publication_group_that_exists(sqlite_project):
@@ -178,7 +177,8 @@ def test_check_passes_a_publication_group_that_exists(sqlite_project):
     project = sqlite_project
     project.config.write_text(project.config.read_text() + f'\n[publication]\ngroup = "{name}"\n')
     result = project.invoke("check", now=NOW, check=0)
-    assert f"ok  publication.group {name}: exists (gid {os.getegid()})" in result.stdout
+    # The run's own group: every new file gets it, no setgid directory is needed.
+    assert f"ok  publication.group {name} (gid {os.getegid()}): " in result.stdout, result.stdout
 
 
 @pytest.fixture
@@ -302,3 +302,66 @@ def test_a_stop_during_a_watermark_set_says_whether_it_moved(project, phase):
         assert "SIGTERM after the commit; the command finishes, and what it committed stands." in result.stderr
         assert project.meta()["watermark"] == "2026-11-03T02:00:00.000000Z" != before
         assert project.runs()[-1][:3] == ("watermark-set", "watermark-set", 0)
+
+
+def test_between_a_package_upgrade_and_the_next_run_check_status_and_the_plugin_say_ok(project):
+    """A store of schema version 1 with a fresh successful run in its log, as the previous release left it: the
+    next run upgrades it, which is nothing wrong (they exited 78, the plugin said UNKNOWN); then the run does."""
+    from lms_refresh.config import load_config
+    from lms_refresh.store import open_store
+    from lms_refresh.store.tables import SCHEMA_VERSION, TABLES
+
+    project.configure()
+    project.state.mkdir()
+    store = open_store(load_config(str(project.config), {}), {}, create=True, migrate=False)
+    store.migrate(target=1)
+    columns = [column.name for column in next(t for t in TABLES if t.name == "runs").columns_at(1)]
+    values = {"run_id": "r1", "kind": "run", "started_at": "2026-11-03T03:10:00.000000Z",
+              "finished_at": "2026-11-03T03:11:00.000000Z", "outcome": "success", "exit_code": 0,
+              "window_since": "2026-11-02T03:10:00.000000Z", "window_until": "2026-11-03T03:10:00.000000Z",
+              "statements_read": 5, "staged": 5, "voided": 0, "quarantined": 0, "partitions": 1, "rows_written": 2,
+              "suppressed": 0, "message": ""}
+    store.begin()
+    store.execute(f"INSERT INTO runs ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})",
+                  [values[name] for name in columns])
+    store.execute("INSERT INTO meta (key, value) VALUES ('watermark', '2026-11-03T03:10:00.000000Z')")
+    store.commit()
+    store.close()
+    upgrades = f"the next run upgrades it from schema version 1 to {SCHEMA_VERSION}"
+    check = project.invoke("check", now=NOW)
+    assert check.returncode == 0 and f"ok  store: {upgrades}" in check.stdout, (check.stdout, check.stderr)
+    status = project.invoke("status", now=NOW)
+    assert status.returncode == 0 and f"schema v1); the next run upgrades it to schema v{SCHEMA_VERSION}" in \
+        status.stdout and "last success: success (exit 0) run started 2026-11-03T03:10:00" in status.stdout, status
+    assert json.loads(project.invoke("status", "--json", now=NOW, check=0).stdout)["store"]["upgrade"] == {
+        "from": 1, "to": SCHEMA_VERSION}
+    plugin = project.invoke("status", "--check", now=NOW)
+    assert plugin.returncode == 0 and plugin.stdout.startswith("LMS-REFRESH OK - last success started ") and (
+        f"the next run upgrades the store from schema version 1 to {SCHEMA_VERSION}" in plugin.stdout), plugin
+    project.write("a.ndjson", [statement(learner=f"u{i}", timestamp="2026-11-02T10:00:00Z") for i in range(3)])
+    project.invoke("run", now=NOW, check=0)
+    after = project.invoke("status", now=NOW, check=0).stdout
+    assert f"schema v{SCHEMA_VERSION})" in after and "upgrades it" not in after
+
+
+def test_check_warns_of_a_set_id_sendmail_the_alert_unit_cannot_run(sqlite_project, tmp_path):
+    """The alert unit lets no program gain privileges (NoNewPrivileges=, implied by its system call filter):
+    exim4's set-user-ID and postfix's set-group-ID mail submission fail under it, and check says so before a
+    failure shows it, naming a sendmail that needs no privilege."""
+    from lms_refresh.ops.alerts import mailer_problem
+
+    sendmail = tmp_path / "sendmail"
+    sendmail.write_text("#!/bin/sh\ncat >/dev/null\n")
+    sendmail.chmod(0o755)
+    assert mailer_problem(str(sendmail)) is None
+    project = sqlite_project
+    project.config.write_text(project.config.read_text() + f'\n[alerts]\nmail_to = "ops@example.edu"\n'
+                                                           f'sendmail = "{sendmail}"\n')
+    assert "alert mail" not in project.invoke("check", now=NOW, check=0).stdout
+    for mode, kind in ((0o4755, "user"), (0o2755, "group")):
+        sendmail.chmod(mode)
+        result = project.invoke("check", now=NOW, check=0)
+        assert (f"the alert mail would fail under the alert unit: {sendmail} is set-{kind}-ID (exim4's and "
+                "postfix's are), and lms-refresh-alert@.service, like any unit with a system call filter, lets no "
+                "program gain privileges; point alerts.sendmail at one that needs none, e.g. msmtp" in result.stdout
+                ), result.stdout

@@ -6,8 +6,11 @@ import os
 import socket
 import time
 
+import pytest
+
 from helpers.project import Project
 from helpers.statements import statement
+from lms_refresh.ops import trigger
 from lms_refresh.ops.interruption import MARKER, Marker, last, pending
 from lms_refresh.ops.job import retried
 from lms_refresh.ops.monitoring import Healthchecks, plugin_report
@@ -96,13 +99,64 @@ def test_a_marker_of_a_live_run_this_boot_is_left_alone_and_one_of_an_earlier_bo
 
 def test_only_a_timers_start_or_a_terminal_retries_and_a_manual_systemctl_start_fails_fast():
     scheduled = Request()
-    assert retried(scheduled, {})  # a terminal: each retry is a line on stderr
-    assert retried(scheduled, {"INVOCATION_ID": "x", "TRIGGER_UNIT": "lms-refresh.timer"})
-    assert retried(scheduled, {"JOURNAL_STREAM": "8:9", "TRIGGER_UNIT": "lms-refresh-catch-up.timer"})
-    assert not retried(scheduled, {"INVOCATION_ID": "x"})  # systemctl start by hand
-    assert not retried(scheduled, {"INVOCATION_ID": "x", "TRIGGER_UNIT": "something.path"})
-    assert not retried(Request(dry_run=True), {})
-    assert not retried(Request(BACKFILL, since=dt.datetime(2026, 1, 1, tzinfo=dt.UTC)), {})
+    by_timer = lambda environ: ("lms-refresh.timer", None)  # noqa: E731
+    by_hand = lambda environ: (None, None)  # noqa: E731
+    assert retried(scheduled, {}, by_hand)  # a terminal: each retry is a line on stderr
+    assert retried(scheduled, {"INVOCATION_ID": "x"}, by_timer)
+    # systemd 252 and 257 pass a timer's TRIGGER_UNIT on to later starts by hand: it decides nothing.
+    assert not retried(scheduled, {"INVOCATION_ID": "x", "TRIGGER_UNIT": "lms-refresh.timer"}, by_hand)
+    assert not retried(scheduled, {"JOURNAL_STREAM": "8:9"}, lambda environ: (None, "no bus"))
+    assert not retried(Request(dry_run=True), {}, by_timer)
+    assert not retried(Request(BACKFILL, since=dt.datetime(2026, 1, 1, tzinfo=dt.UTC)), {}, by_timer)
+
+
+# What systemd 252 showed (tests/system, a oneshot under a test timer): a start by hand, a timer's, two by hand,
+# a timer's, one by hand; every start after the first timer's had TRIGGER_UNIT and the first elapse's
+# TRIGGER_TIMER_MONOTONIC_USEC in its environment.
+STARTS = [  # (InactiveEnter (the previous end), InactiveExit (this start), the timer's last elapse, a timer's?)
+    (0, 584689020, 0, False),
+    (0, 587039288, 587019055, True),
+    (587333677, 588645354, 587019055, False),
+    (588885458, 589964754, 587019055, False),
+    (590264731, 592377794, 592359544, True),
+    (592656626, 593816746, 592359544, False),
+]
+
+
+@pytest.mark.parametrize("previous_end, began, elapsed, expected", STARTS)
+def test_a_timers_start_is_told_by_systemds_timestamps_of_this_start(previous_end, began, elapsed, expected):
+    properties = {
+        ("/org/freedesktop/systemd1/unit/lms_2drefresh_2eservice", "InvocationID"): list(bytes.fromhex("ab" * 16)),
+        ("/org/freedesktop/systemd1/unit/lms_2drefresh_2eservice", "InactiveExitTimestampMonotonic"): began,
+        ("/org/freedesktop/systemd1/unit/lms_2drefresh_2eservice", "InactiveEnterTimestampMonotonic"): previous_end,
+        ("/org/freedesktop/systemd1/unit/lms_2drefresh_2eservice", "TriggeredBy"): [
+            "lms-refresh-catch-up.timer", "lms-refresh.timer"],
+        ("/org/freedesktop/systemd1/unit/lms_2drefresh_2dcatch_2dup_2etimer", "LastTriggerUSecMonotonic"): 0,
+        ("/org/freedesktop/systemd1/unit/lms_2drefresh_2etimer", "LastTriggerUSecMonotonic"): elapsed,
+    }
+    environ = {"INVOCATION_ID": "ab" * 16, "TRIGGER_UNIT": "lms-refresh.timer"}
+    timer, unknown = trigger.timer_started(environ, lambda path, interface, name: properties[path, name],
+                                           unit="lms-refresh.service")
+    assert unknown is None and timer == ("lms-refresh.timer" if expected else None)
+    # Another activation's properties (the unit restarted meanwhile) decide nothing.
+    other = dict(environ, INVOCATION_ID="cd" * 16)
+    assert trigger.timer_started(other, lambda path, interface, name: properties[path, name],
+                                 unit="lms-refresh.service")[0] is None
+
+
+def test_a_start_whose_trigger_cannot_be_asked_is_one_by_hand(tmp_path):
+    def unreachable(path, interface, name):
+        raise FileNotFoundError(2, "No such file or directory", "busctl")
+
+    timer, unknown = trigger.timer_started({"INVOCATION_ID": "x"}, unreachable, unit="lms-refresh.service")
+    assert timer is None and "systemd could not be asked over the system bus (FileNotFoundError" in unknown
+    cgroup = tmp_path / "cgroup"
+    cgroup.write_text("0::/system.slice/lms-refresh.service\n")
+    assert trigger.own_unit(str(cgroup)) == "lms-refresh.service"
+    cgroup.write_text("0::/user.slice/user-0.slice/session-3.scope\n")
+    assert trigger.own_unit(str(cgroup)) is None
+    assert trigger.bus_path("lms-refresh-alert@x.service") == (
+        "/org/freedesktop/systemd1/unit/lms_2drefresh_2dalert_40x_2eservice")
 
 
 def test_a_manual_systemctl_start_says_it_is_not_retried_and_exits_69_at_once(sqlite_project):

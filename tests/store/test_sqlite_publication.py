@@ -252,15 +252,27 @@ def test_a_dashboard_account_reads_the_publication_and_nothing_of_the_state(worl
         assert again.stdout == "38\n"  # 19 days of the course, and the site's
 
 
+def setgid_directory(path, group):
+    """What the README's tmpfiles.d line for publication.group makes: 'd PATH 2750 <service user> GROUP -'."""
+    import grp
+
+    path.mkdir(exist_ok=True)
+    os.chown(path, -1, grp.getgrnam(group).gr_gid)
+    path.chmod(0o2750)
+
+
 def test_publication_group_limits_the_readers_to_its_members(world_readable_root):
     group = f"dashg{uuid.uuid4().hex[:6]}"
     project = Project(world_readable_root / "p")
     noisy(project, f'\n[publication]\ngroup = "{group}"')
     project.write("a.ndjson", learners(12))
     with os_account(group) as member, os_account() as outsider:
+        setgid_directory(publication(project).parent, group)
         project.invoke("run", now=NOW, check=0)
         path = publication(project)
-        assert stat.S_IMODE(path.stat().st_mode) == 0o640 and stat.S_IMODE(path.parent.stat().st_mode) == 0o750
+        assert stat.S_IMODE(path.stat().st_mode) == 0o640 and stat.S_IMODE(path.parent.stat().st_mode) == 0o2750
+        report = path.parent / "report.html"
+        assert (stat.S_IMODE(report.stat().st_mode), report.stat().st_gid) == (0o640, path.stat().st_gid)
         read = as_user(member, "/usr/bin/python3", "-c", READ_WITH_PYTHON, str(path))
         assert read.returncode == 0 and read.stdout.startswith("(1, "), read.stderr
         refused = as_user(outsider, "sqlite3", "-readonly", str(path), "SELECT 1")
@@ -416,7 +428,7 @@ def test_sigterm_while_forget_republishes_keeps_the_erasure_and_says_so(sqlite_p
 
 def test_a_changed_publication_group_applies_at_the_next_run_without_new_rows(sqlite_project):
     if os.geteuid() != 0:
-        pytest.skip("giving a file to a group of which the service user is no member needs root")
+        pytest.skip("giving a directory to a group of which the service user is no member needs root")
     import grp
 
     group = f"dashg{uuid.uuid4().hex[:6]}"
@@ -429,15 +441,79 @@ def test_a_changed_publication_group_applies_at_the_next_run_without_new_rows(sq
         rows = read_publication(path)[1]
         gid = grp.getgrnam(group).gr_gid
         noisy(sqlite_project, f'\n[publication]\ngroup = "{group}"')  # narrowed
+        # The directory does not give new files the group (and no file's group is changed): refused before the run.
+        refused = sqlite_project.invoke("run", now=NOW)
+        assert refused.returncode == 78 and (
+            f"publication.group = '{group}' needs {path.parent} to be a setgid directory of group '{group}'"
+            in refused.stderr) and "nothing was done." in refused.stderr, refused.stderr
+        assert "Nothing to do" not in refused.stderr and stat.S_IMODE(path.stat().st_mode) == 0o644
+        check = sqlite_project.invoke("check", now=NOW)
+        assert check.returncode == 78 and "a run would refuse to start (78) for the same reason." in check.stderr
+        setgid_directory(path.parent, group)  # as the README's tmpfiles.d line makes it
+        assert f"a new file in {path.parent} gets that group" in sqlite_project.invoke("check", now=NOW, check=0).stdout
         result = sqlite_project.invoke("run", now=NOW, check=0)
         assert "Nothing to do" in result.stderr and f"Published 2 rows to {path}" in result.stderr
         info, directory = path.stat(), path.parent.stat()
         assert (stat.S_IMODE(info.st_mode), info.st_gid) == (0o640, gid)
-        assert (stat.S_IMODE(directory.st_mode), directory.st_gid) == (0o750, gid)
+        assert (stat.S_IMODE(directory.st_mode), directory.st_gid) == (0o2750, gid)
         assert read_publication(path)[1] == rows and publication_leftovers(sqlite_project) == []
         assert "Published" not in sqlite_project.invoke("run", now=NOW, check=0).stderr  # now current
-        noisy(sqlite_project)  # widened again
+        noisy(sqlite_project)  # widened again: every account reads it, the directory no longer narrows it
         sqlite_project.invoke("run", now=NOW, check=0)
         assert stat.S_IMODE(path.stat().st_mode) == 0o644 and stat.S_IMODE(path.parent.stat().st_mode) == 0o755
     finally:
         subprocess.run(["groupdel", group], check=False)
+
+
+@pytest.fixture
+def no_chown(monkeypatch):
+    """Every call that changes a file's owner or group fails as the unit's SystemCallFilter=~@privileged makes it
+    fail (EPERM), whoever asks: the test runs as root, where they would otherwise succeed."""
+    def refused(*args, **kwargs):
+        raise PermissionError(1, "Operation not permitted")
+
+    for name in ("chown", "fchown", "lchown"):
+        monkeypatch.setattr(os, name, refused)
+    import shutil
+
+    monkeypatch.setattr(shutil, "chown", refused)
+
+
+def test_every_file_a_run_writes_is_written_without_changing_an_owner_or_a_group(sqlite_project, no_chown):
+    """The unit forbids chown and fchown: the report (which gave itself the publication's group, its own one
+    included, with fchown), the publication, the textfile, the key and the store are all written all the same."""
+    textfile = sqlite_project.root / "lms_refresh.prom"
+    noisy(sqlite_project, f'\n[monitoring]\ntextfile = "{textfile}"')
+    sqlite_project.write("a.ndjson", learners(12))
+    result = sqlite_project.invoke("run", now=NOW, check=0)
+    assert "Could not" not in result.stderr, result.stderr
+    report = publication(sqlite_project).parent / "report.html"
+    assert "LMS activity report" in report.read_text() and stat.S_IMODE(report.stat().st_mode) == 0o644
+    assert "lms_refresh_report_failed 0.000000" in textfile.read_text()
+    status = sqlite_project.invoke("status", "--check", now=NOW)
+    assert status.returncode == 0 and status.stdout.startswith("LMS-REFRESH OK"), status.stdout
+
+
+def test_a_report_that_cannot_be_written_shows_in_check_status_and_the_textfile(sqlite_project):
+    textfile = sqlite_project.root / "lms_refresh.prom"
+    noisy(sqlite_project, f'\n[monitoring]\ntextfile = "{textfile}"')
+    sqlite_project.write("a.ndjson", learners(12))
+    sqlite_project.invoke("run", now=NOW, check=0)
+    report = publication(sqlite_project).parent / "report.html"
+    sqlite_project.write("b.ndjson", learners(12, day="2026-11-21"))
+    failing = {"LMS_REFRESH_FAULT": "replace-written/report.html:eio"}  # the device fails under the page only
+    result = sqlite_project.invoke("run", now="2026-11-21T12:00:00Z", env=failing, check=0)
+    assert f"Could not write the HTML report {report}" in result.stderr
+    assert "lms_refresh_report_failed 1.000000" in textfile.read_text()
+    plugin = sqlite_project.invoke("status", "--check", now="2026-11-21T12:05:00Z")
+    assert plugin.returncode == 1 and plugin.stdout.startswith(
+        f"LMS-REFRESH WARNING - the HTML report {report} could not be written (StateError: Cannot write the report "
+        f"{report}: an input/output error"), plugin.stdout
+    assert f"REPORT:       {report} was NOT written at 2026-11-21T12:00:00" in sqlite_project.invoke(
+        "status", check=0).stdout
+    check = sqlite_project.invoke("check", now="2026-11-21T12:05:00Z", check=0)
+    assert f"the last run could not write the report {report} (StateError" in check.stdout, check.stdout
+    sqlite_project.invoke("run", now="2026-11-21T13:00:00Z", check=0)  # writes it: the note goes
+    assert "lms_refresh_report_failed 0.000000" in textfile.read_text()
+    assert sqlite_project.invoke("status", "--check", now="2026-11-21T13:05:00Z").returncode == 0
+    assert "the last run could not write the report" not in sqlite_project.invoke("check", check=0).stdout

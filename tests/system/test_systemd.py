@@ -263,10 +263,82 @@ def test_start_runs_as_the_service_user_and_fills_the_store(system):
     report = status(system)
     assert report["last_run"]["outcome"] == "success" and report["last_run"]["rows_written"] > 10
     assert report["store"]["location"] == "/var/lib/lms-refresh/metrics.sqlite"
+    assert_the_page_shows_the_last_run(system)
     root = system.run("lms-refresh", "run", check=False)  # as root: it becomes the state directory's owner
     assert root.returncode == 0, root.stderr
     assert [line.split()[0] for line in system.run("stat", "-c", "%U %n", *listing.split()[1::2]).stdout.splitlines()] \
         == ["lms-refresh"] * 4
+
+
+def assert_the_page_shows_the_last_run(box, group="lms-refresh", mode="644"):
+    """The unit wrote the HTML report beside the publication (its report writer once called fchown, which the
+    unit's system call filter refuses: every run logged a PermissionError and wrote nothing), showing the last
+    run's start and watermark, and neither the journal, status --check nor the textfile's note says otherwise."""
+    invocation = box.show(UNIT, "InvocationID")["InvocationID"]
+    log = box.run("journalctl", f"_SYSTEMD_INVOCATION_ID={invocation}", "-o", "cat", "--no-pager").stdout
+    assert "Could not write the HTML report" not in log, log
+    page = "/var/lib/lms-refresh-publication/report.html"
+    assert box.run("stat", "-c", "%U:%G %a", page).stdout.split() == [f"lms-refresh:{group}", mode]
+    html = box.run("cat", page).stdout
+    shown = status(box)
+    assert f'<dd id="last-success">{shown["last_success"]["started_at"]}</dd>' in html, html[:3000]
+    assert f'<dd id="watermark">{shown["watermark"]}</dd>' in html and 'id="fresh"' in html
+    assert box.run("test", "-e", "/var/lib/lms-refresh/report-failed", check=False).returncode == 1
+    plugin = as_service_user(box, "status", "--check", check=False)
+    assert plugin.returncode == 0 and plugin.stdout.startswith("LMS-REFRESH OK"), plugin.stdout
+
+
+def test_publication_group_works_under_the_unit_as_the_readme_says(system):
+    """publication.group under the shipped unit: chown is refused there (SystemCallFilter=~@privileged) and the
+    group is not even mapped (PrivateUsers=yes), so the README's way is a setgid directory of the group made by
+    a tmpfiles.d line; check says what the run will do, before and after, and reverting the key opens it again."""
+    configure(system)
+    system.run("systemctl", "start", UNIT)  # a store and a publication to narrow (the test may run alone)
+    system.run("groupadd", "--system", "dashboards")
+    system.run("useradd", "--system", "--no-create-home", "-G", "dashboards", "metabase")
+    system.run("useradd", "--system", "--no-create-home", "outsider")
+    directory, publication = "/var/lib/lms-refresh-publication", "/var/lib/lms-refresh-publication/serving.sqlite"
+    read = ("import sqlite3, sys; db = sqlite3.connect('file:' + sys.argv[1] + '?mode=ro', uri=True); "
+            "print(db.execute('SELECT COUNT(*) FROM daily_metrics').fetchone()[0])")
+    try:
+        configure(system, extra='[publication]\ngroup = "dashboards"\n')
+        check = as_service_user(system, "check", check=False)
+        assert check.returncode == 78 and f"needs {directory} to be a setgid directory of group 'dashboards'" in \
+            check.stderr, check
+        assert system.run("systemctl", "start", UNIT, check=False).returncode != 0
+        assert system.show(UNIT, "ExecMainStatus")["ExecMainStatus"] == "78"  # before the run, not after its commit
+        system.run("systemctl", "reset-failed", UNIT, "lms-refresh-alert@lms-refresh.service.service", check=False)
+        # The README's commands (the notes for the docs): the package's tmpfiles.d file with the group, in /etc.
+        system.shell("sed 's|^d /var/lib/lms-refresh-publication .*|d /var/lib/lms-refresh-publication 2750 "
+                     "lms-refresh dashboards -|' /usr/lib/tmpfiles.d/lms-refresh.conf "
+                     "> /etc/tmpfiles.d/lms-refresh.conf && systemd-tmpfiles --create lms-refresh.conf")
+        check = as_service_user(system, "check", check=False)
+        assert check.returncode == 0 and f"a new file in {directory} gets that group" in check.stdout, check
+        system.run("systemctl", "start", UNIT)
+        assert system.show(UNIT, "Result", "ExecMainStatus") == {"Result": "success", "ExecMainStatus": "0"}
+        assert system.run("stat", "-c", "%U:%G %a", directory, publication).stdout.split() == [
+            "lms-refresh:dashboards", "2750", "lms-refresh:dashboards", "640"]
+        assert_the_page_shows_the_last_run(system, group="dashboards", mode="640")
+        member = system.run("runuser", "-u", "metabase", "--", "python3", "-c", read, publication, check=False)
+        assert member.returncode == 0 and int(member.stdout) > 0, member
+        assert system.run("runuser", "-u", "outsider", "--", "python3", "-c", read, publication,
+                          check=False).returncode != 0
+        # Reverted (the key and the tmpfiles.d line): the next run opens the publication to every account again.
+        configure(system)
+        system.run("rm", "/etc/tmpfiles.d/lms-refresh.conf")
+        system.run("systemctl", "start", UNIT)
+        assert system.show(UNIT, "Result", "ExecMainStatus") == {"Result": "success", "ExecMainStatus": "0"}
+        assert system.run("stat", "-c", "%a", directory, publication).stdout.split() == ["755", "644"]
+        outsider = system.run("runuser", "-u", "outsider", "--", "python3", "-c", read, publication, check=False)
+        assert outsider.returncode == 0 and int(outsider.stdout) > 0, outsider
+    finally:
+        system.run("rm", "-f", "/etc/tmpfiles.d/lms-refresh.conf")
+        system.run("systemd-tmpfiles", "--create", "lms-refresh.conf", check=False)
+        system.run("userdel", "metabase", check=False)
+        system.run("userdel", "outsider", check=False)
+        system.run("groupdel", "dashboards", check=False)
+        system.run("systemctl", "reset-failed", UNIT, check=False)
+        configure(system)
 
 
 def test_journal_has_structured_fields_once(system):
@@ -369,8 +441,9 @@ def test_a_failed_run_alerts_through_on_failure_and_a_success_does_not(system):
     configure(system, extra='[alerts]\nwebhook_url_file = "/etc/lms-refresh/alert-webhook"\n')
     alert_unit = "lms-refresh-alert@lms-refresh.service.service"
     try:
+        before = system.show(alert_unit, "InvocationID")  # (an earlier test's failure may have started it)
         system.run("systemctl", "start", UNIT)
-        assert system.show(alert_unit, "InvocationID") == {"InvocationID": ""}  # never started
+        assert system.show(alert_unit, "InvocationID") == before  # not started by a success
         with failing_run(system):
             system.wait_for(lambda: system.run("test", "-s", "/run/hook.jsonl", check=False).returncode == 0,
                             "the alert to arrive")
@@ -536,11 +609,49 @@ def test_stop_rolls_back_with_143_and_the_next_start_converges(system):
     assert status(system)["last_run"]["outcome"] == "success"
 
 
-def test_exposure_is_at_most_2(system):
-    report = system.run("systemd-analyze", "security", UNIT, "--no-pager", check=False).stdout
+@pytest.mark.parametrize("unit", [UNIT, "lms-refresh-alert@lms-refresh.service.service"])
+def test_exposure_is_at_most_2(system, unit):
+    report = system.run("systemd-analyze", "security", unit, "--no-pager", check=False).stdout
     exposure = float(re.search(r"Overall exposure level for \S+: (\d+\.\d+)", report).group(1))
-    print(f"\n{system.suite}: systemd-analyze security {UNIT}: exposure {exposure}")
+    print(f"\n{system.suite}: systemd-analyze security {unit}: exposure {exposure}")
     assert exposure <= 2.0, report
+
+
+def test_the_alert_mails_through_debians_default_mta_by_msmtp_as_check_says(system):
+    """exim4 (Debian's default mail transfer agent) queues mail through a set-user-ID root program, which no unit
+    with a system call filter can run (it implies NoNewPrivileges=): check says so and names msmtp, which hands
+    the mail to exim4's SMTP port with no privilege; so configured, the hardened alert unit's mail arrives."""
+    system.run("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "exim4-daemon-light", "msmtp",
+               timeout=900)
+    system.run("useradd", "--create-home", "ops")
+    configure(system, extra='[alerts]\nmail_to = "ops@localhost"\n')
+    alert_unit = "lms-refresh-alert@lms-refresh.service.service"
+    try:
+        check = as_service_user(system, "check")
+        assert "warning: the alert mail would fail under the alert unit: /usr/sbin/exim4 is set-user-ID" in \
+            check.stdout and "msmtp" in check.stdout, check.stdout
+        # SMTP wants whole addresses (exim4 refuses an unqualified one from the network, localhost included).
+        system.run("tee", "/etc/msmtprc",
+                   input="account default\nhost localhost\nport 25\nfrom lms-refresh@localhost\n")
+        configure(system, extra='[alerts]\nmail_to = "ops@localhost"\nsendmail = "/usr/bin/msmtp"\n')
+        assert "alert mail" not in as_service_user(system, "check").stdout
+        system.run("systemctl", "start", UNIT)  # a store to fail against (the test may run alone)
+        with failing_run(system):
+            try:
+                system.wait_for(lambda: "[lms-refresh] lms-refresh.service failed" in system.run(
+                    "cat", "/var/mail/ops", check=False).stdout, "the alert mail in the mailbox", seconds=180)
+            except AssertionError as error:
+                journal = system.run("journalctl", "-u", alert_unit, "--no-pager", "-o", "cat", check=False).stdout
+                mainlog = system.run("tail", "-20", "/var/log/exim4/mainlog", check=False).stdout
+                raise AssertionError((str(error), journal[-3000:], mainlog)) from error
+        system.wait_for(lambda: system.show(alert_unit, "ActiveState")["ActiveState"] in ("inactive", "failed"),
+                        "the alert unit")
+        journal = system.run("journalctl", "-u", alert_unit, "--no-pager", "-o", "cat").stdout
+        assert system.show(alert_unit, "Result")["Result"] == "success", journal
+        assert "exit 65" in system.run("cat", "/var/mail/ops").stdout
+    finally:
+        system.run("systemctl", "reset-failed", UNIT, alert_unit, check=False)
+        configure(system)
 
 
 def test_parallel_parsing_works_under_the_hardened_unit(system):
@@ -732,6 +843,14 @@ def test_a_manual_start_fails_fast_and_a_stop_during_the_timers_retry_wait_pages
         assert system.show(UNIT, "Result", "ExecMainStatus") == {"Result": "success", "ExecMainStatus": "143"}
         assert system.run("systemctl", "is-failed", UNIT, check=False).stdout.strip() != "failed"
         assert system.show(alert_unit, "InvocationID")["InvocationID"] == alerted  # nobody paged
+
+        # Once a timer has started the unit, systemd passes its TRIGGER_UNIT on to every later start, by hand too:
+        # a manual start after the timer's still fails fast.
+        assert system.run("systemctl", "start", UNIT, check=False, timeout=120).returncode != 0
+        assert system.show(UNIT, "Result", "ExecMainStatus") == {"Result": "exit-code", "ExecMainStatus": "69"}
+        invocation = system.show(UNIT, "InvocationID")["InvocationID"]
+        log = system.run("journalctl", f"_SYSTEMD_INVOCATION_ID={invocation}", "-o", "cat", "--no-pager").stdout
+        assert "Started by hand (systemctl start), not by a timer" in log and "Retrying" not in log, log
     finally:
         system.run("rm", "-f", TEST_TIMER, "/var/lib/lms-refresh/run-in-progress")
         system.run("systemctl", "daemon-reload")
@@ -845,16 +964,32 @@ def test_reinstall_keeps_state_and_purge_removes_it(system):
     # Persistent=true's stamp, written when the timer elapses (which cannot be waited for here).
     stamp = "/var/lib/systemd/timers/stamp-lms-refresh.timer"
     system.run("touch", stamp)
-    # The alert test's webhook URL is the administrator's own file, which dpkg rightly keeps
-    # (with a warning that /etc/lms-refresh is not empty): an administrator removes it first.
-    system.run("rm", "-f", "/etc/lms-refresh/alert-webhook")
+    # The README's secrets, as it has the administrator create them (root:lms-refresh 0640 in a 0750 directory),
+    # and a file of the administrator's own beside them (the alert test's webhook URL, group lms-refresh).
+    system.shell("install -d -m 0750 -g lms-refresh /etc/lms-refresh/credentials && "
+                 "echo secret | install -m 0640 -g lms-refresh /dev/stdin /etc/lms-refresh/credentials/store-password"
+                 " && echo http://h/x | install -m 0640 -g lms-refresh /dev/stdin /etc/lms-refresh/alert-webhook")
     purge = system.run("env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "purge", "-y", "lms-refresh")
-    # The .deb was built on Debian 12: on 13 (merged /usr) units under /lib made dpkg warn here.
-    assert "warning" not in (purge.stdout + purge.stderr).lower(), purge.stdout + purge.stderr
+    # The .deb was built on Debian 12: on 13 (merged /usr) units under /lib made dpkg warn here. The only warning
+    # left is dpkg's for the administrator's own file, which it rightly keeps.
+    warnings = [line for line in (purge.stdout + purge.stderr).splitlines() if "warning" in line.lower()]
+    assert all("directory '/etc/lms-refresh' not empty so not removed" in line for line in warnings), warnings
     assert system.run("test", "-e", stamp, check=False).returncode == 1
     assert system.run("test", "-e", "/var/lib/lms-refresh", check=False).returncode == 1
     assert system.run("getent", "passwd", "lms-refresh", check=False).returncode == 2
     assert system.run("test", "-e", "/etc/lms-refresh/config.toml", check=False).returncode == 1
+    # The secrets the package's instructions created are gone; what is left belongs to no group a new system
+    # group can be given (the deleted group's number went to the next one created, which could read them).
+    assert system.run("test", "-e", "/etc/lms-refresh/credentials", check=False).returncode == 1
+    system.run("groupadd", "--system", "reused")
+    try:
+        assert system.run("stat", "-c", "%U:%G %a", "/etc/lms-refresh/alert-webhook").stdout.split() == [
+            "root:root", "640"]
+        reused = system.run("getent", "group", "reused").stdout.split(":")[2]
+        assert system.run("find", "/etc", "-gid", reused).stdout == ""
+    finally:
+        system.run("groupdel", "reused")
+        system.run("rm", "-rf", "/etc/lms-refresh")
 
 
 OLD_COMMIT = "fc5aa84"  # 0.1.0 before statement mapping version 2 (a store of it records no mapping version)

@@ -219,3 +219,28 @@ def test_the_temporaries_earlier_versions_left_are_removed_by_the_next_write(tmp
         (tmp_path / name).write_bytes(b"x")
     atomic.replace_bytes(tmp_path / "serving.sqlite", b"new", mode=0o644)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept + ["serving.sqlite"])
+
+
+def test_a_group_is_taken_from_a_setgid_directory_and_never_given_by_chown(tmp_path):
+    """No writer changes a group (the unit forbids chown): a file that needs one gets it from its directory, and
+    is refused (78) before anything is written when the directory does not give it; the target is untouched."""
+    from lms_refresh.errors import ConfigError
+
+    target = tmp_path / "file"
+    target.write_bytes(b"old")
+    other = os.getegid() + 1
+    with pytest.raises(ConfigError, match=f"a new file in {tmp_path} would not get the group it needs"):
+        atomic.replace_bytes(str(target), b"new", mode=0o640, group=other)
+    assert target.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+    assert atomic.new_file_group(str(tmp_path)) == os.getegid()
+    atomic.replace_bytes(str(target), b"new", mode=0o640, group=os.getegid())
+    assert target.read_bytes() == b"new"
+
+
+def test_a_group_shows_as_the_user_namespace_maps_it(tmp_path):
+    gid_map = tmp_path / "gid_map"
+    gid_map.write_text("         0          0 4294967295\n")  # no namespace: every group is itself
+    assert atomic.seen_gid(996, str(gid_map)) == 996
+    gid_map.write_text("         0          0          1\n       997        997          1\n")  # PrivateUsers=yes
+    assert atomic.seen_gid(997, str(gid_map)) == 997 and atomic.seen_gid(996, str(gid_map)) == atomic.OVERFLOW_GID
+    assert atomic.seen_gid(996, str(tmp_path / "absent")) == 996

@@ -182,8 +182,8 @@ def test_a_run_with_colliding_paths_exits_78_and_leaves_store_key_and_mode_alone
 
 
 def test_check_lists_the_written_paths_as_distinct(sqlite_project):
-    """The lock, the store note, the notes of runs, the note of the report page, the key, the store, the
-    publication and the HTML report."""
+    """The lock, the store note, the notes of a run in progress, of an interruption, of the report page written and
+    of a report that could not be written, the key, the store, the publication and the HTML report."""
     result = sqlite_project.invoke("check", now=NOW, check=0)
     assert "ok  paths: the 9 files a run writes are distinct from each other and from the files it reads" \
         in result.stdout
