@@ -185,7 +185,7 @@ def test_check_lists_the_written_paths_as_distinct(sqlite_project):
     """The lock, the store note, the notes of a run in progress, of an interruption, of the report page written and
     of a report that could not be written, the key, the store, the publication and the HTML report."""
     result = sqlite_project.invoke("check", now=NOW, check=0)
-    assert "ok  paths: the 9 files a run writes are distinct from each other and from the files it reads" \
+    assert "ok  paths: the 10 files a run writes are distinct from each other and from the files it reads" \
         in result.stdout
 
 
