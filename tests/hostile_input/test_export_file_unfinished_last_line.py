@@ -36,7 +36,8 @@ def lines(count, first=0, day="2026-11-03"):
 
 def committed(result, read, staged, quarantined=0):
     assert result.returncode == 0, result.stderr
-    assert f"Refresh committed: read {read} statements, staged {staged}, voided 0, quarantined {quarantined};" \
+    noun = "statement" if read == 1 else "statements"
+    assert f"Refresh committed: read {read} {noun}, staged {staged}, voided 0, quarantined {quarantined};" \
         in result.stderr
 
 

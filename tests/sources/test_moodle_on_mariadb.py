@@ -170,7 +170,8 @@ def test_mariadb_failures_exit_with_their_codes_in_one_sentence(tmp_path, mariad
              "refused the database (Access denied for user"),
             ({"prefix": "mdl2_"}, None, 78, "refused to let us read mdl2_logstore_standard_log (SELECT command denied"),
             ({}, {"PYTHONPATH": str(fake.parent)}, 78,
-             "its driver is not installed: install the Debian package python3-mysqldb (pip: lms-refresh[mysql])"),
+             "needs the Python package MySQLdb, which cannot be imported: install the Debian package python3-mysqldb "
+             "(apt install python3-mysqldb), or in a virtualenv pip install 'lms-refresh[mysql]'."),
         ]
         for number, (settings, env, code, message) in enumerate(cases):
             project = moodle_project(tmp_path / f"p{number}", moodle, reader, **settings)
