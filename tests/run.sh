@@ -48,7 +48,8 @@ needs() {
   local packages=(
     # the engine and its tests, on the versions the .deb depends on
     python3 python3-venv python3-setuptools python3-click python3-systemd python3-requests python3-pytest
-    python3-prometheus-client python3-hypothesis python3-psycopg tzdata util-linux git
+    python3-prometheus-client python3-hypothesis tzdata util-linux git
+    python3-psycopg python3-mysqldb  # the database drivers: a configuration naming a database is checked for them
     python3-pytest-xdist  # the suite on several workers (below)
     groff-base  # lms-refresh(8) is checked with groff -man -ww -z
     sqlite3  # a dashboard's reading of the publication, as another user, with the sqlite3 CLI
@@ -58,7 +59,7 @@ needs() {
       openssl  # a certificate for the LRS tests' HTTPS
       chromium  # the HTML report rendered in Debian's headless browser (tests/operations/test_report_chromium.py)
       postgresql  # a real PostgreSQL server for the PostgreSQL store and the Moodle source tests
-      mariadb-server python3-mysqldb  # a real MariaDB server and the driver for the Moodle source on MySQL/MariaDB
+      mariadb-server  # a real MariaDB server for the Moodle source on MySQL and MariaDB
     )
   fi
   if [[ $tiers == *" system "* ]]; then

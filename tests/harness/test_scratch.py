@@ -6,9 +6,12 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from helpers.paths import REPO
 
 
+@pytest.mark.postgresql  # the probe's databases are a real server's: its tier is the servers'
 def test_a_passing_tests_scratch_goes_and_a_failing_tests_stays(tmp_path):
     report = tmp_path / "report"
     inner = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--basetemp",
