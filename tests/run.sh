@@ -91,9 +91,10 @@ needs() {
   # both parsers (the `json_parser` fixture, marker `orjson`) run both: one exact version here too.
   local pypi=(ruff==0.17.6 orjson==3.13.0) requirement installed
   [ -x .venv/bin/python ] || /usr/bin/python3 -m venv --system-site-packages .venv
-  # The package is installed editable from this clone: again only if the .venv points elsewhere (a moved clone).
-  if [ "$(.venv/bin/python -c 'import lms_refresh, os; print(os.path.dirname(os.path.dirname(lms_refresh.__file__)))' \
-          2>/dev/null)" != "$PWD" ]; then
+  # The package is installed editable from this clone: again only if the .venv has none or points elsewhere (a
+  # moved clone). -I: this directory on sys.path would import the tree here whether it is installed or not.
+  if [ ! -x .venv/bin/lms-refresh ] || [ "$(.venv/bin/python -I -c \
+      'import lms_refresh, os; print(os.path.dirname(os.path.dirname(lms_refresh.__file__)))' 2>/dev/null)" != "$PWD" ]; then
     .venv/bin/python -m pip install -q --no-build-isolation --no-deps -e .
   fi
   installed=$(.venv/bin/python -m pip list --format=freeze 2>/dev/null | tr 'A-Z' 'a-z')

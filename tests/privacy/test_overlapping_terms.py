@@ -81,7 +81,7 @@ def test_check_warns_of_overlapping_terms_under_exact_counts(sqlite_project, pri
               "terms publishes "
               "the statements, attempts, completions, passes and fails of the days in only one of them exactly, even "
               "on days min_cell_size withholds; make terms that do not overlap, or use method = \"cell-key\" "
-              "(README, \"Threat model\")")
+              "(/usr/share/doc/lms-refresh/docs/privacy.md)")
     assert result.returncode == 0, result.stdout + result.stderr
     assert (warned in result.stdout) == (privacy == 'method = "none"'), result.stdout
     assert "Winter" not in result.stdout
