@@ -65,3 +65,16 @@ def test_an_unknown_tier_is_refused_with_the_tiers_named():
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "no tier named 'nightly' (the tiers: fast behaviour servers system)" in result.stderr
+
+
+def test_every_test_faketime_sh_names_exists():
+    """tests/faketime.sh names the wall clock's readers by node id: a renamed test would end its runs with no
+    summary (pytest: "not found"), and CI with them."""
+    with open(os.path.join(REPO, "tests", "faketime.sh"), encoding="utf-8") as handle:
+        named = re.findall(r"(tests/[\w/]+\.py)(?:::(\w+))?", handle.read())
+    assert named
+    for path, test in named:
+        assert os.path.exists(os.path.join(REPO, path)), f"tests/faketime.sh names {path}, which does not exist"
+        if test:
+            with open(os.path.join(REPO, path), encoding="utf-8") as handle:
+                assert re.search(rf"^def {test}\(", handle.read(), re.M), f"tests/faketime.sh names {path}::{test}"
