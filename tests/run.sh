@@ -48,6 +48,7 @@ needs() {
   local packages=(
     # the engine and its tests, on the versions the .deb depends on
     python3 python3-venv python3-setuptools python3-click python3-systemd python3-requests python3-pytest
+    python3-wheel  # the editable install below: Debian 12's setuptools builds no wheel without it
     python3-prometheus-client python3-hypothesis tzdata util-linux git
     python3-psycopg python3-mysqldb  # the database drivers: a configuration naming a database is checked for them
     python3-pytest-xdist  # the suite on several workers (below)
