@@ -107,6 +107,15 @@ def clean_name(text, *, language=None, identifiers=()):
     return text[:MAX_NAME_CHARS].rstrip() or None
 
 
+def iri_label(iri):
+    """Return what a chart calls a course its source gives no name: the last path segment of its IRI (after the last
+    "/", a trailing "/" aside; the whole IRI when it has none), cleaned and bounded as a name is (`clean_name`);
+    else the IRI so cleaned; never blank."""
+    text = iri if isinstance(iri, str) else ""
+    segment = text.rstrip("/").rpartition("/")[2]
+    return clean_name(segment) or clean_name(text) or "(unnamed course)"
+
+
 def carries_address(text):
     """Whether `text` (a course IRI, published as it is) holds an e-mail address as the redaction rule finds one,
     read as a reader sees it (folding.view), whose domain has a label after its first that a top-level domain could

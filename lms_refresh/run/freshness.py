@@ -1,4 +1,5 @@
-"""When the data is stale: the timer's schedule, and whether the last successful refresh is recent enough for it.
+"""When the data is stale: the timer's schedule, whether the last successful refresh is recent enough for it, and
+the store's freshness row that dashboards read (`record`).
 
 One rule for `status`, `status --check` (lms_refresh.ops.monitoring) and the HTML report a run writes
 (lms_refresh.run.after_commit), so that the page's STALE banner and the monitoring never disagree.
@@ -11,6 +12,28 @@ from lms_refresh import instants
 
 SCHEDULE_DAYS = range(5)  # Monday..Friday, as lms-refresh.timer's OnCalendar=
 SCHEDULE_TIME = dt.time(4, 15)
+
+
+def moment_text(moment):
+    """An aware datetime as dashboards are shown it: ISO 8601 to the second, with its offset ("Z" for UTC)."""
+    text = moment.replace(microsecond=0).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+def record(store, config, *, now, finished, read_to_now, watermark=None, axis=None):
+    """Write the store's freshness row (tables.py `freshness`) in the run's transaction, before its commit: every run
+    that commits has published at `finished`; one that read up to its own `now` (`read_to_now`: a run or a rebuild)
+    is also the last success, and its data is as of the `watermark` it reached on a time axis, or as of `now` on a
+    log id's (Moodle's log, read whole as of the run's start). Times in UTC, and the data's also in `timezone`."""
+    as_of, success = store.freshness()
+    if read_to_now:
+        moment = watermark if axis is not None and axis.name == "stored-time" and watermark is not None else now
+        as_of, success = moment_text(moment.astimezone(dt.UTC)), moment_text(now.astimezone(dt.UTC))
+    local = None
+    if as_of is not None:
+        local = moment_text(dt.datetime.fromisoformat(as_of.replace("Z", "+00:00")).astimezone(
+            zoneinfo.ZoneInfo(config.timezone)))
+    store.write_freshness(moment_text(finished.astimezone(dt.UTC)), local, as_of, success, config.timezone)
 
 
 def last_scheduled_run(now, timezone, grace):

@@ -37,42 +37,70 @@ import stat
 
 from lms_refresh import atomic
 from lms_refresh.disclosure import policy
+from lms_refresh.disclosure.names import iri_label
 from lms_refresh.errors import RefreshError, StateError, from_os_error
 from lms_refresh.run import period_publication, report_page
 from lms_refresh.run.publication_group import group_id
 from lms_refresh.store import open_store, periods, store_exists
 from lms_refresh.store.sqlite import read_only_uri
-from lms_refresh.store.tables import COURSE_COLUMNS, PERIOD_SERVING_COLUMNS, SERVING_COLUMNS
+from lms_refresh.store.sqlite_schema import SCHEMA_VERSION
+from lms_refresh.store.tables import (
+    BY_NAME,
+    COURSE_COLUMNS,
+    FRESHNESS_COLUMNS,
+    PERIOD_SERVING_COLUMNS,
+    SERVING_COLUMNS,
+    SITE_PERIOD_SERVING_COLUMNS,
+    SITE_SERVING_COLUMNS,
+    SITE_TABLES,
+    by_name_view,
+)
 
 logger = logging.getLogger(__name__)
 
 # What a failure to publish means: it happens after the commit.
 COMMITTED = "the store is committed, and the next run publishes it."
 
-# `course` is NULL in the whole site's rows (the convention of GROUP BY ROLLUP): a key that is NULL-aware, since
-# a PRIMARY KEY or UNIQUE constraint takes two NULLs for different values. `{schema}` is the file's schema name
-# on the connection that writes it ("main", or the name it is attached under).
-# The metric columns every row table has (the day's, each period's), after what names the row.
+# The metric columns every row table has (the day's, each period's), after what names the row. `{schema}` is the
+# file's schema name on the connection that writes it ("main", or the name it is attached under).
 _METRICS = """active_learners INTEGER, statements INTEGER, attempts INTEGER, completions INTEGER,
     passed INTEGER, failed INTEGER, avg_scaled_score REAL, total_duration_seconds REAL, suppressed INTEGER NOT NULL"""
-_TABLE = f"CREATE TABLE {{schema}}.daily_metrics (day TEXT NOT NULL, course TEXT, {_METRICS})"
+# A course table's rows are courses only, each declared a row of `courses` (a foreign key a dashboard's tool follows;
+# SQLite checks it only where a writer turns foreign_keys on), under its natural key; the whole site's rows are in
+# the site tables, one row per day or period, so that a SUM over a course table is a sum of courses.
+_COURSE = "course TEXT NOT NULL REFERENCES courses (course)"
+_TABLE = f"CREATE TABLE {{schema}}.daily_metrics (day TEXT NOT NULL, {_COURSE}, {_METRICS}, PRIMARY KEY (day, course))"
 _PERIOD_TABLE = (f"CREATE TABLE {{schema}}.{{table}} (period TEXT NOT NULL, period_start TEXT NOT NULL, "
-                 f"period_end TEXT NOT NULL, course TEXT, {_METRICS}, complete INTEGER NOT NULL)")
-_KEY = "CREATE UNIQUE INDEX {schema}.{table}_key ON {table} ({period}, ifnull(course, ''))"
+                 f"period_end TEXT NOT NULL, {_COURSE}, {_METRICS}, complete INTEGER NOT NULL, "
+                 "PRIMARY KEY (period, course))")
+_SITE_TABLE = f"CREATE TABLE {{schema}}.site_daily_metrics (day TEXT NOT NULL PRIMARY KEY, {_METRICS})"
+_SITE_PERIOD_TABLE = (f"CREATE TABLE {{schema}}.{{table}} (period TEXT NOT NULL PRIMARY KEY, "
+                      f"period_start TEXT NOT NULL, period_end TEXT NOT NULL, {_METRICS}, complete INTEGER NOT NULL)")
 _COURSES = """CREATE TABLE {schema}.courses (
-    course TEXT NOT NULL PRIMARY KEY, name TEXT, short_name TEXT, category TEXT, start_date TEXT, end_date TEXT)"""
+    course TEXT NOT NULL PRIMARY KEY, name TEXT, short_name TEXT, category TEXT, start_date TEXT, end_date TEXT,
+    course_name TEXT NOT NULL)"""
+_FRESHNESS = """CREATE TABLE {schema}.freshness (
+    published_at TEXT, data_as_of TEXT, data_as_of_utc TEXT, last_success TEXT, timezone TEXT,
+    schema_version INTEGER NOT NULL, min_cell_size INTEGER NOT NULL, method TEXT NOT NULL,
+    max_noise INTEGER NOT NULL)"""
+_BY_NAME = "CREATE VIEW {schema}.{view} AS{select}"
 _ABOUT = """CREATE TABLE {schema}.publication (
     digest TEXT NOT NULL, min_cell_size INTEGER NOT NULL, method TEXT NOT NULL, max_noise INTEGER NOT NULL,
     variance REAL NOT NULL, withhold_zeros INTEGER NOT NULL)"""
 _ATTACHED = "published"  # the new file's schema name on the store's connection while it is copied
 
-# The file's row tables, in the order they are written and digested: (table, columns, order of its rows).
+# The file's row tables, in the order they are written and digested: (table, columns, order of its rows). The
+# courses come first, as the metrics tables' rows refer to them.
 _TABLES = (
-    ("daily_metrics", SERVING_COLUMNS, "day, course NULLS FIRST"),
-    *((periods.TABLE_OF[grain], PERIOD_SERVING_COLUMNS, "period_start, period, course NULLS FIRST")
-      for grain in periods.GRAINS),
     ("courses", COURSE_COLUMNS, "course"),
+    ("daily_metrics", SERVING_COLUMNS, "day, course"),
+    *((periods.TABLE_OF[grain], PERIOD_SERVING_COLUMNS, "period_start, period, course") for grain in periods.GRAINS),
+    (SITE_TABLES["day"], SITE_SERVING_COLUMNS, "day"),
+    *((SITE_TABLES[grain], SITE_PERIOD_SERVING_COLUMNS, "period_start, period") for grain in periods.GRAINS),
+    ("freshness", FRESHNESS_COLUMNS, "schema_version"),
 )
+_DIGESTED = {"freshness": FRESHNESS_COLUMNS[1:]}  # published_at changes with every commit, not with what is shown
+_ROW_TABLES = ("daily_metrics", *periods.TABLE_OF.values(), *SITE_TABLES.values())  # counted in the log line
 
 
 def _view_of(store, table):
@@ -81,7 +109,7 @@ def _view_of(store, table):
         return store.serving
     if table == "courses":
         return store.serving_courses
-    return store.serving_period_view(table)
+    return store.serving_period_view(table)  # weekly_metrics ... site_term_metrics, freshness: serving_<table>
 
 
 def store_digest(store, settings):
@@ -92,6 +120,7 @@ def store_digest(store, settings):
     digest = hashlib.sha256(repr(settings).encode())
     with store.errors():
         for table, columns, order in _TABLES:
+            columns = _DIGESTED.get(table, columns)
             rows = store.execute(f"SELECT {', '.join(columns)} FROM {_view_of(store, table)} ORDER BY {order}")
             digest.update(f"\x1e{table}".encode())
             while batch := rows.fetchmany(4096):
@@ -115,6 +144,7 @@ def recompute(store, days, *, record_keys, config, now, periods_of=()):
     (`config`'s), and publish again the courses they touch (all of them after a settings change) as the settings
     in force allow (a period is complete once `now` is past its end plus `config`'s safety lag); return (rows
     written, suppressed cells among the published rows of the days rebuilt)."""
+    store.label_courses()  # the courses this run met, and every course of a store upgraded to schema 10
     done = store.recompute(days, record_keys=record_keys, calendar=period_publication.calendar(config),
                            periods_of=periods_of)
     for name in done.uncounted_terms:
@@ -168,7 +198,8 @@ def _publish(config, store, euid):
         return False
     counts = {}
     _replace(path, gid, euid, lambda temporary: counts.update(_copy(store, temporary, settings, wanted)))
-    days, periods_ = counts.pop("daily_metrics"), sum(counts.values())
+    days = counts.pop("daily_metrics") + counts.pop(SITE_TABLES["day"])
+    periods_ = sum(counts[table] for table in _ROW_TABLES if table in counts)
     logger.info("Published %d rows to %s (and %d rows of weeks, months and terms)", days, path, periods_,
                 extra={"PUBLICATION": path, "PUBLISHED_ROWS": days, "PUBLISHED_PERIOD_ROWS": periods_})
     return True
@@ -254,18 +285,21 @@ def _as_os_error(error, path):
 
 
 def _create(execute, schema):
-    """Create the publication's tables in the (empty) file that is `schema` on `execute`'s connection."""
-    execute(_TABLE.format(schema=schema))
-    for table, _, _ in _TABLES[1:-1]:
-        execute(_PERIOD_TABLE.format(schema=schema, table=table))
+    """Create the publication's tables and views in the (empty) file that is `schema` on `execute`'s connection."""
     execute(_COURSES.format(schema=schema))
+    execute(_TABLE.format(schema=schema))
+    execute(_SITE_TABLE.format(schema=schema))
+    for grain in periods.GRAINS:
+        execute(_PERIOD_TABLE.format(schema=schema, table=periods.TABLE_OF[grain]))
+        execute(_SITE_PERIOD_TABLE.format(schema=schema, table=SITE_TABLES[grain]))
+    execute(_FRESHNESS.format(schema=schema))
+    for table, view in BY_NAME.items():  # a view names the tables of its own file without a schema
+        execute(_BY_NAME.format(schema=schema, view=view, select=by_name_view(table, "courses")))
     execute(_ABOUT.format(schema=schema))
 
 
 def _finish(execute, schema, settings, wanted):
-    """Index the filled tables of the file that is `schema` (each key built once, sorted) and record `wanted`."""
-    for table, columns, _ in _TABLES[:-1]:
-        execute(_KEY.format(schema=schema, table=table, period=columns[0]))
+    """Record `wanted` and the settings in the filled file that is `schema`."""
     execute(f"INSERT INTO {schema}.publication VALUES (?, ?, ?, ?, ?, ?)", (
         wanted, settings.min_cell_size, settings.method, settings.max_noise, float(settings.variance),
         int(settings.withhold_zeros)))
@@ -292,7 +326,8 @@ def _copy(store, path, settings, wanted):
             store.execute("ROLLBACK")
         with contextlib.suppress(sqlite3.Error):  # a failure to detach must not hide the one that led here
             store.execute(f"DETACH DATABASE {_ATTACHED}")
-    copied.pop("courses")
+    for table in ("courses", "freshness"):
+        copied.pop(table)
     return copied
 
 
@@ -301,12 +336,24 @@ def _write_rows(path, rows, settings, *, wanted, courses):
         db.execute("PRAGMA journal_mode = DELETE")  # readers without write access cannot use WAL
         db.execute("BEGIN")
         _create(db.execute, "main")
-        given = {"daily_metrics": rows[0], **rows[1], "courses": courses}
+        given = {"courses": [(*course, course[1] or iri_label(course[0])) for course in courses],
+                 **_apart("day", "daily_metrics", rows[0], 1)}
+        for grain in periods.GRAINS:
+            given.update(_apart(grain, periods.TABLE_OF[grain], rows[1].get(periods.TABLE_OF[grain], ()), 3))
+        given["freshness"] = [(None, None, None, None, None, SCHEMA_VERSION, settings.min_cell_size, settings.method,
+                               settings.max_noise)]
         for table, columns, _ in _TABLES:
             db.executemany(f"INSERT INTO {table} ({', '.join(columns)}) "
                            f"VALUES ({', '.join('?' for _ in columns)})", given.get(table, ()))
         _finish(db.execute, "main", settings, wanted)
         db.execute("COMMIT")
+
+
+def _apart(grain, table, rows, at):
+    """{table: the courses' rows, its site table: the site's (course None at index `at`, which they lose)}."""
+    rows = list(rows)
+    return {table: [row for row in rows if row[at] is not None],
+            SITE_TABLES[grain]: [row[:at] + row[at + 1:] for row in rows if row[at] is None]}
 
 
 def describe(config, environ, missing_views=()):

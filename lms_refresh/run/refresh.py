@@ -25,6 +25,7 @@ from lms_refresh.disclosure.pseudonyms import Pseudonymiser, fingerprint
 from lms_refresh.errors import RefreshError, StateError, Terminated, exit_status, from_os_error
 from lms_refresh.run import (
     after_commit,
+    freshness,
     identity,
     period_publication,
     publication,
@@ -35,7 +36,7 @@ from lms_refresh.run import (
 )
 from lms_refresh.run.lock import LockHeld, lock_held, locked_store, run_lock
 from lms_refresh.run.report import Outcome, Report
-from lms_refresh.run.request import REBUILD, RUN, UNDONE, Request
+from lms_refresh.run.request import BACKFILL, REBUILD, RUN, UNDONE, Request
 from lms_refresh.sources import build_source
 from lms_refresh.sources.redelivery import conflict_records
 from lms_refresh.sources.xapi_fields import actor_identifier
@@ -172,7 +173,11 @@ class Refresh:
         store.clear_pending_days()
         identity.record_terms(store, self.config, meta)
         store.close_periods(period_publication.cutoff(self.config, self.now))  # a week may have ended since
-        store.record_run(self.report.row(self.now))
+        row = self.report.row(self.now)
+        freshness.record(store, self.config, now=self.now, finished=instants.from_cursor(row["finished_at"]),
+                         read_to_now=self.request.kind != BACKFILL, axis=source.axis,
+                         watermark=source.axis.parse(meta["watermark"]) if meta.get("watermark") else None)
+        store.record_run(row)
         with self.stop.commit():
             store.commit()
         after_commit.remember(self.config, key)  # a note lost with a run killed after its commit
@@ -226,7 +231,11 @@ class Refresh:
             store.set_meta("cursor_kind", axis.name)
         identity.record(store, self.config, key)
         identity.record_terms(store, self.config, store.meta())
-        store.record_run(self.report.row(self.now))
+        row = self.report.row(self.now)
+        freshness.record(store, self.config, now=self.now, finished=instants.from_cursor(row["finished_at"]),
+                         read_to_now=self.request.kind != BACKFILL,
+                         watermark=new_watermark if new_watermark is not None else watermark, axis=axis)
+        store.record_run(row)
         if self.request.dry_run:
             store.rollback()
             return False

@@ -1,8 +1,8 @@
 """What the HTML report shows, read from the publication file alone (read-only): no store, no network.
 
 `read_publication` returns a `ReportData`: the privacy settings the publication was computed with,
-the course names, the last weeks of `weekly_metrics` per course and for the whole site (`course`
-NULL, when the publication has such rows), the completions, passed and failed of the current term
+the course names, the last weeks of `weekly_metrics` per course and for the whole site (`site_weekly_metrics`: read
+by `site_rows`, the one reader of the site's rows), the completions, passed and failed of the current term
 (`term_metrics`, when the publication has it: see `current_term`) or else of the last 4 weeks, and how many of the
 cells it shows are withheld. A cell is one value, withheld when NULL: a row's `suppressed = 1` says only that some
 value of it is, the others being published. Every text it returns is made safe to show by disclosure/names.py;
@@ -11,6 +11,7 @@ escaping it is the page's job (run/report_page.py).
 
 import contextlib
 import dataclasses
+import itertools
 import sqlite3
 import zoneinfo
 
@@ -21,7 +22,7 @@ from lms_refresh.store.sqlite import read_only_uri
 
 WEEKS = 12  # the weeks of active learners the page draws
 OUTCOME_WEEKS = 4  # without terms, completions, passed and failed are summed over this many weeks
-SITE = None  # the whole site's rows: `course` IS NULL, the convention of GROUP BY ROLLUP
+SITE = None  # the course of the whole site's rows, as `site_rows` returns them
 SITE_LABEL = "Whole site"
 COURSE_MARK = " (course)"  # after a course's label that reads as SITE_LABEL: only the site is shown as the site
 _SITE_LOOKS = looks_like(SITE_LABEL)
@@ -77,6 +78,18 @@ def _tables(db):
     return {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
 
+def site_rows(db, table, columns, where="", parameters=()):
+    """Return the whole site's rows of the course table `table` (from its site table, `site_<table>`) as that table's
+    rows would be: `columns` (which name `course`) with `course` None, for the rows that meet `where` (an SQL condition
+    on the site table's columns, with `parameters`). None from a publication written before the site tables: its
+    course tables hold the site's rows themselves, with `course` NULL, which their readers already read."""
+    site_table = f"site_{table}"
+    if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (site_table,)).fetchone() is None:
+        return []
+    selected = ", ".join("NULL" if column == "course" else column for column in columns)
+    return db.execute(f"SELECT {selected} FROM {site_table}" + (f" WHERE {where}" if where else ""), parameters)
+
+
 def local_today(now, timezone):
     """The local date (ISO text) of the instant `now` in `timezone`: the day whose term is the current one."""
     return now.astimezone(zoneinfo.ZoneInfo(timezone)).date().isoformat()
@@ -104,9 +117,11 @@ def _read(db, weeks, today):
     shown.reverse()
     # Row by row, never all rows at once: each row carries its course's IRI (up to 200 characters, a copy a row),
     # which for 9,000 courses and 12 weeks made 50 MB of rows.
-    rows = db.execute(
-        f"SELECT course, period, active_learners FROM weekly_metrics "
-        f"WHERE period IN ({', '.join('?' for _ in shown)})", shown) if shown else ()
+    within = f"period IN ({', '.join('?' for _ in shown)})"
+    rows = itertools.chain(
+        site_rows(db, "weekly_metrics", ("course", "period", "active_learners"), within, shown),
+        db.execute(f"SELECT course, period, active_learners FROM weekly_metrics WHERE {within}", shown)) \
+        if shown else ()
     by_course, cells, withheld, weeks_shown = {}, 0, 0, {week: week for week in shown}
     for course, period, learners in rows:
         # `suppressed = 1` says only that SOME value of the row is withheld: its learners are withheld when NULL.
@@ -159,14 +174,18 @@ def _outcome_rows(db, tables, shown, today):
     term's (`current_term`) when the publication has one, else the last OUTCOME_WEEKS weeks'."""
     columns = "course, completions, passed, failed"
     if "term_metrics" in tables:
-        term = current_term([tuple(map(str, row)) for row in db.execute(
-            "SELECT DISTINCT period, period_start, period_end FROM term_metrics")], today)
+        bounds = ("period", "period_start", "period_end")
+        term = current_term({tuple(map(str, row)) for row in itertools.chain(
+            db.execute("SELECT DISTINCT period, period_start, period_end FROM term_metrics"),
+            site_rows(db, "term_metrics", bounds))}, today)
         if term is not None:
-            rows = db.execute(f"SELECT {columns} FROM term_metrics WHERE period = ?", (term[0],))
+            rows = itertools.chain(site_rows(db, "term_metrics", columns.split(", "), "period = ?", (term[0],)),
+                                   db.execute(f"SELECT {columns} FROM term_metrics WHERE period = ?", (term[0],)))
             return f"the term {clean_name(term[0]) or '?'} ({term[1]} to {term[2]})", rows
     last = shown[-OUTCOME_WEEKS:]
     if not last:
         return "the last weeks (none published yet)", []
-    rows = db.execute(f"SELECT {columns} FROM weekly_metrics WHERE period IN ({', '.join('?' for _ in last)})",
-                      last)
+    within = f"period IN ({', '.join('?' for _ in last)})"
+    rows = itertools.chain(site_rows(db, "weekly_metrics", columns.split(", "), within, last),
+                           db.execute(f"SELECT {columns} FROM weekly_metrics WHERE {within}", last))
     return f"the last {len(last)} week(s), {last[0]} to {last[-1]}", rows

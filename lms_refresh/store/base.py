@@ -22,7 +22,7 @@ from lms_refresh.store.published import Published
 from lms_refresh.store.rebuild_check import RebuildCheck
 from lms_refresh.store.run_log import RunLog
 from lms_refresh.store.staging import Staging
-from lms_refresh.store.tables import SERVING_COLUMNS, column_names
+from lms_refresh.store.tables import SERVING_COLUMNS, SITE_SERVING_COLUMNS, SITE_TABLES, column_names
 
 PRIVACY_FIELDS = column_names("privacy_settings")[1:]  # after the id of the one row
 
@@ -136,10 +136,15 @@ class SqlStore(Staging, Erasure, Grains, Published, RebuildCheck, RunLog, Course
         return found
 
     def serving_rows(self):
-        """Return the serving view's rows, ordered, with days as ISO text in every store."""
+        """Return the serving view's rows and the site's (course None, first in each day), ordered, with days as ISO
+        text in every store."""
         columns = ", ".join(SERVING_COLUMNS)
-        rows = self.execute(f"SELECT {columns} FROM {self.serving} ORDER BY day, course NULLS FIRST").fetchall()
-        return [(str(row[0]),) + tuple(row[1:]) for row in rows]
+        rows = self.execute(f"SELECT {columns} FROM {self.serving}").fetchall()
+        site = self.execute(f"SELECT {', '.join(SITE_SERVING_COLUMNS)} "
+                            f"FROM {self.serving_period_view(SITE_TABLES['day'])}")
+        rows += [(row[0], None, *row[1:]) for row in site.fetchall()]
+        rows = [(str(row[0]),) + tuple(row[1:]) for row in rows]
+        return sorted(rows, key=lambda row: (row[0], row[1] is not None, row[1] or ""))
 
     def quarantine_count(self):
         return self.execute("SELECT COUNT(*) FROM quarantine").fetchone()[0]
@@ -184,6 +189,7 @@ class SqlStore(Staging, Erasure, Grains, Published, RebuildCheck, RunLog, Course
         else:
             self.execute("DELETE FROM courses WHERE course_id NOT IN (SELECT course_id FROM daily_metrics)")
         self.execute("DELETE FROM course_names WHERE course_id NOT IN (SELECT course_id FROM courses)")  # with them
+        self.execute("DELETE FROM course_labels WHERE course_id NOT IN (SELECT course_id FROM courses)")
         self.execute("DELETE FROM meta WHERE key IN ('watermark', 'cursor_kind', 'timezone', 'key_fingerprint') "
                      "OR substr(key, 1, 9) = 'identity.'")
         self.forget_transaction()

@@ -141,7 +141,14 @@ class Dialect:
                 name = self.serving_of(tables.PERIOD_VIEWS[item])
                 statements += [f"DROP VIEW IF EXISTS {name}", f"CREATE VIEW {name} AS{tables.period_view(self, item)}"]
             elif kind == "courses view":  # replaced whole: a store taken back by hand may still have it
-                statements += self.replace_view(self.serving_courses, tables.courses_view(self))
+                statements += self.replace_view(self.serving_courses, tables.courses_view(self, item))
+            elif kind == "site view":
+                statements += self.replace_view(self.serving_of(tables.SITE_TABLES[item]), tables.site_view(self, item))
+            elif kind == "freshness view":
+                statements += self.replace_view(self.serving_of("freshness"), tables.freshness_view(self))
+            elif kind == "by-name view":
+                statements += self.replace_view(self.serving_of(tables.BY_NAME[item]), tables.by_name_view(
+                    self.serving_of(item) if item != "daily_metrics" else self.serving, self.serving_courses))
             else:  # the serving view
                 if version > 1:
                     statements.append(f"DROP VIEW {self.serving}")

@@ -20,7 +20,15 @@ import json
 
 from lms_refresh import instants
 from lms_refresh.store import periods, presence
-from lms_refresh.store.tables import MAGNITUDE_SCALES, PERIOD_COUNTS, PERIOD_SERVING_COLUMNS, PRESENCE_FLAGS, SITE
+from lms_refresh.store.tables import (
+    MAGNITUDE_SCALES,
+    PERIOD_COUNTS,
+    PERIOD_SERVING_COLUMNS,
+    PRESENCE_FLAGS,
+    SITE,
+    SITE_PERIOD_SERVING_COLUMNS,
+    SITE_TABLES,
+)
 
 _MODULUS = 4294967296  # key sums are kept modulo 2**32 (lms_refresh.disclosure.privacy)
 
@@ -334,9 +342,12 @@ class Grains:
     def period_serving_rows(self, grain):
         """Return the serving view of `grain`'s rows, ordered, with dates as ISO text in every store."""
         view = self.serving_period_view(periods.TABLE_OF[grain])
-        rows = self.execute(f"SELECT {', '.join(PERIOD_SERVING_COLUMNS)} FROM {view} "
-                            "ORDER BY period_start, period, course NULLS FIRST")
-        return [(row[0], str(row[1]), str(row[2])) + tuple(row[3:]) for row in rows.fetchall()]
+        rows = self.execute(f"SELECT {', '.join(PERIOD_SERVING_COLUMNS)} FROM {view}").fetchall()
+        site = self.execute(f"SELECT {', '.join(SITE_PERIOD_SERVING_COLUMNS)} "
+                            f"FROM {self.serving_period_view(SITE_TABLES[grain])}").fetchall()
+        rows += [(*row[:3], None, *row[3:]) for row in site]
+        rows = [(row[0], str(row[1]), str(row[2])) + tuple(row[3:]) for row in rows]
+        return sorted(rows, key=lambda row: (row[1], row[0], row[3] is not None, row[3] or ""))
 
     def serving_period_view(self, table):
         """The name of a period table's serving view in this store."""

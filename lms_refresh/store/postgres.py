@@ -29,7 +29,18 @@ from lms_refresh.store.base import SqlStore
 from lms_refresh.store.pg_bulk import PgBulk
 from lms_refresh.store.pg_staging import PgStaging
 from lms_refresh.store.postgres_schema import MIGRATIONS, POSTGRESQL, SCHEMA_VERSION
-from lms_refresh.store.tables import PERIOD_VIEWS, TABLES, courses_view, period_view, serving_view
+from lms_refresh.store.tables import (
+    BY_NAME,
+    PERIOD_VIEWS,
+    SITE_TABLES,
+    TABLES,
+    by_name_view,
+    courses_view,
+    freshness_view,
+    period_view,
+    serving_view,
+    site_view,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -266,11 +277,18 @@ class PostgresStore(PgStaging, PgBulk, SqlStore):
         return missing
 
     def _dashboard_views(self):
-        """{name: SELECT} of every view the dashboards read: the days', each period's, the course names'."""
+        """{name: SELECT} of every view the dashboards read: the days', each period's, the course names', the site's of
+        each grain, the freshness, and each course table by name (after the views they read)."""
         views = {self.serving: serving_view(POSTGRESQL, SCHEMA_VERSION)}
         views.update((self.serving_period_view(table), period_view(POSTGRESQL, grain))
                      for grain, table in PERIOD_VIEWS.items())
         views[self.serving_courses] = courses_view(POSTGRESQL)
+        views.update((self.serving_period_view(table), site_view(POSTGRESQL, grain))
+                     for grain, table in SITE_TABLES.items())
+        views[self.serving_period_view("freshness")] = freshness_view(POSTGRESQL)
+        views.update((self.serving_period_view(by_name), by_name_view(self.serving_period_view(table),
+                                                                      self.serving_courses))
+                     for table, by_name in BY_NAME.items())
         return views
 
     def missing_views(self):

@@ -52,6 +52,19 @@ class RunLog:
         run = dict(_MISSING, **dict(zip(fields, row, strict=True)))
         return dict(run, message=redaction.scrub_text(run["message"]))
 
+    def freshness(self):
+        """Return (data_as_of_utc, last_success) of the freshness row, (None, None) without one."""
+        row = self.execute("SELECT data_as_of_utc, last_success FROM freshness WHERE id = 1").fetchone()
+        return tuple(row) if row is not None else (None, None)
+
+    def write_freshness(self, published_at, data_as_of, data_as_of_utc, last_success, timezone):
+        """Replace the freshness row (run/freshness.py says what each value is)."""
+        self.execute("INSERT INTO freshness (id, published_at, data_as_of, data_as_of_utc, last_success, timezone) "
+                     "VALUES (1, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET published_at = excluded.published_at, "
+                     "data_as_of = excluded.data_as_of, data_as_of_utc = excluded.data_as_of_utc, "
+                     "last_success = excluded.last_success, timezone = excluded.timezone",
+                     (published_at, data_as_of, data_as_of_utc, last_success, timezone))
+
 
 _RUNS = next(table for table in TABLES if table.name == "runs")
 _MISSING = {column.name: "" for column in _RUNS.columns}  # a column added later: TEXT with default '' so far

@@ -169,6 +169,16 @@ TABLES = (
         *_columns(TEXT, "name", "short_name", "category", "start_date", "end_date", null=True),
         Column("named_at", TEXT),
     ), key=("course_id",), since=6),
+    # What a chart calls a course that its source gives no name: its IRI's last path segment, cleaned and bounded by
+    # lms_refresh.disclosure.names like any text (SqlStore.label_courses writes it, in Python, for every course).
+    Table("course_labels", (Column("course_id", BIGINT), Column("label", TEXT)), key=("course_id",), since=10),
+    # How fresh the published rows are, one row written by each run that commits (run/freshness_row.py):
+    # `published_at` by every one, the others only by a run or rebuild that read up to its own now.
+    Table("freshness", (
+        Column("id", BIGINT, check="id = 1"),
+        *_columns(TEXT, "published_at", "data_as_of", "data_as_of_utc", "last_success", null=True),
+        Column("timezone", TEXT),
+    ), key=("id",), since=10),
 )
 
 
@@ -211,13 +221,77 @@ SELECT p.period, {dialect.date("p.period_start")} AS period_start, {dialect.date
   c.iri AS course, p.active_learners, p.statements, p.attempts, p.completions, p.passed, p.failed,
   p.avg_scaled_score, p.total_duration_seconds, p.suppressed, p.complete
 FROM {dialect.name("published_periods")} AS p
-LEFT JOIN {dialect.name("courses")} AS c USING (course_id)
-WHERE p.grain = '{grain}'
+JOIN {dialect.name("courses")} AS c USING (course_id)
+WHERE p.grain = '{grain}' AND p.course_id <> {SITE}
+"""
+
+
+# The whole site's rows of each grain, apart from the courses' (so that any SUM over a course table is a sum of
+# courses): the course tables' columns but `course`. Views of the same name with the prefix `site_`.
+SITE_TABLES = {"day": "site_daily_metrics", **{grain: f"site_{table}" for grain, table in TABLE_OF.items()}}
+SITE_SERVING_COLUMNS = tuple(column for column in SERVING_COLUMNS if column != "course")
+SITE_PERIOD_SERVING_COLUMNS = tuple(column for column in PERIOD_SERVING_COLUMNS if column != "course")
+
+
+def site_view(dialect, grain):
+    """Return the SELECT of the serving view of the whole site's rows of `grain` ("day" or a period's grain)."""
+    if grain == "day":
+        columns = ", ".join(f"p.{column}" for column in SITE_SERVING_COLUMNS[1:])
+        return f"""
+SELECT {dialect.date("p.day")} AS day, {columns}
+FROM {dialect.name("published_metrics")} AS p
+WHERE p.course_id = {SITE}
+"""
+    columns = ", ".join(f"p.{column}" for column in SITE_PERIOD_SERVING_COLUMNS[3:])
+    return f"""
+SELECT p.period, {dialect.date("p.period_start")} AS period_start, {dialect.date("p.period_end")} AS period_end,
+  {columns}
+FROM {dialect.name("published_periods")} AS p
+WHERE p.grain = '{grain}' AND p.course_id = {SITE}
+"""
+
+
+# The freshness of the publication, one row (none before a run stored the privacy settings): the store's freshness
+# row (run/freshness_row.py), its schema version and the protection in force.
+FRESHNESS_COLUMNS = ("published_at", "data_as_of", "data_as_of_utc", "last_success", "timezone", "schema_version",
+                     "min_cell_size", "method", "max_noise")
+
+
+def freshness_view(dialect):
+    """Return the SELECT of the serving view `freshness` (FRESHNESS_COLUMNS)."""
+    return f"""
+SELECT f.published_at, f.data_as_of, f.data_as_of_utc, f.last_success, f.timezone,
+  (SELECT CAST(value AS INTEGER) FROM {dialect.name("meta")} WHERE key = 'schema_version') AS schema_version,
+  s.min_cell_size, s.method, s.max_noise
+FROM {dialect.name("privacy_settings")} AS s
+LEFT JOIN {dialect.name("freshness")} AS f ON f.id = s.id
+"""
+
+
+# Each metrics table with the name a chart shows beside `course`: `courses.course_name`. Views named `<table>_by_name`.
+BY_NAME = {table: f"{table}_by_name" for table in ("daily_metrics", *TABLE_OF.values())}
+
+
+def by_name_view(metrics, courses):
+    """Return the SELECT of a by-name view: every row of the course table `metrics` (its columns as they are: a
+    column added to it appears here too) and `course_name` from the course names' table `courses`."""
+    return f"""
+SELECT m.*, c.course_name
+FROM {metrics} AS m
+JOIN {courses} AS c ON c.course = m.course
 """
 
 
 def serving_view(dialect, version):
     """Return the SELECT of the serving view (SERVING_COLUMNS) as it is from schema `version` on."""
+    if version >= 10:  # the courses' rows only: the site's are site_view's
+        return f"""
+SELECT {dialect.date("p.day")} AS day, c.iri AS course, p.active_learners, p.statements, p.attempts, p.completions,
+  p.passed, p.failed, p.avg_scaled_score, p.total_duration_seconds, p.suppressed
+FROM {dialect.name("published_metrics")} AS p
+JOIN {dialect.name("courses")} AS c USING (course_id)
+WHERE p.course_id <> {SITE}
+"""
     if version >= 3:  # the published rows, nothing computed in SQL; the site's (SITE, no IRI) with course NULL
         return f"""
 SELECT {dialect.date("p.day")} AS day, c.iri AS course, p.active_learners, p.statements, p.attempts, p.completions,
@@ -252,23 +326,35 @@ CROSS JOIN (SELECT CAST(value AS INTEGER) AS k FROM {dialect.name("meta")} WHERE
 
 
 # The versions that changed the serving view (it is replaced by the migration of that version); 7 brought
-# the site's rows (course NULL).
-VIEW_CHANGES = (1, 3, 7)
+# the site's rows (course NULL), 10 moved them to views of their own (site_view).
+VIEW_CHANGES = (1, 3, 7, 10)
 
 # The serving view of course names: every course that has published rows on some grain (a course whose
 # days are all withheld can have a published week), with its name where the source gave one (NULL
 # otherwise), so that a dashboard joins any metrics table to it without losing rows.
-COURSE_COLUMNS = ("course", "name", "short_name", "category", "start_date", "end_date")
-COURSES_VIEW_CHANGES = (6, 8)  # 8: the courses published only on a week, month or term
+COURSE_COLUMNS = ("course", "name", "short_name", "category", "start_date", "end_date", "course_name")
+COURSES_VIEW_CHANGES = (6, 8, 10)  # 8: the courses published only on a week, month or term; 10: course_name
 
 
-def courses_view(dialect):
-    """Return the SELECT of the serving view of course names (COURSE_COLUMNS)."""
-    return f"""
+def courses_view(dialect, version=None):
+    """Return the SELECT of the serving view of course names (COURSE_COLUMNS) as it is from schema `version` on (None:
+    this one's). `course_name` is never blank: the name, else the course's label (course_labels), else its IRI (a
+    course labelled by no run yet)."""
+    if version is not None and version < 10:
+        return f"""
 SELECT c.iri AS course, n.name, n.short_name, n.category, {dialect.date("n.start_date")} AS start_date,
   {dialect.date("n.end_date")} AS end_date
 FROM {dialect.name("courses")} AS c
 LEFT JOIN {dialect.name("course_names")} AS n ON n.course_id = c.course_id
+WHERE c.course_id IN (SELECT course_id FROM {dialect.name("published_metrics")}
+  UNION SELECT course_id FROM {dialect.name("published_periods")})
+"""
+    return f"""
+SELECT c.iri AS course, n.name, n.short_name, n.category, {dialect.date("n.start_date")} AS start_date,
+  {dialect.date("n.end_date")} AS end_date, COALESCE(n.name, l.label, c.iri) AS course_name
+FROM {dialect.name("courses")} AS c
+LEFT JOIN {dialect.name("course_names")} AS n ON n.course_id = c.course_id
+LEFT JOIN {dialect.name("course_labels")} AS l ON l.course_id = c.course_id
 WHERE c.course_id IN (SELECT course_id FROM {dialect.name("published_metrics")}
   UNION SELECT course_id FROM {dialect.name("published_periods")})
 """
@@ -302,7 +388,7 @@ DATA_STEPS = {
         "INSERT INTO {meta} (key, value) VALUES ('republish', '9') ON CONFLICT (key) DO NOTHING"],
 }
 
-SCHEMA_VERSION = 9  # the version this description is at: a new migration raises it
+SCHEMA_VERSION = 10  # the version this description is at: a new migration raises it
 
 
 def migration(version):
@@ -316,8 +402,12 @@ def migration(version):
     steps += [("index", index) for index in INDEXES if index.since == version]
     if version in VIEW_CHANGES:
         steps.append(("view", version))
-    if version in (5, 7):
+    if version in (5, 7, 10):
         steps += [("period view", grain) for grain in PERIOD_VIEWS]
     if version in COURSES_VIEW_CHANGES:
         steps.append(("courses view", version))
+    if version == 10:
+        steps += [("site view", grain) for grain in SITE_TABLES]
+        steps += [("freshness view", None)]
+        steps += [("by-name view", table) for table in BY_NAME]
     return steps
