@@ -111,10 +111,10 @@ def _read(db, weeks, today):
     about = db.execute("SELECT min_cell_size, method, max_noise, variance, withhold_zeros FROM publication").fetchone()
     settings = dict(zip(("min_cell_size", "method", "max_noise", "variance", "withhold_zeros"), about, strict=True))
     names = dict(db.execute("SELECT course, name FROM courses")) if "courses" in tables else {}
-    shown = [row[0] for row in db.execute(
-        "SELECT DISTINCT period FROM weekly_metrics ORDER BY period DESC LIMIT ?", (weeks,))] \
+    shown = sorted({row[0] for row in itertools.chain(
+        db.execute("SELECT DISTINCT period FROM weekly_metrics ORDER BY period DESC LIMIT ?", (weeks,)),
+        site_rows(db, "weekly_metrics", ("period",), "true ORDER BY period DESC LIMIT ?", (weeks,)))})[-weeks:] \
         if "weekly_metrics" in tables else []
-    shown.reverse()
     # Row by row, never all rows at once: each row carries its course's IRI (up to 200 characters, a copy a row),
     # which for 9,000 courses and 12 weeks made 50 MB of rows.
     within = f"period IN ({', '.join('?' for _ in shown)})"

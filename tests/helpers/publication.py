@@ -10,12 +10,14 @@ def publication(project):
 
 
 def read_publication(path, site=False):
-    """The publication's tables, its daily rows (the courses', and the site's too when `site`, as
-    Project.serving) and its privacy settings."""
+    """The publication's tables, its daily rows (the courses', and the site's too when `site`, from
+    site_daily_metrics with course None, as Project.serving) and its privacy settings."""
     with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        rows = db.execute("SELECT * FROM daily_metrics " + ("" if site else "WHERE course IS NOT NULL ")
-                          + "ORDER BY day, course").fetchall()
+        rows = db.execute("SELECT * FROM daily_metrics ORDER BY day, course").fetchall()
+        if site:  # the site's rows, from their own table, first in each day (as Project.serving has them)
+            rows += [(row[0], None, *row[1:]) for row in db.execute("SELECT * FROM site_daily_metrics")]
+            rows.sort(key=lambda row: (row[0], row[1] is not None, row[1] or ""))
         about = db.execute("SELECT min_cell_size, method, max_noise, variance, withhold_zeros "
                            "FROM publication").fetchone()
     return tables, rows, about

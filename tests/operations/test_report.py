@@ -40,7 +40,8 @@ def test_the_page_shows_the_publications_numbers_and_the_site_as_whole_site(tmp_
     page = Page(report_page.render(report_data.read_publication(path, today=TODAY), FRESH))
     with sqlite3.connect(path) as db:
         published = {(course, period): learners for course, period, learners in db.execute(
-            "SELECT course, period, active_learners FROM weekly_metrics WHERE NOT suppressed")}
+            "SELECT course, period, active_learners FROM weekly_metrics WHERE NOT suppressed UNION ALL "
+            "SELECT NULL, period, active_learners FROM site_weekly_metrics WHERE NOT suppressed")}
         names = dict(db.execute("SELECT course, name FROM courses"))
     weeks = page.tables["weekly-table"][0][1:]
     assert weeks == [week_label(week)[0] for week in range(8, 20)]  # the last 12 weeks, oldest first

@@ -21,7 +21,9 @@ def weekly_rows(path):
     """{(course, period): (active_learners, completions, passed, failed, suppressed)} of the publication."""
     with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
         return {(row[0], row[1]): row[2:] for row in db.execute(
-            "SELECT course, period, active_learners, completions, passed, failed, suppressed FROM weekly_metrics")}
+            "SELECT course, period, active_learners, completions, passed, failed, suppressed FROM weekly_metrics "
+            "UNION ALL SELECT NULL, period, active_learners, completions, passed, failed, suppressed "
+            "FROM site_weekly_metrics")}
 
 
 def shown(value):

@@ -14,9 +14,11 @@ from lms_refresh.config import load_config
 from lms_refresh.store import open_store
 
 NOW = "2026-11-20T04:15:00Z"
-ORDERS = {"daily_metrics": "day, course NULLS FIRST", "weekly_metrics": "period_start, period, course NULLS FIRST",
-          "monthly_metrics": "period_start, period, course NULLS FIRST",
-          "term_metrics": "period_start, period, course NULLS FIRST", "courses": "course"}
+ORDERS = {"daily_metrics": "day, course", "weekly_metrics": "period_start, period, course",
+          "monthly_metrics": "period_start, period, course", "term_metrics": "period_start, period, course",
+          "site_daily_metrics": "day", "site_weekly_metrics": "period_start, period",
+          "site_monthly_metrics": "period_start, period", "site_term_metrics": "period_start, period",
+          "courses": "course", "freshness": "schema_version"}
 
 
 def file_rows(path, table):
@@ -80,7 +82,7 @@ def test_a_change_to_any_published_value_is_published_by_the_next_run(published,
     finally:
         store.close()
     result = published.invoke("run", now=NOW, check=0)
-    days = len(published.query("SELECT * FROM serving_daily_metrics"))
+    days = len(published.query("SELECT * FROM serving_daily_metrics UNION ALL SELECT 1, * FROM serving_site_daily_metrics"))
     assert "Nothing to do" in result.stderr and f"Published {days} rows to {path}" in result.stderr, change
     assert path.read_bytes() != before
     assert_copied(published)
