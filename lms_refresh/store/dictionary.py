@@ -22,8 +22,9 @@ class Column(collections.namedtuple("Column", "name sqlite postgresql unit meani
 WITHHELD_NULL = "withheld: derived from fewer than min_cell_size learners (or the whole row is withheld)"
 
 _COURSE = Column("course", "TEXT", "text", "—", "The course's IRI (Moodle: <site_url>/course/view.php?id=N; xAPI: "
-                 "the course activity's id). NULL on the row for the whole site.", NEITHER, False, False,
-                 "the whole site's row (all courses together)")
+                 "the course activity's id): a row of `courses` (a declared foreign key in the SQLite publication; "
+                 "on PostgreSQL, join on it). Course tables hold courses only: the whole site's rows are in the "
+                 "site tables.", NEITHER, False, False, "never NULL")
 
 # The metric columns every grain shares, in their published order after the grain's own columns and `course`.
 _METRICS = [
@@ -69,8 +70,15 @@ _COMPLETE = Column("complete", "INTEGER", "smallint", "0 or 1", "1 once the peri
                    "statement can still change a complete period.", NEITHER, False, False, "never NULL")
 
 _GRAIN_NOTE = ("One row per {what} and course from a course's first to its last {what} with at least min_cell_size "
-               "learners (gap-filled, so a withheld row does not tell whether anyone was active), plus one row per "
-               "{what} for the whole site (`course` NULL).")
+               "learners (gap-filled, so a withheld row does not tell whether anyone was active); courses only, so a "
+               "SUM over it is a sum of courses (the whole site's rows are in `site_{table}`).")
+_SITE_NOTE = ("One row per {what} for the whole site (all courses together: each learner once, however many courses "
+              "they were in; not the sum of the courses' rows), with the columns of `{table}` but `course`.")
+_COURSE_NAME = Column("course_name", "TEXT", "text", "—", "What a chart calls the course: its `name`, else the last "
+                      "path segment of its IRI, cleaned and bounded like a name (never blank).", NEITHER, False,
+                      False, "never NULL")
+_BY_NAME_NOTE = ("The rows of `{table}` with `course_name` from `courses` after its columns (a view: its columns are "
+                 "always those of `{table}`).")
 
 
 class Table(collections.namedtuple("Table", "name grain key description columns")):
@@ -79,20 +87,36 @@ class Table(collections.namedtuple("Table", "name grain key description columns"
     __slots__ = ()
 
 
+_DAY = Column("day", "TEXT", "date", "local day", "The local calendar day in `timezone` (ISO date text in SQLite).",
+              NEITHER, False, False, "never NULL")
+
+# The course tables: (name, grain, the note's word, what the note adds, their columns).
+_GRAINS = [
+    ("daily_metrics", "local day", "day", "", [_DAY, _COURSE, *_METRICS]),
+    ("weekly_metrics", "ISO week, Monday to Sunday", "week",
+     " Learners are distinct over the whole week, never summed from days.", [*_PERIOD, _COURSE, *_METRICS, _COMPLETE]),
+    ("monthly_metrics", "calendar month", "month", " Learners are distinct over the whole month.",
+     [*_PERIOD, _COURSE, *_METRICS, _COMPLETE]),
+    ("term_metrics", "configured term ([[terms]])", "term",
+     " Only the terms the configuration declares; rows ordered by period_start.",
+     [*_PERIOD, _COURSE, *_METRICS, _COMPLETE]),
+]
+
+
+def _key(columns):
+    """A course table's natural key: its day or period, and the course."""
+    return f"{columns[0].name}, course"
+
+
 TABLES = [
-    Table("daily_metrics", "local day", "day, course",
-          _GRAIN_NOTE.format(what="day"),
-          [Column("day", "TEXT", "date", "local day", "The local calendar day in `timezone` (ISO date text in "
-                  "SQLite).", NEITHER, False, False, "never NULL"), _COURSE, *_METRICS]),
-    Table("weekly_metrics", "ISO week, Monday to Sunday", "period, course",
-          _GRAIN_NOTE.format(what="week") + " Learners are distinct over the whole week, never summed from days.",
-          [*_PERIOD, _COURSE, *_METRICS, _COMPLETE]),
-    Table("monthly_metrics", "calendar month", "period, course",
-          _GRAIN_NOTE.format(what="month") + " Learners are distinct over the whole month.",
-          [*_PERIOD, _COURSE, *_METRICS, _COMPLETE]),
-    Table("term_metrics", "configured term ([[terms]])", "period, course",
-          _GRAIN_NOTE.format(what="term") + " Only the terms the configuration declares; rows ordered by "
-          "period_start.", [*_PERIOD, _COURSE, *_METRICS, _COMPLETE]),
+    *(Table(name, grain, _key(columns), _GRAIN_NOTE.format(what=what, table=name) + extra, columns)
+      for name, grain, what, extra, columns in _GRAINS),
+    *(Table(f"site_{name}", f"{grain}, whole site", _key(columns)[:-len(", course")],
+            _SITE_NOTE.format(what=what, table=name) + extra, [column for column in columns if column is not _COURSE])
+      for name, grain, what, extra, columns in _GRAINS),
+    *(Table(f"{name}_by_name", f"{grain} and course", _key(columns), _BY_NAME_NOTE.format(table=name),
+            [*columns, _COURSE_NAME])
+      for name, grain, _, _, columns in _GRAINS),
     Table("courses", "course", "course",
           "One row per course that has a row in any metrics table; no row for the whole site. Join on `course`.",
           [Column("course", "TEXT", "text", "—", "The course's IRI, as in the metrics tables.", NEITHER, False,
@@ -107,7 +131,31 @@ TABLES = [
            Column("start_date", "TEXT", "date", "local day", "Moodle: course.startdate as a local date.",
                   NEITHER, False, False, "none set in Moodle (always NULL for xAPI)"),
            Column("end_date", "TEXT", "date", "local day", "Moodle: course.enddate as a local date.",
-                  NEITHER, False, False, "none set in Moodle (always NULL for xAPI)")]),
+                  NEITHER, False, False, "none set in Moodle (always NULL for xAPI)"), _COURSE_NAME]),
+    Table("freshness", "one row", "—",
+          "How fresh the published rows are, and the protection they were published with: one row (none before the "
+          "first run). Times are ISO 8601 to the second.",
+          [Column("published_at", "TEXT", "text", "UTC time", "When the rows were published: the commit of the run "
+                  "that wrote them (SQLite: the file; PostgreSQL: the last run that committed).", NEITHER, False,
+                  False, "only in a publication written without a store"),
+           Column("data_as_of", "TEXT", "text", "local time", "The time the data is complete up to, in `timezone` "
+                  "with its offset (\"2026-12-08T04:10:00+01:00\"): the watermark of the last run, or (Moodle's log, "
+                  "read by id) that run's start.", NEITHER, False, False, "no run has read up to its own time yet"),
+           Column("data_as_of_utc", "TEXT", "text", "UTC time", "`data_as_of` in UTC (\"2026-12-08T03:10:00Z\").",
+                  NEITHER, False, False, "no run has read up to its own time yet"),
+           Column("last_success", "TEXT", "text", "UTC time", "When the last successful run (or rebuild) started: "
+                  "what `lms-refresh status` calls the last success. A backfill is not one.", NEITHER, False, False,
+                  "no successful run yet"),
+           Column("timezone", "TEXT", "text", "—", "The configured `timezone` that days, weeks and `data_as_of` are "
+                  "local to.", NEITHER, False, False, "only in a publication written without a store"),
+           Column("schema_version", "INTEGER", "integer", "—", "The store's schema version the rows were published "
+                  "by.", NEITHER, False, False, "never NULL"),
+           Column("min_cell_size", "INTEGER", "bigint", "learners", "The threshold in force: a value derived from "
+                  "fewer learners is withheld.", NEITHER, False, False, "never NULL"),
+           Column("method", "TEXT", "text", "—", "cell-key (counts perturbed) or none (exact counts).", NEITHER,
+                  False, False, "never NULL"),
+           Column("max_noise", "INTEGER", "bigint", "count", "D: every perturbed count is within ± D of the true "
+                  "one.", NEITHER, False, False, "never NULL")]),
     Table("publication", "one row", "—",
           "SQLite publication only: the privacy settings the file was computed with, and a digest of its rows.",
           [Column("digest", "TEXT", None, "—", "A digest of the file's rows and settings (a run republishes when "
