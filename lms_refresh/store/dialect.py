@@ -147,8 +147,8 @@ class Dialect:
             elif kind == "freshness view":
                 statements += self.replace_view(self.serving_of("freshness"), tables.freshness_view(self))
             elif kind == "by-name view":
-                statements += self.replace_view(self.serving_of(tables.BY_NAME[item]), tables.by_name_view(
-                    self.serving_of(item) if item != "daily_metrics" else self.serving, self.serving_courses))
+                statements += self.replace_view(self.serving_of(tables.BY_NAME[item]),
+                                                tables.by_name_of(self, item, version))
             else:  # the serving view
                 if version > 1:
                     statements.append(f"DROP VIEW {self.serving}")

@@ -34,7 +34,7 @@ from lms_refresh.store.tables import (
     PERIOD_VIEWS,
     SITE_TABLES,
     TABLES,
-    by_name_view,
+    by_name_of,
     courses_view,
     freshness_view,
     period_view,
@@ -286,8 +286,7 @@ class PostgresStore(PgStaging, PgBulk, SqlStore):
         views.update((self.serving_period_view(table), site_view(POSTGRESQL, grain))
                      for grain, table in SITE_TABLES.items())
         views[self.serving_period_view("freshness")] = freshness_view(POSTGRESQL)
-        views.update((self.serving_period_view(by_name), by_name_view(self.serving_period_view(table),
-                                                                      self.serving_courses))
+        views.update((self.serving_period_view(by_name), by_name_of(POSTGRESQL, table))
                      for table, by_name in BY_NAME.items())
         return views
 

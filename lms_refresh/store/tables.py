@@ -274,12 +274,23 @@ BY_NAME = {table: f"{table}_by_name" for table in ("daily_metrics", *TABLE_OF.va
 
 def by_name_view(metrics, courses):
     """Return the SELECT of a by-name view: every row of the course table `metrics` (its columns as they are: a
-    column added to it appears here too) and `course_name` from the course names' table `courses`."""
+    column added to it appears here too) and `course_name` from the course names' table `courses`. Each is a table's
+    name (the publication file's) or a parenthesised SELECT (a store's: its serving views' own, so that no serving
+    view depends on another, and one dropped by hand comes back alone)."""
     return f"""
 SELECT m.*, c.course_name
 FROM {metrics} AS m
 JOIN {courses} AS c ON c.course = m.course
 """
+
+
+def by_name_of(dialect, table, version=None):
+    """Return the SELECT of the by-name view of the course table `table` in a store of `dialect`, as of schema
+    `version` (None: this one). A migration that changes a course table's columns creates its by-name view again
+    (dropped first: PostgreSQL replaces a view in place only if it adds columns at the end)."""
+    metrics = serving_view(dialect, version or SCHEMA_VERSION) if table == "daily_metrics" else period_view(
+        dialect, next(grain for grain, name in TABLE_OF.items() if name == table))
+    return by_name_view(f"({metrics})", f"({courses_view(dialect)})")
 
 
 def serving_view(dialect, version):

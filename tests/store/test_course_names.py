@@ -184,9 +184,12 @@ def test_a_dashboard_role_reads_the_courses_view_and_a_dropped_view_comes_back(t
     postgres_server.admin("DO $$ BEGIN CREATE ROLE names_reader LOGIN PASSWORD 'names'; "
                           "EXCEPTION WHEN duplicate_object THEN NULL; END $$")
     granted = project.invoke("grant-reader", "names_reader", check=0)
-    assert ("names_reader may now read lms_refresh_serving.daily_metrics, lms_refresh_serving.weekly_metrics, "
-            "lms_refresh_serving.monthly_metrics, lms_refresh_serving.term_metrics and lms_refresh_serving.courses"
-            in granted.stdout)
+    assert granted.stdout.startswith(
+        "names_reader may now read lms_refresh_serving.daily_metrics, lms_refresh_serving.weekly_metrics, "
+        "lms_refresh_serving.monthly_metrics, lms_refresh_serving.term_metrics, lms_refresh_serving.courses, "
+        "lms_refresh_serving.site_daily_metrics, "), granted.stdout
+    assert "lms_refresh_serving.freshness, " in granted.stdout
+    assert granted.stdout.endswith(" and lms_refresh_serving.term_metrics_by_name\n"), granted.stdout
     url = f"host=127.0.0.1 port={postgres_server.port} dbname={project.database} user=names_reader password=names"
     with psycopg.connect(url, autocommit=True) as db:
         assert db.execute(f"SELECT {COLUMNS} FROM lms_refresh_serving.courses").fetchall() == [
