@@ -186,16 +186,25 @@ def test_a_dashboard_role_reads_the_serving_view_and_nothing_else(server, pg_pro
     result = pg_project.invoke("grant-reader", "dashboard", check=0)
     assert result.stdout == ("dashboard may now read lms_refresh_serving.daily_metrics, "  # every view it may read
                              "lms_refresh_serving.weekly_metrics, lms_refresh_serving.monthly_metrics, "
-                             "lms_refresh_serving.term_metrics and lms_refresh_serving.courses\n")
+                             "lms_refresh_serving.term_metrics, lms_refresh_serving.courses, "
+                             "lms_refresh_serving.site_daily_metrics, lms_refresh_serving.site_weekly_metrics, "
+                             "lms_refresh_serving.site_monthly_metrics, lms_refresh_serving.site_term_metrics, "
+                             "lms_refresh_serving.freshness, lms_refresh_serving.daily_metrics_by_name, "
+                             "lms_refresh_serving.weekly_metrics_by_name, lms_refresh_serving.monthly_metrics_by_name "
+                             "and lms_refresh_serving.term_metrics_by_name\n")
     url = f"host=127.0.0.1 port={server.port} dbname={pg_project.database} user=dashboard password=dash"
     with psycopg.connect(url, autocommit=True) as db:
-        rows = db.execute("SELECT day, course, active_learners, suppressed "
-                          "FROM lms_refresh_serving.daily_metrics ORDER BY course NULLS FIRST").fetchall()
+        rows = db.execute("SELECT day, NULL, active_learners, suppressed FROM lms_refresh_serving.site_daily_metrics "
+                          "UNION ALL SELECT day, course, active_learners, suppressed "
+                          "FROM lms_refresh_serving.daily_metrics").fetchall()
         assert [(str(r[0]), r[1] is None, r[2], r[3]) for r in rows] == [("2026-11-02", True, 12, 0),
                                                                           ("2026-11-02", False, 12, 0)]  # the site
         for grain, period in (("weekly", "2026-W45"), ("monthly", "2026-11")):  # the periods' views, granted alike
-            assert db.execute(f"SELECT period, active_learners FROM lms_refresh_serving.{grain}_metrics").fetchall() \
-                == [(period, 12), (period, 12)]  # the course's and the site's
+            for table in (f"{grain}_metrics", f"site_{grain}_metrics", f"{grain}_metrics_by_name"):
+                assert db.execute(f"SELECT period, active_learners FROM lms_refresh_serving.{table}").fetchall() \
+                    == [(period, 12)], table  # the course's, the site's
+        assert db.execute("SELECT timezone, method FROM lms_refresh_serving.freshness").fetchall() == [
+            ("Europe/Paris", "none")]
         assert db.execute("SELECT period FROM lms_refresh_serving.term_metrics").fetchall() == []  # none declared
         for private in ("lms_refresh.staged_events", "lms_refresh.daily_metrics", "lms_refresh.meta",
                         "lms_refresh.published_metrics", "lms_refresh.privacy_settings", "lms_refresh.quarantine",
