@@ -21,6 +21,7 @@ from helpers.attacks import complement, noise_probabilities, threshold
 from helpers.statements import statement as any_statement
 from lms_refresh.disclosure.cell_key import PerturbationTable, RecordKeys, base_distribution
 from lms_refresh.disclosure.policy import PrivacySettings
+from lms_refresh.store import tables
 
 K = 10
 KEY = "5e" * 32  # a fixed pseudonymisation key: the noise, hence each figure, is reproducible
@@ -307,7 +308,11 @@ def test_a_store_from_schema_version_2_gets_its_record_keys_and_the_same_publica
     prefix = "lms_refresh." if project.postgres else ""
     # (Version 5's view of course names reads published_metrics: it goes first; its table may stay, the
     # migration creates it only if it is missing.)
-    downgrade = [f"DROP VIEW {'lms_refresh_serving.courses' if project.postgres else 'serving_courses'}",
+    # (Version 10's views read published_metrics and privacy_settings too: they go first.)
+    serving = "lms_refresh_serving." if project.postgres else "serving_"
+    downgrade = [f"DROP VIEW {serving}{view}" for view in (*tables.BY_NAME.values(), *tables.SITE_TABLES.values(),
+                                                            "freshness")]
+    downgrade += [f"DROP VIEW {'lms_refresh_serving.courses' if project.postgres else 'serving_courses'}",
                  f"DROP VIEW {'lms_refresh_serving.daily_metrics' if project.postgres else 'serving_daily_metrics'}",
                  f"DROP TABLE {prefix}published_metrics", f"DROP TABLE {prefix}privacy_settings",
                  f"DROP INDEX {prefix}daily_metrics_by_course"]

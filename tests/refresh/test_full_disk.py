@@ -24,11 +24,11 @@ NOW = "2026-11-03T04:15:00+01:00"
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 384 KiB tmpfs of our own (as root), unmounted afterwards: room for a new store (110 KiB since schema
-    version 5) and its write-ahead log while it is built, and little more."""
+    """A 448 KiB tmpfs of our own (as root), unmounted afterwards: room for a new store (128 KiB since schema
+    version 10) and its write-ahead log while it is built (272 KiB), and little more."""
     mountpoint = tmp_path / "disk"
     mountpoint.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=384k,mode=0755", "tmpfs", str(mountpoint)],
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=448k,mode=0755", "tmpfs", str(mountpoint)],
                              capture_output=True, text=True)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN): {mounted.stderr.strip()}")
@@ -123,7 +123,9 @@ def test_a_full_disk_under_the_publication_exits_69_records_the_run_and_leaves_n
     project.invoke("run", now=later, check=0)
     assert project.invoke("status", "--check", now=later).returncode == 0
     with contextlib.closing(sqlite3.connect(f"file:{directory / 'serving.sqlite'}?mode=ro", uri=True)) as db:
-        assert db.execute("SELECT * FROM daily_metrics ORDER BY day, course").fetchall() == project.serving(site=True)
+        assert db.execute("SELECT * FROM daily_metrics ORDER BY day, course").fetchall() == project.serving()
+        assert [(row[0], None, *row[1:]) for row in db.execute("SELECT * FROM site_daily_metrics ORDER BY day")] == [
+            row for row in project.serving(site=True) if row[1] is None]
 
 
 def test_forget_on_a_full_publication_disk_says_the_learner_is_forgotten_and_status_check_warns(small_disk, tmp_path):
