@@ -144,7 +144,7 @@ def recompute(store, days, *, record_keys, config, now, periods_of=()):
     (`config`'s), and publish again the courses they touch (all of them after a settings change) as the settings
     in force allow (a period is complete once `now` is past its end plus `config`'s safety lag); return (rows
     written, suppressed cells among the published rows of the days rebuilt)."""
-    store.label_courses()  # the courses this run met, and every course of a store upgraded to schema 10
+    store.label_courses(iri_label)  # the courses this run met, and every course of a store upgraded to schema 10
     done = store.recompute(days, record_keys=record_keys, calendar=period_publication.calendar(config),
                            periods_of=periods_of)
     for name in done.uncounted_terms:

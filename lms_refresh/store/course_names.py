@@ -9,7 +9,6 @@ old statements again never takes a course back to an old name, whatever order th
 Moodle name (named_at None) is what the course table says now: it replaces the one kept.
 """
 
-from lms_refresh.disclosure.names import iri_label
 from lms_refresh.sources.records import title_of
 
 _COLUMNS = ("course_id", "name", "short_name", "category", "start_date", "end_date", "named_at")
@@ -43,15 +42,15 @@ class CourseNames:
                 self.execute(f"INSERT INTO {table} VALUES (?, ?) ON CONFLICT DO NOTHING", (number, iri))
         self.record_titles(titles)  # after the courses they name
 
-    def label_courses(self):
-        """Give every course that has none its label (course_labels: disclosure.names.iri_label of its IRI), so that
-        a course with no name is never shown blank. Once a run (publication.recompute): a store upgraded to schema 10
-        gets its courses' at its next run."""
+    def label_courses(self, label_of):
+        """Give every course that has none its label, `label_of` its IRI (the disclosure rule's, which the caller
+        hands in: disclosure.names.iri_label), so that a course with no name is never shown blank. Once a run
+        (publication.recompute): a store upgraded to schema 10 gets its courses' at its next run."""
         unlabelled = self.execute("SELECT course_id, iri FROM courses WHERE course_id NOT IN "
                                   "(SELECT course_id FROM course_labels)").fetchall()
         if unlabelled:
             self.executemany("INSERT INTO course_labels (course_id, label) VALUES (?, ?)",
-                             [(course, iri_label(iri)) for course, iri in unlabelled])
+                             [(course, label_of(iri)) for course, iri in unlabelled])
 
     def record_titles(self, titles):
         """Keep the names in `titles` {course id: (named_at or None, name, short name, category, start, end)}."""
