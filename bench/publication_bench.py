@@ -55,8 +55,10 @@ def main():
     with tempfile.TemporaryDirectory(dir="/var/tmp") as work:
         path = os.path.join(work, "config.toml")
         with open(path, "w") as handle:
-            handle.write(f'state_directory = "{work}/state"\n[source]\ntype = "xapi-ndjson"\npath = "{work}"\n')
+            # The export directory beside the state, not around it (the configuration refuses a run writing in it).
+            handle.write(f'state_directory = "{work}/state"\n[source]\ntype = "xapi-ndjson"\npath = "{work}/exports"\n')
         os.makedirs(os.path.join(work, "state"))
+        os.makedirs(os.path.join(work, "exports"))
         config = load_config(path, {})
         store = open_store(config, {}, create=True)
         try:

@@ -69,13 +69,17 @@ _METRICS = """active_learners INTEGER, statements INTEGER, attempts INTEGER, com
 # SQLite checks it only where a writer turns foreign_keys on), under its natural key; the whole site's rows are in
 # the site tables, one row per day or period, so that a SUM over a course table is a sum of courses.
 _COURSE = "course TEXT NOT NULL REFERENCES courses (course)"
-_TABLE = f"CREATE TABLE {{schema}}.daily_metrics (day TEXT NOT NULL, {_COURSE}, {_METRICS}, PRIMARY KEY (day, course))"
+# Stored in key order (WITHOUT ROWID), as they are copied: the key costs no index of its own, nor a second copy of
+# each key's text.
+_TABLE = (f"CREATE TABLE {{schema}}.daily_metrics (day TEXT NOT NULL, {_COURSE}, {_METRICS}, "
+          "PRIMARY KEY (day, course)) WITHOUT ROWID")
 _PERIOD_TABLE = (f"CREATE TABLE {{schema}}.{{table}} (period TEXT NOT NULL, period_start TEXT NOT NULL, "
                  f"period_end TEXT NOT NULL, {_COURSE}, {_METRICS}, complete INTEGER NOT NULL, "
-                 "PRIMARY KEY (period, course))")
-_SITE_TABLE = f"CREATE TABLE {{schema}}.site_daily_metrics (day TEXT NOT NULL PRIMARY KEY, {_METRICS})"
+                 "PRIMARY KEY (period, course)) WITHOUT ROWID")
+_SITE_TABLE = f"CREATE TABLE {{schema}}.site_daily_metrics (day TEXT NOT NULL PRIMARY KEY, {_METRICS}) WITHOUT ROWID"
 _SITE_PERIOD_TABLE = (f"CREATE TABLE {{schema}}.{{table}} (period TEXT NOT NULL PRIMARY KEY, "
-                      f"period_start TEXT NOT NULL, period_end TEXT NOT NULL, {_METRICS}, complete INTEGER NOT NULL)")
+                      f"period_start TEXT NOT NULL, period_end TEXT NOT NULL, {_METRICS}, complete INTEGER NOT NULL) "
+                      "WITHOUT ROWID")
 _COURSES = """CREATE TABLE {schema}.courses (
     course TEXT NOT NULL PRIMARY KEY, name TEXT, short_name TEXT, category TEXT, start_date TEXT, end_date TEXT,
     course_name TEXT NOT NULL)"""

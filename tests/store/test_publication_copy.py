@@ -14,16 +14,16 @@ from lms_refresh.config import load_config
 from lms_refresh.store import open_store
 
 NOW = "2026-11-20T04:15:00Z"
-ORDERS = {"daily_metrics": "day, course", "weekly_metrics": "period_start, period, course",
-          "monthly_metrics": "period_start, period, course", "term_metrics": "period_start, period, course",
-          "site_daily_metrics": "day", "site_weekly_metrics": "period_start, period",
-          "site_monthly_metrics": "period_start, period", "site_term_metrics": "period_start, period",
-          "courses": "course", "freshness": "schema_version"}
+# The metrics tables are stored in their key's order (WITHOUT ROWID), the others in the order they were copied.
+ORDERS = {"daily_metrics": "day, course", "weekly_metrics": "period, course", "monthly_metrics": "period, course",
+          "term_metrics": "period, course", "site_daily_metrics": "day", "site_weekly_metrics": "period",
+          "site_monthly_metrics": "period", "site_term_metrics": "period", "courses": "course",
+          "freshness": "schema_version"}
 
 
 def file_rows(path, table):
     with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
-        return db.execute(f"SELECT * FROM {table} ORDER BY rowid").fetchall()
+        return db.execute(f"SELECT * FROM {table}").fetchall()  # as stored
 
 
 def assert_copied(project):

@@ -75,7 +75,7 @@ def tables_but_freshness(path):
     file's schema."""
     with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
         names = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
-        found = {name: db.execute(f"SELECT * FROM {name} ORDER BY rowid").fetchall() for name in names
+        found = {name: db.execute(f"SELECT * FROM {name}").fetchall() for name in names  # as stored
                  if name not in ("freshness", "publication")}
         found["publication"] = db.execute("SELECT min_cell_size, method, max_noise FROM publication").fetchall()
         found["schema"] = db.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall()
