@@ -1,23 +1,25 @@
-"""Write the generated pages of docs/ from the program's single definitions.
+"""Write the generated pages of docs/, and the packaged conffile, from the program's single definitions.
 
 The configuration reference comes from config.SCHEMA, the command reference from the click tree, the data
 dictionary's column tables from store.dictionary, the exit status table from errors.MEANINGS. A page is either
 generated whole (docs/reference/) or has generated regions between `<!-- generated: NAME -->` and
-`<!-- end generated -->` inside hand-written prose. A test regenerates every page and fails when the committed
-copy differs. Run, in the source tree:
+`<!-- end generated -->` inside hand-written prose. The conffile, debian/config.toml beside docs/, is SCHEMA again:
+every key with its description and its default (or an example) commented out. A test regenerates every file and
+fails when the committed copy differs. Run, in the source tree:
 
-    python3 -m lms_refresh.cli.reference docs          # rewrite the pages
-    python3 -m lms_refresh.cli.reference --check docs  # list the pages that differ (exit 1)
+    python3 -m lms_refresh.cli.reference docs          # rewrite the pages and debian/config.toml
+    python3 -m lms_refresh.cli.reference --check docs  # list the files that differ (exit 1)
 """
 
 import os
 import re
 import sys
+import textwrap
 
 import click
 
 from lms_refresh.cli.manpage import format_default
-from lms_refresh.config.schema import SCHEMA, SOURCE_KEYS, STORE_KEYS, TERM_KEYS
+from lms_refresh.config.schema import DEFAULT_CONFIG_PATH, REQUIRED, SCHEMA, SOURCE_KEYS, STORE_KEYS, TERM_KEYS
 from lms_refresh.errors import MEANINGS
 from lms_refresh.store import dictionary
 
@@ -166,10 +168,113 @@ def pages(group, docs):
     return found
 
 
-def drifted(group, docs):
-    """Return the paths whose committed text differs from what would be generated, sorted."""
+CONFFILE_HEADER = f"""\
+# {DEFAULT_CONFIG_PATH}: the configuration of lms-refresh(8).
+# Every key is explained in `man lms-refresh.toml`; the guides are in
+# /usr/share/doc/lms-refresh/docs/ (the docs/ paths below; start at README.md).
+#
+# Each key below is shown commented out with its default (or, for a key that
+# has none, an example): uncomment a line and change its value. The timer's
+# runs are skipped, not failed, until one [source] table is uncommented and
+# filled in. Check every change with, as root:
+#
+#     lms-refresh check
+#
+# Unknown keys and impossible values are refused with exit status 78. Every
+# path is absolute. Durations are "90s", "5m", "1h30m", "2d" or seconds.
+"""
+# The lines before each table that takes more than its keys' own descriptions (the tables without one are headed by
+# their name alone). They say how to fill the file in, not what a key means: that is SCHEMA's.
+CONFFILE_TABLE_NOTES = {
+    "source": "[source]: where the records come from. Uncomment ONE of the kinds below: its [source] line, its "
+              "type, the keys it requires and any other you change. A kind takes only its own keys. Guide: "
+              "docs/sources/.",
+    "store": "Where the metrics are kept: SQLite, unless type is postgresql (docs/admin/postgresql.md).",
+    "retention": "How long personal data is kept: docs/admin/erasure-and-retention.md.",
+    "alerts": "How a failed run is reported (lms-refresh-alert@.service, through OnFailure=). With none of these "
+              "set, a failure reaches only the journal. Guide: docs/admin/alerts-and-monitoring.md.",
+    "privacy": "How the published numbers protect learners: docs/privacy.md.",
+    "publication": "The SQLite file dashboards read, and who may read it: docs/publication.md.",
+    "terms": "[[terms]]: academic terms, one [[terms]] table each, in any order (they may overlap); the "
+             "publication's term_metrics counts each term's distinct learners.",
+}
+CONFFILE_WIDTH = 78
+
+
+def _comment(text):
+    """Return `text` as comment lines of the conffile."""
+    return ["# " + line for line in textwrap.wrap(text, CONFFILE_WIDTH - 2, break_on_hyphens=False)]
+
+
+def _conffile_value(key, kind, required):
+    """Return the value a key is shown with, as TOML text, and what its comment says of that value."""
+    if key.default is not None and key.default is not REQUIRED:
+        return format_default(key), f"Default: {format_default(key)}."
+    example = key.example.get(kind) if isinstance(key.example, dict) else key.example
+    if example is None:
+        raise ValueError(f"{key.description!r} has no default and no example for the conffile to show")
+    if key.default is REQUIRED or required:
+        return example, "Required; for example:"
+    # A description that says what unset means (a derived default) is not contradicted by "unset by default".
+    if re.search(r"\b(default|unset)\b", key.description, re.I):
+        return example, "For example:"
+    return example, "Unset by default; for example:"
+
+
+def _conffile_key(name, key, kind=None, required=False):
+    """Return the lines of one key: its description and default, then the key = value line commented out."""
+    value, says = _conffile_value(key, kind, required)
+    return [*_comment(f"{key.description} {says}"), f"# {name} = {value}", ""]
+
+
+def conffile():
+    """Return debian/config.toml, the packaged /etc/lms-refresh/config.toml: SCHEMA's keys in its order, each
+    commented out with its default or an example, under its table header (uncommented, so that a key uncommented
+    lands in its own table); [source] commented out once per source type, [store] with its type set, [[terms]]
+    commented out."""
+    lines = [CONFFILE_HEADER]
+    for section, keys in SCHEMA.items():
+        if section == "source":
+            lines += [*_comment(f"{CONFFILE_TABLE_NOTES['source']} {keys['type'].description}"), ""]
+            for kind, (allowed, required) in SOURCE_KEYS.items():
+                lines += [f"# --- {kind} ---", "# [source]", f'# type = "{kind}"', ""]
+                lines += [line for name, key in keys.items() if name in allowed
+                          for line in _conffile_key(name, key, kind, name in required)]
+            continue
+        if section:
+            note = _comment(CONFFILE_TABLE_NOTES.get(section, ""))
+            lines += [f"[{section}]", *note, *([""] if note else [])]
+        if section == "store":
+            # The one uncommented setting: the type the package runs with, which SQLite's keys below follow.
+            chosen = keys["type"].default
+            lines += [*_comment(keys["type"].description), f'type = "{chosen}"', ""]
+            for kind, (allowed, required) in STORE_KEYS.items():
+                if kind != chosen:
+                    lines += [f'# --- {kind}: with type "{kind}" above ---', ""]
+                lines += [line for name, key in keys.items() if name in allowed
+                          for line in _conffile_key(name, key, kind, name in required)]
+            continue
+        lines += [line for name, key in keys.items() for line in _conffile_key(name, key)]
+    lines += [*_comment(CONFFILE_TABLE_NOTES["terms"]), "# [[terms]]"]
+    lines += [line for name, key in TERM_KEYS.items() for line in _conffile_key(name, key)]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def conffile_path(docs):
+    """Return the path of the packaged conffile in the source tree whose documentation is `docs`."""
+    return os.path.join(os.path.dirname(os.path.abspath(docs)), "debian", "config.toml")
+
+
+def generated(group, docs):
+    """Return {path: text} of every file this module writes: the pages under `docs` and the conffile beside it."""
+    return {**pages(group, docs), conffile_path(docs): conffile()}
+
+
+def drifted(group, docs, files=None):
+    """Return the paths whose committed text differs from what would be generated (`files`, by default the pages
+    under `docs`), sorted."""
     differ = []
-    for path, text in pages(group, docs).items():
+    for path, text in (pages(group, docs) if files is None else files).items():
         try:
             with open(path, encoding="utf-8") as handle:
                 same = handle.read() == text
@@ -186,11 +291,11 @@ def main(argv):
     check = "--check" in argv
     docs = next((arg for arg in argv if arg != "--check"), "docs")
     if check:
-        differ = drifted(cli, docs)
+        differ = drifted(cli, docs, generated(cli, docs))
         for path in differ:
             print(f"{path} differs from what the code generates; run python3 -m lms_refresh.cli.reference {docs}")
         return 1 if differ else 0
-    for path, text in pages(cli, docs).items():
+    for path, text in generated(cli, docs).items():
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(text)
