@@ -7,13 +7,15 @@ course IRI is text, not a link to the LMS. The files the demo writes are the one
 import datetime as dt
 import json
 import os
+import re
 import shlex
 import sqlite3
 import subprocess
 
 import pytest
 
-from helpers import inprocess
+from helpers import docs, inprocess
+from helpers.commands import cli_command
 from helpers.datasetteserver import VENV, VERSION, DatasetteServer
 from helpers.paths import REPO
 from lms_refresh.store import datasette, dictionary
@@ -174,3 +176,27 @@ def test_the_yaml_reads_back_as_the_metadata_whatever_the_dictionarys_text(tmp_p
                            "encoding='utf-8'))))", str(path)], capture_output=True, text=True, timeout=60)
     assert read.returncode == 0, read.stderr
     assert json.loads(read.stdout) == datasette.metadata("on", [table], queries)
+
+
+def test_the_datasette_pages_demo_block_runs_as_written(tmp_path):
+    """docs/datasette.md's demo block, with this tree's lms-refresh and the test's Datasette first on PATH; the
+    Datasette it starts answers one request (--get) and exits instead of serving until stopped."""
+    block = re.search(r"^<!-- runnable with datasette -->\n```sh\n(.*?)^```", docs.page("docs/datasette.md"),
+                      re.M | re.S).group(1)
+    assert "datasette serve" in block and "lms-refresh demo" in block
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "lms-refresh").write_text("#!/bin/sh\nexec " + shlex.join(cli_command()) + ' "$@"\n')
+    (bin_ / "datasette").write_text(f'#!/bin/sh\nexec {shlex.quote(os.path.join(VENV, "bin", "datasette"))} "$@" '
+                                    "--get /-/metadata.json\n")
+    for script in bin_.iterdir():
+        script.chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    environment = dict(ENVIRONMENT, PATH=f"{bin_}:{ENVIRONMENT.get('PATH', '/usr/bin:/bin')}")
+    result = subprocess.run(["bash", "-e", "-c", block], cwd=work, env=environment, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-2000:])
+    assert json.loads(result.stdout.splitlines()[-1]) == datasette.metadata("serving")
+    served = work / "demo" / "state-publication"
+    assert sorted(os.listdir(served)) == ["datasette-plugins", "datasette.yml", "report.html", "serving.sqlite"]
