@@ -25,7 +25,7 @@ def inner_pytest(node, **environment):
     ("tests/sources/test_lrs_against_ralph.py::test_a_wrong_password_exits_78",
      {"LMS_REFRESH_RALPH_VENV": "/nonexistent/venv-ralph"},
      "Ralph is not installed: create /nonexistent/venv-ralph with 'ralph-malph[cli,lrs]==5.1.0' (tests/run.sh does"),
-    ("tests/operations/test_datasette.py::test_datasette_reads_the_metadata_as_generated",
+    ("tests/operations/test_datasette_served.py::test_datasette_reads_the_metadata_as_generated",
      {"LMS_REFRESH_DATASETTE_VENV": "/nonexistent/venv-datasette"},
      "Datasette is not installed: create /nonexistent/venv-datasette with 'datasette==0.65.5' (tests/run.sh does"),
     ("tests/sources/test_moodle_on_mariadb.py::test_the_session_refuses_to_write_whatever_the_grants",

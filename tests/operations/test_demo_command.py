@@ -86,7 +86,7 @@ def test_the_demo_on_its_defaults_refreshes_a_store_and_prints_its_metrics(tmp_p
     report = publication / "report.html"
     assert out[-4] == f"The HTML report (open it in a browser): {report}" and report.stat().st_size > 0
     # ...and the Datasette command that serves the publication with the metadata it wrote beside it (served by a
-    # real Datasette in tests/operations/test_datasette.py).
+    # real Datasette in tests/operations/test_datasette_served.py).
     assert out[-3:-1] == [
         "Browse the publication with Datasette (pip install datasette==0.65.5; read-only, on this machine only):",
         f"  datasette serve -i {publication / 'serving.sqlite'} --metadata {publication / 'datasette.yml'} "

@@ -1,6 +1,6 @@
 """lms_refresh/store/datasette.py: the Datasette metadata follows the data dictionary with no edit of its own (a new
 table, a new column, a table without a course), and the copies the package ships are what it generates. Served by a
-real Datasette: tests/operations/test_datasette.py."""
+real Datasette: tests/operations/test_datasette_served.py."""
 
 import os
 import re
