@@ -4,6 +4,7 @@ the `datasette serve` command; that command, run as printed with a real Datasett
 same file, its table pages show every title, description and column description of the data dictionary, and a
 course IRI is text, not a link to the LMS. The files the demo writes are the ones the package ships."""
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -200,3 +201,33 @@ def test_the_datasette_pages_demo_block_runs_as_written(tmp_path):
     assert json.loads(result.stdout.splitlines()[-1]) == datasette.metadata("serving")
     served = work / "demo" / "state-publication"
     assert sorted(os.listdir(served)) == ["datasette-plugins", "datasette.yml", "report.html", "serving.sqlite"]
+
+
+def test_with_a_declared_key_to_courses_a_course_links_to_its_row_by_name_and_urls_in_names_stay_text(tmp_path):
+    """A publication whose metrics declare `course` a foreign key of `courses`: Datasette shows the course's name
+    (the metadata's label_column) linking to the course's row in Datasette itself, the IRI beside it as text; a
+    course name that is a URL (a source's text) is text too, escaped."""
+    publication = tmp_path / "serving.sqlite"
+    iri, hostile = "https://lms.example.edu/course/BIO101", 'https://evil.example/"><script>x</script>'
+    with contextlib.closing(sqlite3.connect(publication)) as db:
+        # The columns the metadata facets must exist: Datasette refuses the page otherwise.
+        db.executescript("CREATE TABLE courses (course TEXT PRIMARY KEY, name TEXT, category TEXT);"
+                         "CREATE TABLE daily_metrics (day TEXT, course TEXT REFERENCES courses (course), "
+                         "active_learners INTEGER);")
+        db.executemany("INSERT INTO courses VALUES (?, ?, NULL)", [(iri, "Biology"), (iri + "X", hostile)])
+        db.executemany("INSERT INTO daily_metrics VALUES (?, ?, ?)",
+                       [("2026-11-02", iri, 12), ("2026-11-02", None, 30)])
+        db.commit()
+    shipped = os.path.join(REPO, "debian", "datasette")
+    server = DatasetteServer(["serve", "-i", str(publication), "--metadata", os.path.join(shipped, "datasette.yml"),
+                              "--plugins-dir", os.path.join(shipped, "datasette-plugins")])
+    try:
+        daily = server.get("/serving/daily_metrics").text
+        courses = server.get("/serving/courses").text
+    finally:
+        server.stop()
+    row = "/serving/courses/" + iri.replace(":", "~3A").replace("/", "~2F").replace(".", "~2E")
+    assert f'<a href="{row}">Biology</a>&nbsp;<em>{iri}</em>' in daily
+    assert f'href="{iri}"' not in daily and f'href="{iri}"' not in courses
+    assert f'<td class="col-name type-str">{escaped(hostile)}</td>' in courses
+    assert "<script>x</script>" not in courses and 'href="https://evil.example/' not in courses
