@@ -132,3 +132,55 @@ def table(name):
 def columns(name, store="sqlite"):
     """Return [(column, type)] of table `name` as published by `store` ("sqlite" or "postgresql")."""
     return [(column.name, getattr(column, store)) for column in table(name).columns if getattr(column, store)]
+
+
+class Query(collections.namedtuple("Query", "title note tested_by sql")):
+    """A ready-to-paste query of the data dictionary: what it shows (`note`), the test that runs it beside the data
+    dictionary's own (a path, or None), and its SQL, which runs as written on SQLite and PostgreSQL alike. Each is
+    also a canned query of the Datasette metadata (lms_refresh.store.datasette)."""
+
+    __slots__ = ()
+
+
+QUERIES = [
+    Query("Weekly active learners per course, by name, with the whole site",
+          "The site's row comes first in each week; a course with no name is shown by its IRI. `active_learners` is "
+          "NULL where it is withheld.", None,
+          "SELECT w.period, coalesce(c.name, w.course, 'Whole site') AS course_name, w.active_learners\n"
+          "FROM weekly_metrics AS w\n"
+          "LEFT JOIN courses AS c ON c.course = w.course\n"
+          "WHERE w.complete = 1\n"
+          "ORDER BY w.period, w.course IS NOT NULL, course_name;\n"),
+    Query("Weekly active learners per course", "The published courses only, by IRI.",
+          "tests/refresh/test_weeks_and_months.py",
+          "SELECT period, course, active_learners\n"
+          "FROM weekly_metrics\n"
+          "WHERE complete = 1 AND active_learners IS NOT NULL AND course IS NOT NULL\n"
+          "ORDER BY period, course;\n"),
+    Query("The site's monthly total", "", "tests/refresh/test_weeks_and_months.py",
+          "SELECT period, active_learners, statements, complete\n"
+          "FROM monthly_metrics\n"
+          "WHERE course IS NULL\n"
+          "ORDER BY period;\n"),
+    Query("This term's completions per course",
+          "The terms that hold today's date (`[[terms]]` in the configuration), the site's row first. "
+          "`CURRENT_DATE` is the database's date: on SQLite it is today in UTC, on PostgreSQL in the session's "
+          "`TimeZone`; near midnight it can differ from today in `timezone`, so write the date instead where that "
+          "matters:", None,
+          "SELECT t.period, coalesce(c.name, t.course, 'Whole site') AS course_name, t.completions, t.passed, "
+          "t.failed\n"
+          "FROM term_metrics AS t\n"
+          "LEFT JOIN courses AS c ON c.course = t.course\n"
+          "WHERE t.period_start <= CURRENT_DATE AND CURRENT_DATE <= t.period_end\n"
+          "ORDER BY t.period, t.course IS NOT NULL, course_name;\n"),
+    Query("Completions, passes and fails per course in each term", "", "tests/refresh/test_terms.py",
+          "SELECT period, course, completions, passed, failed\n"
+          "FROM term_metrics\n"
+          "WHERE course IS NOT NULL AND active_learners IS NOT NULL\n"
+          "ORDER BY period_start, period, course;\n"),
+    Query("Daily active learners per course, by name", "", "tests/store/test_course_names.py",
+          "SELECT m.day, c.name, m.active_learners\n"
+          "FROM daily_metrics AS m\n"
+          "JOIN courses AS c ON c.course = m.course\n"
+          "ORDER BY m.day, c.name\n"),
+]

@@ -62,7 +62,7 @@ def test_the_conffile_is_what_the_schema_renders():
 
 def test_a_hand_edit_of_the_conffile_is_noticed(tmp_path, capsys):
     shutil.copytree(os.path.join(REPO, "docs"), tmp_path / "docs")
-    (tmp_path / "debian").mkdir()
+    shutil.copytree(os.path.join(REPO, "debian", "datasette"), tmp_path / "debian" / "datasette")
     conffile = tmp_path / "debian" / "config.toml"
     conffile.write_text(shipped().replace("# min_cell_size = 10", "# min_cell_size = 5"))
     docs = str(tmp_path / "docs")

@@ -94,6 +94,20 @@ def test_package_builds_and_passes_lintian(debs):
     assert re.search(r"^[EW]: ", result.stdout, re.M) is None, result.stdout
 
 
+def test_the_package_ships_the_datasette_metadata_as_generated(debs, tmp_path):
+    """/usr/share/lms-refresh/: the metadata and plugin of docs/datasette.md's server command, as the dictionary
+    generates them (tests/operations/test_datasette_served.py serves the same files)."""
+    from lms_refresh.store import datasette
+
+    deb = glob.glob(os.path.join(debs, "*.deb"))[0]
+    host("dpkg-deb", "-x", deb, str(tmp_path))
+    shipped = tmp_path / "usr" / "share" / "lms-refresh"
+    assert sorted(os.listdir(shipped)) == ["datasette-plugins", "datasette.yml"]
+    assert (shipped / "datasette.yml").read_text() == datasette.render("serving")
+    assert os.listdir(shipped / "datasette-plugins") == [datasette.PLUGIN_NAME]
+    assert (shipped / "datasette-plugins" / datasette.PLUGIN_NAME).read_text() == datasette.PLUGIN
+
+
 @pytest.fixture(scope="module", params=["bookworm", "trixie"])
 def system(request, debs, workdir):
     data = os.path.join(workdir, f"xapi-{request.param}")
