@@ -24,6 +24,7 @@ import lms_refresh
 from helpers.container import Container, build_in_fresh_root, host
 from helpers.moodledb import EXPECTED_TWO_DAYS, READER_PASSWORD, SITE, load_two_days
 from lms_refresh.demo.sample import _VERB_CHOICES, COURSES, generate, statement, write_daily_files
+from lms_refresh.store.tables import SCHEMA_VERSION
 
 pytestmark = pytest.mark.system
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -1012,6 +1013,7 @@ def test_reinstall_keeps_state_and_purge_removes_it(system):
 
 
 OLD_COMMIT = "fc5aa84"  # 0.1.0 before statement mapping version 2 (a store of it records no mapping version)
+OLD_SCHEMA_VERSION = 2  # the schema version of a store 0.1.0 wrote (its lms_refresh/store/schema.py: two migrations)
 
 
 @pytest.fixture(scope="session")
@@ -1053,6 +1055,19 @@ def test_an_upgrade_from_the_previous_release_keeps_the_timers_run_succeeding(sy
     assert system.run("systemctl", "is-enabled", "lms-refresh.timer").stdout.strip() == "enabled"
     assert system.run("systemctl", "is-active", "lms-refresh.timer").stdout.strip() == "active"
     assert system.run("systemctl", "is-enabled", "lms-refresh-catch-up.timer").stdout.strip() == "enabled"
+    # Between the upgrade and the next run nothing is wrong (docs/admin/upgrade.md, step 3): on the older store,
+    # check and status exit 0 and say that the next run upgrades it, and the monitoring plugin stays OK.
+    upgrades = f"the next run upgrades it from schema version {OLD_SCHEMA_VERSION} to {SCHEMA_VERSION}"
+    check = as_service_user(system, "check", check=False)
+    assert check.returncode == 0 and f"ok  store: {upgrades}" in check.stdout, check.stdout + check.stderr
+    shown = as_service_user(system, "status", check=False)
+    assert shown.returncode == 0 and (f"schema v{OLD_SCHEMA_VERSION}); the next run upgrades it to schema "
+                                      f"v{SCHEMA_VERSION}") in shown.stdout, shown.stdout + shown.stderr
+    assert status(system)["store"]["upgrade"] == {"from": OLD_SCHEMA_VERSION, "to": SCHEMA_VERSION}
+    plugin = as_service_user(system, "status", "--check", check=False)
+    assert plugin.returncode == 0 and plugin.stdout.startswith("LMS-REFRESH OK - ") and (
+        f"the next run upgrades the store from schema version {OLD_SCHEMA_VERSION} to {SCHEMA_VERSION}"
+        in plugin.stdout), plugin.stdout + plugin.stderr
     try:
         start_by_a_timer(system)  # the first scheduled run after the upgrade
         system.wait_for(lambda: system.show(UNIT, "ActiveState")["ActiveState"] in ("inactive", "failed"),
