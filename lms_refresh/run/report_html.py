@@ -120,10 +120,10 @@ def nice_top(top):
         step *= 10
 
 
-def bar_chart(labels, values, *, top, caption, unit="learners", ident=None):
+def bar_chart(labels, values, *, top, caption, unit="learners", ident=None, ticks=6):
     """An inline SVG bar chart of `values` (int, WITHHELD, or None: no row) over `labels` (the x axis: dates or
     periods), on a y scale of 0 to `top` stated on its axis; each bar's number is printed above it ("w" for a
-    withheld value)."""
+    withheld value). At most `ticks` labels on the x axis (the latest period's always)."""
     count = max(len(values), 1)
     step = 30 if count <= 16 else max(600 // count, 8)
     left, right, upper, lower = 46, 30, 16, 40
@@ -142,7 +142,7 @@ def bar_chart(labels, values, *, top, caption, unit="learners", ident=None):
                f'text-anchor="middle">{text(unit)}</text></g>')
     out.append(f'<g class="x-axis"><line class="axis" x1="{left}" y1="{upper + plot}" x2="{width - right}" '
                f'y2="{upper + plot}"/>')
-    every = max(1, -(-count // 6))
+    every = max(1, -(-(count - 1) // max(ticks - 1, 1)))
     for index, name in enumerate(labels):
         if (count - 1 - index) % every == 0:  # counted from the last: the latest period always has its label
             x = left + step * index + step / 2
@@ -205,17 +205,22 @@ def outcome_bars(rows):
     out = [f'<svg role="img" viewBox="0 0 {left + room + 60} {height}" class="chart" id="outcomes-chart" '
            f'style="max-width:{(left + room + 60) * 1.4:.0f}px">'
            f"<title>Completions, passed and failed per course</title>{_PATTERNS}"]
-    for index, (name, *values) in enumerate(rows):
+    axis_y = height - 26
+    # The y axis: a course per group of bars, named on its left.
+    out.append(f'<g class="y-axis"><line class="axis" x1="{left}" y1="0" x2="{left}" y2="{axis_y}"/>')
+    for index, (name, *_) in enumerate(rows):
         y = 4 + index * (3 * bar + gap)
         out.append(f'<text class="course" x="{left - 6}" y="{y + 2 * bar}" text-anchor="end">{short(name, 30)}'
                    "</text>")
+    out.append("</g>")
+    for index, (_, *values) in enumerate(rows):
+        y = 4 + index * (3 * bar + gap)
         for offset, ((_, kind, colour, pattern), value) in enumerate(zip(OUTCOME_KINDS, values, strict=True)):
             length = (value or 0) / top * room if isinstance(value, int) else 0
             top_y = y + offset * bar
             out.append(f'<rect x="{left}" y="{top_y}" width="{length:.1f}" height="{bar - 1}" '
                        f'fill="{_fill(colour, pattern)}"><title>{kind}</title></rect>'
                        f'<text class="v" x="{left + length + 3:.1f}" y="{top_y + bar - 1}">{cell(value)}</text>')
-    axis_y = height - 26
     out.append(f'<g class="x-axis"><line class="axis" x1="{left}" y1="{axis_y}" x2="{left + room}" y2="{axis_y}"/>')
     for tick in (0, top // 2, top):
         x = left + tick / top * room

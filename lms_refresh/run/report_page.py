@@ -49,14 +49,18 @@ SMALL_MULTIPLES = 24  # up to this many courses, each has its own chart; past it
 OUTCOME_BARS = 30  # the courses the outcomes chart draws (most completions first); the table holds every course
 
 
-def _freshness(freshness, timezone):
-    """The banner, then when the data and the page are from, in `timezone`."""
+def _banner(freshness):
+    """STALE (first thing under the title: the numbers below are old) or fresh."""
     stale = freshness.get("stale")
-    banner = (f'<p class="stale" id="stale">STALE: {text(stale)}</p>' if stale
-              else '<p class="fresh" id="fresh">Fresh: the last successful refresh is recent enough for the '
-                   'schedule (as of when this page was written).</p>')
+    return (f'<p class="stale" id="stale">STALE: {text(stale)}</p>' if stale
+            else '<p class="fresh" id="fresh">Fresh: the last successful refresh is recent enough for the '
+                 'schedule (as of when this page was written).</p>')
+
+
+def _freshness(freshness, timezone):
+    """When the data and the page are from, in `timezone`."""
     local = {key: local_time(freshness.get(key), timezone) for key in ("watermark", "last_success", "written")}
-    return (f"{banner}<dl><dt>Last successful refresh</dt><dd id=\"last-success\">"
+    return ("<dl><dt>Last successful refresh</dt><dd id=\"last-success\">"
             f"{text(local['last_success'] or 'never')}</dd><dt>Data up to (watermark)</dt><dd id=\"watermark\">"
             f"{text(local['watermark'] or 'none')}</dd><dt>Page written</dt><dd id=\"written\">"
             f"{text(local['written'])}</dd><dt>Time zone</dt><dd id=\"timezone\">{text(timezone)}</dd></dl>")
@@ -139,7 +143,7 @@ def _weekly(data, files):
         for series in courses:
             shown = label(series.label)
             yield (f'<figure><figcaption title="{shown}">{_course_link(files, series.course, shown)}</figcaption>'
-                   + bar_chart(dates, series.values, top=top, caption=f"scale 0 to {top:,}") + "</figure>")
+                   + bar_chart(dates, series.values, top=top, caption=f"scale 0 to {top:,}", ticks=2) + "</figure>")
         yield "</div>"
     yield (f"<h3>Every course, week by week</h3><p>The shade of a cell is its number of learners, on one scale of "
            f"0 to {top:,} for every course.</p>{heat_legend(top)}")
@@ -196,7 +200,7 @@ def _pieces(data, freshness, files="report-files"):
     `write_report` holds no more of the page than a piece and its file's buffer, however many courses there are."""
     timezone = freshness.get("timezone") or "UTC"
     yield (f"{HEAD}{VIEWPORT}<style>{STYLE}</style></head><body><h1>LMS activity report</h1>"
-           f"{_as_of(freshness, timezone)}{_headlines(data, files)}{_privacy(data)}")
+           f"{_as_of(freshness, timezone)}{_banner(freshness)}{_headlines(data, files)}{_privacy(data)}")
     yield from _weekly(data, files)
     yield from _outcomes(data, files)
     yield f'<footer><section id="freshness"><h2>Freshness</h2>{_freshness(freshness, timezone)}</section></footer>'
