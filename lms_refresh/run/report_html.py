@@ -125,7 +125,8 @@ def bar_chart(labels, values, *, top, caption, unit="learners", ident=None, tick
     periods), on a y scale of 0 to `top` stated on its axis; each bar's number is printed above it ("w" for a
     withheld value). At most `ticks` labels on the x axis (the latest period's always)."""
     count = max(len(values), 1)
-    step = 30 if count <= 16 else max(600 // count, 8)
+    # Few periods get wide bars: their dates (ten characters) must not run into each other.
+    step = max(30, min(70, 420 // count)) if count <= 16 else max(600 // count, 8)
     left, right, upper, lower = 46, 30, 16, 40
     width, height = left + step * count + right, 190
     plot = height - upper - lower
@@ -164,7 +165,7 @@ def bar_chart(labels, values, *, top, caption, unit="learners", ident=None, tick
         place = (f'transform="translate({centre + 3:.1f} {y:.1f}) rotate(-90)"' if vertical
                  else f'x="{centre:.1f}" y="{y:.1f}" text-anchor="middle"')
         out.append(f'<text class="v" {place}>{shown}</text>')
-    out.append(f'</g><text x="{left}" y="{height - 4}">{text(caption)}</text></svg>')
+    out.append(f'</g><text x="4" y="{height - 4}">{text(caption)}</text></svg>')
     return "".join(out)
 
 

@@ -133,7 +133,7 @@ def _weekly(data, files):
         yield (f'<figure id="site-chart"><figcaption title="{label(site.label)}">{label(site.label)}, scale 0 to '
                f"{site_top:,} learners</figcaption>"
                + bar_chart(dates, site.values, top=site_top, ident="chart-site",
-                           caption="Whole site: active learners per week (x: its first day); w: withheld")
+                           caption="Active learners a week; w: withheld")
                + "</figure>")
     courses = [series for series in data.series if series.course is not None]
     top = nice_top(_top(data))
