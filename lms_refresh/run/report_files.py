@@ -36,7 +36,7 @@ from lms_refresh.run.report_html import (
     text,
 )
 
-RENDER_VERSION = "dashboard-1"  # change it whenever a page's HTML would: every page is then written again (so does
+RENDER_VERSION = "dashboard-2"  # change it whenever a page's HTML would: every page is then written again (so does
 # a new version of the program)
 MANIFEST = "pages.json"
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")
