@@ -29,8 +29,8 @@ figure{margin:0;border:1px solid #ddd;padding:4px;min-width:0}figcaption{font-si
 text-overflow:ellipsis;white-space:nowrap}svg{display:block;width:100%;height:auto}
 svg text{font:10px sans-serif;fill:#1b1b1b}svg .v{font-size:9px}svg .axis{stroke:#444;stroke-width:1}
 svg .bar{fill:#3b6ea8}.scroll{overflow-x:auto;max-width:100%}table{border-collapse:collapse;font-size:13px}
-td,th{border:1px solid #ccc;padding:2px 5px;text-align:right;white-space:nowrap}th[scope=row]{text-align:left;max-width:22em;
-overflow:hidden;text-overflow:ellipsis;white-space:nowrap}.legend{display:flex;flex-wrap:wrap;gap:.8em;
+td,th{border:1px solid #ccc;padding:2px 5px;text-align:right;white-space:nowrap}
+th[scope=row]{text-align:left;max-width:22em;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}.legend{display:flex;flex-wrap:wrap;gap:.8em;
 font-size:.85em;margin:.3em 0;padding:0;list-style:none}.legend span{display:inline-block;width:1.4em;height:1em;
 vertical-align:middle;border:1px solid #555;margin-right:.3em}
 .h0{background:#f7fbff}.h1{background:#c6dbef}.h2{background:#6baed6}.h3{background:#2171b5;color:#fff}
