@@ -24,6 +24,7 @@ import lms_refresh
 from helpers.container import Container, build_in_fresh_root, host
 from helpers.moodledb import EXPECTED_TWO_DAYS, READER_PASSWORD, SITE, load_two_days
 from lms_refresh.demo.sample import _VERB_CHOICES, COURSES, generate, statement, write_daily_files
+from lms_refresh.run.report_html import local_time
 from lms_refresh.store.tables import SCHEMA_VERSION
 
 pytestmark = pytest.mark.system
@@ -296,8 +297,11 @@ def assert_the_page_shows_the_last_run(box, group="lms-refresh", mode="644"):
     assert box.run("stat", "-c", "%U:%G %a", page).stdout.split() == [f"lms-refresh:{group}", mode]
     html = box.run("cat", page).stdout
     shown = status(box)
-    assert f'<dd id="last-success">{shown["last_success"]["started_at"]}</dd>' in html, html[:3000]
-    assert f'<dd id="watermark">{shown["watermark"]}</dd>' in html and 'id="fresh"' in html
+    zone = re.search(r'<dd id="timezone">([^<]+)</dd>', html).group(1)  # the page's times are in the configured zone
+    assert f'<dd id="last-success">{local_time(shown["last_success"]["started_at"], zone)}</dd>' in html, html[:3000]
+    assert f'<dd id="watermark">{local_time(shown["watermark"], zone)}</dd>' in html and 'id="fresh"' in html
+    pages = box.run("find", "/var/lib/lms-refresh-publication/report-files", "-name", "*.html").stdout.split()
+    assert pages, "the unit wrote no course page beside the report"
     assert box.run("test", "-e", "/var/lib/lms-refresh/report-failed", check=False).returncode == 1
     plugin = as_service_user(box, "status", "--check", check=False)
     assert plugin.returncode == 0 and plugin.stdout.startswith("LMS-REFRESH OK"), plugin.stdout
