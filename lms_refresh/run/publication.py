@@ -54,7 +54,9 @@ COMMITTED = "the store is committed, and the next run publishes it."
 # on the connection that writes it ("main", or the name it is attached under).
 # The metric columns every row table has (the day's, each period's), after what names the row.
 _METRICS = """active_learners INTEGER, statements INTEGER, attempts INTEGER, completions INTEGER,
-    passed INTEGER, failed INTEGER, avg_scaled_score REAL, total_duration_seconds REAL, suppressed INTEGER NOT NULL"""
+    passed INTEGER, failed INTEGER, completed_learners INTEGER, passed_learners INTEGER, failed_learners INTEGER,
+    completed_share REAL, pass_rate REAL, avg_scaled_score REAL, total_duration_seconds REAL,
+    suppressed INTEGER NOT NULL"""
 _TABLE = f"CREATE TABLE {{schema}}.daily_metrics (day TEXT NOT NULL, course TEXT, {_METRICS})"
 _PERIOD_TABLE = (f"CREATE TABLE {{schema}}.{{table}} (period TEXT NOT NULL, period_start TEXT NOT NULL, "
                  f"period_end TEXT NOT NULL, course TEXT, {_METRICS}, complete INTEGER NOT NULL)")

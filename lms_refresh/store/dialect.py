@@ -139,7 +139,8 @@ class Dialect:
                 statements.append(self.create_index(item))
             elif kind == "period view":  # created again if a store was taken back past it by hand
                 name = self.serving_of(tables.PERIOD_VIEWS[item])
-                statements += [f"DROP VIEW IF EXISTS {name}", f"CREATE VIEW {name} AS{tables.period_view(self, item)}"]
+                statements += [f"DROP VIEW IF EXISTS {name}",
+                               f"CREATE VIEW {name} AS{tables.period_view(self, item, version)}"]
             elif kind == "courses view":  # replaced whole: a store taken back by hand may still have it
                 statements += self.replace_view(self.serving_courses, tables.courses_view(self))
             else:  # the serving view

@@ -44,6 +44,23 @@ _METRICS = [
     Column("failed", "INTEGER", "bigint", "statements", "Statements with the verb failed or result.success = false "
            "(Moodle: an activity completed with a fail).",
            STATEMENTS, True, True, WITHHELD_NULL),
+    Column("completed_learners", "INTEGER", "bigint", "learners", "Distinct learners with at least one statement "
+           "counted in `completions` in the row's day or period: at most `active_learners` and at most `completions`.",
+           LEARNERS, True, True, WITHHELD_NULL + "; withheld exactly when `completions` is"),
+    Column("passed_learners", "INTEGER", "bigint", "learners", "Distinct learners with at least one statement "
+           "counted in `passed`. A learner who passed in one statement and failed in another counts here and in "
+           "`failed_learners`: passed_learners + failed_learners need not equal anything.",
+           LEARNERS, True, True, WITHHELD_NULL + "; withheld exactly when `passed` is"),
+    Column("failed_learners", "INTEGER", "bigint", "learners", "Distinct learners with at least one statement "
+           "counted in `failed` (also in `passed_learners` if they passed in another statement).",
+           LEARNERS, True, True, WITHHELD_NULL + "; withheld exactly when `failed` is"),
+    Column("completed_share", "REAL", "double precision", "share, 0 to 1", "completed_learners ÷ active_learners, "
+           "computed from the published (perturbed) values of this row, never from true counts. Multiply by 100 "
+           "for a percentage.", NEITHER, False, True, "either term is withheld"),
+    Column("pass_rate", "REAL", "double precision", "share, 0 to 1", "passed_learners ÷ (passed_learners + "
+           "failed_learners), computed from the published values of this row. A learner who both passed and "
+           "failed counts in both terms.", NEITHER, False, True,
+           "either term is withheld, or both are 0 (no learner passed or failed)"),
     Column("avg_scaled_score", "REAL", "double precision", "score, −1 to 1", "The mean of result.score.scaled over "
            "the row's scored statements (a perturbed sum over the perturbed number of scores, kept within −1..1). "
            "Multiply by 100 for a percentage of the maximum.", NEITHER, True, True,
