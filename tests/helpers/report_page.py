@@ -22,9 +22,9 @@ def week_label(index):
 def period_row(week, course, learners, *, completions=None, passed=None, failed=None, suppressed=0):
     label, first, last = week_label(week)
     if suppressed:
-        return (label, first, last, course, *(None,) * 8, 1, 1)
-    return (label, first, last, course, learners, learners * 3, learners, completions, passed, failed, 0.5, 60.0,
-            0, 1)
+        return (label, first, last, course, *(None,) * 13, 1, 1)
+    return (label, first, last, course, learners, learners * 3, learners, completions, passed, failed,
+            *(None,) * 5, 0.5, 60.0, 0, 1)
 
 
 def build(path, courses, weekly, *, site=None, settings=None, terms=None):
