@@ -44,6 +44,19 @@ _METRICS = [
     Column("failed", "INTEGER", "bigint", "statements", "Statements with the verb failed or result.success = false "
            "(Moodle: an activity completed with a fail).",
            STATEMENTS, True, True, WITHHELD_NULL),
+    Column("avg_scaled_score", "REAL", "double precision", "score, −1 to 1", "The mean of result.score.scaled over "
+           "the row's scored statements (a perturbed sum over the perturbed number of scores, kept within −1..1). "
+           "Multiply by 100 for a percentage of the maximum.", NEITHER, True, True,
+           WITHHELD_NULL + "; also when no statement of the row has a score"),
+    Column("total_duration_seconds", "REAL", "double precision", "seconds", "The sum of result.duration over the "
+           "row's statements that have one (a perturbed sum, never below 0).", NEITHER, True, True,
+           WITHHELD_NULL + "; also when no statement of the row has a duration"),
+    Column("suppressed", "INTEGER", "bigint", "0 or 1", "1 when at least one value of this row is withheld (NULL), "
+           "not that the whole row is; 0 when every value is published.", NEITHER, False, False, "never NULL"),
+]
+
+# The learner outcome columns, last in every metrics table (as they were added).
+_OUTCOMES = [
     Column("completed_learners", "INTEGER", "bigint", "learners", "Distinct learners with at least one statement "
            "counted in `completions` in the row's day or period: at most `active_learners` and at most `completions`.",
            LEARNERS, True, True, WITHHELD_NULL + "; withheld exactly when `completions` is"),
@@ -61,15 +74,6 @@ _METRICS = [
            "failed_learners), computed from the published values of this row. A learner who both passed and "
            "failed counts in both terms.", NEITHER, False, True,
            "either term is withheld, or both are 0 (no learner passed or failed)"),
-    Column("avg_scaled_score", "REAL", "double precision", "score, −1 to 1", "The mean of result.score.scaled over "
-           "the row's scored statements (a perturbed sum over the perturbed number of scores, kept within −1..1). "
-           "Multiply by 100 for a percentage of the maximum.", NEITHER, True, True,
-           WITHHELD_NULL + "; also when no statement of the row has a score"),
-    Column("total_duration_seconds", "REAL", "double precision", "seconds", "The sum of result.duration over the "
-           "row's statements that have one (a perturbed sum, never below 0).", NEITHER, True, True,
-           WITHHELD_NULL + "; also when no statement of the row has a duration"),
-    Column("suppressed", "INTEGER", "bigint", "0 or 1", "1 when at least one value of this row is withheld (NULL), "
-           "not that the whole row is; 0 when every value is published.", NEITHER, False, False, "never NULL"),
 ]
 
 _PERIOD = [
@@ -100,16 +104,16 @@ TABLES = [
     Table("daily_metrics", "local day", "day, course",
           _GRAIN_NOTE.format(what="day"),
           [Column("day", "TEXT", "date", "local day", "The local calendar day in `timezone` (ISO date text in "
-                  "SQLite).", NEITHER, False, False, "never NULL"), _COURSE, *_METRICS]),
+                  "SQLite).", NEITHER, False, False, "never NULL"), _COURSE, *_METRICS, *_OUTCOMES]),
     Table("weekly_metrics", "ISO week, Monday to Sunday", "period, course",
           _GRAIN_NOTE.format(what="week") + " Learners are distinct over the whole week, never summed from days.",
-          [*_PERIOD, _COURSE, *_METRICS, _COMPLETE]),
+          [*_PERIOD, _COURSE, *_METRICS, _COMPLETE, *_OUTCOMES]),
     Table("monthly_metrics", "calendar month", "period, course",
           _GRAIN_NOTE.format(what="month") + " Learners are distinct over the whole month.",
-          [*_PERIOD, _COURSE, *_METRICS, _COMPLETE]),
+          [*_PERIOD, _COURSE, *_METRICS, _COMPLETE, *_OUTCOMES]),
     Table("term_metrics", "configured term ([[terms]])", "period, course",
           _GRAIN_NOTE.format(what="term") + " Only the terms the configuration declares; rows ordered by "
-          "period_start.", [*_PERIOD, _COURSE, *_METRICS, _COMPLETE]),
+          "period_start.", [*_PERIOD, _COURSE, *_METRICS, _COMPLETE, *_OUTCOMES]),
     Table("courses", "course", "course",
           "One row per course that has a row in any metrics table; no row for the whole site. Join on `course`.",
           [Column("course", "TEXT", "text", "—", "The course's IRI, as in the metrics tables.", NEITHER, False,

@@ -206,18 +206,21 @@ INDEXES = (
 
 SERVING_COLUMNS = (
     "day", "course", "active_learners", "statements", "attempts", "completions",
-    "passed", "failed", *OUTCOME_COLUMNS, "avg_scaled_score", "total_duration_seconds", "suppressed",
+    "passed", "failed", "avg_scaled_score", "total_duration_seconds", "suppressed", *OUTCOME_COLUMNS,
 )
 
 # The weeks' and months' serving views (and the publication's tables of the same names): a period's label
-# and its first and last local days (inclusive), then the day's columns, and whether the period is over.
-PERIOD_SERVING_COLUMNS = ("period", "period_start", "period_end", "course", *SERVING_COLUMNS[2:], "complete")
+# and its first and last local days (inclusive), then the day's columns, and whether the period is over. The
+# learner outcome columns come last in every view, as they were added (PostgreSQL adds a view's columns in place
+# only at its end: its grants and the dashboards' own views over it stay).
+PERIOD_SERVING_COLUMNS = ("period", "period_start", "period_end", "course",
+                          *SERVING_COLUMNS[2:-len(OUTCOME_COLUMNS)], "complete", *OUTCOME_COLUMNS)
 PERIOD_VIEWS = TABLE_OF  # grain -> its view's (and the publication's table's) name
 
 
 def _outcomes(version):
     """The learner outcome columns of a serving view as it is from schema `version` on (none before 10)."""
-    return "".join(f"p.{name}, " for name in OUTCOME_COLUMNS) if version >= OUTCOMES_SINCE else ""
+    return "".join(f", p.{name}" for name in OUTCOME_COLUMNS) if version >= OUTCOMES_SINCE else ""
 
 
 def period_view(dialect, grain, version=None):
@@ -227,7 +230,7 @@ def period_view(dialect, grain, version=None):
     return f"""
 SELECT p.period, {dialect.date("p.period_start")} AS period_start, {dialect.date("p.period_end")} AS period_end,
   c.iri AS course, p.active_learners, p.statements, p.attempts, p.completions, p.passed, p.failed,
-  {outcomes}p.avg_scaled_score, p.total_duration_seconds, p.suppressed, p.complete
+  p.avg_scaled_score, p.total_duration_seconds, p.suppressed, p.complete{outcomes}
 FROM {dialect.name("published_periods")} AS p
 LEFT JOIN {dialect.name("courses")} AS c USING (course_id)
 WHERE p.grain = '{grain}'
@@ -239,7 +242,7 @@ def serving_view(dialect, version):
     if version >= 3:  # the published rows, nothing computed in SQL; the site's (SITE, no IRI) with course NULL
         return f"""
 SELECT {dialect.date("p.day")} AS day, c.iri AS course, p.active_learners, p.statements, p.attempts, p.completions,
-  p.passed, p.failed, {_outcomes(version)}p.avg_scaled_score, p.total_duration_seconds, p.suppressed
+  p.passed, p.failed, p.avg_scaled_score, p.total_duration_seconds, p.suppressed{_outcomes(version)}
 FROM {dialect.name("published_metrics")} AS p
 LEFT JOIN {dialect.name("courses")} AS c USING (course_id)
 """
@@ -270,7 +273,7 @@ CROSS JOIN (SELECT CAST(value AS INTEGER) AS k FROM {dialect.name("meta")} WHERE
 
 
 # The versions that changed the serving view (it is replaced by the migration of that version); 7 brought
-# the site's rows (course NULL), 10 the learner outcome columns (its period views too).
+# the site's rows (course NULL), 10 the learner outcome columns (its period views too, both replaced in place).
 OUTCOMES_SINCE = 10
 VIEW_CHANGES = (1, 3, 7, OUTCOMES_SINCE)
 

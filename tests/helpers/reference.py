@@ -41,7 +41,7 @@ GROUPS = {  # the counted columns, in the serving table's order: whose statement
 # The statement counts whose distinct learners are published too (completed_learners, passed_learners,
 # failed_learners), then the shares computed from those.
 LEARNER_OUTCOMES = ("completions", "passed", "failed")
-WITHHELD = 13  # a withheld row's values before `suppressed`
+WITHHELD = (None,) * 8 + (1,) + (None,) * 5  # a withheld row's values after its key (`suppressed` is 1)
 
 
 def outcome_columns(active, counts, learners):
@@ -89,7 +89,7 @@ def expected_serving(lines, since, until, timezone, k):
             ok = visible and (len(who) == 0 or len(who) >= k)
             suppressed |= 0 < len(who) < k
             row.append(sum(1 for s in items if predicate(s)) if ok else None)
-        row += outcome_columns(row[2], dict(zip(GROUPS, row[4:], strict=True)), learners) if visible else \
+        outcomes = outcome_columns(row[2], dict(zip(GROUPS, row[4:], strict=True)), learners) if visible else \
             [None] * 5
         scored = [s for s in items if "score" in _result(s)]
         score_ok = visible and len(learners(lambda s: "score" in _result(s))) >= k
@@ -101,7 +101,7 @@ def expected_serving(lines, since, until, timezone, k):
         row.append(sum(round(_seconds(s["result"]["duration"]) * 1000) for s in timed) / 1000
                    if visible and timed_learners >= k else None)
         row.append(1 if suppressed else 0)
-        rows.append(tuple(row))
+        rows.append(tuple(row + outcomes))  # the learner outcome columns last, as the publication has them
     return _fill_spans(rows)
 
 
@@ -119,7 +119,7 @@ def _fill_spans(rows):
         day, last = dt.date.fromisoformat(visible[0]), dt.date.fromisoformat(visible[-1])
         while day <= last:
             text = day.isoformat()
-            filled.append(days.get(text, (text, course) + (None,) * WITHHELD + (1,)))
+            filled.append(days.get(text, (text, course) + WITHHELD))
             day += dt.timedelta(days=1)
     return sorted(filled, key=site_first)
 

@@ -7,6 +7,7 @@ import html.parser
 
 from lms_refresh.disclosure.policy import PrivacySettings
 from lms_refresh.run.publication import write_publication
+from lms_refresh.store.tables import PERIOD_SERVING_COLUMNS
 
 # The columns of a period row after (period, period_start, period_end, course): the day's, then `complete`.
 _EMPTY = (None,) * 7
@@ -22,9 +23,9 @@ def week_label(index):
 def period_row(week, course, learners, *, completions=None, passed=None, failed=None, suppressed=0):
     label, first, last = week_label(week)
     if suppressed:
-        return (label, first, last, course, *(None,) * 13, 1, 1)
-    return (label, first, last, course, learners, learners * 3, learners, completions, passed, failed,
-            *(None,) * 5, 0.5, 60.0, 0, 1)
+        return (label, first, last, course, *(None,) * 8, 1, 1)
+    return (label, first, last, course, learners, learners * 3, learners, completions, passed, failed, 0.5, 60.0,
+            0, 1)
 
 
 def build(path, courses, weekly, *, site=None, settings=None, terms=None):
@@ -34,6 +35,9 @@ def build(path, courses, weekly, *, site=None, settings=None, terms=None):
     tables = {"weekly_metrics": list(weekly) + list(site or ()), "monthly_metrics": []}
     if terms is not None:
         tables["term_metrics"] = terms
+    # The report reads no learner outcome column: rows without them have them NULL.
+    tables = {name: [tuple(row) + (None,) * (len(PERIOD_SERVING_COLUMNS) - len(row)) for row in rows]
+              for name, rows in tables.items()}
     names = [(iri, name, None, None, None, None) for iri, name in courses.items()]
     write_publication(str(path), None, ([], tables), settings=settings, wanted="test", euid=-1, courses=names)
     return path

@@ -70,7 +70,7 @@ def test_puppets_filling_a_cell_never_learn_the_victims_score_or_time(sqlite_pro
     assert set(rows) == set(cells)  # K learners: every cell is published
     scores = times = 0
     for course, (score, seconds) in cells.items():
-        statements, average, total = rows[course][3], rows[course][13], rows[course][14]
+        statements, average, total = rows[course][3], rows[course][8], rows[course][9]
         scores += score in _score_candidates(average, statements)
         times += seconds in _time_candidates(total)
     if privacy == EXACT:
@@ -101,7 +101,7 @@ def test_the_site_minus_its_courses_does_not_give_a_withheld_courses_sum(sqlite_
     project.invoke("run", now=NOW, check=0)
     by_cell = {(row[0], row[1] and row[1].rsplit("/", 1)[-1]): row for row in project.serving(site=True)}
     for day in days:
-        difference = by_cell[(day, None)][14] - by_cell[(day, "A")][14] - by_cell[(day, "B")][14]
+        difference = by_cell[(day, None)][9] - by_cell[(day, "A")][9] - by_cell[(day, "B")][9]
         found += abs(difference - secrets[day]) < 0.5
     if privacy == EXACT:
         assert found == len(days)
@@ -223,7 +223,7 @@ def test_an_upgraded_store_republishes_every_row_and_withholds_the_sums_of_close
                                for i in range(3)])
     project.invoke("run", now="2026-12-13T04:15:00+01:00", check=0)
     assert project.meta()["staging_horizon"] == "2026-11-13"  # 2 November is closed
-    published = {row[0]: row[13:] for row in project.serving()}
+    published = {row[0]: row[8:11] for row in project.serving()}
     assert published["2026-11-02"] == (0.3, 900.0, 0) and published["2026-12-12"] == (0.5, 90.0, 0)
     with contextlib.closing(sqlite3.connect(project.store)) as db:  # back to version 8
         for sql in before_outcomes(SQLITE):
@@ -234,7 +234,7 @@ def test_an_upgraded_store_republishes_every_row_and_withholds_the_sums_of_close
         db.execute("UPDATE meta SET value = '8' WHERE key = 'schema_version'")
         db.commit()
     project.invoke("run", now="2026-12-14T04:15:00+01:00", check=0)
-    published = {row[0]: row[13:] for row in project.serving()}
+    published = {row[0]: row[8:11] for row in project.serving()}
     assert published["2026-11-02"] == (None, None, 1)  # closed: no scale, so neither sum
     assert published["2026-12-12"] == (0.5, 90.0, 0)  # counted again from its events
     assert "republish" not in project.meta()
