@@ -61,11 +61,17 @@ CELL_EVENTS = (  # (daily_metrics column, its expression over the cell's staged 
 CELL_SCALES = tuple(zip(MAGNITUDE_SCALES, ("MAX(ABS(score_micro))", "MAX(duration_ms)"), strict=True))
 _LARGEST = ", ".join(f"CASE WHEN COUNT({summed}) > COUNT({name}) THEN NULL ELSE MAX({name}) END AS {name}"
                      for name, summed in MAGNITUDE_SCALES.items())
+# The keys of the learners who did something (the cell key of a learner outcome count), each once: filtered, so
+# that the aggregate is stepped only for them (most learner-days have no completion, pass or fail).
+def _learner_key_sum(condition):
+    return f"COALESCE(SUM(learner_key) FILTER (WHERE {condition}) % {_MODULUS}, 0)"
+
+
 CELL_LEARNERS = (  # (daily_metrics column, its expression over the cell's rows of learner_days)
     ("learners", "COUNT(*)"),
 ) + tuple((f"{flag[4:]}_learners", f"SUM({flag})") for flag in PRESENCE_FLAGS) + (
     ("learner_key", f"SUM(learner_key) % {_MODULUS}"),
-) + tuple((key, f"SUM({flag} * learner_key) % {_MODULUS}") for key, flag in OUTCOME_LEARNER_KEYS.items())
+) + tuple((key, _learner_key_sum(f"{flag} = 1")) for key, flag in OUTCOME_LEARNER_KEYS.items())
 
 _SUMS = tuple(name for name, _ in CELL_EVENTS)
 _PARTS = _SUMS + tuple(MAGNITUDE_SCALES)  # what a cell of parts (a period's days, the site's courses) takes from them
@@ -76,8 +82,7 @@ _OUTCOME_KEYS = tuple(OUTCOME_LEARNER_KEYS)
 
 
 def _outcome_keys(had):
-    return ", ".join(f"SUM(CASE WHEN {had(flag)} THEN learner_key ELSE 0 END) % {_MODULUS} AS {key}"
-                     for key, flag in OUTCOME_LEARNER_KEYS.items())
+    return ", ".join(f"{_learner_key_sum(had(flag))} AS {key}" for key, flag in OUTCOME_LEARNER_KEYS.items())
 
 
 def _period_count(flag):
