@@ -155,8 +155,8 @@ def published_row(cell, settings, table):
         else:
             counts[name] = table.perturb(cell[name], cell[f"{stem}_key"], name)
     for name, events, learners, key in OUTCOMES:
-        # Perturbed on the cell key of its own learners. A cell counted before those keys were kept (a closed
-        # day's, schema version 10) has none: its count is withheld, and only while it has learners to count.
+        # Perturbed on the cell key of its own learners. A cell counted before schema version 10 on a day whose
+        # events are gone has no such key: its count is withheld (fail closed) when it has learners to count.
         if counts[events] is None or (cell[key] is None and cell[learners] > 0):
             counts[name] = None
             suppressed |= counts[events] is not None

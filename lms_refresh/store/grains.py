@@ -76,11 +76,11 @@ CELL_LEARNERS = (  # (daily_metrics column, its expression over the cell's rows 
 _SUMS = tuple(name for name, _ in CELL_EVENTS)
 _PARTS = _SUMS + tuple(MAGNITUDE_SCALES)  # what a cell of parts (a period's days, the site's courses) takes from them
 _LEARNERS = tuple(name for name, _ in CELL_LEARNERS if not name.endswith("_key"))
-# The learner outcome counts' cell keys of a cell of learners (a period's, the site's), each learner's key once if
-# `had(flag)`, the condition that they did what the presence flag says.
 _OUTCOME_KEYS = tuple(OUTCOME_LEARNER_KEYS)
 
 
+# The learner outcome counts' cell keys of a cell of learners (a period's, the site's), each learner's key once if
+# `had(flag)`, the condition that they did what the presence flag says.
 def _outcome_keys(had):
     return ", ".join(f"{_learner_key_sum(had(flag))} AS {key}" for key, flag in OUTCOME_LEARNER_KEYS.items())
 
