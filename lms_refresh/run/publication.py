@@ -55,9 +55,12 @@ COMMITTED = "the store is committed, and the next run publishes it."
 # The metric columns every row table has (the day's, each period's), after what names the row.
 _METRICS = """active_learners INTEGER, statements INTEGER, attempts INTEGER, completions INTEGER,
     passed INTEGER, failed INTEGER, avg_scaled_score REAL, total_duration_seconds REAL, suppressed INTEGER NOT NULL"""
-_TABLE = f"CREATE TABLE {{schema}}.daily_metrics (day TEXT NOT NULL, course TEXT, {_METRICS})"
+# Last, as in the store's views (store.tables.PERIOD_SERVING_COLUMNS).
+_OUTCOMES = """completed_learners INTEGER, passed_learners INTEGER, failed_learners INTEGER, completed_share REAL,
+    pass_rate REAL"""
+_TABLE = f"CREATE TABLE {{schema}}.daily_metrics (day TEXT NOT NULL, course TEXT, {_METRICS}, {_OUTCOMES})"
 _PERIOD_TABLE = (f"CREATE TABLE {{schema}}.{{table}} (period TEXT NOT NULL, period_start TEXT NOT NULL, "
-                 f"period_end TEXT NOT NULL, course TEXT, {_METRICS}, complete INTEGER NOT NULL)")
+                 f"period_end TEXT NOT NULL, course TEXT, {_METRICS}, complete INTEGER NOT NULL, {_OUTCOMES})")
 _KEY = "CREATE UNIQUE INDEX {schema}.{table}_key ON {table} ({period}, ifnull(course, ''))"
 _COURSES = """CREATE TABLE {schema}.courses (
     course TEXT NOT NULL PRIMARY KEY, name TEXT, short_name TEXT, category TEXT, start_date TEXT, end_date TEXT)"""

@@ -55,6 +55,27 @@ _METRICS = [
            "not that the whole row is; 0 when every value is published.", NEITHER, False, False, "never NULL"),
 ]
 
+# The learner outcome columns, last in every metrics table (as they were added).
+_OUTCOMES = [
+    Column("completed_learners", "INTEGER", "bigint", "learners", "Distinct learners with at least one statement "
+           "counted in `completions` in the row's day or period: at most `active_learners` and at most `completions`.",
+           LEARNERS, True, True, WITHHELD_NULL + "; withheld exactly when `completions` is"),
+    Column("passed_learners", "INTEGER", "bigint", "learners", "Distinct learners with at least one statement "
+           "counted in `passed`. A learner who passed in one statement and failed in another counts here and in "
+           "`failed_learners`: passed_learners + failed_learners need not equal anything.",
+           LEARNERS, True, True, WITHHELD_NULL + "; withheld exactly when `passed` is"),
+    Column("failed_learners", "INTEGER", "bigint", "learners", "Distinct learners with at least one statement "
+           "counted in `failed` (also in `passed_learners` if they passed in another statement).",
+           LEARNERS, True, True, WITHHELD_NULL + "; withheld exactly when `failed` is"),
+    Column("completed_share", "REAL", "double precision", "share, 0 to 1", "completed_learners ÷ active_learners, "
+           "computed from the published (perturbed) values of this row, never from true counts. Multiply by 100 "
+           "for a percentage.", NEITHER, False, True, "either term is withheld"),
+    Column("pass_rate", "REAL", "double precision", "share, 0 to 1", "passed_learners ÷ (passed_learners + "
+           "failed_learners), computed from the published values of this row. A learner who both passed and "
+           "failed counts in both terms.", NEITHER, False, True,
+           "either term is withheld, or both are 0 (no learner passed or failed)"),
+]
+
 _PERIOD = [
     Column("period", "TEXT", "text", "—", "The period's label: an ISO week YYYY-Www (weekly), a month YYYY-MM "
            "(monthly), or the term's configured name (term).", NEITHER, False, False, "never NULL"),
@@ -83,16 +104,16 @@ TABLES = [
     Table("daily_metrics", "local day", "day, course",
           _GRAIN_NOTE.format(what="day"),
           [Column("day", "TEXT", "date", "local day", "The local calendar day in `timezone` (ISO date text in "
-                  "SQLite).", NEITHER, False, False, "never NULL"), _COURSE, *_METRICS]),
+                  "SQLite).", NEITHER, False, False, "never NULL"), _COURSE, *_METRICS, *_OUTCOMES]),
     Table("weekly_metrics", "ISO week, Monday to Sunday", "period, course",
           _GRAIN_NOTE.format(what="week") + " Learners are distinct over the whole week, never summed from days.",
-          [*_PERIOD, _COURSE, *_METRICS, _COMPLETE]),
+          [*_PERIOD, _COURSE, *_METRICS, _COMPLETE, *_OUTCOMES]),
     Table("monthly_metrics", "calendar month", "period, course",
           _GRAIN_NOTE.format(what="month") + " Learners are distinct over the whole month.",
-          [*_PERIOD, _COURSE, *_METRICS, _COMPLETE]),
+          [*_PERIOD, _COURSE, *_METRICS, _COMPLETE, *_OUTCOMES]),
     Table("term_metrics", "configured term ([[terms]])", "period, course",
           _GRAIN_NOTE.format(what="term") + " Only the terms the configuration declares; rows ordered by "
-          "period_start.", [*_PERIOD, _COURSE, *_METRICS, _COMPLETE]),
+          "period_start.", [*_PERIOD, _COURSE, *_METRICS, _COMPLETE, *_OUTCOMES]),
     Table("courses", "course", "course",
           "One row per course that has a row in any metrics table; no row for the whole site. Join on `course`.",
           [Column("course", "TEXT", "text", "—", "The course's IRI, as in the metrics tables.", NEITHER, False,

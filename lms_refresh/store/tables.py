@@ -70,6 +70,10 @@ KEY_SUMS = ("learner_key", "statement_key", "attempt_key", "completion_key", "pa
 # The scale of the noise on a sum of values (lms_refresh.disclosure.policy), and the sum it scales.
 MAGNITUDE_SCALES = {"score_max_micro": "score_sum_micro", "duration_max_ms": "duration_ms"}
 
+# The learner outcome counts' cell keys, each the sum of the keys of the learners with that presence flag.
+OUTCOME_LEARNER_KEYS = {"completion_learner_key": "has_completion", "passed_learner_key": "has_passed",
+                        "failed_learner_key": "has_failed"}
+
 # A cell's aggregates and record keys: a day's in daily_metrics, a week's or a month's in period_metrics.
 _CELL = (
     *_columns(INTEGER, "learners", "statements", "attempts", "attempt_learners", "completions",
@@ -81,13 +85,20 @@ _CELL = (
     # added to their sums (lms_refresh.disclosure.policy). NULL where no record had one, and in cells counted
     # before version 9 (a sum that has no scale is not published).
     *_columns(BIGINT, *MAGNITUDE_SCALES, null=True, since=9),
+    # The sums of the keys of the learners who completed, passed and failed (each once): the cell keys of the
+    # published learner outcome counts. NULL in cells counted before version 10 (their counts are withheld).
+    *_columns(BIGINT, *OUTCOME_LEARNER_KEYS, null=True, since=10),
 )
+# The published learner outcome counts and the shares computed from them (lms_refresh.disclosure.policy).
+OUTCOME_COLUMNS = ("completed_learners", "passed_learners", "failed_learners", "completed_share", "pass_rate")
 # What a learner did in a (day, course), so that a week's or a month's distinct learners are counted
 # without reading its staged events again (lms_refresh.store.grains).
 PRESENCE_FLAGS = ("has_attempt", "has_completion", "has_passed", "has_failed", "has_score", "has_duration")
 PERIOD_COUNTS = ("days",) + tuple(f"{flag[4:]}_days" for flag in PRESENCE_FLAGS)  # learner_periods' counts
 _PUBLISHED = (
     *_columns(BIGINT, "active_learners", "statements", "attempts", "completions", "passed", "failed", null=True),
+    *_columns(BIGINT, *OUTCOME_COLUMNS[:3], null=True, since=10),
+    *_columns(REAL, *OUTCOME_COLUMNS[3:], null=True, since=10),
     *_columns(REAL, "avg_scaled_score", "total_duration_seconds", null=True), Column("suppressed", BIGINT),
 )
 
@@ -195,21 +206,31 @@ INDEXES = (
 
 SERVING_COLUMNS = (
     "day", "course", "active_learners", "statements", "attempts", "completions",
-    "passed", "failed", "avg_scaled_score", "total_duration_seconds", "suppressed",
+    "passed", "failed", "avg_scaled_score", "total_duration_seconds", "suppressed", *OUTCOME_COLUMNS,
 )
 
 # The weeks' and months' serving views (and the publication's tables of the same names): a period's label
-# and its first and last local days (inclusive), then the day's columns, and whether the period is over.
-PERIOD_SERVING_COLUMNS = ("period", "period_start", "period_end", "course", *SERVING_COLUMNS[2:], "complete")
+# and its first and last local days (inclusive), then the day's columns, and whether the period is over. The
+# learner outcome columns come last in every view, as they were added (PostgreSQL adds a view's columns in place
+# only at its end: its grants and the dashboards' own views over it stay).
+PERIOD_SERVING_COLUMNS = ("period", "period_start", "period_end", "course",
+                          *SERVING_COLUMNS[2:-len(OUTCOME_COLUMNS)], "complete", *OUTCOME_COLUMNS)
 PERIOD_VIEWS = TABLE_OF  # grain -> its view's (and the publication's table's) name
 
 
-def period_view(dialect, grain):
-    """Return the SELECT of the serving view of `grain`'s periods (PERIOD_SERVING_COLUMNS)."""
+def _outcomes(version):
+    """The learner outcome columns of a serving view as it is from schema `version` on (none before 10)."""
+    return "".join(f", p.{name}" for name in OUTCOME_COLUMNS) if version >= OUTCOMES_SINCE else ""
+
+
+def period_view(dialect, grain, version=None):
+    """Return the SELECT of the serving view of `grain`'s periods (PERIOD_SERVING_COLUMNS) as it is from schema
+    `version` on (None: this one)."""
+    outcomes = _outcomes(SCHEMA_VERSION if version is None else version)
     return f"""
 SELECT p.period, {dialect.date("p.period_start")} AS period_start, {dialect.date("p.period_end")} AS period_end,
   c.iri AS course, p.active_learners, p.statements, p.attempts, p.completions, p.passed, p.failed,
-  p.avg_scaled_score, p.total_duration_seconds, p.suppressed, p.complete
+  p.avg_scaled_score, p.total_duration_seconds, p.suppressed, p.complete{outcomes}
 FROM {dialect.name("published_periods")} AS p
 LEFT JOIN {dialect.name("courses")} AS c USING (course_id)
 WHERE p.grain = '{grain}'
@@ -221,7 +242,7 @@ def serving_view(dialect, version):
     if version >= 3:  # the published rows, nothing computed in SQL; the site's (SITE, no IRI) with course NULL
         return f"""
 SELECT {dialect.date("p.day")} AS day, c.iri AS course, p.active_learners, p.statements, p.attempts, p.completions,
-  p.passed, p.failed, p.avg_scaled_score, p.total_duration_seconds, p.suppressed
+  p.passed, p.failed, p.avg_scaled_score, p.total_duration_seconds, p.suppressed{_outcomes(version)}
 FROM {dialect.name("published_metrics")} AS p
 LEFT JOIN {dialect.name("courses")} AS c USING (course_id)
 """
@@ -252,8 +273,9 @@ CROSS JOIN (SELECT CAST(value AS INTEGER) AS k FROM {dialect.name("meta")} WHERE
 
 
 # The versions that changed the serving view (it is replaced by the migration of that version); 7 brought
-# the site's rows (course NULL).
-VIEW_CHANGES = (1, 3, 7)
+# the site's rows (course NULL), 10 the learner outcome columns (its period views too, both replaced in place).
+OUTCOMES_SINCE = 10
+VIEW_CHANGES = (1, 3, 7, OUTCOMES_SINCE)
 
 # The serving view of course names: every course that has published rows on some grain (a course whose
 # days are all withheld can have a published week), with its name where the source gave one (NULL
@@ -300,9 +322,16 @@ DATA_STEPS = {
     # a closed day's cell, and a period with one, have no scale and publish neither sum.
     9: ["INSERT INTO {pending_days} SELECT DISTINCT day FROM {staged_events} WHERE true ON CONFLICT DO NOTHING",
         "INSERT INTO {meta} (key, value) VALUES ('republish', '9') ON CONFLICT (key) DO NOTHING"],
+    # The learner outcome counts are perturbed on their learners' keys (OUTCOME_LEARNER_KEYS): every staged day
+    # is counted again with them (and its periods, from their learners' presence), and every published row
+    # computed again; a closed day's cell, and a period counted only from such days, have none: their learner
+    # outcome counts are withheld.
+    OUTCOMES_SINCE: [
+        "INSERT INTO {pending_days} SELECT DISTINCT day FROM {staged_events} WHERE true ON CONFLICT DO NOTHING",
+        "INSERT INTO {meta} (key, value) VALUES ('republish', '10') ON CONFLICT (key) DO NOTHING"],
 }
 
-SCHEMA_VERSION = 9  # the version this description is at: a new migration raises it
+SCHEMA_VERSION = 10  # the version this description is at: a new migration raises it
 
 
 def migration(version):
@@ -316,7 +345,7 @@ def migration(version):
     steps += [("index", index) for index in INDEXES if index.since == version]
     if version in VIEW_CHANGES:
         steps.append(("view", version))
-    if version in (5, 7):
+    if version in (5, 7, OUTCOMES_SINCE):
         steps += [("period view", grain) for grain in PERIOD_VIEWS]
     if version in COURSES_VIEW_CHANGES:
         steps.append(("courses view", version))
