@@ -117,19 +117,46 @@ _UNREACHABLE = (errno.ESTALE, errno.ETIMEDOUT, errno.ENOTCONN, errno.EHOSTDOWN, 
                 errno.ECONNRESET, errno.ENOLINK)
 
 
-def from_read_error(error, what):
-    """Given an OSError met while reading `what` (a source's file), return the domain error it means if the file
-    is not at fault, else None. Nothing was committed: the run fails before its commit."""
+def from_read_error(error, what, verb="read"):
+    """Given an OSError met while reading `what` (a source's file; `verb`: "list" for a directory, "reach" for a
+    path's stat), return the domain error it means if the file is not at fault, else None. Nothing was
+    committed: the run fails before its commit."""
     number = getattr(error, "errno", None)
     detail = error.strerror or str(error)
     if number in _SHORT_OF:
-        return UnavailableError(f"Cannot read {what}: the system is short of {_SHORT_OF[number]} ({detail}); "
+        return UnavailableError(f"Cannot {verb} {what}: the system is short of {_SHORT_OF[number]} ({detail}); "
                                 "nothing was committed, and a later run reads it again.")
     if number in _UNREACHABLE:
-        return UnavailableError(f"Cannot read {what}: the file system it is on cannot be reached ({detail}; a "
+        return UnavailableError(f"Cannot {verb} {what}: the file system it is on cannot be reached ({detail}; a "
                                 "network share?); nothing was committed, and a later run reads it again.")
     if number == errno.EIO:
-        return StateError(f"Cannot read {what}: an input/output error ({detail}); the disk or the file system "
+        return StateError(f"Cannot {verb} {what}: an input/output error ({detail}); the disk or the file system "
                           "under it failed — see the kernel's log (journalctl -k) and check the device; nothing "
                           "was committed.")
     return from_os_error(error, what)  # a full disk or quota (reading a network share may meet them)
+
+
+# What starting processes may meet (the parsing workers: fork(), and the POSIX semaphores of their queues, which
+# live in /dev/shm): the machine is short of something a later run may find (69), or it refuses what the workers
+# need, which someone has to change (78).
+_SHORT_OF_TO_START = {**_SHORT_OF, errno.EAGAIN: "processes (the user's limit, or the unit's TasksMax=)"}
+
+
+def from_start_error(error, what):
+    """Given an OSError met while starting `what` (processes and their semaphores), return its domain error.
+
+    Never None: whatever the system refused, the input is not at fault. Nothing was committed (the run fails
+    before its commit).
+    """
+    number = getattr(error, "errno", None)
+    detail = error.strerror or str(error)
+    if number in _SHORT_OF_TO_START:
+        return UnavailableError(f"Cannot start {what}: the system is short of {_SHORT_OF_TO_START[number]} "
+                                f"({detail}); nothing was committed, and a later run reads the same window again.")
+    if number in (errno.ENOSPC, errno.EDQUOT):  # fork() never says so: a semaphore found no room
+        return UnavailableError(f"Cannot start {what}: /dev/shm, where their semaphores are made, is full "
+                                f"({detail}); free some room there — nothing was committed, and a later run reads "
+                                "the same window again.")
+    return StateError(f"Cannot start {what}: the system refused ({detail}); they need fork() and POSIX semaphores "
+                      "in /dev/shm, a writable tmpfs (is it missing, read-only, or blocked by a sandbox?); nothing "
+                      "was committed.")

@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from helpers import mariadbserver
+from helpers import datasetteserver, mariadbserver
 from helpers.lrsserver import VENV as RALPH_VENV, RalphServer
 from helpers.moodledb import READER, READER_PASSWORD, MoodleDatabase
 from helpers.pgserver import PostgresServer
@@ -81,7 +81,8 @@ def _missing_chromium():
 
 
 REQUIREMENTS = {"postgresql": _missing_postgresql, "ralph": _missing_ralph, "systemd": _missing_systemd,
-                "orjson": _missing_orjson, "chromium": _missing_chromium, "mariadb": mariadbserver.missing}
+                "orjson": _missing_orjson, "chromium": _missing_chromium, "mariadb": mariadbserver.missing,
+                "datasette": datasetteserver.missing}
 # The fixtures that reach each kind of server: a test using one is marked without saying so itself.
 MARKING_FIXTURES = {"postgres_server": "postgresql", "ralph_server": "ralph", "mariadb_server": "mariadb"}
 
@@ -100,7 +101,7 @@ SYSTEM_GROUP = "system"
 # tests). A test's tier follows from what it needs, so a new test lands in the right one without saying so.
 TIERS = ("fast", "behaviour", "servers", "system")
 FAST_DIRECTORIES = ("unit", "repository", "harness")  # a module's own tests, the repository's checks, the harness
-SERVER_MARKERS = ("postgresql", "ralph", "mariadb", "chromium")
+SERVER_MARKERS = ("postgresql", "ralph", "mariadb", "chromium", "datasette")
 
 
 def tier_of(item):

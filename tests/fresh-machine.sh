@@ -50,8 +50,9 @@ NS=""
 cleanup() {
   status=$?
   # Ending unshare's process kills everything in the namespace (--kill-child) and so
-  # drops its mounts; only then is the root plain files that rm may remove.
-  if [ -n "$NS" ] && kill -0 "$NS" 2>/dev/null; then kill "$NS"; wait "$NS" || true; fi
+  # drops its mounts; only then is the root plain files that rm may remove. SIGKILL: with
+  # --fork, util-linux's unshare ignores SIGTERM while it waits for its child.
+  if [ -n "$NS" ] && kill -0 "$NS" 2>/dev/null; then kill -KILL "$NS"; wait "$NS" || true; fi
   rm -rf --one-file-system "$WORK"
   exit "$status"
 }

@@ -86,6 +86,10 @@ needs() {
     /usr/bin/python3 -m venv .venv-ralph
     .venv-ralph/bin/python -m pip install -q 'ralph-malph[cli,lrs]==5.1.0' requests  # its CLI imports requests
   fi
+  if [[ $tiers == *" servers "* ]] && [ ! -x .venv-datasette/bin/datasette ]; then  # the shipped metadata, served
+    /usr/bin/python3 -m venv .venv-datasette
+    .venv-datasette/bin/python -m pip install -q 'datasette==0.65.5'
+  fi
   # The linter (tests/repository/test_lint.py runs it over the tree), from PyPI (Debian 12 has no ruff package).
   # One exact version, so that every machine finds the same findings. And orjson, the fast JSON path
   # (lms_refresh/sources/json_decoding.py; Debian 12 has no python3-orjson), so that the tests parametrised over

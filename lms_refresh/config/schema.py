@@ -36,7 +36,7 @@ SQLITE_ONLY_KEYS = ("publication.group", "report.enabled", "report.path")
 # The tables whose keys depend on their `type`.
 TYPE_KEYS = {"source": SOURCE_KEYS, "store": STORE_KEYS}
 
-# section -> key -> Key(check, default, description). Every entry is a `Key`:
+# section -> key -> Key(check, default, description[, example]). Every entry is a `Key`:
 # its description is the one place that explains the key (the man page is
 # generated from it). A default of `None` means "unset" or "derived" (the
 # description says from what); REQUIRED means the key must be given.
@@ -45,8 +45,10 @@ MAX_TERMS = 100  # [[terms]] tables at most
 MAX_TERM_DAYS = 731  # a term's days, its first and last included, at most
 
 
-class Key(collections.namedtuple("Key", "check default description")):
-    """One configuration key: a validator (value -> value, or ValueError), its default, one line on what it does."""
+class Key(collections.namedtuple("Key", "check default description example", defaults=(None,))):
+    """One configuration key: a validator (value -> value, or ValueError), its default, one line on what it does,
+    and, for a key with no default, an example value as TOML text (the packaged conffile shows it commented out;
+    a dict by source type where the types' examples differ)."""
 
     __slots__ = ()
 
@@ -60,7 +62,7 @@ SCHEMA = {
                                     "Fail with exit status 65 when more than this share of the window's records "
                                     "is malformed."),
         "state_directory": Key(v.path, None, "Lock, SQLite store and key; $STATE_DIRECTORY (systemd) wins, "
-                                            "else /var/lib/lms-refresh."),
+                                            "else /var/lib/lms-refresh.", example='"/var/lib/lms-refresh"'),
     },
     "window": {
         "bootstrap_days": Key(v.typed(int, 1, 3660), 7, "How many days back the very first run reads."),
@@ -74,14 +76,18 @@ SCHEMA = {
         "course_pattern": Key(v.regex, r"^(.+?/course/[^/?#]+)",
                               "xAPI: the course is this pattern's capture group on the object id "
                               "(then parent, grouping ids) when no context activity is a course."),
-        "path": Key(v.path, None, "xapi-ndjson: a file or a directory of *.ndjson, *.jsonl (and .gz)."),
+        "path": Key(v.path, None, "xapi-ndjson: a file or a directory of *.ndjson, *.jsonl (and .gz).",
+                    example='"/srv/xapi-exports"'),
         "max_record_bytes": Key(v.typed(int, 1024, 16 << 20), 1 << 20,
                                 "xapi-ndjson: a longer line is skipped unread and quarantined by origin and length."),
-        "endpoint": Key(v.http_url, None, "xapi-lrs: the xAPI base URL before /statements, without credentials."),
-        "username": Key(v.typed(str), None, "xapi-lrs: the HTTP basic auth user."),
+        "endpoint": Key(v.http_url, None, "xapi-lrs: the xAPI base URL before /statements, without credentials.",
+                        example='"https://lrs.example.edu/xAPI/"'),
+        "username": Key(v.typed(str), None, "xapi-lrs: the HTTP basic auth user.", example='"lms-refresh"'),
         "password_file": Key(v.credential, None, "xapi-lrs, moodle: the password's file, a credential name "
-                                          "($CREDENTIALS_DIRECTORY, else /etc/lms-refresh/credentials) or a path."),
-        "ca_bundle": Key(v.path, None, "xapi-lrs: CA certificates for a private CA (TLS is always verified)."),
+                                          "($CREDENTIALS_DIRECTORY, else /etc/lms-refresh/credentials) or a path.",
+                                          example={"xapi-lrs": '"lrs-password"', "moodle": '"moodle-db-password"'}),
+        "ca_bundle": Key(v.path, None, "xapi-lrs: CA certificates for a private CA (TLS is always verified).",
+                         example='"/etc/ssl/certs/university-ca.pem"'),
         "page_size": Key(v.typed(int, 1, 10_000), 500, "xapi-lrs: statements asked for per page (the LRS may cap it)."),
         # The since/until sent to the LRS are widened by this, so an LRS that filters on
         # timestamp instead of stored (Ralph does) still returns every statement of the window.
@@ -100,31 +106,38 @@ SCHEMA = {
                              "xapi-lrs: all requests of one run, retries and pauses included (exit 69)."),
         "max_pages": Key(v.typed(int, 1, 10_000_000), 100_000,
                          "xapi-lrs: pages one run follows through 'more' (exit 69 beyond)."),
-        "url": Key(v.database_url, None, "moodle: Moodle's database, postgresql://, mysql:// or mariadb://."),
+        "url": Key(v.database_url, None, "moodle: Moodle's database, postgresql://, mysql:// or mariadb://.",
+                   example='"postgresql://lms_reader@moodle-db.example.edu/moodle"'),
         "prefix": Key(v.identifier_prefix, "mdl_", "moodle: the table prefix ($CFG->prefix)."),
-        "site_url": Key(v.http_url, None, "moodle: $CFG->wwwroot; names the courses in the store."),
+        "site_url": Key(v.http_url, None, "moodle: $CFG->wwwroot; names the courses in the store.",
+                        example='"https://moodle.example.edu"'),
         "id_lookback": Key(v.typed(int, 0, 10_000_000), 10_000, "moodle: log ids re-read before the watermark."),
         "site_course_id": Key(v.typed(int, 0), 1, "moodle: $SITEID; the front page is not a course."),
         "guest_user_id": Key(v.typed(int, 0), 1, "moodle: $CFG->siteguest; the guest is not a learner."),
     },
     "store": {
         "type": Key(v.choice(*STORE_TYPES), "sqlite", "The kind of store: " + ", ".join(STORE_TYPES) + "."),
-        "path": Key(v.path, None, "sqlite: the store file; default <state directory>/metrics.sqlite."),
+        "path": Key(v.path, None, "sqlite: the store file; default <state directory>/metrics.sqlite.",
+                    example='"/var/lib/lms-refresh/metrics.sqlite"'),
         "url": Key(v.postgres_url, None, "postgresql: a URL without the password, "
-                                        "e.g. postgresql://lms_refresh@db.example.edu/metrics."),
+                                        "e.g. postgresql://lms_refresh@db.example.edu/metrics.",
+                                        example='"postgresql://lms_refresh@db.example.edu/metrics"'),
         "password_file": Key(v.credential, None, "postgresql: the password's file, a credential name "
-                                          "($CREDENTIALS_DIRECTORY, else /etc/lms-refresh/credentials) or a path."),
+                                          "($CREDENTIALS_DIRECTORY, else /etc/lms-refresh/credentials) or a path.",
+                                          example='"store-password"'),
         "schema": Key(v.schema_name, "lms_refresh", "postgresql: the schema of the tables; the view is in "
                                                   "<schema>_serving."),
     },
     "pseudonymisation": {
         "key_file": Key(v.path, None, "The secret HMAC key for learner identifiers; default "
-                                     "<state directory>/pseudonymisation.key, created on the first run."),
+                                     "<state directory>/pseudonymisation.key, created on the first run.",
+                                     example='"/var/lib/lms-refresh/pseudonymisation.key"'),
     },
     "retention": {
         "staging_days": Key(v.typed(int, 1, 36600), None,
                             "Staged events of local days older than this many days are dropped; those days stay "
-                            "as published and later statements for them are quarantined (unset: keep everything)."),
+                            "as published and later statements for them are quarantined (unset: keep everything).",
+                            example="400"),
         "quarantine_days": Key(v.typed(int, 1, 3660), 30, "Quarantined records are deleted after this many days."),
     },
     "retry": {
@@ -134,17 +147,21 @@ SCHEMA = {
         "delay": Key(v.parse_duration, 600, "Pause between those attempts."),
     },
     "alerts": {
-        "mail_to": Key(v.typed(str), None, "Mail a failed run's alert to this address."),
+        "mail_to": Key(v.typed(str), None, "Mail a failed run's alert to this address.",
+                       example='"data-team@example.edu"'),
         "sendmail": Key(v.path, "/usr/sbin/sendmail", "The sendmail program the alert mail goes through."),
         # Files holding URLs with tokens are credentials: a bare name is looked up in
         # $CREDENTIALS_DIRECTORY (LoadCredential=), anything else is an absolute path.
         "webhook_url_file": Key(v.credential, None,
-                                "A file holding the URL a failed run's alert is POSTed to as JSON."),
-        "healthchecks_url_file": Key(v.credential, None, "A file holding the Healthchecks URL scheduled runs ping."),
+                                "A file holding the URL a failed run's alert is POSTed to as JSON.",
+                                example='"alert-webhook"'),
+        "healthchecks_url_file": Key(v.credential, None, "A file holding the Healthchecks URL scheduled runs ping.",
+                                     example='"healthchecks-url"'),
         "timeout": Key(v.at_least_a_second, 10, "Timeout of each delivery and ping."),
     },
     "monitoring": {
-        "textfile": Key(v.path, None, "Write Prometheus gauges to this node_exporter textfile after each run."),
+        "textfile": Key(v.path, None, "Write Prometheus gauges to this node_exporter textfile after each run.",
+                        example='"/var/lib/prometheus/node-exporter/lms_refresh.prom"'),
         "grace": Key(v.parse_duration, 7200, "status calls the data stale this long after a missed weekday "
                                            "04:15 run."),
     },
@@ -160,9 +177,10 @@ SCHEMA = {
     },
     "publication": {
         "path": Key(v.path, None, "sqlite: the file dashboards read, replaced after each run; default "
-                                 "<state directory>-publication/serving.sqlite."),
+                                 "<state directory>-publication/serving.sqlite.",
+                                 example='"/var/lib/lms-refresh-publication/serving.sqlite"'),
         "group": Key(v.typed(str), None, "The group that may read the publication (mode 0640); unset: every "
-                                        "account may (0644)."),
+                                        "account may (0644).", example='"lms-dashboard"'),
         "language": Key(v.language_tag, "en", "The language of the published course names: Moodle's multilang "
                                             "markup is reduced to it; an xAPI name map is read in it, else en-US, "
                                             "en, any."),
@@ -171,7 +189,8 @@ SCHEMA = {
         "enabled": Key(v.boolean, True, "sqlite: write the HTML report beside the publication after each run "
                                         "(see lms-refresh report); false: do not."),
         "path": Key(v.path, None, "The HTML report a run writes, with the publication's mode and group; default "
-                                  "report.html in the publication's directory."),
+                                  "report.html in the publication's directory.",
+                                  example='"/var/lib/lms-refresh-publication/report.html"'),
     },
 }
 
@@ -180,11 +199,11 @@ SCHEMA = {
 # overlap). Each is a period of the publication's term_metrics (lms_refresh.store.periods).
 TERM_KEYS = {
     "name": Key(v.label, REQUIRED, "The term's name: its `period` in term_metrics; no two terms share one, nor "
-                                       "differ only in letter case or Unicode spelling."),
-    "first_day": Key(v.calendar_day, REQUIRED, "Its first local day, inclusive."),
+                                       "differ only in letter case or Unicode spelling.", example='"Autumn 2026"'),
+    "first_day": Key(v.calendar_day, REQUIRED, "Its first local day, inclusive.", example="2026-09-14"),
     "last_day": Key(v.calendar_day, REQUIRED,
                     f"Its last local day, inclusive: on or after first_day, at most {MAX_TERM_DAYS - 1} days after "
-                    f"it (a term of {MAX_TERM_DAYS} days at most)."),
+                    f"it (a term of {MAX_TERM_DAYS} days at most).", example="2026-12-18"),
 }
 
 

@@ -15,7 +15,7 @@ from lms_refresh.errors import ConfigError
 from lms_refresh.logs import Progress
 from lms_refresh.run.refresh import Refresh
 from lms_refresh.run.request import Request
-from lms_refresh.store import open_store
+from lms_refresh.store import datasette, open_store
 from lms_refresh.store.tables import SERVING_COLUMNS
 
 TIMEZONE = "Europe/Paris"
@@ -100,7 +100,22 @@ def run_demo(directory, learners, days, *, seed, now, environ, echo, command="lm
             if noise else ")"))
     if config.report.enabled:
         echo(f"The HTML report (open it in a browser): {config.report.path}")
+    echo("Browse the publication with Datasette (pip install datasette==0.65.5; read-only, on this machine only):\n"
+         f"  {datasette_command(config.publication.path)}")
     echo(f"Try: {command} --config {shlex.quote(config_path)} status")
+
+
+def datasette_command(publication):
+    """Write the Datasette metadata and plugin beside `publication` (the SQLite file dashboards read); return the
+    command that serves it read-only (-i: immutable) on 127.0.0.1 with them."""
+    folder = os.path.dirname(publication)
+    database = os.path.splitext(os.path.basename(publication))[0]
+    metadata = os.path.join(folder, "datasette.yml")
+    plugins = os.path.join(folder, "datasette-plugins")
+    atomic.replace_bytes(metadata, datasette.render(database).encode(), mode=0o644)
+    os.makedirs(plugins, mode=0o755, exist_ok=True)
+    atomic.replace_bytes(os.path.join(plugins, datasette.PLUGIN_NAME), datasette.PLUGIN.encode(), mode=0o644)
+    return shlex.join(["datasette", "serve", "-i", publication, "--metadata", metadata, "--plugins-dir", plugins])
 
 
 def _refuse_unless_empty(directory):

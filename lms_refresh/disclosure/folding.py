@@ -177,7 +177,57 @@ def words(values, shortest):
     not in an origin "export.ndjson:1234", nor in a hex id's "2c123f": it would garble them, and what is kept of
     such a text names no one: a number glued to digits is another number)."""
     forms = set(values) | {form for form in map(bare, values) if len(form) >= shortest}
-    return re.compile("|".join(map(_word, sorted(forms, key=len, reverse=True))), re.IGNORECASE)
+    return _Words(sorted(forms, key=len, reverse=True))
+
+
+class _Words:
+    """The pattern `words` returns, compiled only for a text it may be found in.
+
+    Compiling it costs about 2 ms for the half-dozen identifiers of one statement, and a course's name is cleaned
+    so once for each statement that names it (records.title_of) — at 50,000 courses, most of a run. A match holds
+    each part of one of the values (a run of characters without white space or "_") as it is written, in some
+    letter case: where a text holds the longest part of none of them, nothing can be found and nothing is compiled.
+    For an ASCII text and part that is a substring test of their lower case (re's IGNORECASE pairs an ASCII letter
+    with no other ASCII character than its other case); else the part itself, compiled alone, is searched for.
+    """
+
+    __slots__ = ("_forms", "_needles", "_pattern")
+
+    def __init__(self, forms):
+        self._forms, self._pattern = forms, None
+        # (the longest part in lower case if ASCII else None, the part) of each form
+        self._needles = []
+        for form in forms:
+            part = max(form.replace("_", " ").split() or [""], key=len)  # str.split's white space is re's \s
+            self._needles.append((part.lower() if part.isascii() else None, part))
+
+    def _may_hold(self, text):
+        lowered = text.lower() if text.isascii() else None
+        for ascii_part, part in self._needles:
+            if ascii_part is not None and lowered is not None:
+                if ascii_part in lowered:
+                    return True
+            elif _literal(part).search(text):
+                return True
+        return False
+
+    @property
+    def pattern(self):
+        if self._pattern is None:
+            self._pattern = re.compile("|".join(map(_word, self._forms)), re.IGNORECASE)
+        return self._pattern
+
+    def sub(self, replacement, text):
+        return self.pattern.sub(replacement, text) if self._may_hold(text) else text
+
+    def finditer(self, text):
+        return self.pattern.finditer(text) if self._may_hold(text) else iter(())
+
+
+@functools.lru_cache(maxsize=1024)
+def _literal(part):
+    """`part` as a pattern in any letter case, as `_word` writes it (re.escape)."""
+    return re.compile(re.escape(part), re.IGNORECASE)
 
 
 def _word(value):

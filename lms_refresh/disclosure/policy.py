@@ -18,6 +18,12 @@ from lms_refresh.instants import FIRST_DAY, LAST_DAY
 METHODS = ("cell-key", "none")
 # The event counts of a cell, each with the distinct learners it derives from (for the threshold).
 COUNTS = {"attempts": "attempt", "completions": "completion", "passed": "passed", "failed": "failed"}
+# The learner outcome counts: (published column, the statement count it is at most, its cell's learner count and
+# the sum of those learners' keys, store.tables.OUTCOME_LEARNER_KEYS). Each is withheld exactly when its statement
+# count is (the same learners decide both).
+OUTCOMES = (("completed_learners", "completions", "completion_learners", "completion_learner_key"),
+            ("passed_learners", "passed", "passed_learners", "passed_learner_key"),
+            ("failed_learners", "failed", "failed_learners", "failed_learner_key"))
 # The least scale of the noise on a sum (published_row): a hundredth of a scaled score, a second, in micro and ms.
 SCALE_FLOORS = {"score": 10_000, "duration": 1_000}
 
@@ -129,24 +135,34 @@ def period_rows(cells, settings, span):
 def published_row(cell, settings, table):
     """Given one cell's aggregates (a dict, see `store.published.CELL_FIELDS`), return its published values.
 
-    Returns (active_learners, statements, attempts, completions, passed, failed,
-    avg_scaled_score, total_duration_seconds, suppressed).
+    Returns (active_learners, statements, attempts, completions, passed, failed, completed_learners,
+    passed_learners, failed_learners, completed_share, pass_rate, avg_scaled_score, total_duration_seconds,
+    suppressed).
     """
     k = settings.min_cell_size
     if cell is None or cell["learners"] < k:
-        return (None,) * 8 + (1,)
+        return (None,) * 13 + (1,)
     suppressed = 0
-    values = [table.perturb(cell["learners"], cell["learner_key"], "learners"),
-              table.perturb(cell["statements"], cell["statement_key"], "statements")]
+    counts = {"active_learners": table.perturb(cell["learners"], cell["learner_key"], "learners"),
+              "statements": table.perturb(cell["statements"], cell["statement_key"], "statements")}
     for name, stem in COUNTS.items():
         learners = cell[f"{stem}_learners"]
         # A count above 0 with no learner behind it is a forgotten learner's events on a closed day, still in its
         # week's sums (their presence is gone, their events with the day's row): withheld, as one learner's are.
         if 0 < learners < k or (learners == 0 and (settings.withhold_zeros or cell[name])):
-            values.append(None)
+            counts[name] = None
             suppressed = 1
         else:
-            values.append(table.perturb(cell[name], cell[f"{stem}_key"], name))
+            counts[name] = table.perturb(cell[name], cell[f"{stem}_key"], name)
+    for name, events, learners, key in OUTCOMES:
+        # Perturbed on the cell key of its own learners. A cell counted before schema version 10 on a day whose
+        # events are gone has no such key: its count is withheld (fail closed) when it has learners to count.
+        if counts[events] is None or (cell[key] is None and cell[learners] > 0):
+            counts[name] = None
+            suppressed |= counts[events] is not None
+        else:
+            counts[name] = table.perturb(cell[learners], cell[key] or 0, name.replace("_", " "))
+    values = consistent(counts)
     # A sum of scores or of durations is published with a noise of its own, scaled by the cell's largest record
     # (table.magnitude): an exact sum under a noisy count gives itself away (the count is a small integer near
     # the published statements, and few denominators make a mean of two-decimal scores round), and exact sums
@@ -171,6 +187,35 @@ def published_row(cell, settings, table):
         values.append(None)
         suppressed |= cell["duration_learners"] > 0 or settings.withhold_zeros
     return tuple(values) + (int(suppressed),)
+
+
+def consistent(published):
+    """Given a row's published counts {column: value or None}, return them (and the shares computed from them) in
+    their published order, made to satisfy the relations that every true row satisfies: statements at least
+    each other count, each learner outcome count at most the active learners and its statement count.
+
+    Computed from the published values alone, never from the true ones: the row says nothing that its values
+    before did not, and is the same whenever they are. Raising `statements` to the largest count it must exceed,
+    and lowering a learner outcome count to the least it must not exceed, keeps each within ± max_noise of its
+    true value (each bound is itself a perturbed count whose true value lies on the right side) and at least the
+    threshold (every bound is a published count of at least min_cell_size learners, or 0 where the count is)."""
+    values = dict(published)
+    if values["statements"] is not None:
+        values["statements"] = max(value for name, value in values.items()
+                                   if value is not None and name not in _LEARNER_OUTCOMES)
+    for name, events, _, _ in OUTCOMES:
+        if values[name] is not None:
+            values[name] = min(values[name], values["active_learners"], values[events])
+    completed, passed, failed = (values[name] for name in _LEARNER_OUTCOMES)
+    values["completed_share"] = None if completed is None or not values["active_learners"] else \
+        completed / values["active_learners"]
+    values["pass_rate"] = None if passed is None or failed is None or passed + failed == 0 else \
+        passed / (passed + failed)
+    return [values[name] for name in _PUBLISHED_COUNTS]
+
+
+_LEARNER_OUTCOMES = tuple(name for name, _, _, _ in OUTCOMES)
+_PUBLISHED_COUNTS = ("active_learners", "statements", *COUNTS, *_LEARNER_OUTCOMES, "completed_share", "pass_rate")
 
 
 def course_rows(cells, settings):

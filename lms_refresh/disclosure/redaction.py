@@ -220,6 +220,9 @@ class Redactor:
                     continue
             elif role == "context" and key in ("instructor", "team"):
                 child = "agent"
+            if child != "agent" and type(item) in _LEAVES and depth < MAX_DEPTH:
+                kept[key] = item  # what the call would return, without one for each of a statement's leaves
+                continue
             kept[key] = self._statement(item, found, depth + 1, role=child)
         return kept
 
@@ -280,18 +283,24 @@ class Redactor:
         return marker(self._pseudonymise(moodle_identifier(self._moodle_site, value)))
 
 
+_LEAVES = frozenset((str, int, float, bool, type(None)))  # JSON's values that hold no other (no agent either)
+
+
 class _Found:
     """The identifiers found in one record, and the rule that removes them from its other strings."""
 
-    def __init__(self):
+    def __init__(self, values_only=False):
         self.whole = set()  # folded: a string equal to one of these goes whole
         self.inside = set()  # searched for inside every string, in any letter case
         self.values = []  # every identifier string noted, as it was written (people_in)
+        self._values_only = values_only  # people_in's: no rule is made, so the folded forms are not worth making
 
     def remember(self, value):
         """Note the identifier values in `value` (an mbox's address and its part before the @ too)."""
         if isinstance(value, str):
             self.values.append(value)
+            if self._values_only:
+                return
             self._add(value)
             if value[:7].lower() == "mailto:":
                 self._add(value[7:])
@@ -335,7 +344,7 @@ def without_identifiers(text, identifiers):
 def people_in(statement):
     """The identifier strings, as written, of every person in an xAPI statement, found where a Redactor finds them
     (no pseudonym is made: an `identify` of None gives none); None if it cannot be walked (too deep)."""
-    found = _Found()
+    found = _Found(values_only=True)
     with contextlib.suppress(_Unreadable, RecursionError):
         Redactor(b"", None)._statement(statement, found, 0)
         return list(dict.fromkeys(found.values))

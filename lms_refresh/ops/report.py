@@ -21,12 +21,13 @@ logger = logging.getLogger(__name__)
 
 
 def freshness(config, environ, now):
-    """Return the report's freshness ({"last_success", "watermark", "stale", "written"}) as `status` sees it."""
+    """Return the report's freshness ({"last_success", "watermark", "stale", "written", "timezone"}) as `status`
+    sees it."""
     status = collect_status(config, environ)
     success = status["last_success"]
     return {"last_success": success and success["started_at"], "watermark": status["watermark"],
             "stale": staleness(status, now, config.timezone, grace=config.monitoring.grace),
-            "written": instants.to_cursor(now)}
+            "written": instants.to_cursor(now), "timezone": config.timezone}
 
 
 def write_report(config, environ, now, output=None):

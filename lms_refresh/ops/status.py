@@ -132,6 +132,11 @@ def format_status(status):
         )
         if run["message"]:
             lines.append(f"{'':<14}{run['message']}")
+    last = status["last_run"]
+    if last is not None and last["kind"] == "backfill" and last["exit_code"] == 0:
+        # Said here, not on the HTML report: the page's readers need the data's freshness, not how it was written.
+        lines.append(f"{'':<14}the last run was a backfill, which refreshes no new data: the freshness is that of "
+                     "the last successful refresh (a run or a rebuild)")
     if status.get("watermark_set"):
         moved = status["watermark_set"]
         lines.append(f"{'set by hand:':<14}watermark from {moved['window_since']} to {moved['window_until']} at "

@@ -68,9 +68,7 @@ def write_report(refresh, store):
             # The rule of `status --check`, as of this run: a backfill's success is no refresh, so its page is
             # as fresh as the last run's or rebuild's (never stale merely because a backfill wrote it).
             "stale": staleness(success, refresh.now, config.timezone, grace=config.monitoring.grace),
-            "note": None if success is not None and success["run_id"] == refresh.report.run_id else (
-                f"This page was written after a {refresh.report.kind}, which refreshes no new data: its freshness "
-                "is that of the last successful refresh (a run or a rebuild)."),
+            "timezone": config.timezone,
         }
         mode = stat.S_IMODE(info.st_mode)
         written = report_page.write_report(config.publication.path, config.report.path, freshness,

@@ -65,21 +65,25 @@ COMMITTED = "the store is committed, and the next run publishes it."
 # file's schema name on the connection that writes it ("main", or the name it is attached under).
 _METRICS = """active_learners INTEGER, statements INTEGER, attempts INTEGER, completions INTEGER,
     passed INTEGER, failed INTEGER, avg_scaled_score REAL, total_duration_seconds REAL, suppressed INTEGER NOT NULL"""
+# Last, as in the store's views (store.tables.PERIOD_SERVING_COLUMNS).
+_OUTCOMES = """completed_learners INTEGER, passed_learners INTEGER, failed_learners INTEGER, completed_share REAL,
+    pass_rate REAL"""
 # A course table's rows are courses only, each declared a row of `courses` (a foreign key a dashboard's tool follows;
 # SQLite checks it only where a writer turns foreign_keys on), under its natural key; the whole site's rows are in
 # the site tables, one row per day or period, so that a SUM over a course table is a sum of courses.
 _COURSE = "course TEXT NOT NULL REFERENCES courses (course)"
 # Stored in key order (WITHOUT ROWID), as they are copied: the key costs no index of its own, nor a second copy of
 # each key's text.
-_TABLE = (f"CREATE TABLE {{schema}}.daily_metrics (day TEXT NOT NULL, {_COURSE}, {_METRICS}, "
+_TABLE = (f"CREATE TABLE {{schema}}.daily_metrics (day TEXT NOT NULL, {_COURSE}, {_METRICS}, {_OUTCOMES}, "
           "PRIMARY KEY (day, course)) WITHOUT ROWID")
 _PERIOD_TABLE = (f"CREATE TABLE {{schema}}.{{table}} (period TEXT NOT NULL, period_start TEXT NOT NULL, "
-                 f"period_end TEXT NOT NULL, {_COURSE}, {_METRICS}, complete INTEGER NOT NULL, "
+                 f"period_end TEXT NOT NULL, {_COURSE}, {_METRICS}, complete INTEGER NOT NULL, {_OUTCOMES}, "
                  "PRIMARY KEY (period, course)) WITHOUT ROWID")
-_SITE_TABLE = f"CREATE TABLE {{schema}}.site_daily_metrics (day TEXT NOT NULL PRIMARY KEY, {_METRICS}) WITHOUT ROWID"
+_SITE_TABLE = (f"CREATE TABLE {{schema}}.site_daily_metrics (day TEXT NOT NULL PRIMARY KEY, {_METRICS}, "
+               f"{_OUTCOMES}) WITHOUT ROWID")
 _SITE_PERIOD_TABLE = (f"CREATE TABLE {{schema}}.{{table}} (period TEXT NOT NULL PRIMARY KEY, "
-                      f"period_start TEXT NOT NULL, period_end TEXT NOT NULL, {_METRICS}, complete INTEGER NOT NULL) "
-                      "WITHOUT ROWID")
+                      f"period_start TEXT NOT NULL, period_end TEXT NOT NULL, {_METRICS}, complete INTEGER NOT NULL, "
+                      f"{_OUTCOMES}) WITHOUT ROWID")
 _COURSES = """CREATE TABLE {schema}.courses (
     course TEXT NOT NULL PRIMARY KEY, name TEXT, short_name TEXT, category TEXT, start_date TEXT, end_date TEXT,
     course_name TEXT NOT NULL)"""

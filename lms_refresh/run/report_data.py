@@ -1,8 +1,8 @@
 """What the HTML report shows, read from the publication file alone (read-only): no store, no network.
 
 `read_publication` returns a `ReportData`: the privacy settings the publication was computed with,
-the course names, the last weeks of `weekly_metrics` per course and for the whole site (`site_weekly_metrics`: read
-by `site_rows`, the one reader of the site's rows), the completions, passed and failed of the current term
+the course names, the last weeks of `weekly_metrics` per course and for the whole site (`course`
+NULL, when the publication has such rows), the completions, passed and failed of the current term
 (`term_metrics`, when the publication has it: see `current_term`) or else of the last 4 weeks, and how many of the
 cells it shows are withheld. A cell is one value, withheld when NULL: a row's `suppressed = 1` says only that some
 value of it is, the others being published. Every text it returns is made safe to show by disclosure/names.py;
@@ -11,6 +11,7 @@ escaping it is the page's job (run/report_page.py).
 
 import contextlib
 import dataclasses
+import datetime as dt
 import itertools
 import sqlite3
 import zoneinfo
@@ -22,7 +23,7 @@ from lms_refresh.store.sqlite import read_only_uri
 
 WEEKS = 12  # the weeks of active learners the page draws
 OUTCOME_WEEKS = 4  # without terms, completions, passed and failed are summed over this many weeks
-SITE = None  # the course of the whole site's rows, as `site_rows` returns them
+SITE = None  # the whole site's rows: `course` IS NULL, the convention of GROUP BY ROLLUP
 SITE_LABEL = "Whole site"
 COURSE_MARK = " (course)"  # after a course's label that reads as SITE_LABEL: only the site is shown as the site
 _SITE_LOOKS = looks_like(SITE_LABEL)
@@ -61,6 +62,8 @@ class ReportData:
     outcomes: tuple
     cells: int
     withheld: int
+    headlines: tuple = ()
+    week_starts: tuple = ()  # the first day of each of `weeks` (ISO date): the charts' x axis
 
 
 def label(course, names):
@@ -76,18 +79,6 @@ def label(course, names):
 
 def _tables(db):
     return {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-
-
-def site_rows(db, table, columns, where="", parameters=()):
-    """Return the whole site's rows of the course table `table` (from its site table, `site_<table>`) as that table's
-    rows would be: `columns` (which name `course`) with `course` None, for the rows that meet `where` (an SQL condition
-    on the site table's columns, with `parameters`). None from a publication written before the site tables: its
-    course tables hold the site's rows themselves, with `course` NULL, which their readers already read."""
-    site_table = f"site_{table}"
-    if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (site_table,)).fetchone() is None:
-        return []
-    selected = ", ".join("NULL" if column == "course" else column for column in columns)
-    return db.execute(f"SELECT {selected} FROM {site_table}" + (f" WHERE {where}" if where else ""), parameters)
 
 
 def local_today(now, timezone):
@@ -111,17 +102,17 @@ def _read(db, weeks, today):
     about = db.execute("SELECT min_cell_size, method, max_noise, variance, withhold_zeros FROM publication").fetchone()
     settings = dict(zip(("min_cell_size", "method", "max_noise", "variance", "withhold_zeros"), about, strict=True))
     names = dict(db.execute("SELECT course, name FROM courses")) if "courses" in tables else {}
-    shown = sorted({row[0] for row in itertools.chain(
-        db.execute("SELECT DISTINCT period FROM weekly_metrics ORDER BY period DESC LIMIT ?", (weeks,)),
-        site_rows(db, "weekly_metrics", ("period",), "true ORDER BY period DESC LIMIT ?", (weeks,)))})[-weeks:] \
-        if "weekly_metrics" in tables else []
+    starts = dict(db.execute("SELECT period, min(period_start) FROM weekly_metrics GROUP BY period "
+                             "ORDER BY period DESC LIMIT ?", (weeks,))) if "weekly_metrics" in tables else {}
+    shown = sorted(starts)
     # Row by row, never all rows at once: each row carries its course's IRI (up to 200 characters, a copy a row),
     # which for 9,000 courses and 12 weeks made 50 MB of rows.
     within = f"period IN ({', '.join('?' for _ in shown)})"
     rows = itertools.chain(
-        site_rows(db, "weekly_metrics", ("course", "period", "active_learners"), within, shown),
-        db.execute(f"SELECT course, period, active_learners FROM weekly_metrics WHERE {within}", shown)) \
-        if shown else ()
+        db.execute(f"SELECT course, period, active_learners FROM weekly_metrics WHERE course IS NOT NULL AND {within}",
+                   shown),
+        ((SITE, *row) for row in site_rows(db, tables, "weekly_metrics", "period, active_learners", within, shown)),
+    ) if shown else ()
     by_course, cells, withheld, weeks_shown = {}, 0, 0, {week: week for week in shown}
     for course, period, learners in rows:
         # `suppressed = 1` says only that SOME value of the row is withheld: its learners are withheld when NULL.
@@ -140,7 +131,8 @@ def _read(db, weeks, today):
     # A cell is one value the page shows (a week's learners; a completions, passed or failed), withheld when NULL.
     cells += sum(entry[4] for entry in totals.values())
     withheld += sum(entry[3] for entry in totals.values())
-    return ReportData(settings, tuple(shown), series, span, outcomes, cells, withheld)
+    return ReportData(settings, tuple(shown), series, span, outcomes, cells, withheld, headlines(db, tables, today),
+                      tuple(str(starts[week]) for week in shown))
 
 
 def _totals(outcome_rows):
@@ -172,20 +164,193 @@ def current_term(terms, today):
 def _outcome_rows(db, tables, shown, today):
     """(what the outcomes cover, their rows (course, completions, passed, failed), to be read once): the current
     term's (`current_term`) when the publication has one, else the last OUTCOME_WEEKS weeks'."""
-    columns = "course, completions, passed, failed"
+    columns = "completions, passed, failed"
     if "term_metrics" in tables:
-        bounds = ("period", "period_start", "period_end")
-        term = current_term({tuple(map(str, row)) for row in itertools.chain(
-            db.execute("SELECT DISTINCT period, period_start, period_end FROM term_metrics"),
-            site_rows(db, "term_metrics", bounds))}, today)
+        term = current_term([tuple(map(str, row)) for row in db.execute(
+            "SELECT DISTINCT period, period_start, period_end FROM term_metrics")], today)
         if term is not None:
-            rows = itertools.chain(site_rows(db, "term_metrics", columns.split(", "), "period = ?", (term[0],)),
-                                   db.execute(f"SELECT {columns} FROM term_metrics WHERE period = ?", (term[0],)))
-            return f"the term {clean_name(term[0]) or '?'} ({term[1]} to {term[2]})", rows
+            return (f"the term {clean_name(term[0]) or '?'} ({term[1]} to {term[2]})",
+                    _with_site(db, tables, "term_metrics", columns, "period = ?", (term[0],)))
     last = shown[-OUTCOME_WEEKS:]
     if not last:
         return "the last weeks (none published yet)", []
-    within = f"period IN ({', '.join('?' for _ in last)})"
-    rows = itertools.chain(site_rows(db, "weekly_metrics", columns.split(", "), within, last),
-                           db.execute(f"SELECT {columns} FROM weekly_metrics WHERE {within}", last))
-    return f"the last {len(last)} week(s), {last[0]} to {last[-1]}", rows
+    return (f"the last {len(last)} week(s), {last[0]} to {last[-1]}",
+            _with_site(db, tables, "weekly_metrics", columns, f"period IN ({', '.join('?' for _ in last)})", last))
+
+
+def _with_site(db, tables, table, columns, condition, parameters):
+    """The rows (course, *columns) of `table` that meet `condition`: the courses', then the site's (course None)."""
+    return itertools.chain(
+        db.execute(f"SELECT course, {columns} FROM {table} WHERE course IS NOT NULL AND {condition}", parameters),
+        ((SITE, *row) for row in site_rows(db, tables, table, columns, condition, parameters)))
+
+
+def site_rows(db, tables, table, columns, condition="1", parameters=()):
+    """The whole site's rows of the publication's `table` (weekly_metrics...) that meet `condition`, as tuples of
+    `columns` (SQL text, never `course`): from `site_<table>` when the publication has one, else the rows of `table`
+    whose course is NULL (the convention of GROUP BY ROLLUP). The one place that knows where the site's rows are."""
+    if f"site_{table}" in tables:
+        return db.execute(f"SELECT {columns} FROM site_{table} WHERE {condition}", parameters)
+    if table not in tables:
+        return iter(())
+    return db.execute(f"SELECT {columns} FROM {table} WHERE course IS NULL AND {condition}", parameters)
+
+
+def columns_of(db, table):
+    """The names of `table`'s columns, in order (none if there is no such table)."""
+    return [row[0] for row in db.execute("SELECT name FROM pragma_table_info(?)", (table,))]
+
+
+# -- the headline figures: the whole site's current period of each grain against its previous complete one --
+
+# The learners who completed or passed, as columns of term_metrics: shown among the headlines when the publication
+# has them (a publication written before they were published has not). Empty this to leave them out.
+TERM_OUTCOME_HEADLINES = (("completed_learners", "Learners who completed this term"),
+                          ("passed_learners", "Learners who passed this term"))
+HEADLINE_GRAINS = (("week", "weekly_metrics", "Active learners this week"),
+                   ("month", "monthly_metrics", "Active learners this month"),
+                   ("term", "term_metrics", "Active learners this term"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Headline:
+    """One headline figure of the whole site: `value` in the current `period` (first to last day, `complete` if it
+    is over), `previous_value` in the latest complete period before it (`previous`, None if there is none). A value
+    is an int, WITHHELD, or None (no row)."""
+
+    key: str
+    title: str
+    period: str
+    first: str
+    last: str
+    complete: bool
+    value: object
+    previous: str | None
+    previous_value: object
+
+    @property
+    def change(self):
+        """The value minus the previous one, or None when either is not a number."""
+        if isinstance(self.value, int) and isinstance(self.previous_value, int):
+            return self.value - self.previous_value
+        return None
+
+
+def headlines(db, tables, today):
+    """The site's headline figures (Headline, in the order HEADLINE_GRAINS then TERM_OUTCOME_HEADLINES) as of
+    `today` (local ISO date): a grain without a current period is left out."""
+    found = []
+    for grain, table, title in HEADLINE_GRAINS:
+        present = set(columns_of(db, f"site_{table}" if f"site_{table}" in tables else table))
+        if "active_learners" not in present:
+            continue
+        extra = [(column, text) for column, text in TERM_OUTCOME_HEADLINES if grain == "term" and column in present]
+        names = ["period", "period_start", "period_end", "complete", "active_learners", *(c for c, _ in extra)]
+        rows = [tuple(str(value) if index < 3 else value for index, value in enumerate(row))
+                for row in site_rows(db, tables, table, ", ".join(names))]
+        current = _current(rows, today, grain)
+        if current is None:
+            continue
+        earlier = [row for row in rows if row[3] and row[2] < current[1]]
+        previous = max(earlier, key=lambda row: (row[2], row[1], row[0])) if earlier else None
+        for offset, (key, text) in enumerate([(grain, title), *extra]):
+            column = 4 + offset
+            found.append(Headline(key, text, clean_name(current[0]) or "?", current[1], current[2], bool(current[3]),
+                                  _value(current[column]), previous and (clean_name(previous[0]) or "?"),
+                                  previous and _value(previous[column])))
+    return tuple(found)
+
+
+def _value(value):
+    return WITHHELD if value is None else value
+
+
+def _current(rows, today, grain):
+    """The row (period, first, last, ...) of the period that holds `today`; for terms `current_term`'s; else the
+    latest begun."""
+    if grain == "term":
+        term = current_term([row[:3] for row in rows], today)
+        return next((row for row in rows if row[:3] == term), None) if term else None
+    begun = [row for row in rows if row[1] <= today]
+    return max(begun, key=lambda row: (row[1], row[0])) if begun else None
+
+
+# -- a course's own page: its rows of every grain --
+
+DAYS = 35  # the days a course's page shows: the publication's last five weeks
+GRAIN_TABLES = (("day", "daily_metrics", "Daily"), ("week", "weekly_metrics", "Weekly"),
+                ("month", "monthly_metrics", "Monthly"), ("term", "term_metrics", "Terms"))
+_DAY_COLUMNS = ("day", "active_learners", "statements", "completions", "passed", "failed")
+_PERIOD_COLUMNS = ("period", "period_start", "period_end", "active_learners", "statements", "completions",
+                   "passed", "failed")
+LEARNER_OUTCOMES = ("completed_learners", "passed_learners", "failed_learners")  # when the publication has them
+
+
+@dataclasses.dataclass(frozen=True)
+class Course:
+    """One course's page: its IRI, label (safe text), Moodle category (safe text or None), and per grain
+    ((grain, title, columns, rows), ...), each row the publication's values (None: withheld)."""
+
+    course: str
+    label: str
+    category: str | None
+    grains: tuple
+
+
+@contextlib.contextmanager
+def opened(path):
+    """The publication at `path`, open read-only (StateError if it cannot be)."""
+    try:
+        db = sqlite3.connect(read_only_uri(path), uri=True)
+    except sqlite3.Error as error:
+        raise StateError(f"Cannot read the publication {path} ({error}).") from error
+    with contextlib.closing(db):
+        yield db
+
+
+def courses(db):
+    """Every course of the publication with rows (Course), in the order of their IRIs, one at a time: no more than
+    one course's rows is held."""
+    tables = _tables(db)
+    streams = []
+    for grain, table, title in GRAIN_TABLES:
+        if table not in tables:
+            continue
+        present = columns_of(db, table)
+        if grain == "day":
+            wanted, order, since = _DAY_COLUMNS, "day", _first_day(db)
+            condition, parameters = "day >= ?", (since,)
+        else:
+            wanted = (*_PERIOD_COLUMNS, *(c for c in LEARNER_OUTCOMES if c in present), "complete")
+            order, condition, parameters = "period_start, period", "1", ()
+        cursor = db.execute(f"SELECT course, {', '.join(wanted)} FROM {table} WHERE course IS NOT NULL AND "
+                            f"{condition} ORDER BY course, {order}", parameters)
+        streams.append((grain, title, wanted, itertools.groupby(cursor, key=lambda row: row[0])))
+    heads = {grain: next(groups, None) for grain, _, _, groups in streams}
+    while True:
+        pending = [head[0] for head in heads.values() if head is not None]
+        if not pending:
+            return
+        course = min(pending)
+        grains = []
+        for grain, title, wanted, groups in streams:
+            head = heads[grain]
+            rows = ()
+            if head is not None and head[0] == course:
+                rows = tuple(row[1:] for row in head[1])
+                heads[grain] = next(groups, None)
+            grains.append((grain, title, wanted, rows))
+        # One course's name at a time (by its key): the names of 9,000 courses held at once would outweigh a page.
+        name, category = (db.execute("SELECT name, category FROM courses WHERE course = ?", (course,)).fetchone()
+                          if "courses" in tables else None) or (None, None)
+        yield Course(course, label(course, {course: name}), clean_name(category or ""), tuple(grains))
+
+
+def _first_day(db):
+    last = db.execute("SELECT max(day) FROM daily_metrics").fetchone()[0]
+    if not last:
+        return ""
+    try:
+        return (dt.date.fromisoformat(str(last)) - dt.timedelta(days=DAYS - 1)).isoformat()
+    except ValueError:
+        return ""

@@ -17,7 +17,6 @@ warning says it stays).
 """
 
 import hashlib
-import html
 import json
 import logging
 import os
@@ -25,114 +24,140 @@ import os
 from lms_refresh import atomic
 from lms_refresh.disclosure.names import clean_name
 from lms_refresh.regular_files import NotRegularFile, open_regular
-from lms_refresh.run.report_data import WITHHELD, read_publication
+from lms_refresh.run.report_data import WITHHELD, opened, read_publication
+from lms_refresh.run.report_files import files_directory, page_name, protection, remove_files, write_courses, write_csv
+from lms_refresh.run.report_html import (
+    HEAD,
+    STYLE,
+    VIEWPORT,
+    bar_chart,
+    cell,
+    heat_class,
+    heat_legend,
+    label,
+    local_time,
+    nice_top,
+    outcome_bars,
+    outcome_legend,
+    text,
+)
 from lms_refresh.state_directory import REPORT_NOTE
 
 logger = logging.getLogger(__name__)
 
-_STYLE = """body{font:14px/1.4 sans-serif;margin:1.5em;color:#222}h1{font-size:1.4em}
-.stale{background:#b00020;color:#fff;padding:.6em 1em;font-weight:bold;font-size:1.2em}
-.fresh{background:#e6f4ea;padding:.6em 1em}.note{color:#555}.grid{display:flex;flex-wrap:wrap;gap:.5em}
-figure{margin:0;width:190px;border:1px solid #ddd;padding:4px}figcaption{font-size:12px;overflow:hidden;
-text-overflow:ellipsis;white-space:nowrap}table{border-collapse:collapse;font-size:12px}
-td,th{border:1px solid #ccc;padding:2px 5px;text-align:right}th[scope=row]{text-align:left;max-width:28em;
-overflow:hidden;text-overflow:ellipsis;white-space:nowrap}details{margin:.5em 0}"""
-_WIDTH, _HEIGHT = 180, 40
+SMALL_MULTIPLES = 24  # up to this many courses, each has its own chart; past it, the heat map alone
+OUTCOME_BARS = 30  # the courses the outcomes chart draws (most completions first); the table holds every course
 
 
-def _text(value):
-    """Any value as HTML text, escaped (quotes too: the same text may land in an attribute)."""
-    return html.escape("" if value is None else str(value), quote=True)
-
-
-# The most HTML one label (or a course's IRI) may take: anyone's name is bounded in characters (disclosure/names.py),
-# but escaped a character may take six ('"' is &quot;), and the page writes a label five times and an IRI twice
-# per course: 9,000 names of 200 '"' made a 68.8 MiB page. Past it, the label is cut and ends with "…".
-_LABEL_HTML = 240
-
-
-def _label(text):
-    """`text` escaped as `_text` does, cut to at most _LABEL_HTML characters of HTML (then "…")."""
-    escaped = _text(text)
-    if len(escaped) <= _LABEL_HTML:
-        return escaped
-    kept, size = [], 0
-    for char in text:
-        piece = html.escape(char, quote=True)
-        if size + len(piece) >= _LABEL_HTML:
-            break
-        kept.append(piece)
-        size += len(piece)
-    return "".join(kept) + "…"
-
-
-def _cell(value):
-    if value is None:
-        return "–"
-    return "withheld" if value == WITHHELD else f"{value:,}"
-
-
-def _chart(series, weeks, top):
-    """An inline SVG of one series' weekly active learners (withheld weeks and weeks without a row are gaps)."""
-    shown = [(index, value) for index, value in enumerate(series.values) if isinstance(value, int)]
-    step = _WIDTH / max(len(weeks) - 1, 1)
-    points = " ".join(f"{index * step:.0f},{_HEIGHT - 2 - (value / top) * (_HEIGHT - 4):.0f}"
-                      for index, value in shown)
-    latest = next((value for value in reversed(series.values) if value is not None), None)
-    title = (f": weekly active learners, {weeks[0]} to {weeks[-1]}; latest {_cell(latest)}"
-             if weeks else ": no weeks")
-    return (f'<svg role="img" width="{_WIDTH}" height="{_HEIGHT}" viewBox="0 0 {_WIDTH} {_HEIGHT}">'
-            f"<title>{_label(series.label)}{_text(title)}</title>"
-            f'<polyline fill="none" stroke="#1a73e8" stroke-width="2" points="{points}"/></svg>')
-
-
-def _freshness(freshness):
+def _banner(freshness):
+    """STALE (first thing under the title: the numbers below are old) or fresh."""
     stale = freshness.get("stale")
-    banner = (f'<p class="stale" id="stale">STALE: {_text(stale)}</p>' if stale
-              else '<p class="fresh" id="fresh">Fresh: the last successful refresh is recent enough for the '
-                   'schedule (as of when this page was written).</p>')
-    # A neutral note (never the stale banner's class or id): why the page is newer than the last refresh.
-    note = f'<p class="note" id="note">{_text(freshness["note"])}</p>' if freshness.get("note") else ""
-    return (f"{banner}{note}<dl><dt>Last successful refresh</dt><dd id=\"last-success\">"
-            f"{_text(freshness.get('last_success') or 'never')}</dd><dt>Watermark</dt><dd id=\"watermark\">"
-            f"{_text(freshness.get('watermark') or 'none')}</dd><dt>Page written</dt><dd id=\"written\">"
-            f"{_text(freshness.get('written'))}</dd></dl>")
+    return (f'<p class="stale" id="stale">STALE: {text(stale)}</p>' if stale
+            else '<p class="fresh" id="fresh">Fresh: the last successful refresh is recent enough for the '
+                 'schedule (as of when this page was written).</p>')
+
+
+def _freshness(freshness, timezone):
+    """When the data and the page are from, in `timezone`."""
+    local = {key: local_time(freshness.get(key), timezone) for key in ("watermark", "last_success", "written")}
+    return ("<dl><dt>Last successful refresh</dt><dd id=\"last-success\">"
+            f"{text(local['last_success'] or 'never')}</dd><dt>Data up to (watermark)</dt><dd id=\"watermark\">"
+            f"{text(local['watermark'] or 'none')}</dd><dt>Page written</dt><dd id=\"written\">"
+            f"{text(local['written'])}</dd><dt>Time zone</dt><dd id=\"timezone\">{text(timezone)}</dd></dl>")
+
+
+def _as_of(freshness, timezone):
+    when = local_time(freshness.get("watermark"), timezone)
+    return (f'<p class="asof" id="data-as-of">Data as of {text(when)}</p>' if when
+            else '<p class="asof" id="data-as-of">No data refreshed yet</p>')
+
+
+def _headline(headline):
+    value = cell(headline.value)
+    span = (f"{text(headline.period)}, {text(headline.first)} to {text(headline.last)}"
+            + ("" if headline.complete else " (so far)"))
+    if headline.previous is None:
+        change = "no complete earlier period to compare with"
+    elif headline.change is None:
+        change = f"previous complete period {text(headline.previous)}: {text(cell(headline.previous_value))}"
+    else:
+        sign = "+" if headline.change > 0 else ("−" if headline.change < 0 else "±")
+        share = (f" ({abs(headline.change) / headline.previous_value:.0%})" if headline.previous_value else "")
+        change = (f'<span class="delta">{sign}{abs(headline.change):,}</span>{share} against '
+                  f"{text(headline.previous)} ({text(cell(headline.previous_value))})")
+    key = text(headline.key)
+    return (f'<div class="card" id="headline-{key}"><h3>{text(headline.title)}</h3>'
+            f'<p class="figure" id="headline-{key}-value">{text(value)}</p>'
+            f'<p class="change" id="headline-{key}-change">{change}</p><p class="period">{span}</p></div>')
+
+
+def _headlines(data, files):
+    share = data.withheld / data.cells if data.cells else 0.0
+    cards = "".join(_headline(headline) for headline in data.headlines)
+    return (f'<section id="headlines"><h2>The whole site at a glance</h2><div class="cards">{cards}'
+            f'<div class="card" id="headline-withheld"><h3>Share of figures withheld</h3>'
+            f'<p class="figure" id="withheld-share">{share:.1%}</p><p class="change">'
+            f'<span id="withheld">{data.withheld}</span> of <span id="cells">{data.cells}</span> figures on this '
+            f'page</p></div></div><p class="csv"><a href="{text(_csv_link(files, "headlines"))}" download>CSV of '
+            "these figures</a></p></section>")
 
 
 def _privacy(data):
-    settings = data.settings
-    share = data.withheld / data.cells if data.cells else 0.0
-    noise = ("counts are exact (no noise)" if settings["method"] == "none"
-             else f"counts are perturbed, each within ± {settings['max_noise']} of the truth (cell key method)")
-    return (f'<section id="privacy"><h2>Protection in force</h2><p>Cells with fewer than '
-            f'<b id="threshold">{_text(settings["min_cell_size"])}</b> distinct learners are withheld; '
-            f'{_text(noise)}<span id="noise" hidden>{_text(settings["max_noise"])}</span>. '
-            f'<b id="withheld-share">{share:.1%}</b> of the cells shown here are withheld '
-            f'(<span id="withheld">{data.withheld}</span> of <span id="cells">{data.cells}</span>). '
-            "Each cell is protected on its own counts, so columns and rows need not add up: a week is not the "
-            "sum of its days, the whole site not the sum of its courses.</p></section>")
+    return (f'<section id="privacy"><h2>How learners are protected</h2><p>{protection(data.settings)} Each figure '
+            "is protected on its own, so columns and rows need not add up: a week is not the sum of its days, the "
+            "whole site not the sum of its courses.</p></section>")
 
 
-def _weekly(data):
-    """The weekly section, piece by piece: a figure and a table row per series."""
+def _csv_link(files, table):
+    return f"{files}/overview-{table}.csv"
+
+
+def _course_link(files, course, shown):
+    if course is None:
+        return shown
+    return f'<a href="{text(files)}/{page_name(course)}.html">{shown}</a>'
+
+
+def _top(data):
+    return max([value for series in data.series if series.course is not None for value in series.values
+                if isinstance(value, int)] or [1])
+
+
+def _weekly(data, files):
+    """The weekly section, piece by piece: the site's chart, each course's (when few), the heat map and its table."""
+    dates = data.week_starts  # the x axis: each week's Monday (the table's heading names the ISO week)
+    site = next((series for series in data.series if series.course is None), None)
+    yield '<section id="weekly"><h2>Weekly active learners</h2>'
+    if site is not None:
+        site_top = nice_top(max([value for value in site.values if isinstance(value, int)] or [1]))
+        yield (f'<figure id="site-chart"><figcaption title="{label(site.label)}">{label(site.label)}, scale 0 to '
+               f"{site_top:,} learners</figcaption>"
+               + bar_chart(dates, site.values, top=site_top, ident="chart-site",
+                           caption="Active learners a week; w: withheld")
+               + "</figure>")
     courses = [series for series in data.series if series.course is not None]
-    top = max([value for series in courses for value in series.values if isinstance(value, int)] or [1]) or 1
-    yield ('<section id="weekly"><h2>Weekly active learners</h2><p>Distinct learners per ISO week, the last '
-           f"{len(data.weeks)} week(s); the courses share one scale, the whole site has its own.</p>"
-           '<div class="grid">')
+    top = nice_top(_top(data))
+    if courses and len(courses) <= SMALL_MULTIPLES:
+        yield (f'<p id="shared-scale">Every course chart below shares one scale: 0 to {top:,} active learners '
+               "a week (x: the week's first day; w: withheld).</p><div class=\"grid\">")
+        for series in courses:
+            shown = label(series.label)
+            yield (f'<figure><figcaption title="{shown}">{_course_link(files, series.course, shown)}</figcaption>'
+                   + bar_chart(dates, series.values, top=top, caption=f"scale 0 to {top:,}", ticks=2) + "</figure>")
+        yield "</div>"
+    yield (f"<h3>Every course, week by week</h3><p>The shade of a cell is its number of learners, on one scale of "
+           f"0 to {top:,} for every course.</p>{heat_legend(top)}")
+    head = "".join(f'<th scope="col">{text(week)}</th>' for week in data.weeks)
+    yield (f'<div class="scroll"><table id="weekly-table"><thead><tr><th scope="col">Course</th>{head}</tr></thead>'
+           "<tbody>")
     for series in data.series:
-        scale = max([value for value in series.values if isinstance(value, int)] or [1]) or 1 \
-            if series.course is None else top
-        shown = _label(series.label)
-        yield (f'<figure><figcaption title="{shown}">{shown}</figcaption>'
-               f"{_chart(series, data.weeks, scale)}</figure>")
-    head = "".join(f'<th scope="col">{_text(week)}</th>' for week in data.weeks)
-    yield ('</div><details><summary>The same numbers as a table</summary>'
-           f'<table id="weekly-table"><thead><tr><th scope="col">Course</th>{head}</tr></thead><tbody>')
-    for series in data.series:
-        yield (f'<tr data-course="{_label(_iri(series.course))}"><th scope="row">{_label(series.label)}</th>'
-               + "".join(f"<td>{_text(_cell(value))}</td>" for value in series.values) + "</tr>")
-    yield "</tbody></table></details></section>"
+        shown = label(series.label)
+        cells = "".join(f'<td class="{heat_class(value, top) if series.course is not None else ""}">'
+                        f"{text(cell(value))}</td>" for value in series.values)
+        yield (f'<tr data-course="{label(_iri(series.course))}"><th scope="row" title="{shown}">'
+               f"{_course_link(files, series.course, shown)}</th>{cells}</tr>")
+    yield (f'</tbody></table></div><p class="csv"><a href="{text(_csv_link(files, "weekly"))}" download>CSV of '
+           "this table</a></p></section>")
 
 
 def _iri(course):
@@ -141,57 +166,45 @@ def _iri(course):
     return (clean_name(course) or "") if isinstance(course, str) else ""
 
 
-def _outcomes(data):
-    """The outcomes section, piece by piece: a table row per course."""
-    yield (f'<section id="outcomes"><h2>Completions, passed and failed</h2><p>Over {_text(data.outcome_span)}: '
-           "the sums of the published cells (withheld cells count for nothing).</p>"
-           f'{_outcome_chart(data.outcomes)}<table id="outcomes-table"><thead><tr><th scope="col">Course</th>'
+def _outcomes(data, files):
+    """The outcomes section, piece by piece: the bars of the courses with most completions, a table row per course."""
+    chosen = sorted((o for o in data.outcomes if o.course is not None),
+                    key=lambda o: (-(o.completions or 0), o.label.casefold()))[:OUTCOME_BARS]
+    yield (f'<section id="outcomes"><h2>Completions, passed and failed</h2><p>Over {text(data.outcome_span)}: '
+           "the sums of the published figures (withheld figures count for nothing), in statements. The chart "
+           f"shows the {len(chosen)} courses with the most completions; the table every course.</p>")
+    if chosen:
+        yield outcome_legend() + outcome_bars([(o.label, o.completions, o.passed, o.failed) for o in chosen])
+    yield ('<div class="scroll"><table id="outcomes-table"><thead><tr><th scope="col">Course</th>'
            '<th scope="col">Completions</th><th scope="col">Passed</th><th scope="col">Failed</th>'
-           '<th scope="col">Withheld cells</th></tr></thead><tbody>')
+           '<th scope="col">Withheld figures</th></tr></thead><tbody>')
     for outcome in data.outcomes:
-        yield (f'<tr data-course="{_label(_iri(outcome.course))}"><th scope="row">{_label(outcome.label)}</th>'
-               f"<td>{_text(_cell(outcome.completions))}</td><td>{_text(_cell(outcome.passed))}</td>"
-               f"<td>{_text(_cell(outcome.failed))}</td><td>{outcome.withheld}</td></tr>")
-    yield "</tbody></table></section>"
+        shown = label(outcome.label)
+        yield (f'<tr data-course="{label(_iri(outcome.course))}"><th scope="row" title="{shown}">'
+               f"{_course_link(files, outcome.course, shown)}</th>"
+               f"<td>{text(cell(outcome.completions))}</td><td>{text(cell(outcome.passed))}</td>"
+               f"<td>{text(cell(outcome.failed))}</td><td>{outcome.withheld}</td></tr>")
+    yield (f'</tbody></table></div><p class="csv"><a href="{text(_csv_link(files, "outcomes"))}" download>CSV of this '
+           "table</a></p></section>")
 
 
-def _outcome_chart(outcomes):
-    """One SVG of stacked bars (passed, failed) per course, largest completions first, at most 30 bars."""
-    shown = sorted((o for o in outcomes if o.course is not None), key=lambda o: -(o.completions or 0))[:30]
-    top = max([(o.passed or 0) + (o.failed or 0) for o in shown] or [1]) or 1
-    bars = []
-    for index, outcome in enumerate(shown):
-        passed = (outcome.passed or 0) / top * 100
-        failed = (outcome.failed or 0) / top * 100
-        bars.append(f'<rect x="{index * 12}" y="{100 - passed:.0f}" width="10" height="{passed:.0f}" fill="#188038"/>'
-                    f'<rect x="{index * 12}" y="{100 - passed - failed:.0f}" width="10" height="{failed:.0f}" '
-                    'fill="#d93025"/>')
-    width = max(len(shown) * 12, 12)
-    return (f'<svg role="img" width="{width}" height="100" viewBox="0 0 {width} 100"><title>Passed (green) and '
-            f"failed (red) of the {len(shown)} courses with the most completions; the table below holds every "
-            f"course</title>{''.join(bars)}</svg>")
+def render(data, freshness, files="report-files"):
+    """Given a ReportData and the freshness ({"last_success", "watermark", "stale", "written"} as stored instants,
+    and "timezone", the configured zone: UTC if absent), return the overview page as text; `files` is the name of
+    the directory of course pages and CSVs beside it."""
+    return "".join(_pieces(data, freshness, files))
 
 
-def render(data, freshness):
-    """Given a ReportData and the freshness ({"last_success", "watermark", "stale", "written"}, and optionally
-    "note": a neutral sentence shown under the banner), return the page as text."""
-    return "".join(_pieces(data, freshness))
-
-
-def _pieces(data, freshness):
+def _pieces(data, freshness, files="report-files"):
     """The page (see `render`) in pieces, in order: none holds more than one course's row or figure, so that
     `write_report` holds no more of the page than a piece and its file's buffer, however many courses there are."""
-    yield (f"{_HEAD}<style>{_STYLE}</style></head><body><h1>LMS activity report</h1>"
-           f'<section id="freshness">{_freshness(freshness)}</section>{_privacy(data)}')
-    yield from _weekly(data)
-    yield from _outcomes(data)
+    timezone = freshness.get("timezone") or "UTC"
+    yield (f"{HEAD}{VIEWPORT}<style>{STYLE}</style></head><body><h1>LMS activity report</h1>"
+           f"{_as_of(freshness, timezone)}{_banner(freshness)}{_headlines(data, files)}{_privacy(data)}")
+    yield from _weekly(data, files)
+    yield from _outcomes(data, files)
+    yield f'<footer><section id="freshness"><h2>Freshness</h2>{_freshness(freshness, timezone)}</section></footer>'
     yield "</body></html>\n"
-
-
-# How every page begins: what tells a report this program wrote from any other file (retire).
-_HEAD = ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'">'
-         "<title>LMS activity report</title>")
 
 
 def retire(path):
@@ -204,12 +217,13 @@ def retire(path):
         return "absent"
     except OSError:  # not a regular file (a FIFO, a directory) or unreadable: not a page of ours to remove
         return "kept"
-    head = _HEAD.encode()
+    head = HEAD.encode()
     with handle:
         if handle.read(len(head)) != head:
             return "kept"
     try:
         os.unlink(path)
+        remove_files(path)  # its course pages and CSVs, which would go on showing old numbers too
     except OSError as error:
         logger.warning("The HTML report %s is no longer written since the store is PostgreSQL, and could not be "
                        "removed (%s); remove it.", path, error)
@@ -219,15 +233,41 @@ def retire(path):
     return "removed"
 
 
+def overview_tables(data):
+    """The overview's tables as CSV: {name: (header, rows)}, the publication's values only (withheld: empty)."""
+
+    def value(entry):
+        return None if entry == WITHHELD else entry
+
+    # Generators: each row is made as it is written, never all of them at once.
+    return {
+        "headlines": (["figure", "period", "from", "to", "complete", "value", "previous_period", "previous_value"],
+                      ([h.title, h.period, h.first, h.last, int(h.complete), value(h.value), h.previous,
+                        value(h.previous_value)] for h in data.headlines)),
+        "weekly": (["course", "name", *data.weeks],
+                   ([series.course or "", series.label, *map(value, series.values)] for series in data.series)),
+        "outcomes": (["course", "name", "completions", "passed", "failed", "withheld_figures"],
+                     ([o.course or "", o.label, o.completions, o.passed, o.failed, o.withheld]
+                      for o in data.outcomes)),
+    }
+
+
 def write_report(publication_path, output, freshness, *, today, mode=0o644, group=None):
-    """Render the report of the publication at `publication_path` as of `today` (the local date, ISO text) and
-    replace `output` by it atomically, with `mode` and `group` (the publication's); return `output`. The page is
-    written to its temporary piece by piece (`_pieces`), never held whole."""
+    """Render the report of the publication at `publication_path` as of `today` (the local date, ISO text): its
+    course pages and CSVs into the directory beside `output` (report_files: only the changed pages are written),
+    then the overview, replacing `output` atomically, with `mode` and `group` (the publication's); return `output`.
+    The overview is written to its temporary piece by piece (`_pieces`), never held whole."""
     data = read_publication(publication_path, today=today)
+    directory = files_directory(output)
+    with opened(publication_path) as db:
+        counts = write_courses(db, directory, os.path.basename(output), data.settings, mode=mode, group=group)
+    logger.debug("Course pages: %d written, %d unchanged, %d files removed.", *counts)
+    for name, (header, rows) in overview_tables(data).items():
+        write_csv(os.path.join(directory, f"overview-{name}.csv"), header, rows, mode=mode, group=group)
     with atomic.replacing(output, mode=mode, group=group, what=f"the report {output}",
                           outcome="the publication stands.") as temporary:
         with open(temporary, "w", encoding="utf-8", newline="") as handle:
-            handle.writelines(_pieces(data, freshness))
+            handle.writelines(_pieces(data, freshness, os.path.basename(directory)))
     return output
 
 
@@ -295,6 +335,7 @@ def retire_page(config):
         found = digest(old)
         if found is not None and found == note.get("sha256"):
             os.unlink(old)
+            remove_files(old)
             logger.info("Removed the HTML report %s: the configuration no longer has the runs write it there "
                         "([report] path or enabled changed), and it would go on showing old numbers.", old)
             removed = old

@@ -22,8 +22,8 @@ import os
 import stat
 import sys
 
-from lms_refresh.errors import ConfigError, UnavailableError
-from lms_refresh.regular_files import kind_of
+from lms_refresh.errors import ConfigError, UnavailableError, from_read_error
+from lms_refresh.regular_files import NotRegularFile, kind_of, open_regular
 from lms_refresh.state_directory import user_name
 
 SUFFIXES = (".ndjson", ".jsonl", ".ndjson.gz", ".jsonl.gz")
@@ -45,6 +45,22 @@ def denied(path, verb="read"):
             "(e.g. its group and mode) or move it out of source.path.")
 
 
+def access_error(path):
+    """Return None if the running user can read the regular file `path` (or it was removed or replaced since it
+    was listed: its reader finds that out), else the OSError opening it gives: a PermissionError, or what the
+    machine or its devices say (access(2) answers "no" to an input/output error or a stale share too)."""
+    if os.access(path, os.R_OK):
+        return None
+    try:
+        handle, _ = open_regular(path)
+    except (FileNotFoundError, NotRegularFile):
+        return None
+    except OSError as error:
+        return error
+    handle.close()
+    return None
+
+
 # -- which files ---------------------------------------------------------------
 
 def export_files(top):
@@ -58,7 +74,9 @@ def export_files(top):
     one directory per level, and remembers only files that have a second name (hard links and the
     targets of symbolic links), never every file.
     Raises UnavailableError if `top` is missing (69), ConfigError if it cannot be reached or is
-    neither a file nor a directory (78).
+    neither a file nor a directory (78); an error of the machine or its devices, met on `top` or
+    on any entry under it, is what `errors.from_read_error` says (a stale share is 69, a failed
+    device 78): never a file left out of the run as if skipped.
     """
     try:
         info = os.stat(top)
@@ -68,8 +86,9 @@ def export_files(top):
     except PermissionError as error:
         raise ConfigError(denied(top, "reach")) from error
     except OSError as error:
-        raise ConfigError(f"The xAPI source path {shown_path(top)} cannot be opened ({error.strerror}); "
-                          "point source.path at a directory of export files.") from error
+        raise from_read_error(error, f"the xAPI source path {shown_path(top)}", "reach") or ConfigError(
+            f"The xAPI source path {shown_path(top)} cannot be opened ({error.strerror}); point source.path at a "
+            "directory of export files.") from error
     if stat.S_ISREG(info.st_mode):
         yield "file", top, info
         return
@@ -90,6 +109,10 @@ def export_files(top):
         except PermissionError as error:
             raise ConfigError(denied(path, "reach")) from error
         except OSError as error:
+            # A file the machine cannot reach now (EIO, a stale share) is not skipped: the watermark would pass it.
+            domain = from_read_error(error, shown_path(path), "reach")
+            if domain is not None:
+                raise domain from error
             yield "skipped", path, ("a symbolic link loop" if error.errno == errno.ELOOP
                                     else f"unreadable ({error.strerror})")
             continue
@@ -173,10 +196,12 @@ def _listing(folder):
         raise ConfigError(denied(folder, "list the directory")) from error
     except (FileNotFoundError, NotADirectoryError):
         return []  # removed or replaced since its parent was listed
-    except OSError as error:  # e.g. a tree nested past PATH_MAX (ENAMETOOLONG): an operator must move it
+    except OSError as error:
         shown = shown_path(folder if len(folder) <= 300 else folder[:300] + "…")
-        raise ConfigError(f"Cannot list the directory {shown} ({error.strerror}); move it out of source.path.") \
-            from None
+        # The machine's or its devices' (EIO, a stale share), else the tree's: e.g. one nested past PATH_MAX
+        # (ENAMETOOLONG), which an operator must move.
+        raise from_read_error(error, f"the directory {shown}", "list") or ConfigError(
+            f"Cannot list the directory {shown} ({error.strerror}); move it out of source.path.") from None
     entries.sort()
     return entries
 

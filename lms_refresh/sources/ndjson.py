@@ -27,7 +27,6 @@ import datetime as dt
 import gzip
 import itertools
 import logging
-import multiprocessing
 import os
 import zlib
 
@@ -35,7 +34,7 @@ from lms_refresh.errors import BadInputError, ConfigError
 from lms_refresh.regular_files import NotRegularFile, open_regular
 from lms_refresh.sources import OK, WARNING, BaseSource, Finding
 from lms_refresh.sources.file_index import UNFINISHED_GRACE, FileTracker, reading_of, unchanged_outside
-from lms_refresh.sources.files import UpTo, denied, export_files, numbered_lines, shown_path
+from lms_refresh.sources.files import UpTo, access_error, denied, export_files, numbered_lines, shown_path
 from lms_refresh.sources.ndjson_worker import (
     BYTES_PER_STATEMENT,
     FROM_ANY_TIME,
@@ -54,7 +53,7 @@ from lms_refresh.sources.ndjson_worker import (
     read_chunk,
     unreadable,
 )
-from lms_refresh.sources.pool import result_of, stop_pool, workers_of
+from lms_refresh.sources.pool import result_of, start_pool, stop_pool, workers_of
 
 logger = logging.getLogger(__name__)
 
@@ -103,8 +102,8 @@ class NdjsonSource(BaseSource):
         return f"xAPI NDJSON files at {shown_path(self.path)}"
 
     def preflight(self):
-        files = unreadable = 0
-        first_unreadable, skipped = None, []
+        files = refused = 0
+        first_refused, skipped = None, []
         for kind, path, detail in export_files(self.path):
             if kind == "skipped":
                 skipped.append(Finding(WARNING, f"{shown_path(path)} is skipped: it is {detail}; "
@@ -112,12 +111,15 @@ class NdjsonSource(BaseSource):
                 del skipped[SKIPPED_SHOWN:]  # the first ones: a count says the rest
                 continue
             files += 1
-            if not os.access(path, os.R_OK):
-                unreadable += 1
-                first_unreadable = first_unreadable or path
-        if unreadable:
-            more = f" ({unreadable - 1} more unreadable)" if unreadable > 1 else ""
-            raise ConfigError(denied(first_unreadable) + more)
+            error = access_error(path)
+            if isinstance(error, PermissionError):
+                refused += 1
+                first_refused = first_refused or path
+            elif error is not None:
+                raise unreadable(path, error) from error
+        if refused:
+            more = f" ({refused - 1} more unreadable)" if refused > 1 else ""
+            raise ConfigError(denied(first_refused) + more)
         return [Finding(OK, f"{files} export file(s) readable under {shown_path(self.path)}")] + skipped
 
     def restore(self, lookup):
@@ -142,8 +144,11 @@ class NdjsonSource(BaseSource):
                 if unchanged_outside(entry, signature, since=since, until=until):
                     continue
                 settled, after, left = reading_of(entry, signature, quiet_since_ns=quiet_since)
-                if not os.access(path, os.R_OK):
-                    raise ConfigError(denied(path))  # an operator must fix it (78); the run rolls back
+                error = access_error(path)
+                if isinstance(error, PermissionError):
+                    raise ConfigError(denied(path)) from error  # an operator must fix it (78); the run rolls back
+                if error is not None:
+                    raise unreadable(path, error) from error
                 if compressed:
                     chunks = [(0, None, after)]  # streamed, not cut
                 else:
@@ -193,7 +198,7 @@ class NdjsonSource(BaseSource):
                  for path, signature, chunks, settled, left in for_tasks for start, end, since in chunks)
         pool = None
         if parallel:
-            pool = multiprocessing.get_context("fork").Pool(self.workers, _worker_init, (self.mapper, os.getpid()))
+            pool = start_pool(self.workers, _worker_init, (self.mapper, os.getpid()))
         try:
             results = self._results(pool, tasks, reading)
             future = self.mapper.latest
@@ -288,7 +293,10 @@ class NdjsonSource(BaseSource):
                     raise unreadable(path, error) from error  # reading the file failed, not its data
                 # The decompressor gives every byte it can before it finds the data ended early: each line of
                 # `lines` ended with its newline, and only the line it was reading is unfinished.
-                grew = os.fstat(handle.fileno()).st_size > signature.size
+                try:
+                    grew = os.fstat(handle.fileno()).st_size > signature.size
+                except OSError as failure:
+                    raise unreadable(path, failure) from failure
                 if not (grew or isinstance(error, EOFError) and info.st_mtime > quiet_since):
                     raise BadInputError(_unreadable_gzip(path, error, info, grew)) from error
                 logger.warning("%s was still being written when the run read it (it ends early, and was written to "

@@ -1,4 +1,8 @@
-"""Ending a pool of parsing workers within seconds, whatever state its workers are in.
+"""Starting a pool of parsing workers, and ending it within seconds, whatever state its workers are in.
+
+What starting it may meet (fork() refused for want of processes or memory, /dev/shm missing, read-only or
+full for the semaphores of its queues) is the machine's, never the input's: `errors.from_start_error` says
+which (69 when a later run may find what was short, else 78).
 
 A worker that dies in the middle of its work — SIGTERM to the whole process
 group, which is what `systemctl stop` sends, or the kernel's out-of-memory
@@ -16,11 +20,12 @@ the process's exit, with nothing there that waits for them.
 """
 
 import logging
+import multiprocessing
 import multiprocessing.pool
 import signal
 import threading
 
-from lms_refresh.errors import RefreshError
+from lms_refresh.errors import RefreshError, from_start_error
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +36,15 @@ POLL = 0.5  # seconds between looks at the workers while waiting for a result
 
 class WorkerLost(RefreshError):
     """A parsing worker died mid-run (e.g. killed for lack of memory); its task will never finish."""
+
+
+def start_pool(processes, initializer, initargs):
+    """Return a pool of `processes` forked workers, each started with `initializer(*initargs)`; raise the domain
+    error of an OSError met while starting them (a worker started already is ended by the pool itself)."""
+    try:
+        return multiprocessing.get_context("fork").Pool(processes, initializer, initargs)
+    except OSError as error:
+        raise from_start_error(error, f"the {processes} parsing workers") from error
 
 
 def workers_of(pool):

@@ -22,7 +22,7 @@ import re
 from lms_refresh import instants
 from lms_refresh.disclosure.cell_key import NoRecordKeys
 from lms_refresh.instants import UTC_MILLIS, UTC_TIME
-from lms_refresh.sources.records import CACHE_LIMIT, EVENT, TITLE, VOID, LocalDays, Void, bounded, make_event
+from lms_refresh.sources.records import CACHE_LIMIT, EVENT, TITLE, VOID, LocalDays, Void, bounded, cleaned, make_event
 from lms_refresh.sources.xapi_fields import (
     InvalidStatement,
     actor_identifier,
@@ -233,11 +233,12 @@ class StatementMapper:
     def take_new_names(self):
         """Return and forget the names first seen since the last call, with each course's naming statements
         ((TITLE, course id): [(stored, statement id, definition.name, statement, language)], newest first), once per
-        batch. Which of them names the course waits until the run knows which statements count; only that one
-        is made safe to publish (records.title_of), so that a batch cleans one name per course."""
+        batch. Which of them names the course waits until the run knows which statements count (records.title_of);
+        the newest ones' names are made safe to publish here (records.cleaned: in the parsing worker, not in the
+        staging process), and no more than one per course unless several share the newest `stored`."""
         names, self.new_names = self.new_names, {}
         for course, titles in self._titles.items():
-            names[(TITLE, course)] = _newest(titles)
+            names[(TITLE, course)] = cleaned(_newest(titles))
         self._titles = {}
         return names
 

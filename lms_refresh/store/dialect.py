@@ -137,9 +137,13 @@ class Dialect:
                 statements.append(item.format_map(_Names(self)))
             elif kind == "index":
                 statements.append(self.create_index(item))
+            elif kind == "period view" and version >= tables.OUTCOMES_SINCE:  # columns added at its end
+                statements += self.replace_view(self.serving_of(tables.PERIOD_VIEWS[item]),
+                                                tables.period_view(self, item, version))
             elif kind == "period view":  # created again if a store was taken back past it by hand
                 name = self.serving_of(tables.PERIOD_VIEWS[item])
-                statements += [f"DROP VIEW IF EXISTS {name}", f"CREATE VIEW {name} AS{tables.period_view(self, item)}"]
+                statements += [f"DROP VIEW IF EXISTS {name}",
+                               f"CREATE VIEW {name} AS{tables.period_view(self, item, version)}"]
             elif kind == "courses view":  # replaced whole: a store taken back by hand may still have it
                 statements += self.replace_view(self.serving_courses, tables.courses_view(self, item))
             elif kind == "site view":
@@ -149,6 +153,8 @@ class Dialect:
             elif kind == "by-name view":
                 statements += self.replace_view(self.serving_of(tables.BY_NAME[item]),
                                                 tables.by_name_of(self, item, version))
+            elif version >= tables.OUTCOMES_SINCE:  # the serving view, columns added at its end (or kept)
+                statements += self.replace_view(self.serving, tables.serving_view(self, version))
             else:  # the serving view
                 if version > 1:
                     statements.append(f"DROP VIEW {self.serving}")

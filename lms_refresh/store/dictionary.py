@@ -56,6 +56,27 @@ _METRICS = [
            "not that the whole row is; 0 when every value is published.", NEITHER, False, False, "never NULL"),
 ]
 
+# The learner outcome columns, last in every metrics table (as they were added).
+_OUTCOMES = [
+    Column("completed_learners", "INTEGER", "bigint", "learners", "Distinct learners with at least one statement "
+           "counted in `completions` in the row's day or period: at most `active_learners` and at most `completions`.",
+           LEARNERS, True, True, WITHHELD_NULL + "; withheld exactly when `completions` is"),
+    Column("passed_learners", "INTEGER", "bigint", "learners", "Distinct learners with at least one statement "
+           "counted in `passed`. A learner who passed in one statement and failed in another counts here and in "
+           "`failed_learners`: passed_learners + failed_learners need not equal anything.",
+           LEARNERS, True, True, WITHHELD_NULL + "; withheld exactly when `passed` is"),
+    Column("failed_learners", "INTEGER", "bigint", "learners", "Distinct learners with at least one statement "
+           "counted in `failed` (also in `passed_learners` if they passed in another statement).",
+           LEARNERS, True, True, WITHHELD_NULL + "; withheld exactly when `failed` is"),
+    Column("completed_share", "REAL", "double precision", "share, 0 to 1", "completed_learners ÷ active_learners, "
+           "computed from the published (perturbed) values of this row, never from true counts. Multiply by 100 "
+           "for a percentage.", NEITHER, False, True, "either term is withheld"),
+    Column("pass_rate", "REAL", "double precision", "share, 0 to 1", "passed_learners ÷ (passed_learners + "
+           "failed_learners), computed from the published values of this row. A learner who both passed and "
+           "failed counts in both terms.", NEITHER, False, True,
+           "either term is withheld, or both are 0 (no learner passed or failed)"),
+]
+
 _PERIOD = [
     Column("period", "TEXT", "text", "—", "The period's label: an ISO week YYYY-Www (weekly), a month YYYY-MM "
            "(monthly), or the term's configured name (term).", NEITHER, False, False, "never NULL"),
@@ -92,14 +113,15 @@ _DAY = Column("day", "TEXT", "date", "local day", "The local calendar day in `ti
 
 # The course tables: (name, grain, the note's word, what the note adds, their columns).
 _GRAINS = [
-    ("daily_metrics", "local day", "day", "", [_DAY, _COURSE, *_METRICS]),
+    ("daily_metrics", "local day", "day", "", [_DAY, _COURSE, *_METRICS, *_OUTCOMES]),
     ("weekly_metrics", "ISO week, Monday to Sunday", "week",
-     " Learners are distinct over the whole week, never summed from days.", [*_PERIOD, _COURSE, *_METRICS, _COMPLETE]),
+     " Learners are distinct over the whole week, never summed from days.",
+     [*_PERIOD, _COURSE, *_METRICS, _COMPLETE, *_OUTCOMES]),
     ("monthly_metrics", "calendar month", "month", " Learners are distinct over the whole month.",
-     [*_PERIOD, _COURSE, *_METRICS, _COMPLETE]),
+     [*_PERIOD, _COURSE, *_METRICS, _COMPLETE, *_OUTCOMES]),
     ("term_metrics", "configured term ([[terms]])", "term",
      " Only the terms the configuration declares; rows ordered by period_start.",
-     [*_PERIOD, _COURSE, *_METRICS, _COMPLETE]),
+     [*_PERIOD, _COURSE, *_METRICS, _COMPLETE, *_OUTCOMES]),
 ]
 
 
@@ -180,3 +202,69 @@ def table(name):
 def columns(name, store="sqlite"):
     """Return [(column, type)] of table `name` as published by `store` ("sqlite" or "postgresql")."""
     return [(column.name, getattr(column, store)) for column in table(name).columns if getattr(column, store)]
+
+
+class Query(collections.namedtuple("Query", "title note tested_by sql")):
+    """A ready-to-paste query of the data dictionary: what it shows (`note`), the test that runs it beside the data
+    dictionary's own (a path, or None), and its SQL, which runs as written on SQLite and PostgreSQL alike. Each is
+    also a canned query of the Datasette metadata (lms_refresh.store.datasette)."""
+
+    __slots__ = ()
+
+
+QUERIES = [
+    Query("Weekly active learners per course, by name, with the whole site",
+          "The site's row comes first in each week; a course with no name is shown by the last segment of its IRI. "
+          "`active_learners` is NULL where it is withheld.", None,
+          "SELECT period, course_name, active_learners\n"
+          "FROM (SELECT period, 'Whole site' AS course_name, active_learners, 0 AS courses_after, complete\n"
+          "      FROM site_weekly_metrics\n"
+          "      UNION ALL\n"
+          "      SELECT period, course_name, active_learners, 1, complete\n"
+          "      FROM weekly_metrics_by_name) AS w\n"
+          "WHERE complete = 1\n"
+          "ORDER BY period, courses_after, course_name;\n"),
+    Query("Weekly active learners per course", "The published courses only, by IRI.",
+          "tests/refresh/test_weeks_and_months.py",
+          "SELECT period, course, active_learners\n"
+          "FROM weekly_metrics\n"
+          "WHERE complete = 1 AND active_learners IS NOT NULL\n"
+          "ORDER BY period, course;\n"),
+    Query("The site's monthly total", "", "tests/refresh/test_weeks_and_months.py",
+          "SELECT period, active_learners, statements, complete\n"
+          "FROM site_monthly_metrics\n"
+          "ORDER BY period;\n"),
+    Query("This term's completions per course",
+          "The terms that hold today's date (`[[terms]]` in the configuration), the site's row first. "
+          "`CURRENT_DATE` is the database's date: on SQLite it is today in UTC, on PostgreSQL in the session's "
+          "`TimeZone`; near midnight it can differ from today in `timezone`, so write the date instead where that "
+          "matters:", None,
+          "SELECT period, course_name, completions, passed, failed\n"
+          "FROM (SELECT period, period_start, period_end, 'Whole site' AS course_name, completions, passed, failed,\n"
+          "        0 AS courses_after\n"
+          "      FROM site_term_metrics\n"
+          "      UNION ALL\n"
+          "      SELECT period, period_start, period_end, course_name, completions, passed, failed, 1\n"
+          "      FROM term_metrics_by_name) AS t\n"
+          "WHERE period_start <= CURRENT_DATE AND CURRENT_DATE <= period_end\n"
+          "ORDER BY period, courses_after, course_name;\n"),
+    Query("Completions, passes and fails per course in each term", "", "tests/refresh/test_terms.py",
+          "SELECT period, course, completions, passed, failed\n"
+          "FROM term_metrics\n"
+          "WHERE active_learners IS NOT NULL\n"
+          "ORDER BY period_start, period, course;\n"),
+    Query("Learners who completed and passed in each term, per course", "The shares a chart plots, from the "
+          "published counts.", "tests/documentation/test_data_dictionary.py",
+          "SELECT period, course, active_learners, completed_learners, completed_share, passed_learners, pass_rate\n"
+          "FROM term_metrics\n"
+          "WHERE active_learners IS NOT NULL\n"
+          "ORDER BY period_start, period, course;\n"),
+    Query("Daily active learners per course, by name", "", "tests/store/test_course_names.py",
+          "SELECT m.day, c.course_name, m.active_learners\n"
+          "FROM daily_metrics AS m\n"
+          "JOIN courses AS c ON c.course = m.course\n"
+          "ORDER BY m.day, c.course_name\n"),
+    Query("How fresh the data is", "", "tests/store/test_site_apart.py",
+          "SELECT data_as_of, timezone, data_as_of_utc, last_success, min_cell_size, method, max_noise\n"
+          "FROM freshness;\n"),
+]

@@ -22,6 +22,7 @@ from lms_refresh import instants
 from lms_refresh.store import periods, presence
 from lms_refresh.store.tables import (
     MAGNITUDE_SCALES,
+    OUTCOME_LEARNER_KEYS,
     PERIOD_COUNTS,
     PERIOD_SERVING_COLUMNS,
     PRESENCE_FLAGS,
@@ -62,15 +63,33 @@ CELL_EVENTS = (  # (daily_metrics column, its expression over the cell's staged 
 CELL_SCALES = tuple(zip(MAGNITUDE_SCALES, ("MAX(ABS(score_micro))", "MAX(duration_ms)"), strict=True))
 _LARGEST = ", ".join(f"CASE WHEN COUNT({summed}) > COUNT({name}) THEN NULL ELSE MAX({name}) END AS {name}"
                      for name, summed in MAGNITUDE_SCALES.items())
+# The keys of the learners who did something (the cell key of a learner outcome count), each once: filtered, so
+# that the aggregate is stepped only for them (most learner-days have no completion, pass or fail).
+def _learner_key_sum(condition):
+    return f"COALESCE(SUM(learner_key) FILTER (WHERE {condition}) % {_MODULUS}, 0)"
+
+
 CELL_LEARNERS = (  # (daily_metrics column, its expression over the cell's rows of learner_days)
     ("learners", "COUNT(*)"),
 ) + tuple((f"{flag[4:]}_learners", f"SUM({flag})") for flag in PRESENCE_FLAGS) + (
     ("learner_key", f"SUM(learner_key) % {_MODULUS}"),
-)
+) + tuple((key, _learner_key_sum(f"{flag} = 1")) for key, flag in OUTCOME_LEARNER_KEYS.items())
 
 _SUMS = tuple(name for name, _ in CELL_EVENTS)
 _PARTS = _SUMS + tuple(MAGNITUDE_SCALES)  # what a cell of parts (a period's days, the site's courses) takes from them
-_LEARNERS = tuple(name for name, _ in CELL_LEARNERS if name != "learner_key")
+_LEARNERS = tuple(name for name, _ in CELL_LEARNERS if not name.endswith("_key"))
+_OUTCOME_KEYS = tuple(OUTCOME_LEARNER_KEYS)
+
+
+# The learner outcome counts' cell keys of a cell of learners (a period's, the site's), each learner's key once if
+# `had(flag)`, the condition that they did what the presence flag says.
+def _outcome_keys(had):
+    return ", ".join(f"{_learner_key_sum(had(flag))} AS {key}" for key, flag in OUTCOME_LEARNER_KEYS.items())
+
+
+def _period_count(flag):
+    return PERIOD_COUNTS[1 + PRESENCE_FLAGS.index(flag)]
+
 # A cell's event counts and record keys' sums, the sums of its parts' (its days', its courses').
 _SUMMED = ", ".join(f"SUM({name}){f' % {_MODULUS}' if name.endswith('_key') else ''} AS {name}"
                     for name in _SUMS) + ", " + _LARGEST
@@ -96,13 +115,13 @@ JOIN ({_grouped(CELL_LEARNERS, "learner_days")}) AS l ON l.day = e.day AND l.cou
 
 
 _REBUILD = f"""INSERT INTO period_metrics (grain, period, course_id, {", ".join(_LEARNERS)}, learner_key,
-    {", ".join(_PARTS)})
+    {", ".join(_OUTCOME_KEYS)}, {", ".join(_PARTS)})
 SELECT ?, ?, l.course_id, l.learners, {", ".join(f"l.{name}" for name in _LEARNERS[1:])}, l.learner_key,
-    {", ".join(f"e.{name}" for name in _PARTS)}
+    {", ".join(f"l.{name}" for name in _OUTCOME_KEYS)}, {", ".join(f"e.{name}" for name in _PARTS)}
 FROM (SELECT course_id, COUNT(*) AS learners,
         {", ".join(f"SUM(CASE WHEN {count} > 0 THEN 1 ELSE 0 END) AS {name}"
                    for count, name in zip(PERIOD_COUNTS[1:], _LEARNERS[1:], strict=True))},
-        SUM(learner_key) % {_MODULUS} AS learner_key
+        SUM(learner_key) % {_MODULUS} AS learner_key, {_outcome_keys(lambda flag: f"{_period_count(flag)} > 0")}
     FROM learner_periods WHERE grain = ? AND period = ?{{only}} GROUP BY course_id) AS l
 JOIN (SELECT course_id, {_SUMMED}
     FROM daily_metrics WHERE day BETWEEN ? AND ?{{only}} GROUP BY course_id) AS e ON e.course_id = l.course_id"""
@@ -127,12 +146,14 @@ def _site_cell(table, cell, flags, where, sums, packed=False):
         had = [f"((flags{place // _PER_SUM} >> {_SITE_FIELD * (place % _PER_SUM)}) & {2 ** _SITE_FIELD - 1}) > 0"
                for place in range(len(flags))]
         widest = f" AND l.widest < {2 ** _SITE_FIELD}"  # no field can have overflowed into the next
-    return f"""INSERT INTO {table} ({cell}, course_id, {", ".join(_LEARNERS)}, learner_key, {", ".join(_PARTS)})
+    keys = _outcome_keys(lambda flag: had[PRESENCE_FLAGS.index(flag)])  # `flags` are in PRESENCE_FLAGS' order
+    return f"""INSERT INTO {table} ({cell}, course_id, {", ".join(_LEARNERS)}, learner_key, {", ".join(_OUTCOME_KEYS)},
+    {", ".join(_PARTS)})
 SELECT {", ".join("?" for _ in cell.split(","))}, {SITE}, {", ".join(f"l.{name}" for name in _LEARNERS)}, l.learner_key,
-    {", ".join(f"e.{name}" for name in _PARTS)}
+    {", ".join(f"l.{name}" for name in _OUTCOME_KEYS)}, {", ".join(f"e.{name}" for name in _PARTS)}
 FROM (SELECT COUNT(*) AS learners, {", ".join(f"SUM(CASE WHEN {condition} THEN 1 ELSE 0 END) AS {name}"
                                               for condition, name in zip(had, _LEARNERS[1:], strict=True))},
-        SUM(learner_key) % {_MODULUS} AS learner_key{", MAX(courses) AS widest" if packed else ""}
+        SUM(learner_key) % {_MODULUS} AS learner_key, {keys}{", MAX(courses) AS widest" if packed else ""}
     FROM (SELECT {learner} FROM {where} GROUP BY actor) AS a) AS l,
     (SELECT {_SUMMED} FROM daily_metrics WHERE {sums}) AS e
 WHERE l.learners > 0{widest}"""

@@ -70,6 +70,10 @@ KEY_SUMS = ("learner_key", "statement_key", "attempt_key", "completion_key", "pa
 # The scale of the noise on a sum of values (lms_refresh.disclosure.policy), and the sum it scales.
 MAGNITUDE_SCALES = {"score_max_micro": "score_sum_micro", "duration_max_ms": "duration_ms"}
 
+# The learner outcome counts' cell keys, each the sum of the keys of the learners with that presence flag.
+OUTCOME_LEARNER_KEYS = {"completion_learner_key": "has_completion", "passed_learner_key": "has_passed",
+                        "failed_learner_key": "has_failed"}
+
 # A cell's aggregates and record keys: a day's in daily_metrics, a week's or a month's in period_metrics.
 _CELL = (
     *_columns(INTEGER, "learners", "statements", "attempts", "attempt_learners", "completions",
@@ -81,13 +85,20 @@ _CELL = (
     # added to their sums (lms_refresh.disclosure.policy). NULL where no record had one, and in cells counted
     # before version 9 (a sum that has no scale is not published).
     *_columns(BIGINT, *MAGNITUDE_SCALES, null=True, since=9),
+    # The sums of the keys of the learners who completed, passed and failed (each once): the cell keys of the
+    # published learner outcome counts. NULL in cells counted before version 10 (their counts are withheld).
+    *_columns(BIGINT, *OUTCOME_LEARNER_KEYS, null=True, since=10),
 )
+# The published learner outcome counts and the shares computed from them (lms_refresh.disclosure.policy).
+OUTCOME_COLUMNS = ("completed_learners", "passed_learners", "failed_learners", "completed_share", "pass_rate")
 # What a learner did in a (day, course), so that a week's or a month's distinct learners are counted
 # without reading its staged events again (lms_refresh.store.grains).
 PRESENCE_FLAGS = ("has_attempt", "has_completion", "has_passed", "has_failed", "has_score", "has_duration")
 PERIOD_COUNTS = ("days",) + tuple(f"{flag[4:]}_days" for flag in PRESENCE_FLAGS)  # learner_periods' counts
 _PUBLISHED = (
     *_columns(BIGINT, "active_learners", "statements", "attempts", "completions", "passed", "failed", null=True),
+    *_columns(BIGINT, *OUTCOME_COLUMNS[:3], null=True, since=10),
+    *_columns(REAL, *OUTCOME_COLUMNS[3:], null=True, since=10),
     *_columns(REAL, "avg_scaled_score", "total_duration_seconds", null=True), Column("suppressed", BIGINT),
 )
 
@@ -171,14 +182,14 @@ TABLES = (
     ), key=("course_id",), since=6),
     # What a chart calls a course that its source gives no name: its IRI's last path segment, cleaned and bounded by
     # lms_refresh.disclosure.names like any text (SqlStore.label_courses writes it, in Python, for every course).
-    Table("course_labels", (Column("course_id", BIGINT), Column("label", TEXT)), key=("course_id",), since=10),
+    Table("course_labels", (Column("course_id", BIGINT), Column("label", TEXT)), key=("course_id",), since=11),
     # How fresh the published rows are, one row written by each run that commits (run/freshness_row.py):
     # `published_at` by every one, the others only by a run or rebuild that read up to its own now.
     Table("freshness", (
         Column("id", BIGINT, check="id = 1"),
         *_columns(TEXT, "published_at", "data_as_of", "data_as_of_utc", "last_success", null=True),
         Column("timezone", TEXT),
-    ), key=("id",), since=10),
+    ), key=("id",), since=11),
 )
 
 
@@ -205,24 +216,38 @@ INDEXES = (
 
 SERVING_COLUMNS = (
     "day", "course", "active_learners", "statements", "attempts", "completions",
-    "passed", "failed", "avg_scaled_score", "total_duration_seconds", "suppressed",
+    "passed", "failed", "avg_scaled_score", "total_duration_seconds", "suppressed", *OUTCOME_COLUMNS,
 )
 
 # The weeks' and months' serving views (and the publication's tables of the same names): a period's label
-# and its first and last local days (inclusive), then the day's columns, and whether the period is over.
-PERIOD_SERVING_COLUMNS = ("period", "period_start", "period_end", "course", *SERVING_COLUMNS[2:], "complete")
+# and its first and last local days (inclusive), then the day's columns, and whether the period is over. The
+# learner outcome columns come last in every view, as they were added (PostgreSQL adds a view's columns in place
+# only at its end: its grants and the dashboards' own views over it stay).
+PERIOD_SERVING_COLUMNS = ("period", "period_start", "period_end", "course",
+                          *SERVING_COLUMNS[2:-len(OUTCOME_COLUMNS)], "complete", *OUTCOME_COLUMNS)
 PERIOD_VIEWS = TABLE_OF  # grain -> its view's (and the publication's table's) name
 
 
-def period_view(dialect, grain):
-    """Return the SELECT of the serving view of `grain`'s periods (PERIOD_SERVING_COLUMNS)."""
+def _outcomes(version):
+    """The learner outcome columns of a serving view as it is from schema `version` on (none before 10)."""
+    return "".join(f", p.{name}" for name in OUTCOME_COLUMNS) if version >= OUTCOMES_SINCE else ""
+
+
+def period_view(dialect, grain, version=None):
+    """Return the SELECT of the serving view of `grain`'s periods (PERIOD_SERVING_COLUMNS) as it is from schema
+    `version` on (None: this one)."""
+    version = SCHEMA_VERSION if version is None else version
+    outcomes = _outcomes(version)
+    # From SITE_APART_SINCE on, the courses' rows only: the site's are site_view's.
+    apart = version >= SITE_APART_SINCE
+    joined, courses_only = ("JOIN", f" AND p.course_id <> {SITE}") if apart else ("LEFT JOIN", "")
     return f"""
 SELECT p.period, {dialect.date("p.period_start")} AS period_start, {dialect.date("p.period_end")} AS period_end,
   c.iri AS course, p.active_learners, p.statements, p.attempts, p.completions, p.passed, p.failed,
-  p.avg_scaled_score, p.total_duration_seconds, p.suppressed, p.complete
+  p.avg_scaled_score, p.total_duration_seconds, p.suppressed, p.complete{outcomes}
 FROM {dialect.name("published_periods")} AS p
-JOIN {dialect.name("courses")} AS c USING (course_id)
-WHERE p.grain = '{grain}' AND p.course_id <> {SITE}
+{joined} {dialect.name("courses")} AS c USING (course_id)
+WHERE p.grain = '{grain}'{courses_only}
 """
 
 
@@ -289,16 +314,16 @@ def by_name_of(dialect, table, version=None):
     `version` (None: this one). A migration that changes a course table's columns creates its by-name view again
     (dropped first: PostgreSQL replaces a view in place only if it adds columns at the end)."""
     metrics = serving_view(dialect, version or SCHEMA_VERSION) if table == "daily_metrics" else period_view(
-        dialect, next(grain for grain, name in TABLE_OF.items() if name == table))
+        dialect, next(grain for grain, name in TABLE_OF.items() if name == table), version)
     return by_name_view(f"({metrics})", f"({courses_view(dialect)})")
 
 
 def serving_view(dialect, version):
     """Return the SELECT of the serving view (SERVING_COLUMNS) as it is from schema `version` on."""
-    if version >= 10:  # the courses' rows only: the site's are site_view's
+    if version >= SITE_APART_SINCE:  # the courses' rows only: the site's are site_view's
         return f"""
 SELECT {dialect.date("p.day")} AS day, c.iri AS course, p.active_learners, p.statements, p.attempts, p.completions,
-  p.passed, p.failed, p.avg_scaled_score, p.total_duration_seconds, p.suppressed
+  p.passed, p.failed, p.avg_scaled_score, p.total_duration_seconds, p.suppressed{_outcomes(version)}
 FROM {dialect.name("published_metrics")} AS p
 JOIN {dialect.name("courses")} AS c USING (course_id)
 WHERE p.course_id <> {SITE}
@@ -306,7 +331,7 @@ WHERE p.course_id <> {SITE}
     if version >= 3:  # the published rows, nothing computed in SQL; the site's (SITE, no IRI) with course NULL
         return f"""
 SELECT {dialect.date("p.day")} AS day, c.iri AS course, p.active_learners, p.statements, p.attempts, p.completions,
-  p.passed, p.failed, p.avg_scaled_score, p.total_duration_seconds, p.suppressed
+  p.passed, p.failed, p.avg_scaled_score, p.total_duration_seconds, p.suppressed{_outcomes(version)}
 FROM {dialect.name("published_metrics")} AS p
 LEFT JOIN {dialect.name("courses")} AS c USING (course_id)
 """
@@ -337,21 +362,24 @@ CROSS JOIN (SELECT CAST(value AS INTEGER) AS k FROM {dialect.name("meta")} WHERE
 
 
 # The versions that changed the serving view (it is replaced by the migration of that version); 7 brought
-# the site's rows (course NULL), 10 moved them to views of their own (site_view).
-VIEW_CHANGES = (1, 3, 7, 10)
+# the site's rows (course NULL), 10 the learner outcome columns (its period views too, both replaced in place), 11
+# moved the site's rows to views of their own (site_view).
+OUTCOMES_SINCE = 10
+SITE_APART_SINCE = 11
+VIEW_CHANGES = (1, 3, 7, OUTCOMES_SINCE, SITE_APART_SINCE)
 
 # The serving view of course names: every course that has published rows on some grain (a course whose
 # days are all withheld can have a published week), with its name where the source gave one (NULL
 # otherwise), so that a dashboard joins any metrics table to it without losing rows.
 COURSE_COLUMNS = ("course", "name", "short_name", "category", "start_date", "end_date", "course_name")
-COURSES_VIEW_CHANGES = (6, 8, 10)  # 8: the courses published only on a week, month or term; 10: course_name
+COURSES_VIEW_CHANGES = (6, 8, 11)  # 8: the courses published only on a week, month or term; 11: course_name
 
 
 def courses_view(dialect, version=None):
     """Return the SELECT of the serving view of course names (COURSE_COLUMNS) as it is from schema `version` on (None:
     this one's). `course_name` is never blank: the name, else the course's label (course_labels), else its IRI (a
     course labelled by no run yet)."""
-    if version is not None and version < 10:
+    if version is not None and version < SITE_APART_SINCE:
         return f"""
 SELECT c.iri AS course, n.name, n.short_name, n.category, {dialect.date("n.start_date")} AS start_date,
   {dialect.date("n.end_date")} AS end_date
@@ -397,9 +425,16 @@ DATA_STEPS = {
     # a closed day's cell, and a period with one, have no scale and publish neither sum.
     9: ["INSERT INTO {pending_days} SELECT DISTINCT day FROM {staged_events} WHERE true ON CONFLICT DO NOTHING",
         "INSERT INTO {meta} (key, value) VALUES ('republish', '9') ON CONFLICT (key) DO NOTHING"],
+    # The learner outcome counts are perturbed on their learners' keys (OUTCOME_LEARNER_KEYS): every staged day
+    # is counted again with them (and its periods, from their learners' presence), and every published row
+    # computed again; a closed day's cell, and a period counted only from such days, have none: their learner
+    # outcome counts are withheld.
+    OUTCOMES_SINCE: [
+        "INSERT INTO {pending_days} SELECT DISTINCT day FROM {staged_events} WHERE true ON CONFLICT DO NOTHING",
+        "INSERT INTO {meta} (key, value) VALUES ('republish', '10') ON CONFLICT (key) DO NOTHING"],
 }
 
-SCHEMA_VERSION = 10  # the version this description is at: a new migration raises it
+SCHEMA_VERSION = 11  # the version this description is at: a new migration raises it
 
 
 def migration(version):
@@ -413,11 +448,11 @@ def migration(version):
     steps += [("index", index) for index in INDEXES if index.since == version]
     if version in VIEW_CHANGES:
         steps.append(("view", version))
-    if version in (5, 7, 10):
+    if version in (5, 7, OUTCOMES_SINCE, SITE_APART_SINCE):
         steps += [("period view", grain) for grain in PERIOD_VIEWS]
     if version in COURSES_VIEW_CHANGES:
         steps.append(("courses view", version))
-    if version == 10:
+    if version == SITE_APART_SINCE:
         steps += [("site view", grain) for grain in SITE_TABLES]
         steps += [("freshness view", None)]
         steps += [("by-name view", table) for table in BY_NAME]

@@ -11,6 +11,7 @@ from helpers import docs
 from helpers.period_reference import expected_periods
 from helpers.publication import publication
 from lms_refresh.store import dictionary
+from lms_refresh.store.tables import PERIOD_SERVING_COLUMNS
 from refresh.test_terms import add_terms
 from refresh.test_weeks_and_months import K, activity, configure, dashboard, moment, stamp
 from store.test_course_names import iri, named
@@ -85,7 +86,7 @@ def test_every_query_of_the_page_runs_on_both_stores(project):
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)
     a_published_store(project, now)
     found = queries()
-    assert len(found) == 7, sorted(found)
+    assert len(found) == 8, sorted(found)
     for title, sql in found.items():
         assert dashboard(project, sql), title  # each gives rows on a store with weeks, months and a term
 
@@ -96,7 +97,7 @@ def test_weekly_active_learners_by_name_keep_the_site_row_and_match_the_recount(
     rows = dashboard(project, queries()["Weekly active learners per course, by name, with the whole site"])
     names = {iri("BIO101"): "Biology"}
     expected = [(row[0], named_as_the_query_names(row[3], names), row[4])
-                for row in expected_periods(written, "Europe/Paris", K, "week", now, (term,)) if row[-1] == 1]
+                for row in expected_periods(written, "Europe/Paris", K, "week", now, (term,)) if row[13] == 1]
     expected.sort(key=lambda row: (row[0], row[1] != "Whole site", row[1]))
     assert rows == expected
     assert {row[1] for row in rows} >= {"Whole site", "Biology", "CHEM1"} and all(row[1] for row in rows)
@@ -113,3 +114,15 @@ def test_this_terms_completions_are_the_term_holding_today(project):
                 for row in expected_periods(written, "Europe/Paris", K, "term", now, (term,))]
     expected.sort(key=lambda row: (row[0], row[1] != "Whole site", row[1]))
     assert rows == expected and {row[0] for row in rows} == {"This term"}
+
+
+def test_learners_who_completed_and_passed_in_each_term_are_the_recounts_with_their_shares(project):
+    now = moment("2026-11-20T04:15:00Z")
+    written, term = a_published_store(project, now)
+    rows = dashboard(project, queries()["Learners who completed and passed in each term, per course"])
+    columns = ("active_learners", "completed_learners", "completed_share", "passed_learners", "pass_rate")
+    expected = [(row[0], row[3], *(dict(zip(PERIOD_SERVING_COLUMNS, row, strict=True))[name] for name in columns))
+                for row in expected_periods(written, "Europe/Paris", K, "term", now, (term,))
+                if row[3] is not None and row[4] is not None]
+    assert rows == sorted(expected) and rows
+    assert all(row[4] == row[3] / row[2] for row in rows if row[3] is not None)  # completed ÷ active learners

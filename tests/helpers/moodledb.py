@@ -274,10 +274,11 @@ def load_two_days(m):
 
 
 EXPECTED_TWO_DAYS = [
-    # day, course, learners, statements, attempts, completions, passed, failed, score, duration, suppressed
+    # day, course, learners, statements, attempts, completions, passed, failed, score, duration, suppressed, then
+    # completed, passed and failed learners, completed share, pass rate.
     # On the 23rd, one graded learner (0.8): fewer than 2, so the average score is suppressed too.
-    ("2026-11-23", course_iri(7), 3, 7, 3, 2, None, 0, None, None, 1),  # one passed learner < 2
-    ("2026-11-24", course_iri(9), 3, 3, 0, 2, 0, None, None, None, 1),  # one failed learner < 2
+    ("2026-11-23", course_iri(7), 3, 7, 3, 2, None, 0, None, None, 1, 2, None, 0, 2 / 3, None),  # one passed < 2
+    ("2026-11-24", course_iri(9), 3, 3, 0, 2, 0, None, None, None, 1, 2, 0, None, 2 / 3, None),  # one failed < 2
 ]
 
 

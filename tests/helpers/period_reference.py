@@ -11,7 +11,7 @@ import datetime as dt
 import json
 import zoneinfo
 
-from helpers.reference import GROUPS, _iso, _result, _seconds
+from helpers.reference import GROUPS, WITHHELD, _iso, _result, _seconds, outcome_columns
 
 
 def week_of(day):
@@ -72,10 +72,11 @@ def expected_periods(statements, timezone, k, grain, closed_before=None, terms=(
             places = sorted(ordered.index(period) for period in visible)
             span = ordered[places[0]:places[-1] + 1]
         for period in span:
-            values = found.get(period, (None,) * 8 + (1,))
+            values = found.get(period, WITHHELD)
             end = dt.datetime.combine(period[2] + dt.timedelta(days=1), dt.time(), tzinfo=zone)
             complete = int(closed_before is None or end <= closed_before)
-            rows.append((period[0], period[1].isoformat(), period[2].isoformat(), course) + values + (complete,))
+            rows.append((period[0], period[1].isoformat(), period[2].isoformat(), course) + values[:9] + (complete,)
+                        + values[9:])  # the learner outcome columns last, as the publication has them
     return sorted(rows, key=lambda row: (row[1], row[0], row[3] is not None, row[3] or ""))  # the site first
 
 
@@ -84,12 +85,13 @@ def _row(items, k):
         return {s["actor"]["account"]["name"] for s in items if predicate(s)}
 
     if len(learners(lambda s: True)) < k:
-        return (None,) * 8 + (1,)
+        return WITHHELD
     row, suppressed = [len(learners(lambda s: True)), len(items)], False
     for predicate in GROUPS.values():
         who = learners(predicate)
         suppressed |= 0 < len(who) < k
         row.append(sum(1 for s in items if predicate(s)) if len(who) == 0 or len(who) >= k else None)
+    outcomes = outcome_columns(row[0], dict(zip(GROUPS, row[2:], strict=True)), learners)
     for field in ("score", "duration"):
         who = learners(lambda s, field=field: field in _result(s))
         suppressed |= 0 < len(who) < k
@@ -100,4 +102,4 @@ def _row(items, k):
             row.append(round(sum(s["result"]["score"]["scaled"] for s in chosen) / len(chosen), 6))
         else:
             row.append(sum(round(_seconds(s["result"]["duration"]) * 1000) for s in chosen) / 1000)
-    return tuple(row) + (int(suppressed),)
+    return tuple(row) + (int(suppressed),) + tuple(outcomes)

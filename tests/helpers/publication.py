@@ -33,3 +33,13 @@ def published_courses(project):
         return [row[:4] + tuple(None if value is None else value.isoformat() for value in row[4:]) for row in rows]
     with contextlib.closing(sqlite3.connect(f"file:{publication(project)}?mode=ro", uri=True)) as db:
         return db.execute(f"SELECT {COURSE_COLUMNS} FROM courses ORDER BY course").fetchall()
+
+
+def directory_entries(directory):
+    """The names in the publication's directory, as `ls` lists them, after checking that no temporary is left
+    anywhere below it (the report's pages in report-files/ included): `.NAME.tmp-…` is what lms_refresh.atomic
+    writes before its rename."""
+    directory = Path(directory)
+    left = [str(p.relative_to(directory)) for p in directory.rglob("*") if ".tmp-" in p.name]
+    assert not left, f"temporaries left in {directory}: {left}"
+    return sorted(p.name for p in directory.iterdir())

@@ -38,6 +38,22 @@ GROUPS = {  # the counted columns, in the serving table's order: whose statement
     "failed": lambda s: _verb(s) == "failed" or _result(s).get("success") is False,
 }
 
+# The statement counts whose distinct learners are published too (completed_learners, passed_learners,
+# failed_learners), then the shares computed from those.
+LEARNER_OUTCOMES = ("completions", "passed", "failed")
+WITHHELD = (None,) * 8 + (1,) + (None,) * 5  # a withheld row's values after its key (`suppressed` is 1)
+
+
+def outcome_columns(active, counts, learners):
+    """The learner outcome columns of a row whose published `active` learners and statement `counts` ({column:
+    value or None}) are given, `learners(predicate)` its learners doing that: each learner count withheld with its
+    statement count, then completed ÷ active and passed ÷ (passed + failed) learners (None: a term withheld, or 0)."""
+    completed, passed, failed = (None if counts[name] is None else len(learners(GROUPS[name]))
+                                 for name in LEARNER_OUTCOMES)
+    share = None if completed is None else completed / active
+    rate = None if passed is None or failed is None or passed + failed == 0 else passed / (passed + failed)
+    return [completed, passed, failed, share, rate]
+
 
 def expected_serving(lines, since, until, timezone, k):
     """Given NDJSON lines (all valid), return the serving rows for statements stored in [since, until)."""
@@ -73,6 +89,8 @@ def expected_serving(lines, since, until, timezone, k):
             ok = visible and (len(who) == 0 or len(who) >= k)
             suppressed |= 0 < len(who) < k
             row.append(sum(1 for s in items if predicate(s)) if ok else None)
+        outcomes = outcome_columns(row[2], dict(zip(GROUPS, row[4:], strict=True)), learners) if visible else \
+            [None] * 5
         scored = [s for s in items if "score" in _result(s)]
         score_ok = visible and len(learners(lambda s: "score" in _result(s))) >= k
         suppressed |= 0 < len(learners(lambda s: "score" in _result(s))) < k
@@ -83,7 +101,7 @@ def expected_serving(lines, since, until, timezone, k):
         row.append(sum(round(_seconds(s["result"]["duration"]) * 1000) for s in timed) / 1000
                    if visible and timed_learners >= k else None)
         row.append(1 if suppressed else 0)
-        rows.append(tuple(row))
+        rows.append(tuple(row + outcomes))  # the learner outcome columns last, as the publication has them
     return _fill_spans(rows)
 
 
@@ -101,7 +119,7 @@ def _fill_spans(rows):
         day, last = dt.date.fromisoformat(visible[0]), dt.date.fromisoformat(visible[-1])
         while day <= last:
             text = day.isoformat()
-            filled.append(days.get(text, (text, course) + (None,) * 8 + (1,)))
+            filled.append(days.get(text, (text, course) + WITHHELD))
             day += dt.timedelta(days=1)
     return sorted(filled, key=site_first)
 

@@ -7,6 +7,7 @@ import html.parser
 
 from lms_refresh.disclosure.policy import PrivacySettings
 from lms_refresh.run.publication import write_publication
+from lms_refresh.store.tables import PERIOD_SERVING_COLUMNS
 
 # The columns of a period row after (period, period_start, period_end, course): the day's, then `complete`.
 _EMPTY = (None,) * 7
@@ -34,6 +35,9 @@ def build(path, courses, weekly, *, site=None, settings=None, terms=None):
     tables = {"weekly_metrics": list(weekly) + list(site or ()), "monthly_metrics": []}
     if terms is not None:
         tables["term_metrics"] = terms
+    # The report reads no learner outcome column: rows without them have them NULL.
+    tables = {name: [tuple(row) + (None,) * (len(PERIOD_SERVING_COLUMNS) - len(row)) for row in rows]
+              for name, rows in tables.items()}
     names = [(iri, name, None, None, None, None) for iri, name in courses.items()]
     write_publication(str(path), None, ([], tables), settings=settings, wanted="test", euid=-1, courses=names)
     return path

@@ -82,9 +82,17 @@ def test_the_demo_on_its_defaults_refreshes_a_store_and_prints_its_metrics(tmp_p
     # ...and the hint is the command that reads it all back.
     assert out[-1] == f"Try: {sys.executable} -m lms_refresh --config {config} status"
     # ...after the path of the HTML report the run wrote beside the publication.
-    report = directory / "state-publication" / "report.html"
-    assert out[-2] == f"The HTML report (open it in a browser): {report}" and report.stat().st_size > 0
-    assert len(out) == header + 6 + 24
+    publication = directory / "state-publication"
+    report = publication / "report.html"
+    assert out[-4] == f"The HTML report (open it in a browser): {report}" and report.stat().st_size > 0
+    # ...and the Datasette command that serves the publication with the metadata it wrote beside it (served by a
+    # real Datasette in tests/operations/test_datasette_served.py).
+    assert out[-3:-1] == [
+        "Browse the publication with Datasette (pip install datasette==0.65.5; read-only, on this machine only):",
+        f"  datasette serve -i {publication / 'serving.sqlite'} --metadata {publication / 'datasette.yml'} "
+        f"--plugins-dir {publication / 'datasette-plugins'}"]
+    assert (publication / "datasette.yml").stat().st_size > 0
+    assert len(out) == header + 8 + 24
 
 
 def test_a_demo_directory_that_has_statements_already_is_refused_with_a_sentence(tmp_path):

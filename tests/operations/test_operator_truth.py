@@ -305,40 +305,43 @@ def test_a_stop_during_a_watermark_set_says_whether_it_moved(project, phase):
         assert project.runs()[-1][:3] == ("watermark-set", "watermark-set", 0)
 
 
-def test_between_a_package_upgrade_and_the_next_run_check_status_and_the_plugin_say_ok(project):
-    """A store of schema version 1 with a fresh successful run in its log, as the previous release left it: the
+@pytest.mark.parametrize("written_at", ["1", "0.1.0's", "previous"])
+def test_between_a_package_upgrade_and_the_next_run_check_status_and_the_plugin_say_ok(project, written_at):
+    """A store of an earlier schema version (the first; 0.1.0's, which the system test upgrades from under the real
+    units; the one before this code's) with a fresh successful run in its log, as an earlier release left it: the
     next run upgrades it, which is nothing wrong (they exited 78, the plugin said UNKNOWN); then the run does."""
     from lms_refresh.config import load_config
     from lms_refresh.store import open_store
     from lms_refresh.store.tables import SCHEMA_VERSION, TABLES
 
+    version = {"1": 1, "0.1.0's": 2, "previous": SCHEMA_VERSION - 1}[written_at]
     project.configure()
     project.state.mkdir()
     store = open_store(load_config(str(project.config), {}), {}, create=True, migrate=False)
-    store.migrate(target=1)
-    columns = [column.name for column in next(t for t in TABLES if t.name == "runs").columns_at(1)]
+    store.migrate(target=version)
+    columns = [column.name for column in next(t for t in TABLES if t.name == "runs").columns_at(version)]
     values = {"run_id": "r1", "kind": "run", "started_at": "2026-11-03T03:10:00.000000Z",
               "finished_at": "2026-11-03T03:11:00.000000Z", "outcome": "success", "exit_code": 0,
               "window_since": "2026-11-02T03:10:00.000000Z", "window_until": "2026-11-03T03:10:00.000000Z",
               "statements_read": 5, "staged": 5, "voided": 0, "quarantined": 0, "partitions": 1, "rows_written": 2,
-              "suppressed": 0, "message": ""}
+              "suppressed": 0, "message": "", "version": "0.1.0"}
     store.begin()
     store.execute(f"INSERT INTO runs ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})",
                   [values[name] for name in columns])
     store.execute("INSERT INTO meta (key, value) VALUES ('watermark', '2026-11-03T03:10:00.000000Z')")
     store.commit()
     store.close()
-    upgrades = f"the next run upgrades it from schema version 1 to {SCHEMA_VERSION}"
+    upgrades = f"the next run upgrades it from schema version {version} to {SCHEMA_VERSION}"
     check = project.invoke("check", now=NOW)
     assert check.returncode == 0 and f"ok  store: {upgrades}" in check.stdout, (check.stdout, check.stderr)
     status = project.invoke("status", now=NOW)
-    assert status.returncode == 0 and f"schema v1); the next run upgrades it to schema v{SCHEMA_VERSION}" in \
-        status.stdout and "last success: success (exit 0) run started 2026-11-03T03:10:00" in status.stdout, status
+    assert status.returncode == 0 and f"schema v{version}); the next run upgrades it to schema v{SCHEMA_VERSION}" \
+        in status.stdout and "last success: success (exit 0) run started 2026-11-03T03:10:00" in status.stdout, status
     assert json.loads(project.invoke("status", "--json", now=NOW, check=0).stdout)["store"]["upgrade"] == {
-        "from": 1, "to": SCHEMA_VERSION}
+        "from": version, "to": SCHEMA_VERSION}
     plugin = project.invoke("status", "--check", now=NOW)
     assert plugin.returncode == 0 and plugin.stdout.startswith("LMS-REFRESH OK - last success started ") and (
-        f"the next run upgrades the store from schema version 1 to {SCHEMA_VERSION}" in plugin.stdout), plugin
+        f"the next run upgrades the store from schema version {version} to {SCHEMA_VERSION}" in plugin.stdout), plugin
     project.write("a.ndjson", [statement(learner=f"u{i}", timestamp="2026-11-02T10:00:00Z") for i in range(3)])
     project.invoke("run", now=NOW, check=0)
     after = project.invoke("status", now=NOW, check=0).stdout

@@ -5,6 +5,7 @@ same page in Debian's headless chromium: tests/operations/test_report_chromium.p
 import json
 import os
 import pwd
+import re
 import sqlite3
 import stat
 
@@ -13,7 +14,7 @@ import pytest
 from helpers import inprocess
 from helpers.publication import publication
 from helpers.report_page import Page, build, period_row, week_label
-from lms_refresh.run import report_data, report_page
+from lms_refresh.run import report_data, report_html, report_page
 
 HOSTILE = {
     "https://lms.example.edu/course/1": "<script>alert(1)</script>",
@@ -61,9 +62,11 @@ def test_the_page_shows_the_publications_numbers_and_the_site_as_whole_site(tmp_
     assert page.texts["threshold"] == "10" and page.texts["noise"] == "3"
     cells = int(page.texts["cells"])
     assert cells == 12 * 6 + 1 + 3 * (4 * 6 + 1) and page.texts["withheld"] == "4"
-    assert "need not add up" in page.texts["privacy"] and "± 3" in page.texts["privacy"]
+    assert "need not add up" in page.texts["privacy"] and "by at most 3" in page.texts["privacy"]
     assert all(tag != "svg" or attrs.get("role") == "img" for tag, attrs in page.elements)
-    assert sum(tag == "svg" for tag, _ in page.elements) == len(shown) + 1 == len(page.titles) - 1
+    # A chart per series (the site's and each course's, all of them few), the outcomes' chart and its legend.
+    svgs = sum(tag == "svg" for tag, _ in page.elements)
+    assert svgs == len(shown) + 2 and len(page.titles) >= svgs + 1
 
 
 def test_hostile_names_are_text_never_markup(tmp_path):
@@ -72,8 +75,13 @@ def test_hostile_names_are_text_never_markup(tmp_path):
     page = Page(text)
     assert {tag for tag, _ in page.elements} <= {"html", "head", "meta", "title", "style", "body", "h1", "h2",
                                                  "section", "p", "dl", "dt", "dd", "b", "span", "div", "figure",
-                                                 "figcaption", "svg", "polyline", "rect", "details", "summary",
-                                                 "table", "thead", "tbody", "tr", "th", "td"}
+                                                 "figcaption", "svg", "rect", "line", "text", "g", "defs",
+                                                 "pattern", "circle", "table", "thead", "tbody", "tr", "th", "td",
+                                                 "a", "h3", "ul", "li", "footer"}
+    # Links only to the report's own files (course pages, CSVs) and the privacy page: none a name could write.
+    links = [attrs["href"] for tag, attrs in page.elements if tag == "a"]
+    assert all(re.fullmatch(r"report-files/(course-[0-9a-f]{24}\.html|overview-[a-z]+\.csv)", link)
+               or link == "file:///usr/share/doc/lms-refresh/docs/privacy.md" for link in links), links
     assert not any(name.startswith("on") for _, attrs in page.elements for name in attrs)
     assert "<script" not in text and "<img" not in text and "\u202e" not in text
     labels = page.rows("weekly-table")
@@ -158,8 +166,10 @@ def test_the_command_writes_the_page_and_says_where_and_that_it_is_stale(sqlite_
     assert result.stdout.strip() == f"Wrote the report {output} (STALE: {status['stale']})"
     page = Page(output.read_text())
     assert page.texts["stale"] == f"STALE: {status['stale']}"
-    assert page.texts["last-success"] == status["last_success"]["started_at"]
-    assert page.texts["watermark"] == status["watermark"]
+    # In the configured zone, to the minute: the run started at 05:00 UTC.
+    assert page.texts["last-success"] == "Mon 30 Nov 2026, 06:00 CET" and page.texts["timezone"] == "Europe/Paris"
+    assert page.texts["watermark"] == report_html.local_time(status["watermark"], "Europe/Paris")
+    assert page.texts["data-as-of"] == f"Data as of {page.texts['watermark']}"
     assert oct(os.stat(output).st_mode & 0o777) == oct(os.stat(publication(project)).st_mode & 0o777)
     # Fresh right after the run: no banner.
     fresh = inprocess.invoke(["--config", str(project.config), "--now", "2026-11-30T05:01:00+00:00", "report",
@@ -340,7 +350,7 @@ def test_the_page_a_run_no_longer_writes_is_removed_by_that_run(sqlite_project, 
             "([report] path or enabled changed), and it would go on showing old numbers.") in result.stderr
     project.config.write_text(configured + f'[report]\npath = "{moved}"\nenabled = false\n')
     assert inprocess.invoke([*now, "run"], environment()).returncode == 0
-    assert not moved.exists() and list(moved.parent.iterdir()) == []
+    assert not moved.exists() and list(moved.parent.iterdir()) == []  # its course pages and CSVs too
     # Enabled again where it was first: written there, and nothing else is touched.
     project.config.write_text(configured)
     assert inprocess.invoke([*now, "run"], environment()).returncode == 0

@@ -1,8 +1,12 @@
-"""The HTML report as Debian's headless chromium renders it (issue 22, part 6): the DOM the browser built
-holds the publication's numbers and no element or attribute a hostile course name tried to inject, and a
-screenshot of the page is kept as the test's artifact: under pytest's tmp path and, copied, at
-$LMS_REFRESH_ARTIFACTS (default /tmp/lms-refresh-artifacts)/report.png, the path the test prints."""
+"""The HTML report as Debian's headless chromium renders it: the DOM the browser built holds the publication's
+numbers (tables, the numbers printed on the charts, the headline figures, a course's page), every chart has its
+axes and the charts their legends, times are in the configured zone, and no element or attribute a hostile course
+name tried to inject exists. Screenshots of the overview at 375 and 1440 px wide are kept as the test's artifacts:
+under pytest's tmp path and, copied, in $LMS_REFRESH_ARTIFACTS (default /tmp/lms-refresh-artifacts) as
+report-375.png and report-1440.png, the paths the test prints."""
 
+import datetime as dt
+import html.parser
 import os
 import shutil
 import sqlite3
@@ -10,8 +14,10 @@ import subprocess
 
 import pytest
 
-from helpers.report_page import Page, build, period_row
-from lms_refresh.run import report_data, report_page
+from helpers.report_page import Page, week_label
+from lms_refresh.disclosure.policy import PrivacySettings
+from lms_refresh.run import report_data, report_files, report_page
+from lms_refresh.run.publication import write_publication
 
 pytestmark = pytest.mark.chromium
 
@@ -23,14 +29,50 @@ NAMES = {"https://lms.example.edu/course/1": "Algebra <script>document.title='pw
          "https://lms.example.edu/course/3": '"><svg onload=alert(1)>',
          "https://lms.example.edu/course/4": "Biology \u202eevil",
          "https://lms.example.edu/course/5": "Long " + "y" * 10_000}
-FRESHNESS = {"last_success": "2026-12-02T04:15:00Z", "watermark": "2026-12-02T04:10:00Z",
-             "stale": "the last success started at 2026-11-27T04:15+01:00, before the run due at "
-                      "2026-11-30T04:15+01:00 (grace 60 min)", "written": "2026-12-02T09:00:00Z"}
+TODAY = "2026-04-02"
+# Paris is on summer time since 29 March: CEST, two hours ahead of UTC.
+FRESHNESS = {"last_success": "2026-04-02T02:15:00.000000Z", "watermark": "2026-04-02T02:10:00.000000Z",
+             "stale": "the last success started at 2026-03-27T04:15+01:00, before the run due at "
+                      "2026-03-30T04:15+02:00 (grace 60 min)", "written": "2026-04-02T07:00:30.123456Z",
+             "timezone": "Europe/Paris"}
+MONTHS = (("2026-01", "2026-01-01", "2026-01-31", 1), ("2026-02", "2026-02-01", "2026-02-28", 1),
+          ("2026-03", "2026-03-01", "2026-03-31", 1), ("2026-04", "2026-04-01", "2026-04-30", 0))
+TERMS = (("2025 autumn", "2025-09-01", "2025-12-20", 1), ("2026 spring", "2026-01-05", "2026-06-30", 0))
+
+
+def metrics(learners, outcomes=(None, None, None)):
+    return (learners, learners * 3, learners, *outcomes, 0.5, 60.0, 0)
+
+
+def publication(path):
+    """Weeks 2026-W01..W14, four months, two terms and the days of March and April for each course and the site;
+    one course week withheld."""
+    weekly, monthly, terms, days = [], [], [], []
+    for index, course in enumerate([None, *NAMES]):
+        base = 300 if course is None else 12 + 7 * index
+        for week in range(14):
+            label, first, last = week_label(week)
+            values = (*(None,) * 8, 1) if (course, week) == ("https://lms.example.edu/course/2", 13) else \
+                metrics(base + week, (week, 1, 0))
+            weekly.append((label, first, last, course, *values, int(week < 13)))
+        for number, (label, first, last, complete) in enumerate(MONTHS):
+            monthly.append((label, first, last, course, *metrics(base * 2 + number, (4, 2, 1)), complete))
+        for number, (label, first, last, complete) in enumerate(TERMS):
+            terms.append((label, first, last, course, *metrics(base * 5 + number, (40 + index, 20, 3)), complete))
+        for day in range(33):
+            date = (dt.date(2026, 3, 1) + dt.timedelta(days=day)).isoformat()
+            days.append((date, course, *metrics(base // 3 + day % 7)))
+    courses = [(iri, name, None, "Sciences &amp; <b>Maths</b>", None, None) for iri, name in NAMES.items()]
+    settings = PrivacySettings(min_cell_size=10, method="cell-key", max_noise=3, variance=2.0)
+    write_publication(str(path), None, (days, {"weekly_metrics": weekly, "monthly_metrics": monthly,
+                                               "term_metrics": terms}),
+                      settings=settings, wanted="test", euid=-1, courses=courses)
+    return path
 
 
 def chromium(tmp_path, *args):
     profile = tmp_path / "profile"
-    command = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+    command = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
                f"--user-data-dir={profile}", "--disable-dev-shm-usage", *args]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120,
                             env={**os.environ, "HOME": str(tmp_path)})
@@ -38,36 +80,130 @@ def chromium(tmp_path, *args):
     return result.stdout
 
 
-def test_chromium_renders_the_publications_numbers_and_runs_nothing_injected(tmp_path):
-    weekly = [period_row(week, course, 12 + 7 * index + week, completions=week, passed=1, failed=0)
-              for index, course in enumerate(NAMES) for week in range(14)]
-    site = [period_row(week, None, 300 + week, completions=40, passed=20, failed=3) for week in range(14)]
-    path = build(tmp_path / "serving.sqlite", NAMES, weekly, site=site)
-    page_path = report_page.write_report(str(path), str(tmp_path / "report.html"), FRESHNESS, today="2026-12-02")
-    url = f"file://{page_path}"
+class Charts(html.parser.HTMLParser):
+    """The SVG charts of a DOM: {svg id: {"values": texts of class v, "x": x-axis texts, "y": y-axis texts,
+    "legend": legend entries}}."""
 
-    dom = Page(chromium(tmp_path, "--dump-dom", url))
+    def __init__(self, text):
+        super().__init__(convert_charrefs=True)
+        self.charts, self._stack, self._svg = {}, [], None
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "svg":
+            self._svg = self.charts.setdefault(attrs.get("id") or f"svg-{len(self.charts)}",
+                                               {"values": [], "x": [], "y": [], "legend": [], "captions": []})
+        self._stack.append((tag, attrs.get("class") or ""))
+
+    def handle_endtag(self, tag):
+        while self._stack:
+            if self._stack.pop()[0] == tag:
+                break
+        if tag == "svg":
+            self._svg = None
+
+    def handle_data(self, data):
+        if self._svg is None or not self._stack or self._stack[-1][0] != "text":
+            return
+        classes = [cls for _, cls in self._stack]
+        own = classes[-1]
+        if own == "v":
+            self._svg["values"].append(data)
+        elif own == "legend-entry":
+            self._svg["legend"].append(data)
+        elif own == "y-caption":
+            self._svg["captions"].append(data)
+        elif "x-axis" in classes:
+            self._svg["x"].append(data)
+        elif "y-axis" in classes:
+            self._svg["y"].append(data)
+
+
+def shown(value):
+    return "withheld" if value is None else f"{value:,}"
+
+
+def test_chromium_renders_the_publications_numbers_with_axes_legends_and_local_times(tmp_path):
+    path = publication(tmp_path / "serving.sqlite")
+    page_path = report_page.write_report(str(path), str(tmp_path / "report.html"), FRESHNESS, today=TODAY)
+    url = f"file://{page_path}"
+    text = chromium(tmp_path, "--dump-dom", url)
+    dom, charts = Page(text), Charts(text).charts
+
     assert not any(tag in ("img", "script") for tag, _ in dom.elements)
     assert not any("data-pwned" in attrs or any(name.startswith("on") for name in attrs)
                    for _, attrs in dom.elements)
     assert dom.texts["stale"] == f"STALE: {FRESHNESS['stale']}"
-    shown = dom.rows("weekly-table")
-    with sqlite3.connect(path) as db:
-        published = {(course, period): learners for course, period, learners in db.execute(
-            "SELECT course, period, active_learners FROM weekly_metrics UNION ALL "
-            "SELECT NULL, period, active_learners FROM site_weekly_metrics")}
-    weeks = dom.tables["weekly-table"][0][1:]
-    assert len(weeks) == 12
-    assert shown["Whole site"] == [str(published[None, week]) for week in weeks]
-    for course in NAMES:
-        assert shown[report_data.label(course, NAMES)] == [str(published[course, week]) for week in weeks]
-    assert INJECTED in shown and "Biology evil" in shown  # shown as text; the override removed
-    assert dom.rows("outcomes-table")["Whole site"] == ["160", "80", "12", "0"]
+    # Times in the configured zone, to the minute (no microseconds, no UTC "Z").
+    assert dom.texts["data-as-of"] == "Data as of Thu 2 Apr 2026, 04:10 CEST"
+    assert (dom.texts["last-success"], dom.texts["written"]) == ("Thu 2 Apr 2026, 04:15 CEST",
+                                                                "Thu 2 Apr 2026, 09:00 CEST")
 
-    screenshot = tmp_path / "report.png"
-    chromium(tmp_path, f"--screenshot={screenshot}", "--window-size=1280,2000", url)
-    assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and screenshot.stat().st_size > 10_000
+    with sqlite3.connect(path) as db:
+        weekly = {(course, period): learners for course, period, learners in db.execute(
+            "SELECT course, period, active_learners FROM weekly_metrics")}
+        site = {table: {period: learners for period, learners in db.execute(
+            f"SELECT period, active_learners FROM {table} WHERE course IS NULL")}
+            for table in ("weekly_metrics", "monthly_metrics", "term_metrics")}
+    # The headline figures: the site's current week, month and term, against the previous complete one.
+    assert dom.texts["headline-week-value"] == shown(site["weekly_metrics"]["2026-W14"])
+    assert dom.texts["headline-week-change"] == (f"+1 (0%) against 2026-W13 "
+                                                 f"({shown(site['weekly_metrics']['2026-W13'])})")
+    assert dom.texts["headline-month-value"] == shown(site["monthly_metrics"]["2026-04"])
+    assert dom.texts["headline-month-change"].endswith(f"against 2026-03 ({shown(site['monthly_metrics']['2026-03'])})")
+    assert dom.texts["headline-term-value"] == shown(site["term_metrics"]["2026 spring"])
+    assert dom.texts["headline-term-change"].endswith(f"against 2025 autumn "
+                                                      f"({shown(site['term_metrics']['2025 autumn'])})")
+    # The weekly table (the heat map) and the numbers printed on the site's chart.
+    weeks = dom.tables["weekly-table"][0][1:]
+    assert weeks == [week_label(week)[0] for week in range(2, 14)]
+    rows = dom.rows("weekly-table")
+    assert rows["Whole site"] == [shown(weekly[None, week]) for week in weeks]
+    for course in NAMES:
+        assert rows[report_data.label(course, NAMES)] == [shown(weekly[course, week]) for week in weeks]
+    assert INJECTED in rows and "Biology evil" in rows  # shown as text; the override removed
+    assert charts["chart-site"]["values"] == [shown(weekly[None, week]) for week in weeks]
+    for chart in charts.values():
+        if chart["values"]:  # every chart of numbers has both axes, its scale starting at 0
+            assert chart["x"] and chart["y"] and "0" in (chart["x"][0], chart["y"][0]), chart
+    assert charts["chart-site"]["x"][-1] == week_label(13)[1] and charts["chart-site"]["captions"] == ["learners"]
+    assert dom.texts["shared-scale"].startswith("Every course chart below shares one scale: 0 to ")
+    # Legends: the heat map's shades and the outcomes' three fills.
+    assert dom.texts["heat-legend"].count("learners") == 5 and "withheld" in dom.texts["heat-legend"]
+    legend = next(chart for chart in charts.values() if chart["legend"])
+    assert legend["legend"] == ["Completions", "Passed", "Failed"]
+    outcomes = dom.rows("outcomes-table")
+    assert outcomes["Whole site"] == ["40", "20", "3", "0"]  # the current term's, the site's own row
+    # Each course's three bars, most completions first (course 5's 45 down to course 1's 41), numbers printed.
+    assert charts["outcomes-chart"]["values"] == [value for index in (5, 4, 3, 2, 1)
+                                                  for value in (str(40 + index), "20", "3")]
+
+    # A course's page: its tables and chart hold its rows of every grain; its name is text.
+    course = "https://lms.example.edu/course/2"
+    course_url = f"file://{tmp_path}/report-files/{report_files.page_name(course)}.html"
+    text = chromium(tmp_path, "--dump-dom", course_url)
+    page, course_charts = Page(text), Charts(text).charts
+    assert not any(tag in ("img", "script") for tag, _ in page.elements)
+    assert page.texts["course-name"] == INJECTED and page.texts["category"] == "Sciences &amp; <b>Maths</b>"
+    with sqlite3.connect(path) as db:
+        for grain, table, key in (("week", "weekly_metrics", "period"), ("month", "monthly_metrics", "period"),
+                                  ("term", "term_metrics", "period_start"), ("day", "daily_metrics", "day")):
+            period = "day" if grain == "day" else "period"
+            published = db.execute(f"SELECT {period}, active_learners, statements FROM {table} WHERE course = ? "
+                                   f"ORDER BY {key}", (course,)).fetchall()
+            index = 1 if grain == "day" else 3
+            assert [(row[0], row[index], row[index + 1]) for row in page.tables[f"table-{grain}"][1:]] == \
+                [(label, shown(learners), shown(statements)) for label, learners, statements in published], grain
+            assert course_charts[f"chart-{grain}"]["values"] == \
+                ["w" if learners is None else shown(learners) for _, learners, _ in published]
+            assert course_charts[f"chart-{grain}"]["x"] and course_charts[f"chart-{grain}"]["y"]
+
     artifacts = os.environ.get("LMS_REFRESH_ARTIFACTS", "/tmp/lms-refresh-artifacts")
     os.makedirs(artifacts, exist_ok=True)
-    kept = shutil.copy(screenshot, os.path.join(artifacts, "report.png"))
-    print(f"screenshot of the HTML report: {kept}")
+    for width in (375, 1440):
+        screenshot = tmp_path / f"report-{width}.png"
+        chromium(tmp_path, f"--screenshot={screenshot}", f"--window-size={width},2600", url)
+        assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and screenshot.stat().st_size > 10_000
+        kept = shutil.copy(screenshot, os.path.join(artifacts, f"report-{width}.png"))
+        print(f"screenshot of the HTML report at {width} px: {screenshot}, copied to {kept}")

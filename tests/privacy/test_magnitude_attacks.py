@@ -17,8 +17,10 @@ import sqlite3
 import pytest
 from test_perturbation_and_attacks import CELL_KEY, EXACT, NOW, K, configure, reproducible_ids, statement  # noqa: F401
 
+from helpers.downgrade import before_outcomes
 from lms_refresh.disclosure.cell_key import PerturbationTable
 from lms_refresh.disclosure.policy import PrivacySettings, published_row
+from lms_refresh.store.sqlite_schema import SQLITE
 
 PUPPETS = K - 1
 D = 3  # the default max_noise: how far the attacker must look around a published count
@@ -117,13 +119,13 @@ def test_a_cell_without_a_scale_publishes_neither_sum():
             "duration_learners": 20, "duration_key": 4, "score_max_micro": None, "duration_max_ms": None}
     for stem in ("attempt", "completion", "passed", "failed"):
         cell.update({f"{stem}s" if stem in ("attempt", "completion") else stem: 0, f"{stem}_learners": 0,
-                     f"{stem}_key": 0})
+                     f"{stem}_key": 0, f"{stem}_learner_key": 0})
     values = published_row(cell, PrivacySettings(min_cell_size=K), table)
-    assert values[6:] == (None, None, 1)
+    assert values[11:] == (None, None, 1)
     scaled = published_row(dict(cell, score_max_micro=900_000, duration_max_ms=60_000),
                            PrivacySettings(min_cell_size=K), table)
-    assert None not in scaled[6:8] and scaled[8] == 0
-    assert -1 <= scaled[6] <= 1 and scaled[7] >= 0
+    assert None not in scaled[11:13] and scaled[13] == 0
+    assert -1 <= scaled[11] <= 1 and scaled[12] >= 0
 
 
 def test_with_withhold_zeros_a_cell_nobody_scored_looks_like_one_a_few_scored():
@@ -136,11 +138,11 @@ def test_with_withhold_zeros_a_cell_nobody_scored_looks_like_one_a_few_scored():
             "duration_learners": 0, "duration_key": 0, "score_max_micro": None, "duration_max_ms": None}
     for stem in ("attempt", "completion", "passed", "failed"):
         cell.update({f"{stem}s" if stem in ("attempt", "completion") else stem: 20, f"{stem}_learners": 20,
-                     f"{stem}_key": 5})
+                     f"{stem}_key": 5, f"{stem}_learner_key": 6})
     few = dict(cell, score_sum_micro=1_500_000, score_count=3, score_learners=3, score_key=9, score_max_micro=900_000,
                duration_ms=60_000, duration_count=3, duration_learners=3, duration_key=9, duration_max_ms=30_000)
-    assert published_row(cell, settings, table)[6:] == published_row(few, settings, table)[6:] == (None, None, 1)
-    assert published_row(cell, PrivacySettings(min_cell_size=K), table)[6:] == (None, None, 0)  # zeros published
+    assert published_row(cell, settings, table)[11:] == published_row(few, settings, table)[11:] == (None, None, 1)
+    assert published_row(cell, PrivacySettings(min_cell_size=K), table)[11:] == (None, None, 0)  # zeros published
 
 
 def test_a_cell_whose_records_all_scored_zero_does_not_say_so_for_certain():
@@ -153,8 +155,8 @@ def test_a_cell_whose_records_all_scored_zero_does_not_say_so_for_certain():
             "duration_learners": 12, "duration_key": 0, "score_max_micro": 0, "duration_max_ms": 0}
     for stem in ("attempt", "completion", "passed", "failed"):
         cell.update({f"{stem}s" if stem in ("attempt", "completion") else stem: 0, f"{stem}_learners": 0,
-                     f"{stem}_key": 0})
-    averages = {published_row(dict(cell, score_key=key, duration_key=key), settings, table)[6]
+                     f"{stem}_key": 0, f"{stem}_learner_key": 0})
+    averages = {published_row(dict(cell, score_key=key, duration_key=key), settings, table)[11]
                 for key in range(1000, 1100)}
     assert 0.0 not in averages and len(averages) > 90
 
@@ -221,16 +223,18 @@ def test_an_upgraded_store_republishes_every_row_and_withholds_the_sums_of_close
                                for i in range(3)])
     project.invoke("run", now="2026-12-13T04:15:00+01:00", check=0)
     assert project.meta()["staging_horizon"] == "2026-11-13"  # 2 November is closed
-    published = {row[0]: row[8:] for row in project.serving()}
+    published = {row[0]: row[8:11] for row in project.serving()}
     assert published["2026-11-02"] == (0.3, 900.0, 0) and published["2026-12-12"] == (0.5, 90.0, 0)
     with contextlib.closing(sqlite3.connect(project.store)) as db:  # back to version 8
+        for sql in before_outcomes(SQLITE):
+            db.execute(sql)
         for table in ("daily_metrics", "period_metrics"):
             for column in ("score_max_micro", "duration_max_ms"):
                 db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         db.execute("UPDATE meta SET value = '8' WHERE key = 'schema_version'")
         db.commit()
     project.invoke("run", now="2026-12-14T04:15:00+01:00", check=0)
-    published = {row[0]: row[8:] for row in project.serving()}
+    published = {row[0]: row[8:11] for row in project.serving()}
     assert published["2026-11-02"] == (None, None, 1)  # closed: no scale, so neither sum
     assert published["2026-12-12"] == (0.5, 90.0, 0)  # counted again from its events
     assert "republish" not in project.meta()

@@ -107,7 +107,7 @@ def test_a_stronger_configuration_applies_at_the_next_run(project):
     project.invoke("run", now=LATER, check=0)
     assert in_force(project) == [(12, "cell-key", 3, 2.0, 1)]
     (row,) = project.serving()
-    assert row[2] is not None and row[6] is None and row[-1] == 1  # 6 passed of 12: withheld under k = 12
+    assert row[2] is not None and row[6] is None and row[10] == 1  # 6 passed of 12: withheld under k = 12
     assert project.query("SELECT message FROM runs ORDER BY started_at")[-1] == ("",)
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from helpers.batches import collect_batches
 from helpers.project import Project
+from helpers.publication import directory_entries
 from helpers.readers import MAPPER, WINDOW
 from helpers.statements import statement
 from lms_refresh import faults
@@ -24,11 +25,11 @@ NOW = "2026-11-03T04:15:00+01:00"
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 448 KiB tmpfs of our own (as root), unmounted afterwards: room for a new store (128 KiB since schema
-    version 10) and its write-ahead log while it is built (272 KiB), and little more."""
+    """A 512 KiB tmpfs of our own (as root), unmounted afterwards: room for a new store (128 KiB since schema
+    version 11) and its write-ahead log while it is built (286 KiB), and little more."""
     mountpoint = tmp_path / "disk"
     mountpoint.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=448k,mode=0755", "tmpfs", str(mountpoint)],
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k,mode=0755", "tmpfs", str(mountpoint)],
                              capture_output=True, text=True)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN): {mounted.stderr.strip()}")
@@ -114,7 +115,7 @@ def test_a_full_disk_under_the_publication_exits_69_records_the_run_and_leaves_n
         assert "free some space — the store is committed, and the next run publishes it." in result.stderr
         assert "Traceback" not in result.stderr and "nothing was committed" not in result.stderr
         # one per run no more (the HTML report is the first run's: a run whose publication failed writes none)
-        assert sorted(p.name for p in directory.iterdir()) == ["report.html", "serving.sqlite"]
+        assert directory_entries(directory) == ["report-files", "report.html", "serving.sqlite"]
         assert project.runs()[-1][:3] == ("run", "publish-failed", 69)
     assert [row[2] for row in project.serving()] == [12, 11]  # the first of the two committed its rows
     check = project.invoke("status", "--check", now=later)
@@ -136,7 +137,7 @@ def test_forget_on_a_full_publication_disk_says_the_learner_is_forgotten_and_sta
     assert "Forgot one learner: 1 staged event" in result.stderr
     assert "the disk is full" in result.stderr
     assert "the store is committed, and the next run publishes it." in result.stderr
-    assert sorted(p.name for p in directory.iterdir()) == ["report.html", "serving.sqlite"]  # the run's report
+    assert directory_entries(directory) == ["report-files", "report.html", "serving.sqlite"]  # the run's report
     check = project.invoke("status", "--check", now=NOW)
     assert check.returncode == 1, check.stdout
     behind = f"the publication {directory / 'serving.sqlite'} is behind the store (the next run publishes it)"

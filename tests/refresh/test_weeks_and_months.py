@@ -169,7 +169,7 @@ def test_weeks_across_a_dst_change_follow_the_local_calendar(project, timezone, 
     check_every_grain(project, written, timezone, edge + dt.timedelta(hours=1))
     weeks = project.grain_rows("week")
     # 30 minutes either side of local midnight: two weeks of K learners, the first over (lag 0), the second not.
-    assert [(row[4], row[-1]) for row in weeks] == [(K, 1), (K, 0)]
+    assert [(row[4], row[13]) for row in weeks] == [(K, 1), (K, 0)]
     assert weeks[1][1] == edge.astimezone(zoneinfo.ZoneInfo(timezone)).date().isoformat()
     assert dt.date.fromisoformat(weeks[1][1]).weekday() == 0
 
@@ -179,10 +179,10 @@ def test_a_period_is_complete_once_its_end_and_the_lag_have_passed(project):
     written = [statement(learner=f"l{n}", course="BIO101", timestamp="2026-11-01T15:00:00Z") for n in range(K)]
     project.write("a.ndjson", written)
     project.invoke("run", now="2026-11-02T05:59:59Z", check=0)  # the week ended at 05:00 UTC; the lag is 1 h
-    assert [row[-1] for row in project.grain_rows("week")] == [0]
+    assert [row[13] for row in project.grain_rows("week")] == [0]
     project.invoke("run", now="2026-11-02T06:00:00Z", check=0)  # nothing new to read: the run still closes it
-    assert [row[-1] for row in project.grain_rows("week")] == [1]
-    assert [row[-1] for row in project.grain_rows("month")] == [0]  # November goes on
+    assert [row[13] for row in project.grain_rows("week")] == [1]
+    assert [row[13] for row in project.grain_rows("month")] == [0]  # November goes on
     check_every_grain(project, written, "America/New_York", moment("2026-11-02T05:00:00Z"))
 
 
@@ -263,7 +263,7 @@ def test_the_readme_weekly_query_runs_as_written(project):
     rows = dashboard(project, readme_query("### Weekly active learners per course\n"))
     expected = [(row[0], row[3], row[4]) for row in
                 expected_periods(written, "Europe/Paris", K, "week", moment("2026-10-23T04:15:00Z"))
-                if row[-1] == 1 and row[4] is not None and row[3] is not None]
+                if row[13] == 1 and row[4] is not None and row[3] is not None]
     assert rows == expected and {row[0] for row in rows} == {"2026-W41", "2026-W42"}  # W43 goes on
 
 
@@ -273,7 +273,7 @@ def test_the_readme_site_monthly_query_runs_as_written(project):
     project.write("a.ndjson", written)
     project.invoke("run", now="2026-10-28T04:15:00Z", check=0)
     rows = dashboard(project, readme_query("The site's monthly total"))
-    expected = [(row[0], row[4], row[5], row[-1]) for row in
+    expected = [(row[0], row[4], row[5], row[13]) for row in
                 expected_periods(written, "Europe/Paris", K, "month", moment("2026-10-28T04:15:00Z"))
                 if row[3] is None]
     assert rows == expected and [row[0] for row in rows] == ["2026-09", "2026-10"] and rows[0][3] == 1

@@ -20,7 +20,7 @@ def recorded(path=RUN):
 
 def steps_of_ci():
     with open(RUN, encoding="utf-8") as handle:
-        return re.findall(r"^step (\S+) ", handle.read(), re.M)
+        return re.findall(r"^[ (]*step (\S+) ", handle.read(), re.M)
 
 
 def test_every_step_and_host_session_has_a_line_of_recorded_figures():

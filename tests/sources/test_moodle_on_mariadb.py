@@ -11,6 +11,7 @@ from helpers.moodle_mariadb import MariaDBMoodle, create_reader
 from helpers.moodledb import EXPECTED_TWO_DAYS, READER_PASSWORD, course_iri, load_two_days, moodle_project, unix
 from helpers.ports import unused_port
 from helpers.publication import publication
+from lms_refresh.store import tables
 
 NOW = "2026-11-25T04:15:00+01:00"
 
@@ -92,7 +93,8 @@ def test_mariadb_and_postgresql_holding_the_same_rows_publish_identical_tables(t
     # Every table, the publication's digest of the whole included: the same bytes from either database.
     assert postgresql == mariadb and len(mariadb["daily_metrics"][1]) == 2 and len(mariadb["courses"][1]) == 2
     assert len(mariadb["site_daily_metrics"][1]) == 2 and mariadb["freshness"][1] == [
-        ("2026-11-26T04:15:00+01:00", "2026-11-26T03:15:00Z", "2026-11-26T03:15:00Z", "Europe/Paris", 10)]
+        ("2026-11-26T04:15:00+01:00", "2026-11-26T03:15:00Z", "2026-11-26T03:15:00Z", "Europe/Paris",
+         tables.SCHEMA_VERSION)]
     assert projects[0].serving() == projects[1].serving()
     names = dict((row[0], row[1:4]) for row in published(projects[1])["courses"][1])
     assert names[course_iri(7)] == ("Mathématiques 😀 数学 L1", "MATH-L1", "Économie & gestion — 经济")

@@ -214,6 +214,42 @@ def test_a_dashboard_role_reads_the_serving_view_and_nothing_else(server, pg_pro
                 db.execute(f"SELECT * FROM {private}")
 
 
+def test_the_learner_outcome_columns_keep_the_views_grants_and_a_dashboards_own_view(server, pg_project):
+    """Schema version 10 adds its columns at the end of the serving views, replaced in place: a role granted
+    before the upgrade reads them, and a view a dashboard built over them neither stops the migration nor goes."""
+    import psycopg
+
+    from helpers.downgrade import before_outcomes
+    from lms_refresh.store.postgres_schema import POSTGRESQL
+
+    pg_project.write("a.ndjson", [statement(learner=f"u{i}", verb="completed") for i in range(12)])
+    pg_project.invoke("run", now=NOW, check=0)
+    for sql in before_outcomes(POSTGRESQL) + ["DELETE FROM lms_refresh.schema_version WHERE version >= 10",
+                                              "UPDATE lms_refresh.meta SET value = '9' WHERE key = 'schema_version'"]:
+        server.admin(sql, pg_project.database)
+    server.admin("DO $$ BEGIN CREATE ROLE dashboard LOGIN PASSWORD 'dash'; "
+                 "EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+    for grant in ("GRANT USAGE ON SCHEMA lms_refresh_serving TO dashboard",  # as grant-reader did before the upgrade
+                  "GRANT SELECT ON ALL TABLES IN SCHEMA lms_refresh_serving TO dashboard"):
+        server.admin(grant, pg_project.database)
+    server.admin("CREATE VIEW public.chart AS SELECT day, active_learners FROM lms_refresh_serving.daily_metrics "
+                 "WHERE course IS NOT NULL", pg_project.database)
+    server.admin("GRANT SELECT ON public.chart TO dashboard", pg_project.database)
+    pg_project.write("b.ndjson", [statement(learner="late", verb="completed", stored="2026-11-03T04:00:00Z")])
+    pg_project.invoke("run", now="2026-11-03T06:00:00+01:00", check=0)  # upgrades to version 10 and on
+    url = f"host=127.0.0.1 port={server.port} dbname={pg_project.database} user=dashboard password=dash"
+    with psycopg.connect(url, autocommit=True) as db:
+        rows = db.execute("SELECT course IS NULL, active_learners, completed_learners, completed_share "
+                          "FROM lms_refresh_serving.daily_metrics ORDER BY course NULLS FIRST").fetchall()
+        assert rows == [(False, 13, 13, 1.0)]  # exact counts: the course's (the site's moved to site_daily_metrics)
+        for grain in ("weekly", "monthly"):
+            assert db.execute(f"SELECT completed_learners FROM lms_refresh_serving.{grain}_metrics").fetchall() \
+                == [(13,)]
+        assert db.execute("SELECT active_learners FROM public.chart").fetchall() == [(13,)]
+    assert server.admin("SELECT value FROM lms_refresh.meta WHERE key = 'schema_version'", pg_project.database) \
+        == [(str(SCHEMA_VERSION),)]
+
+
 def test_grant_reader_refuses_public_and_a_role_that_does_not_exist(server, pg_project):
     """`public` granted every role of the cluster and said "public may now read ..."; an unknown role was told to
     "check its schema"."""

@@ -1,6 +1,6 @@
-"""The site's rows apart from the courses', the freshness row and the declared keys (schema 10), on both stores: what a
+"""The site's rows apart from the courses', the freshness row and the declared keys (schema 11), on both stores: what a
 dashboard reads (the SQLite publication file, PostgreSQL's serving schema) against the independent recounts
-(tests/helpers/reference.py, tests/helpers/period_reference.py), and a store of schema 9 upgraded by its next run."""
+(tests/helpers/reference.py, tests/helpers/period_reference.py), and a store of schema 10 upgraded by its next run."""
 
 import contextlib
 import datetime as dt
@@ -10,6 +10,7 @@ import sqlite3
 import pytest
 
 from helpers import docs
+from helpers.downgrade import before_site_apart
 from helpers.period_reference import expected_periods
 from helpers.publication import publication
 from helpers.reference import expected_serving
@@ -163,43 +164,20 @@ def test_a_course_whose_iri_ends_in_slashes_or_hostile_text_is_labelled_by_the_n
     assert iri_label("\u202e") == "(unnamed course)"  # nothing left of it: never blank
 
 
-# The views of a store of schema 9 (what the previous lms-refresh wrote): the site's rows in the course views,
-# `course` NULL (LEFT JOIN courses, which has no row for the site).
-def _old_period_view(dialect, grain):
-    return f"""
-SELECT p.period, {dialect.date("p.period_start")} AS period_start, {dialect.date("p.period_end")} AS period_end,
-  c.iri AS course, p.active_learners, p.statements, p.attempts, p.completions, p.passed, p.failed,
-  p.avg_scaled_score, p.total_duration_seconds, p.suppressed, p.complete
-FROM {dialect.name("published_periods")} AS p
-LEFT JOIN {dialect.name("courses")} AS c USING (course_id)
-WHERE p.grain = '{grain}'
-"""
-
-
-def taken_back_to_schema_9(project):
-    """Take the refreshed store of `project` back to schema 9 as the previous lms-refresh left it: its views with the
-    site's rows (course NULL), none of schema 10's tables or views, and (SQLite) a publication file of that shape."""
+def taken_back_to_schema_10(project):
+    """Take the refreshed store of `project` back to schema 10 as the previous lms-refresh left it
+    (helpers/downgrade.py: its views with the site's rows, course NULL; none of schema 11's tables or views) and
+    (SQLite) its publication file to that shape."""
     config = load_config(str(project.config), {})
     store = open_store(config, {}, create=False)
-    dialect = store.dialect
     ddl = getattr(store, "_ddl", lambda text: text)
-    drops = [f"DROP VIEW IF EXISTS {dialect.serving_of(view)}" for view in tables.BY_NAME.values()]
-    drops += [f"DROP VIEW IF EXISTS {dialect.serving_of(view)}" for view in tables.SITE_TABLES.values()]
-    drops += [f"DROP VIEW IF EXISTS {dialect.serving_of('freshness')}"]
-    drops += [f"DROP VIEW IF EXISTS {dialect.serving}", f"DROP VIEW IF EXISTS {dialect.serving_courses}"]
-    drops += [f"DROP VIEW IF EXISTS {dialect.serving_of(view)}" for view in tables.PERIOD_VIEWS.values()]
-    drops += [f"DROP TABLE {dialect.name('course_labels')}", f"DROP TABLE {dialect.name('freshness')}"]
-    creates = [f"CREATE VIEW {dialect.serving} AS{tables.serving_view(dialect, 9)}",
-               f"CREATE VIEW {dialect.serving_courses} AS{tables.courses_view(dialect, 9)}"]
-    creates += [f"CREATE VIEW {dialect.serving_of(view)} AS{_old_period_view(dialect, grain)}"
-                for grain, view in tables.PERIOD_VIEWS.items()]
     try:
         store.begin()
-        for statement in drops + creates:
+        for statement in before_site_apart(store.dialect, schema=getattr(store, "schema", "lms_refresh")):
             store.db.execute(ddl(statement))
-        store.set_meta("schema_version", 9)
+        store.set_meta("schema_version", tables.SITE_APART_SINCE - 1)
         if project.postgres:
-            store.db.execute(f"DELETE FROM {store.schema}.schema_version WHERE version = 10")
+            store.db.execute(f"DELETE FROM {store.schema}.schema_version WHERE version = {tables.SITE_APART_SINCE}")
         store.commit()
     finally:
         store.close()
@@ -230,16 +208,16 @@ def site_nulls(project):
         store.close()
 
 
-def test_a_store_of_schema_9_and_its_publication_get_the_new_shape_at_the_next_run(project):
+def test_a_store_of_schema_10_and_its_publication_get_the_new_shape_at_the_next_run(project):
     written = refreshed(project)
     new_shape = {table: dashboard(project, f"SELECT * FROM {table} ORDER BY 1, 2")
                  for table in (*COURSE_TABLES.values(), *tables.SITE_TABLES.values())}
-    taken_back_to_schema_9(project)
+    taken_back_to_schema_10(project)
     assert all(count > 0 for count in site_nulls(project))  # the old shape: the site's rows among the courses'
     result = project.invoke("run", now=stamp(NOW + dt.timedelta(hours=1)), check=0)
     assert result.returncode == 0
     assert site_nulls(project) == [0, 0, 0, 0]
-    for table, rows in new_shape.items():  # the same rows as a store created at schema 10
+    for table, rows in new_shape.items():  # the same rows as a store created at schema 11
         assert dashboard(project, f"SELECT * FROM {table} ORDER BY 1, 2") == rows, table
     assert dashboard(project, "SELECT schema_version, last_success FROM freshness") == [
         (tables.SCHEMA_VERSION, "2026-11-20T05:15:00Z")]

@@ -15,7 +15,7 @@ import pytest
 from helpers.commands import reachable_cli
 from helpers.exports import deliver
 from helpers.project import Project
-from helpers.publication import publication, read_publication
+from helpers.publication import directory_entries, publication, read_publication
 from helpers.statements import statement
 from lms_refresh.demo.sample import generate, write_daily_files
 
@@ -61,7 +61,7 @@ def test_the_publication_holds_the_published_rows_and_nothing_else(sqlite_projec
     assert about == (10, "cell-key", 3, 2.0, 0)
     assert stat.S_IMODE(path.stat().st_mode) == 0o644 and stat.S_IMODE(path.parent.stat().st_mode) == 0o755
     # no journal, no WAL, no temporary: the publication and the HTML report a run writes beside it
-    assert sorted(p.name for p in path.parent.iterdir()) == ["report.html", "serving.sqlite"]
+    assert directory_entries(path.parent) == ["report-files", "report.html", "serving.sqlite"]
     with contextlib.closing(sqlite3.connect(path)) as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
     actors = [row[0] for row in sqlite_project.query("SELECT DISTINCT actor FROM staged_events")]
@@ -309,8 +309,8 @@ def test_an_unknown_publication_group_is_a_configuration_error(sqlite_project):
 # -- failures after the commit (issue 20, class 4) ------------------------------------------------------
 
 def publication_leftovers(project):
-    kept = ("serving.sqlite", "report.html")  # the publication and the HTML report written beside it
-    return sorted(p.name for p in publication(project).parent.iterdir() if p.name not in kept)
+    kept = ("serving.sqlite", "report.html", "report-files")  # the publication and the HTML report beside it
+    return [name for name in directory_entries(publication(project).parent) if name not in kept]
 
 
 def check_line(project, now):

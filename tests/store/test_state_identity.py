@@ -8,9 +8,10 @@ import shutil
 
 import pytest
 
+from helpers.downgrade import before_outcomes
 from helpers.reference import expected_serving
 from helpers.statements import statement
-from lms_refresh.store.sqlite_schema import MIGRATIONS
+from lms_refresh.store.sqlite_schema import MIGRATIONS, SQLITE
 
 PARIS = "Europe/Paris"
 # The migration that made statement ids unique (the last one when these tests were written).
@@ -272,7 +273,9 @@ def test_an_older_store_with_a_double_staged_id_is_repaired_by_the_upgrade(sqlit
     with sqlite3.connect(project.store) as db:
         db.execute("DROP INDEX staged_events_event_id")  # back to the schema before that migration
         db.execute("DROP TABLE pending_days")
-        for table in ("daily_metrics", "period_metrics"):  # version 9's columns (a column is never added twice)
+        for sql in before_outcomes(SQLITE):  # version 10's columns (a column is never added twice)
+            db.execute(sql)
+        for table in ("daily_metrics", "period_metrics"):  # version 9's
             for column in ("score_max_micro", "duration_max_ms"):
                 db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         row = db.execute("SELECT * FROM staged_events LIMIT 1").fetchone()

@@ -24,6 +24,8 @@ import lms_refresh
 from helpers.container import Container, build_in_fresh_root, host
 from helpers.moodledb import EXPECTED_TWO_DAYS, READER_PASSWORD, SITE, load_two_days
 from lms_refresh.demo.sample import _VERB_CHOICES, COURSES, generate, statement, write_daily_files
+from lms_refresh.run.report_html import local_time
+from lms_refresh.store.tables import SCHEMA_VERSION
 
 pytestmark = pytest.mark.system
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -92,6 +94,20 @@ def test_package_builds_and_passes_lintian(debs):
     result = host("lintian", "--fail-on", "error,warning", changes, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert re.search(r"^[EW]: ", result.stdout, re.M) is None, result.stdout
+
+
+def test_the_package_ships_the_datasette_metadata_as_generated(debs, tmp_path):
+    """/usr/share/lms-refresh/: the metadata and plugin of docs/datasette.md's server command, as the dictionary
+    generates them (tests/operations/test_datasette_served.py serves the same files)."""
+    from lms_refresh.store import datasette
+
+    deb = glob.glob(os.path.join(debs, "*.deb"))[0]
+    host("dpkg-deb", "-x", deb, str(tmp_path))
+    shipped = tmp_path / "usr" / "share" / "lms-refresh"
+    assert sorted(os.listdir(shipped)) == ["datasette-plugins", "datasette.yml"]
+    assert (shipped / "datasette.yml").read_text() == datasette.render("serving")
+    assert os.listdir(shipped / "datasette-plugins") == [datasette.PLUGIN_NAME]
+    assert (shipped / "datasette-plugins" / datasette.PLUGIN_NAME).read_text() == datasette.PLUGIN
 
 
 @pytest.fixture(scope="module", params=["bookworm", "trixie"])
@@ -281,8 +297,11 @@ def assert_the_page_shows_the_last_run(box, group="lms-refresh", mode="644"):
     assert box.run("stat", "-c", "%U:%G %a", page).stdout.split() == [f"lms-refresh:{group}", mode]
     html = box.run("cat", page).stdout
     shown = status(box)
-    assert f'<dd id="last-success">{shown["last_success"]["started_at"]}</dd>' in html, html[:3000]
-    assert f'<dd id="watermark">{shown["watermark"]}</dd>' in html and 'id="fresh"' in html
+    zone = re.search(r'<dd id="timezone">([^<]+)</dd>', html).group(1)  # the page's times are in the configured zone
+    assert f'<dd id="last-success">{local_time(shown["last_success"]["started_at"], zone)}</dd>' in html, html[:3000]
+    assert f'<dd id="watermark">{local_time(shown["watermark"], zone)}</dd>' in html and 'id="fresh"' in html
+    pages = box.run("find", "/var/lib/lms-refresh-publication/report-files", "-name", "*.html").stdout.split()
+    assert pages, "the unit wrote no course page beside the report"
     assert box.run("test", "-e", "/var/lib/lms-refresh/report-failed", check=False).returncode == 1
     plugin = as_service_user(box, "status", "--check", check=False)
     assert plugin.returncode == 0 and plugin.stdout.startswith("LMS-REFRESH OK"), plugin.stdout
@@ -998,6 +1017,7 @@ def test_reinstall_keeps_state_and_purge_removes_it(system):
 
 
 OLD_COMMIT = "fc5aa84"  # 0.1.0 before statement mapping version 2 (a store of it records no mapping version)
+OLD_SCHEMA_VERSION = 2  # the schema version of a store 0.1.0 wrote (its lms_refresh/store/schema.py: two migrations)
 
 
 @pytest.fixture(scope="session")
@@ -1039,6 +1059,19 @@ def test_an_upgrade_from_the_previous_release_keeps_the_timers_run_succeeding(sy
     assert system.run("systemctl", "is-enabled", "lms-refresh.timer").stdout.strip() == "enabled"
     assert system.run("systemctl", "is-active", "lms-refresh.timer").stdout.strip() == "active"
     assert system.run("systemctl", "is-enabled", "lms-refresh-catch-up.timer").stdout.strip() == "enabled"
+    # Between the upgrade and the next run nothing is wrong (docs/admin/upgrade.md, step 3): on the older store,
+    # check and status exit 0 and say that the next run upgrades it, and the monitoring plugin stays OK.
+    upgrades = f"the next run upgrades it from schema version {OLD_SCHEMA_VERSION} to {SCHEMA_VERSION}"
+    check = as_service_user(system, "check", check=False)
+    assert check.returncode == 0 and f"ok  store: {upgrades}" in check.stdout, check.stdout + check.stderr
+    shown = as_service_user(system, "status", check=False)
+    assert shown.returncode == 0 and (f"schema v{OLD_SCHEMA_VERSION}); the next run upgrades it to schema "
+                                      f"v{SCHEMA_VERSION}") in shown.stdout, shown.stdout + shown.stderr
+    assert status(system)["store"]["upgrade"] == {"from": OLD_SCHEMA_VERSION, "to": SCHEMA_VERSION}
+    plugin = as_service_user(system, "status", "--check", check=False)
+    assert plugin.returncode == 0 and plugin.stdout.startswith("LMS-REFRESH OK - ") and (
+        f"the next run upgrades the store from schema version {OLD_SCHEMA_VERSION} to {SCHEMA_VERSION}"
+        in plugin.stdout), plugin.stdout + plugin.stderr
     try:
         start_by_a_timer(system)  # the first scheduled run after the upgrade
         system.wait_for(lambda: system.show(UNIT, "ActiveState")["ActiveState"] in ("inactive", "failed"),

@@ -226,6 +226,7 @@ def _full(cell):
     for stem in ("attempt", "completion", "passed", "failed", "score", "duration"):
         full[f"{stem}_learners"] = 0
         full[f"{stem}_key"] = 0
+        full[f"{stem}_learner_key"] = 0
     full.update({name: 0 for name in names})
     full.update(score_count=0, score_sum_micro=0, duration_count=0, duration_ms=0)
     return full

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 from helpers.project import Project
 from helpers.statements import HOME, statement
 from lms_refresh import logs
+from lms_refresh.disclosure import folding
 from lms_refresh.disclosure.redaction import REDACTED, Redactor, scrub_text, url_origin, url_without_password
 from lms_refresh.ops.alerts import compose, mail_text
 from lms_refresh.sources.xapi_fields import actor_identifier
@@ -328,3 +329,21 @@ def test_a_usage_error_of_the_installed_command_is_redacted_and_exits_2(sqlite_p
         assert "Error: Invalid value for '--since': " in result.stderr and "is not an ISO date" in result.stderr
         assert "Usage: lms-refresh backfill [OPTIONS]" in result.stderr
         assert "example.org" not in result.stderr.casefold() and REDACTED in result.stderr, result.stderr
+
+
+# Characters re's IGNORECASE pairs with an ASCII letter (ı, ſ, the Kelvin sign, İ), case pairs, white space and "_":
+# where the identifier pattern is compiled only for a text that may hold a value (folding.words), a text it skips
+# must be one the pattern finds nothing in.
+_TRICKY = "aijksIJKS \t_\u0131\u017f\u212a\u0130\u00e9E\u0301-.@1"
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(values=st.lists(st.text(alphabet=_TRICKY, min_size=1, max_size=8), min_size=1, max_size=4),
+       text=st.text(alphabet=_TRICKY, max_size=30))
+@example(values=["jsmith"], text="J\u017fMITH")
+@example(values=["Kim"], text="\u212a\u0130m")
+@example(values=["ann_lee"], text="x ANN \t LEE y")
+def test_the_identifier_pattern_compiled_only_when_needed_finds_what_the_whole_pattern_finds(values, text):
+    words = folding.words(values, 3)
+    assert words.sub("#", text) == words.pattern.sub("#", text)
+    assert [m.span() for m in words.finditer(text)] == [m.span() for m in words.pattern.finditer(text)]

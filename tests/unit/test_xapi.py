@@ -19,7 +19,7 @@ import pytest
 from helpers.statements import HOME, statement
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser
 from lms_refresh.sources import json_decoding
-from lms_refresh.sources.records import title_of
+from lms_refresh.sources.records import CLEANED, title_of
 from lms_refresh.sources.xapi import ADL, COURSE_TYPE, StatementMapper, name_id
 from lms_refresh.sources.xapi_fields import InvalidStatement, parse_duration_ms, stored_cursor
 
@@ -521,9 +521,10 @@ def test_the_course_activity_names_the_course_the_latest_stored_in_a_batch_wins(
         names.map(dict(_named("Broken", stored="2026-11-04T10:00:00Z"), verb={"id": "not an iri"}))
     taken = names.take_new_names()
     # Every naming statement's name, newest first: which one names the course waits for which of them count
-    # (records.names_without; tests/store/test_course_names.py).
-    assert [(title[0], title[2]) for title in taken[("title", name_id(COURSE))]] == [
-        ("2026-11-03T10:00:00.000000Z", {"en-US": "Second"}), ("2026-11-02T10:00:00.000000Z", {"en-US": "First"})]
+    # (records.names_without; tests/store/test_course_names.py). The newest is cleaned where it was mapped (in a
+    # parsing worker): its statement does not travel to the staging process; an older one's waits to be read.
+    assert [(title[0], title[2], title[3] == CLEANED) for title in taken[("title", name_id(COURSE))]] == [
+        ("2026-11-03T10:00:00.000000Z", "Second", True), ("2026-11-02T10:00:00.000000Z", {"en-US": "First"}, False)]
     assert title_of(taken[("title", name_id(COURSE))]) == ("2026-11-03T10:00:00.000000Z", "Second", None, None, None,
                                                             None)
     assert ("title", name_id(COURSE)) not in names.take_new_names()  # taken once
@@ -557,7 +558,7 @@ def test_a_batch_keeps_only_the_newest_naming_statements_of_a_course_first_read_
     taken = names.take_new_names()[("title", name_id(COURSE))]
     # All of minute 9 (six of them) are newer than any other: the first NAMING_KEPT read, in the order read.
     expected = [f"n{number}" for number, minute in enumerate(order) if minute == 9][:NAMING_KEPT]
-    assert NAMING_KEPT == 4 and [title[2]["en-US"] for title in taken] == expected
+    assert NAMING_KEPT == 4 and [title[2] for title in taken] == expected  # all the newest: cleaned already
     assert {title[0] for title in taken} == {"2026-11-02T10:09:00.000000Z"}
 
 

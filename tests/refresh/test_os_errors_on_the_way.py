@@ -1,0 +1,168 @@
+"""An error of the operating system met on the way through the export files or while the parsing workers start
+is classified as what it is — the machine short of something (69), a device or a sandbox to look at (78) — never
+as bad input to fix (65), never as the store's, never as an export file skipped; and nothing is committed.
+
+The errors are injected where the run meets them: os.stat, os.scandir, os.open and os.fork patched in this process
+for one path (the CLI runs in-process), and, for the workers' semaphores, a /dev/shm really read-only or full in a
+mount namespace of our own (as root)."""
+
+import errno
+import json
+import os
+import subprocess
+import uuid
+
+import pytest
+
+from helpers.project import Project
+from helpers.statements import statement
+from lms_refresh import errors
+from lms_refresh.sources import ndjson_worker
+
+NOW = "2026-11-03T04:15:00+01:00"
+EIO = "an input/output error (Input/output error); the disk or the file system under it failed — see the kernel's " \
+      "log (journalctl -k) and check the device; nothing was committed."
+
+
+def failing(real, path, number):
+    """`real` (an os function taking a path first), raising OSError(`number`) for `path` alone."""
+    def call(target, *args, **kwargs):
+        if os.fspath(target) == str(path):
+            raise OSError(number, os.strerror(number), str(target))
+        return real(target, *args, **kwargs)
+    return call
+
+
+def project_with_files(tmp_path):
+    project = Project(tmp_path / "p")
+    first = project.write("a.ndjson", [statement(learner=f"u{i}") for i in range(12)])
+    (project.source / "later").mkdir()
+    second = project.write("later/b.ndjson", [statement(learner=f"v{i}") for i in range(12)])
+    return project, first, second
+
+
+def assert_nothing_committed(project, result):
+    assert "Traceback" not in result.stderr and "fix or move the file" not in result.stderr
+    assert "watermark" not in project.meta() and project.serving() == []
+    assert project.runs()[-1][1:3] == ("failed", result.returncode)
+
+
+def test_an_input_output_error_on_an_export_files_stat_fails_the_run_instead_of_skipping_the_file(
+        tmp_path, monkeypatch):
+    """Skipped with a warning, the file's statements would be behind the watermark when the device works again."""
+    project, _, second = project_with_files(tmp_path)
+    monkeypatch.setattr(os, "stat", failing(os.stat, second, errno.EIO))
+    result = project.invoke("run", now=NOW)
+    assert result.returncode == 78, result.stderr
+    assert f"Cannot reach {second}: {EIO}" in result.stderr
+    assert "Skipped" not in result.stderr
+    assert_nothing_committed(project, result)
+
+
+def test_a_stale_export_share_is_unreachable_not_a_path_to_fix(tmp_path, monkeypatch):
+    project, _, _ = project_with_files(tmp_path)
+    monkeypatch.setattr(os, "stat", failing(os.stat, project.source, errno.ESTALE))
+    result = project.invoke("run", now=NOW)
+    assert result.returncode == 69, result.stderr
+    assert (f"Cannot reach the xAPI source path {project.source}: the file system it is on cannot be reached (Stale "
+            "file handle; a network share?); nothing was committed, and a later run reads it again.") in result.stderr
+    assert "point source.path at" not in result.stderr
+    assert_nothing_committed(project, result)
+
+
+def test_an_input_output_error_listing_a_directory_is_the_devices_not_a_tree_to_move(tmp_path, monkeypatch):
+    project, _, second = project_with_files(tmp_path)
+    monkeypatch.setattr(os, "scandir", failing(os.scandir, os.path.dirname(second), errno.EIO))
+    result = project.invoke("run", now=NOW)
+    assert result.returncode == 78, result.stderr
+    assert f"Cannot list the directory {os.path.dirname(second)}: {EIO}" in result.stderr
+    assert "move it out of source.path" not in result.stderr
+    assert_nothing_committed(project, result)
+
+
+def test_a_file_access_refuses_for_an_input_output_error_is_not_called_a_permission_to_grant(tmp_path, monkeypatch):
+    """access(2) answers "no" to EIO as to EACCES: what opening the file says decides which it is."""
+    project, first, _ = project_with_files(tmp_path)
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: os.fspath(path) != str(first))
+    monkeypatch.setattr(os, "open", failing(os.open, first, errno.EIO))
+    result = project.invoke("run", now=NOW)
+    assert result.returncode == 78, result.stderr
+    assert f"Cannot read {first}: {EIO}" in result.stderr
+    assert "permission denied" not in result.stderr
+    assert_nothing_committed(project, result)
+    check = project.invoke("check", now=NOW)
+    assert check.returncode == 78 and f"Cannot read {first}: {EIO}" in check.stdout + check.stderr, check
+
+
+def test_a_file_access_refuses_for_want_of_permission_still_names_the_user(tmp_path, monkeypatch):
+    project, first, _ = project_with_files(tmp_path)
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: os.fspath(path) != str(first))
+    monkeypatch.setattr(os, "open", failing(os.open, first, errno.EACCES))
+    result = project.invoke("run", now=NOW)
+    assert result.returncode == 78, result.stderr
+    assert f"Cannot read {first}: permission denied for user 'root'" in result.stderr
+    assert_nothing_committed(project, result)
+
+
+def large_project(tmp_path):
+    """A project whose export file is larger than the parallel parsing threshold (16 MiB): the run starts workers."""
+    project = Project(tmp_path / "p")
+    line = json.dumps(statement(learner="LEARNER", id="ID"))
+    path = project.source / "big.ndjson"
+    project.source.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        for i in range((17 << 20) // len(line) + 1):
+            handle.write(line.replace("ID", str(uuid.uuid4())).replace("LEARNER", f"u{i % 50}") + "\n")
+    return project
+
+
+def test_workers_that_cannot_be_forked_for_want_of_processes_are_transient(tmp_path, monkeypatch):
+    """fork() refused with EAGAIN (the user's process limit, the unit's TasksMax=): 69, a later run may start them;
+    not an unexpected failure (1), nor the store's."""
+    project = large_project(tmp_path)
+
+    def no_fork():
+        raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    result = project.invoke("run", now=NOW)
+    assert result.returncode == 69, result.stderr
+    workers = ndjson_worker.default_workers()
+    assert (f"Cannot start the {workers} parsing workers: the system is short of processes (the user's limit, or the "
+            "unit's TasksMax=) (Resource temporarily unavailable); nothing was committed, and a later run reads the "
+            "same window again.") in result.stderr
+    assert_nothing_committed(project, result)
+
+
+@pytest.mark.parametrize("shm, code, sentence", [
+    ("ro", 78, "the system refused (Read-only file system); they need fork() and POSIX semaphores in /dev/shm, a "
+               "writable tmpfs (is it missing, read-only, or blocked by a sandbox?); nothing was committed."),
+    ("size=4k", 69, "/dev/shm, where their semaphores are made, is full (No space left on device); free some room "
+                    "there — nothing was committed, and a later run reads the same window again."),
+])
+def test_a_dev_shm_the_workers_cannot_use_is_named(tmp_path, shm, code, sentence):
+    """The parsing workers' queues need POSIX semaphores, which glibc makes in /dev/shm: a /dev/shm mounted
+    read-only, or full, in a mount namespace of this run's own."""
+    project = large_project(tmp_path)
+    script = (f"mount -t tmpfs -o {shm} tmpfs /dev/shm && "
+              "{ dd if=/dev/zero of=/dev/shm/filler bs=4k count=4 2>/dev/null; true; } && exec \"$@\"")
+    mounted = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", "mount -t tmpfs tmpfs "
+                              "/mnt"], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot make a mount namespace here (needs root and CAP_SYS_ADMIN): {mounted.stderr.strip()}")
+    result = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+                             *project.cli_args("run", now=NOW)], capture_output=True, text=True,
+                            env=project.environment(), timeout=300)
+    assert result.returncode == code, result.stderr
+    workers = ndjson_worker.default_workers()
+    assert f"Cannot start the {workers} parsing workers: {sentence}" in result.stderr
+    assert_nothing_committed(project, result)
+
+
+@pytest.mark.parametrize("number, code", [(errno.EAGAIN, 69), (errno.ENOMEM, 69), (errno.EMFILE, 69),
+                                          (errno.ENOSPC, 69), (errno.EROFS, 78), (errno.EACCES, 78),
+                                          (errno.ENOENT, 78), (errno.ENOSYS, 78), (errno.EPERM, 78)])
+def test_what_starting_the_workers_meets_is_never_bad_input_nor_unexpected(number, code):
+    error = errors.from_start_error(OSError(number, os.strerror(number)), "the 3 parsing workers")
+    assert errors.exit_status(error) == (code, str(error))
+    assert str(error).startswith("Cannot start the 3 parsing workers: ") and os.strerror(number) in str(error)
