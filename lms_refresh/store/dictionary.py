@@ -199,6 +199,12 @@ QUERIES = [
           "FROM term_metrics\n"
           "WHERE course IS NOT NULL AND active_learners IS NOT NULL\n"
           "ORDER BY period_start, period, course;\n"),
+    Query("Learners who completed and passed in each term, per course", "The shares a chart plots, from the "
+          "published counts.", "tests/documentation/test_data_dictionary.py",
+          "SELECT period, course, active_learners, completed_learners, completed_share, passed_learners, pass_rate\n"
+          "FROM term_metrics\n"
+          "WHERE course IS NOT NULL AND active_learners IS NOT NULL\n"
+          "ORDER BY period_start, period, course;\n"),
     Query("Daily active learners per course, by name", "", "tests/store/test_course_names.py",
           "SELECT m.day, c.name, m.active_learners\n"
           "FROM daily_metrics AS m\n"

@@ -200,7 +200,8 @@ def test_the_datasette_pages_demo_block_runs_as_written(tmp_path):
     assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-2000:])
     assert json.loads(result.stdout.splitlines()[-1]) == datasette.metadata("serving")
     served = work / "demo" / "state-publication"
-    assert sorted(os.listdir(served)) == ["datasette-plugins", "datasette.yml", "report-files", "report.html", "serving.sqlite"]
+    assert sorted(os.listdir(served)) == ["datasette-plugins", "datasette.yml", "report-files", "report.html",
+                                          "serving.sqlite"]
 
 
 def test_with_a_declared_key_to_courses_a_course_links_to_its_row_by_name_and_urls_in_names_stay_text(tmp_path):
