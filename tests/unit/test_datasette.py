@@ -37,7 +37,7 @@ def test_a_table_or_column_added_to_the_dictionary_is_described_without_an_edit_
         *dictionary.table("weekly_metrics").columns[:3],
         dictionary.Column("completed_learners", "INTEGER", "bigint", "learners", "Distinct learners who completed.",
                           dictionary.LEARNERS, True, True, dictionary.WITHHELD_NULL),
-        dictionary.table("weekly_metrics").columns[-1]])
+        next(column for column in dictionary.table("weekly_metrics").columns if column.name == "complete")])
     freshness = dictionary.Table("freshness", "one row", "—", "When the data is from.", [
         dictionary.Column("data_as_of", "TEXT", "timestamptz", "—", "The watermark.", dictionary.NEITHER, False,
                           False, "never NULL")])
