@@ -102,9 +102,16 @@ def _read(db, weeks, today):
     about = db.execute("SELECT min_cell_size, method, max_noise, variance, withhold_zeros FROM publication").fetchone()
     settings = dict(zip(("min_cell_size", "method", "max_noise", "variance", "withhold_zeros"), about, strict=True))
     names = dict(db.execute("SELECT course, name FROM courses")) if "courses" in tables else {}
-    starts = dict(db.execute("SELECT period, min(period_start) FROM weekly_metrics GROUP BY period "
-                             "ORDER BY period DESC LIMIT ?", (weeks,))) if "weekly_metrics" in tables else {}
-    shown = sorted(starts)
+    starts = {}
+    if "weekly_metrics" in tables:  # the courses' weeks and the site's (a week may have no course)
+        for period, start in itertools.chain(
+                db.execute("SELECT period, min(period_start) FROM weekly_metrics GROUP BY period "
+                           "ORDER BY period DESC LIMIT ?", (weeks,)),
+                site_rows(db, tables, "weekly_metrics", "period, period_start", "1 ORDER BY period DESC LIMIT ?",
+                          (weeks,))):
+            starts[period] = min(start, starts.get(period, start))
+    shown = sorted(starts)[-weeks:]
+    starts = {period: starts[period] for period in shown}
     # Row by row, never all rows at once: each row carries its course's IRI (up to 200 characters, a copy a row),
     # which for 9,000 courses and 12 weeks made 50 MB of rows.
     within = f"period IN ({', '.join('?' for _ in shown)})"
@@ -166,8 +173,10 @@ def _outcome_rows(db, tables, shown, today):
     term's (`current_term`) when the publication has one, else the last OUTCOME_WEEKS weeks'."""
     columns = "completions, passed, failed"
     if "term_metrics" in tables:
-        term = current_term([tuple(map(str, row)) for row in db.execute(
-            "SELECT DISTINCT period, period_start, period_end FROM term_metrics")], today)
+        bounds = "period, period_start, period_end"  # the courses' terms and the site's (a term may have no course)
+        term = current_term({tuple(map(str, row)) for row in itertools.chain(
+            db.execute(f"SELECT DISTINCT {bounds} FROM term_metrics"),
+            site_rows(db, tables, "term_metrics", bounds))}, today)
         if term is not None:
             return (f"the term {clean_name(term[0]) or '?'} ({term[1]} to {term[2]})",
                     _with_site(db, tables, "term_metrics", columns, "period = ?", (term[0],)))
@@ -347,7 +356,9 @@ def courses(db):
 
 
 def _first_day(db):
-    last = db.execute("SELECT max(day) FROM daily_metrics").fetchone()[0]
+    last = max((row[0] for row in itertools.chain(db.execute("SELECT max(day) FROM daily_metrics"),
+                                                   site_rows(db, _tables(db), "daily_metrics", "max(day)"))
+                if row[0]), default=None)
     if not last:
         return ""
     try:
