@@ -18,6 +18,7 @@ from helpers.report_page import Page, week_label
 from lms_refresh.disclosure.policy import PrivacySettings
 from lms_refresh.run import report_data, report_files, report_page
 from lms_refresh.run.publication import write_publication
+from lms_refresh.store.tables import PERIOD_SERVING_COLUMNS, SERVING_COLUMNS
 
 pytestmark = pytest.mark.chromium
 
@@ -63,6 +64,10 @@ def publication(path):
             date = (dt.date(2026, 3, 1) + dt.timedelta(days=day)).isoformat()
             days.append((date, course, *metrics(base // 3 + day % 7)))
     courses = [(iri, name, None, "Sciences &amp; <b>Maths</b>", None, None) for iri, name in NAMES.items()]
+    # The page reads no learner outcome column: rows without them have them NULL.
+    days = [row + (None,) * (len(SERVING_COLUMNS) - len(row)) for row in days]
+    weekly, monthly, terms = ([row + (None,) * (len(PERIOD_SERVING_COLUMNS) - len(row)) for row in rows]
+                              for rows in (weekly, monthly, terms))
     settings = PrivacySettings(min_cell_size=10, method="cell-key", max_noise=3, variance=2.0)
     write_publication(str(path), None, (days, {"weekly_metrics": weekly, "monthly_metrics": monthly,
                                                "term_metrics": terms}),
@@ -142,9 +147,10 @@ def test_chromium_renders_the_publications_numbers_with_axes_legends_and_local_t
 
     with sqlite3.connect(path) as db:
         weekly = {(course, period): learners for course, period, learners in db.execute(
-            "SELECT course, period, active_learners FROM weekly_metrics")}
+            "SELECT course, period, active_learners FROM weekly_metrics UNION ALL "
+            "SELECT NULL, period, active_learners FROM site_weekly_metrics")}
         site = {table: {period: learners for period, learners in db.execute(
-            f"SELECT period, active_learners FROM {table} WHERE course IS NULL")}
+            f"SELECT period, active_learners FROM site_{table}")}  # the site's rows, apart from the courses'
             for table in ("weekly_metrics", "monthly_metrics", "term_metrics")}
     # The headline figures: the site's current week, month and term, against the previous complete one.
     assert dom.texts["headline-week-value"] == shown(site["weekly_metrics"]["2026-W14"])

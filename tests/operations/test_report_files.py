@@ -125,11 +125,11 @@ def test_the_site_rows_come_from_a_site_table_when_the_publication_has_one(tmp_p
     courses = {"https://lms.example.edu/course/1": "Algebra"}
     weekly = [period_row(week, course, 30 + week) for course in courses for week in range(3)]
     path = build(tmp_path / "serving.sqlite", courses, weekly)  # no site rows in weekly_metrics
-    with sqlite3.connect(path) as db:
-        db.execute("CREATE TABLE site_weekly_metrics AS SELECT period, period_start, period_end, active_learners, "
-                   "statements, attempts, completions, passed, failed, avg_scaled_score, total_duration_seconds, "
-                   "suppressed, complete FROM weekly_metrics WHERE 0")
-        db.executemany("INSERT INTO site_weekly_metrics SELECT period, period_start, period_end, ?, 0, 0, 1, 1, 0, "
+    with sqlite3.connect(path) as db:  # the publication's site_weekly_metrics (empty: none were given)
+        assert db.execute("SELECT COUNT(*) FROM site_weekly_metrics").fetchone() == (0,)
+        db.executemany("INSERT INTO site_weekly_metrics (period, period_start, period_end, active_learners, "
+                       "statements, attempts, completions, passed, failed, avg_scaled_score, total_duration_seconds, "
+                       "suppressed, complete) SELECT period, period_start, period_end, ?, 0, 0, 1, 1, 0, "
                        "NULL, NULL, 0, 1 FROM weekly_metrics WHERE period = ?",
                        [(900 + week, period_row(week, None, 0)[0]) for week in range(3)])
     data = report_data.read_publication(path, today="2026-12-02")
