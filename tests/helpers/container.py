@@ -4,12 +4,55 @@ Follows ../shared/recipes/real-systemd.md: mmdebstrap a root, boot it with
 --register=no, enter the namespaces of the container's PID 1 with nsenter.
 """
 
+import errno
 import os
 import shutil
+import socket
 import subprocess
 import time
 
 HOST_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"  # Debian's own tools, not a virtualenv's or pyenv's
+
+# One booted container on the machine at a time, whoever boots it: CI runs the system tier on the host and, at the
+# same time, inside a fresh Debian 13 root (.ci/run's two lanes). Booted with --keep-unit, each container's systemd
+# manages the cgroup its caller runs in, which both callers share (a unit of one then failed to start "because of
+# unavailable resources"), and both share the host's network, where each MTA wants 127.0.0.1:25. An abstract Unix
+# socket is the lock: its name is seen by every process of the network namespace (the fresh roots enter no other),
+# and it is released by the kernel when its holder dies, so a killed run leaves no stale lock.
+MACHINE_LOCK = "\0lms-refresh-tests-booted-container"
+MACHINE_LOCK_WAIT = 3 * 3600  # the other holder's whole system tier, on a loaded machine
+_held = {"socket": None, "count": 0}
+
+
+def acquire_machine_lock(wait=MACHINE_LOCK_WAIT, name=MACHINE_LOCK):
+    """Hold the machine's container lock (re-entrant within this process), waiting for another holder to let go.
+    `name`: the tests of this lock use one of their own, not the one a system tier may be holding meanwhile."""
+    if _held["count"]:
+        _held["count"] += 1
+        return
+    lock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            lock.bind(name)
+            break
+        except OSError as error:
+            if error.errno != errno.EADDRINUSE:
+                lock.close()
+                raise
+            if time.monotonic() > deadline:
+                lock.close()
+                raise AssertionError(f"another test process has held the booted-container lock for {wait} s") from None
+            time.sleep(1)
+    _held.update(socket=lock, count=1)
+
+
+def release_machine_lock():
+    if _held["count"] > 1:
+        _held["count"] -= 1
+    elif _held["count"] == 1:
+        _held["socket"].close()
+        _held.update(socket=None, count=0)
 
 
 def host(*command, check=True, timeout=900, **kwargs):
@@ -29,6 +72,7 @@ class Container:
         self.binds = binds  # {host path: (container path, read_only)}
         self.process = None
         self.leader = None
+        self.locked = False  # holds the machine's booted-container lock (acquire_machine_lock)
 
     def create(self):
         host("mmdebstrap", "--variant=apt",
@@ -36,6 +80,8 @@ class Container:
              self.suite, self.root, timeout=900)
 
     def boot(self):
+        acquire_machine_lock()
+        self.locked = True
         command = ["systemd-nspawn", "-D", self.root, "--boot", "--register=no", "--keep-unit",
                    f"--machine=lmsr-{self.suite}-{os.getpid()}"]
         for source, (target, read_only) in self.binds.items():
@@ -119,6 +165,9 @@ class Container:
                 self.process.kill()
                 self.process.wait()
         shutil.rmtree(self.root, ignore_errors=True)
+        if self.locked:
+            self.locked = False
+            release_machine_lock()
 
 
 def build_in_fresh_root(suite, workdir, source, commands, timeout=1800):

@@ -52,9 +52,10 @@ def test_new_statement_forms_count_as_the_readme_says(project):
     project.invoke("run", now=NOW, check=0)
     # learners: 12 accounts + ann (both forms) + the pair = 14; statements 17; attempts 12 + 1;
     # completions: ann's; passed: 12 + the pair (too few learners: withheld); failed 0;
-    # duration: 12 minutes + 1 week (years and months: no duration), from 13 learners.
+    # duration: 12 minutes + 1 week (years and months: no duration), from 13 learners; learners who completed:
+    # withheld with completions; who passed: 13, failed: none, so a pass rate of 1 and no completed share.
     assert project.serving() == [("2026-11-02", COURSE, 14, 17, 13, None, 13, 0, None,
-                                  12 * 60 + 7 * 86400, 1)]
+                                  12 * 60 + 7 * 86400, 1, None, 13, 0, None, 1.0)]
     assert project.query("SELECT count(*) FROM quarantine") == [(0,)]
 
 

@@ -45,6 +45,15 @@ def metrics(learners, outcomes=(None, None, None)):
     return (learners, learners * 3, learners, *outcomes, 0.5, 60.0, 0)
 
 
+def learner_outcomes(learners, outcomes=(None, None, None)):
+    """The learner outcome columns that follow a row's others: as many learners as statements (within the active
+    learners), and the shares computed from them, as the publication computes them."""
+    if learners is None or None in outcomes:
+        return (None,) * 5
+    completed, passed, failed = (min(count, learners) for count in outcomes)
+    return (completed, passed, failed, completed / learners, passed / (passed + failed) if passed + failed else None)
+
+
 def publication(path):
     """Weeks 2026-W01..W14, four months, two terms and the days of March and April for each course and the site;
     one course week withheld."""
@@ -53,16 +62,21 @@ def publication(path):
         base = 300 if course is None else 12 + 7 * index
         for week in range(14):
             label, first, last = week_label(week)
-            values = (*(None,) * 8, 1) if (course, week) == ("https://lms.example.edu/course/2", 13) else \
-                metrics(base + week, (week, 1, 0))
-            weekly.append((label, first, last, course, *values, int(week < 13)))
+            withheld = (course, week) == ("https://lms.example.edu/course/2", 13)
+            values = (*(None,) * 8, 1) if withheld else metrics(base + week, (week, 1, 0))
+            outcomes = (None,) * 5 if withheld else learner_outcomes(base + week, (week, 1, 0))
+            weekly.append((label, first, last, course, *values, int(week < 13), *outcomes))
         for number, (label, first, last, complete) in enumerate(MONTHS):
-            monthly.append((label, first, last, course, *metrics(base * 2 + number, (4, 2, 1)), complete))
+            learners, counts = base * 2 + number, (4, 2, 1)
+            monthly.append((label, first, last, course, *metrics(learners, counts), complete,
+                            *learner_outcomes(learners, counts)))
         for number, (label, first, last, complete) in enumerate(TERMS):
-            terms.append((label, first, last, course, *metrics(base * 5 + number, (40 + index, 20, 3)), complete))
+            learners, counts = base * 5 + number, (40 + index, 20, 3)
+            terms.append((label, first, last, course, *metrics(learners, counts), complete,
+                          *learner_outcomes(learners, counts)))
         for day in range(33):
             date = (dt.date(2026, 3, 1) + dt.timedelta(days=day)).isoformat()
-            days.append((date, course, *metrics(base // 3 + day % 7)))
+            days.append((date, course, *metrics(base // 3 + day % 7), *learner_outcomes(base // 3 + day % 7)))
     courses = [(iri, name, None, "Sciences &amp; <b>Maths</b>", None, None) for iri, name in NAMES.items()]
     # The page reads no learner outcome column: rows without them have them NULL.
     days = [row + (None,) * (len(SERVING_COLUMNS) - len(row)) for row in days]
