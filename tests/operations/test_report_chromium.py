@@ -18,7 +18,6 @@ from helpers.report_page import Page, week_label
 from lms_refresh.disclosure.policy import PrivacySettings
 from lms_refresh.run import report_data, report_files, report_page
 from lms_refresh.run.publication import write_publication
-from lms_refresh.store.tables import PERIOD_SERVING_COLUMNS, SERVING_COLUMNS
 
 pytestmark = pytest.mark.chromium
 
@@ -78,10 +77,6 @@ def publication(path):
             date = (dt.date(2026, 3, 1) + dt.timedelta(days=day)).isoformat()
             days.append((date, course, *metrics(base // 3 + day % 7), *learner_outcomes(base // 3 + day % 7)))
     courses = [(iri, name, None, "Sciences &amp; <b>Maths</b>", None, None) for iri, name in NAMES.items()]
-    # The page reads no learner outcome column: rows without them have them NULL.
-    days = [row + (None,) * (len(SERVING_COLUMNS) - len(row)) for row in days]
-    weekly, monthly, terms = ([row + (None,) * (len(PERIOD_SERVING_COLUMNS) - len(row)) for row in rows]
-                              for rows in (weekly, monthly, terms))
     settings = PrivacySettings(min_cell_size=10, method="cell-key", max_noise=3, variance=2.0)
     write_publication(str(path), None, (days, {"weekly_metrics": weekly, "monthly_metrics": monthly,
                                                "term_metrics": terms}),
