@@ -183,10 +183,7 @@ def write_courses(db, directory, overview, settings, *, mode, group):
     an existing directory),
     but those whose digest and files are unchanged; remove this module's files of courses no longer there; return
     (pages written, pages left as they were, files removed)."""
-    try:
-        os.mkdir(directory, mode=directory_mode(mode))  # beside the overview, whose directory must exist already
-    except FileExistsError:
-        pass
+    _make_directory(directory, mode, group)
     atomic.remove_stale_in(directory)  # once: every file below is one of many (atomic.replacing)
     before, digests, expected = _manifest(directory), {}, set()
     present = set(os.listdir(directory))
@@ -219,11 +216,37 @@ def write_courses(db, directory, overview, settings, *, mode, group):
     return written, unchanged, removed
 
 
+def _make_directory(directory, mode, group):
+    """Make `directory` (in an existing one: the overview's) if it is missing, readable as the pages are (`mode`).
+    A directory gets its group and setgid bit from its parent when it is made, and lms-refresh changes no file's
+    group (its unit forbids it): one made before publication.group was set would give the pages another group, so
+    it is made again, its files being this module's, every one written again by the caller; if something else is in
+    it, it is left, and a page that cannot get its group is refused by atomic.replacing with a sentence (GroupError).
+    Its mode is set only where no group is wanted: a chmod by a process outside the directory's group (the unit's,
+    which maps no other group) drops its setgid bit, and the unit's UMask=0027 already gives 0750."""
+    wanted = directory_mode(mode)
+    try:
+        os.mkdir(directory, mode=wanted)
+    except FileExistsError:
+        if group is not None and atomic.new_file_group(directory) != group:
+            atomic.remove_stale_in(directory)
+            _remove_ours(directory)
+            try:
+                os.mkdir(directory, mode=wanted)
+            except FileExistsError:
+                return
+    if group is None and stat.S_IMODE(os.stat(directory).st_mode) != wanted:
+        os.chmod(directory, wanted)  # a web server's user reads the pages of a 0644 publication through it
+
+
 def remove_files(output):
     """Remove the files beside the overview `output` that this module writes (course pages, CSVs, the page list),
     then their directory if nothing else is left in it; return how many files were removed. Never raises: a file
     that cannot be removed is left, and so is the directory."""
-    directory = files_directory(output)
+    return _remove_ours(files_directory(output))
+
+
+def _remove_ours(directory):
     removed = 0
     try:
         names = os.listdir(directory)

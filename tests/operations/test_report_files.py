@@ -137,3 +137,27 @@ def test_the_site_rows_come_from_a_site_table_when_the_publication_has_one(tmp_p
     assert site.label == "Whole site" and site.values == (900, 901, 902)
     assert data.headlines[0].key == "week" and data.headlines[0].value == 902 and data.headlines[0].change == 1
     assert next(outcome for outcome in data.outcomes if outcome.course is None).completions == 3
+
+
+def test_a_files_directory_made_before_a_group_was_set_is_made_again_in_it_and_a_0644_report_is_traversable(tmp_path):
+    """The directory of the course pages gets its group from its parent when it is made (lms-refresh changes no
+    file's group: the unit forbids chown). Made by a run before publication.group was set, it would give every
+    page the service's group, and each run would fail with a GroupError: it is made again. Made under the unit's
+    UMask=0027, a world-readable report's directory would keep a web server's user out: its mode is set."""
+    path = publication(tmp_path, weeks=1)
+    output = str(tmp_path / "report.html")
+    old = os.umask(0o027)
+    try:
+        report_page.write_report(str(path), output, FRESH, today="2026-12-02", mode=0o644)
+        directory = files(tmp_path)
+        assert oct(os.stat(directory).st_mode & 0o7777) == oct(0o755)
+        os.chown(tmp_path, -1, 4242)  # publication.group's tmpfiles.d line: a setgid directory of the group
+        os.chmod(tmp_path, 0o2750)
+        os.chown(directory, -1, 0)  # as the first run left it, made before
+        report_page.write_report(str(path), output, FRESH, today="2026-12-02", mode=0o640, group=4242)
+    finally:
+        os.umask(old)
+    info = os.stat(directory)
+    assert (info.st_gid, oct(info.st_mode & 0o7777)) == (4242, oct(0o2750))
+    assert {os.stat(os.path.join(directory, name)).st_gid for name in os.listdir(directory)} == {4242}
+    assert len([name for name in os.listdir(directory) if name.endswith(".html")]) == len(HOSTILE)
