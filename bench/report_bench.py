@@ -50,6 +50,18 @@ def _metrics(rng, scale, withheld=0.1):
     return (learners, learners * 20, learners, learners // 3, learners // 4, learners // 12, 0.7, 3600.0, 0)
 
 
+def _learners(values):
+    """The learner outcome columns after a row's others: a learner per completion, pass and fail statement."""
+    if values[0] is None:
+        return (None,) * 5
+    learners, completed, passed, failed = values[0], values[3], values[4], values[5]
+    return (completed, passed, failed, completed / learners, passed / (passed + failed) if passed + failed else None)
+
+
+def _row(key, values, *complete):
+    return (*key, *values, *complete, *_learners(values))
+
+
 def build(path, courses, weeks, seed=7, hostile=False, changed=0):
     """Write the publication; `changed` courses (the first ones) get other numbers, as a nightly run's would."""
     rng = random.Random(seed)
@@ -62,18 +74,18 @@ def build(path, courses, weeks, seed=7, hostile=False, changed=0):
         names.append((course, name, f"C{number}", "Faculty", None, None))
         scale = 2 if number < changed else 1
         for index in range(weeks):
-            rows.append((*_week(index), course, *_metrics(rng, scale), 1))
+            rows.append(_row((*_week(index), course), _metrics(rng, scale), 1))
         for index in range(12):
-            months.append((*_month(index), course, *_metrics(rng, scale), 1))
+            months.append(_row((*_month(index), course), _metrics(rng, scale), 1))
         for term in _TERMS:
-            terms.append((*term, course, *_metrics(rng, scale, 0.02), 1))
+            terms.append(_row((*term, course), _metrics(rng, scale, 0.02), 1))
         for index in range(35):
             day = (dt.date(2026, 11, 30) - dt.timedelta(days=index)).isoformat()
-            days.append((day, course, *_metrics(rng, scale, 0.3)))
+            days.append(_row((day, course), _metrics(rng, scale, 0.3)))
     site = (20_000, 400_000, 20_000, 5000, 4000, 1000, 0.7, 1e6, 0)
-    rows += [(*_week(index), None, *site, 1) for index in range(weeks)]
-    months += [(*_month(index), None, *site, 1) for index in range(12)]
-    terms += [(*term, None, *site, 1) for term in _TERMS]
+    rows += [_row((*_week(index), None), site, 1) for index in range(weeks)]
+    months += [_row((*_month(index), None), site, 1) for index in range(12)]
+    terms += [_row((*term, None), site, 1) for term in _TERMS]
     settings = PrivacySettings(min_cell_size=10, method="cell-key", max_noise=3, variance=2.0)
     write_publication(path, None, (days, {"weekly_metrics": rows, "monthly_metrics": months, "term_metrics": terms}),
                       settings=settings, wanted="bench", euid=os.geteuid(), courses=names)
