@@ -35,7 +35,10 @@ class MariaDBServer:
         self.base = tempfile.mkdtemp(prefix="lmsr-mariadb-")
         os.chmod(self.base, 0o755)
         self.data, self.sockets = os.path.join(self.base, "data"), os.path.join(self.base, "sock")
-        for path in (self.data, self.sockets):
+        # Its own temporary directory: in /tmp, another process's cleanup (or another server) removed the
+        # bootstrap's temporary tables under it once, and mariadb-install-db failed with "Unknown table".
+        self.tmp = os.path.join(self.base, "tmp")
+        for path in (self.data, self.sockets, self.tmp):
             os.mkdir(path)
             shutil.chown(path, "mysql", "mysql")
         self.socket = os.path.join(self.sockets, "mysqld.sock")
@@ -43,9 +46,10 @@ class MariaDBServer:
         self.port = self.port_holder.getsockname()[1]
         install_db, server = _programs()
         subprocess.run([install_db, "--no-defaults", "--user=mysql", f"--datadir={self.data}",
-                        "--auth-root-authentication-method=socket", "--skip-test-db", "--skip-name-resolve"],
+                        f"--tmpdir={self.tmp}", "--auth-root-authentication-method=socket", "--skip-test-db", "--skip-name-resolve"],
                        check=True, capture_output=True, timeout=180)
-        options = [server, "--no-defaults", "--user=mysql", f"--datadir={self.data}", f"--socket={self.socket}",
+        options = [server, "--no-defaults", "--user=mysql", f"--datadir={self.data}", f"--tmpdir={self.tmp}",
+                   f"--socket={self.socket}",
                    f"--port={self.port}", "--bind-address=127.0.0.1", "--skip-name-resolve", "--skip-log-bin",
                    f"--pid-file={os.path.join(self.sockets, 'mysqld.pid')}", "--innodb-buffer-pool-size=128M",
                    f"--log-error={os.path.join(self.base, 'server.log')}",
