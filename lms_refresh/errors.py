@@ -60,6 +60,11 @@ class UnavailableError(RefreshError):
     exit_code = UNAVAILABLE
 
 
+class UnexpectedError(RefreshError):
+    """An unexpected failure (a bug of ours, most likely) given a sentence that says what stands, e.g. after the
+    commit. The exception it was raised from is the one to fix: the CLI logs its traceback with the sentence."""
+
+
 class Terminated(BaseException):
     """SIGTERM arrived before the command committed anything; its message says what was undone.
 
