@@ -83,6 +83,8 @@ def failed(error, fields=None, *, committed=False):
     ensure_logging()
     if isinstance(error, OSError):
         error = errors.from_os_error(error, error.filename or "a file") or error
+    error = errors.from_thread_error(error, "a thread", "its work was committed before it and stands; the next run "
+                                     "goes on from there." if committed else "nothing was committed.") or error
     code, message = errors.exit_status(error)
     fields = {**(fields or {}), "EXIT_STATUS": code}
     if isinstance(error, (errors.RefreshError, errors.Terminated)):

@@ -8,8 +8,11 @@ mount namespace of our own (as root)."""
 
 import errno
 import json
+import logging
+import multiprocessing
 import os
 import subprocess
+import threading
 import uuid
 
 import pytest
@@ -17,7 +20,8 @@ import pytest
 from helpers.project import Project
 from helpers.statements import statement
 from lms_refresh import errors
-from lms_refresh.sources import ndjson_worker
+from lms_refresh.ops import monitoring
+from lms_refresh.sources import ndjson, ndjson_worker
 
 NOW = "2026-11-03T04:15:00+01:00"
 EIO = "an input/output error (Input/output error); the disk or the file system under it failed — see the kernel's " \
@@ -166,3 +170,86 @@ def test_what_starting_the_workers_meets_is_never_bad_input_nor_unexpected(numbe
     error = errors.from_start_error(OSError(number, os.strerror(number)), "the 3 parsing workers")
     assert errors.exit_status(error) == (code, str(error))
     assert str(error).startswith("Cannot start the 3 parsing workers: ") and os.strerror(number) in str(error)
+
+
+# -- threads: they count against the same limits as processes (TasksMax=, RLIMIT_NPROC) ---------------------------
+
+THREADS_SHORT = ("the system is short of threads, which count as processes (the user's limit, ulimit -u, or the "
+                 "unit's TasksMax=) (can't start new thread)")
+
+
+def refusing_threads(monkeypatch, name=None):
+    """Have the system refuse every new thread (or only those named `name`), as pthread_create's EAGAIN does."""
+    real = threading.Thread.start
+
+    def start(thread):
+        if name is None or thread.name == name:
+            raise RuntimeError("can't start new thread")
+        return real(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+
+
+def test_a_thread_of_the_parsing_pool_refused_is_transient_as_fork_is_and_leaves_no_worker_behind(
+        tmp_path, monkeypatch):
+    """The pool forks its workers, then starts its threads: refused one, the pool is never made, and its workers,
+    which nothing else would end, are ended with it."""
+    project = large_project(tmp_path)
+    before = set(multiprocessing.active_children())
+    refusing_threads(monkeypatch)
+    try:
+        result = project.invoke("run", now=NOW)
+        left = [child for child in multiprocessing.active_children() if child not in before]
+    finally:
+        monkeypatch.undo()
+        for child in set(multiprocessing.active_children()) - before:
+            child.kill()
+            child.join()
+    assert result.returncode == 69, result.stderr
+    workers = ndjson_worker.default_workers()
+    assert (f"Cannot start the {workers} parsing workers: {THREADS_SHORT}; nothing was committed, and a later run "
+            "reads the same window again.") in result.stderr
+    assert left == []
+    assert_nothing_committed(project, result)
+
+
+def test_no_thread_to_end_the_parsing_pool_in_still_ends_it_and_the_run_stands(tmp_path, monkeypatch):
+    """The pool is ended in a thread of its own (a dead worker may leave terminate() waiting for ever): refused that
+    thread, its workers are killed without it, and the run, which has read everything, commits."""
+    project = large_project(tmp_path)
+    before = set(multiprocessing.active_children())
+    refusing_threads(monkeypatch, "pool-terminate")
+    result = project.invoke("run", now=NOW)
+    left = [child for child in multiprocessing.active_children() if child not in before]
+    assert result.returncode == 0, result.stderr
+    assert left == [] and "Traceback" not in result.stderr
+    assert "watermark" in project.meta() and len(project.serving()) > 0
+
+
+def test_a_thread_refused_anywhere_before_the_commit_is_transient_and_nothing_is_committed(tmp_path, monkeypatch):
+    project, _, _ = project_with_files(tmp_path)
+
+    def read_chunk(*args, **kwargs):  # whatever started a thread on the way (a library's), refused
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(ndjson, "read_chunk", read_chunk)
+    result = project.invoke("run", now=NOW)
+    assert result.returncode == 69, result.stderr
+    assert (f"Cannot start a thread: {THREADS_SHORT}; nothing was committed, and a later run reads the same window "
+            "again.") in result.stderr
+    assert "Unexpected failure" not in result.stderr
+    assert_nothing_committed(project, result)
+
+
+def test_a_delivery_whose_thread_is_refused_says_so_not_that_the_url_is_malformed(monkeypatch, caplog):
+    refusing_threads(monkeypatch)
+    with caplog.at_level(logging.WARNING):
+        assert monitoring.post("https://hc-ping.example/SECRET-UUID", b"", "text/plain", timeout=1) is False
+    assert caplog.messages == [f"Delivery to https://hc-ping.example:443 failed: {THREADS_SHORT}."]
+
+
+@pytest.mark.parametrize("error, code", [(RuntimeError("can't start new thread"), 69),
+                                         (RuntimeError("cannot schedule new futures"), None), (ValueError(), None)])
+def test_only_the_refusal_of_a_thread_is_told_as_one(error, code):
+    domain = errors.from_thread_error(error, "a thread")
+    assert (domain and errors.exit_status(domain)[0]) == code
