@@ -253,3 +253,91 @@ def test_a_delivery_whose_thread_is_refused_says_so_not_that_the_url_is_malforme
 def test_only_the_refusal_of_a_thread_is_told_as_one(error, code):
     domain = errors.from_thread_error(error, "a thread")
     assert (domain and errors.exit_status(domain)[0]) == code
+
+
+# -- symbolic links that lead to no file: never skipped, since the watermark would pass what they name -------------
+
+def test_a_dangling_link_among_the_export_files_fails_the_run_and_the_watermark_stays(tmp_path):
+    """Its target may be an export file out of reach for now (a share mounted later, a file being moved): skipped,
+    the statements it names would be behind the watermark once it is back. 69, as a missing source.path."""
+    project, first, _ = project_with_files(tmp_path)
+    target = tmp_path / "archive" / "2026-10.ndjson"  # a share not mounted
+    os.symlink(target, project.source / "later" / "october.ndjson")
+    result = project.invoke("run", now=NOW)
+    assert result.returncode == 69, result.stderr
+    link = project.source / "later" / "october.ndjson"
+    assert (f"{link} is a symbolic link to {target}, which does not exist (a share not mounted? a file moved or "
+            "removed?); nothing was committed, and a later run reads the window again — remove the link if its "
+            "target is gone for good.") in result.stderr
+    assert "Skipped" not in result.stderr
+    assert_nothing_committed(project, result)
+    check = project.invoke("check", now=NOW)
+    assert check.returncode == 69 and f"{link} is a symbolic link to {target}, which does not exist" in \
+        check.stdout + check.stderr
+    target.parent.mkdir()  # the share is back: the next run reads what the link names
+    target.write_text("\n".join(json.dumps(statement(learner=f"w{i}")) for i in range(12)) + "\n")
+    assert project.invoke("run", now=NOW).returncode == 0
+    assert "watermark" in project.meta() and project.serving() != []
+
+
+def test_a_dangling_link_in_a_store_that_has_a_watermark_leaves_it_where_it_was(tmp_path):
+    project, _, _ = project_with_files(tmp_path)
+    assert project.invoke("run", now=NOW).returncode == 0
+    before, serving = project.meta()["watermark"], project.serving()
+    os.symlink(tmp_path / "gone.ndjson", project.source / "z.ndjson")
+    project.write("later/c.ndjson", [statement(learner=f"x{i}") for i in range(12)])
+    result = project.invoke("run", now="2026-11-04T04:15:00+01:00")
+    assert result.returncode == 69 and "which does not exist" in result.stderr, result.stderr
+    assert project.meta()["watermark"] == before and project.serving() == serving
+    assert project.runs()[-1][1:3] == ("failed", 69)
+
+
+def test_a_symbolic_link_loop_among_the_export_files_fails_the_run_naming_it(tmp_path):
+    """A loop leads to no file until someone fixes it: 78, a configuration to fix, in a sentence naming the link."""
+    project, _, _ = project_with_files(tmp_path)
+    a, b = project.source / "loop-a.ndjson", project.source / "loop-b.ndjson"
+    os.symlink(b, a)
+    os.symlink(a, b)
+    result = project.invoke("run", now=NOW)
+    assert result.returncode == 78, result.stderr
+    assert (f"Cannot reach {a}: it is a symbolic link loop (Too many levels of symbolic links); fix the link or move "
+            "it out of source.path — nothing was committed.") in result.stderr
+    assert "Skipped" not in result.stderr
+    assert_nothing_committed(project, result)
+
+
+@pytest.mark.parametrize("number, code, sentence", [
+    (errno.EIO, 78, f"Cannot read the symbolic link {{link}}: {EIO}"),
+    (errno.ESTALE, 69, "Cannot read the symbolic link {link}: the file system it is on cannot be reached (Stale file "
+                       "handle; a network share?); nothing was committed, and a later run reads it again."),
+    (errno.EACCES, 78, "Cannot read the symbolic link {link}: permission denied for user 'root'"),
+    (errno.ENOMEM, 69, "Cannot read the symbolic link {link}: the system is short of memory"),
+])
+def test_a_dangling_link_that_cannot_be_read_is_classified_not_a_traceback(tmp_path, monkeypatch, number, code,
+                                                                            sentence):
+    """Its target is read to name it: what reading it meets is the machine's (or a permission), said as such."""
+    project, _, _ = project_with_files(tmp_path)
+    link = project.source / "dangling.ndjson"
+    os.symlink(tmp_path / "gone.ndjson", link)
+    monkeypatch.setattr(os, "readlink", failing(os.readlink, link, number))
+    result = project.invoke("run", now=NOW)
+    assert result.returncode == code, result.stderr
+    assert sentence.format(link=link) in result.stderr
+    assert_nothing_committed(project, result)
+
+
+def test_a_dangling_link_removed_before_its_target_is_read_is_as_if_never_there(tmp_path, monkeypatch):
+    project, _, _ = project_with_files(tmp_path)
+    link = project.source / "dangling.ndjson"
+    os.symlink(tmp_path / "gone.ndjson", link)
+    real = os.readlink
+
+    def removed_first(path, *args, **kwargs):
+        if os.fspath(path) == str(link):
+            os.unlink(link)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "readlink", removed_first)
+    result = project.invoke("run", now=NOW)
+    assert result.returncode == 0, result.stderr
+    assert len(project.serving()) > 0 and "watermark" in project.meta()
