@@ -209,6 +209,25 @@ def test_check_notes_a_report_directory_the_service_user_cannot_write(world_read
             "writable by 'nobody', so each run would publish but warn that it wrote no report" in result.stdout)
 
 
+def test_check_notes_a_report_files_directory_the_service_user_cannot_write(world_readable_root):
+    """The report's course pages and CSVs go into report-files/ beside it: one made by root earlier, which the
+    service user may not write, costs each run its report as a report directory it may not write does."""
+    project = Project(world_readable_root / "p")
+    (world_readable_root / "p").chmod(0o755)
+    published = world_readable_root / "published"
+    published.mkdir()
+    os.chown(published, 65534, 65534)
+    (published / "report-files").mkdir(mode=0o755)  # root's
+    result = check_as_nobody(project, published, published)
+    assert result.returncode == 0, result.stderr
+    assert f"ok  report {published / 'report.html'}: its directory is writable by 'nobody'" in result.stdout
+    assert (f"note  report: warning: the report's course pages and CSVs cannot be written: {published / 'report-files'}"
+            " is not writable by 'nobody', so each run would publish but warn that it wrote no report" in result.stdout)
+    os.chown(published / "report-files", 65534, 65534)
+    result = check_as_nobody(project, published, published)
+    assert result.returncode == 0 and "course pages and CSVs cannot be written" not in result.stdout, result.stdout
+
+
 # -- a dashboard's own account ------------------------------------------------------------------------
 
 @contextlib.contextmanager
