@@ -6,17 +6,23 @@ The errors are injected where the run meets them: os.stat, os.scandir, os.open a
 for one path (the CLI runs in-process), and, for the workers' semaphores, a /dev/shm really read-only or full in a
 mount namespace of our own (as root)."""
 
+import contextlib
 import errno
 import json
 import logging
 import multiprocessing
 import os
+import pathlib
+import shutil
+import signal
 import subprocess
+import tempfile
 import threading
 import uuid
 
 import pytest
 
+from helpers.commands import reachable_cli
 from helpers.project import Project
 from helpers.statements import statement
 from lms_refresh import errors
@@ -341,3 +347,37 @@ def test_a_dangling_link_removed_before_its_target_is_read_is_as_if_never_there(
     result = project.invoke("run", now=NOW)
     assert result.returncode == 0, result.stderr
     assert len(project.serving()) > 0 and "watermark" in project.meta()
+
+
+def test_a_real_limit_of_tasks_refuses_the_pools_first_thread_and_the_run_says_so(tmp_path):
+    """For real: RLIMIT_NPROC (what TasksMax= does to a unit) that leaves room for the run and its forked workers
+    and for no more, so that the pool's first thread is refused, in a user id nothing else on the machine runs as
+    (the limit counts every task of the user)."""
+    if os.geteuid() != 0:
+        pytest.skip("running as another user id needs root")
+    uid = 64000 + os.getpid() % 1000
+    running = subprocess.run(["ps", "-o", "pid=", "-u", str(uid)], capture_output=True, text=True).stdout.split()
+    assert running == [], f"user id {uid} has processes; the limit would count them"
+    root = pathlib.Path(tempfile.mkdtemp(prefix="lmsr-nproc-", dir="/tmp"))
+    try:
+        root.chmod(0o755)
+        project = large_project(root)
+        project.state.mkdir()
+        for path in (project.root, project.state):
+            os.chown(path, uid, uid)
+        workers = ndjson_worker.default_workers()
+        result = subprocess.run(["prlimit", f"--nproc={1 + workers}", "setpriv", f"--reuid={uid}", f"--regid={uid}",
+                                 "--clear-groups", "--", *reachable_cli(root), "--config", str(project.config),
+                                 "--now", NOW, "run"], capture_output=True, text=True, cwd=root, timeout=300,
+                                env=project.environment())
+        assert result.returncode == 69, result.stderr
+        assert (f"Cannot start the {workers} parsing workers: {THREADS_SHORT}; nothing was committed, and a later run "
+                "reads the same window again.") in result.stderr
+        assert_nothing_committed(project, result)
+        left = subprocess.run(["ps", "-o", "pid=", "-u", str(uid)], capture_output=True, text=True).stdout.split()
+        assert left == []  # no worker outlived the run
+    finally:  # a worker left behind, by its process id (none is, unless the test failed)
+        for pid in subprocess.run(["ps", "-o", "pid=", "-u", str(uid)], capture_output=True, text=True).stdout.split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+        shutil.rmtree(root)
