@@ -66,8 +66,9 @@ def _refuse_collision(config, output):
     if not output.isprintable():
         raise ConfigError(f"--output must not contain control or format characters: {output[:100]!r} (a newline "
                           "would start a forged line in every message naming it).")
-    named = [path for path in paths.named_paths(config) if path.key != "report.path"]  # its own file is fine
-    found = paths.collision([*named, paths.NamedPath("--output", output)])
+    own = {path.key for path in paths.report_paths("report.path", config.report.path)}
+    named = [path for path in paths.named_paths(config) if path.key not in own]  # its own files are fine
+    found = paths.collision([*named, *paths.report_paths("--output", output)])
     if not found and paths.inside_state_directory(config, output):
         # The run's own files there are not all configured paths (the note of a run in progress, which the
         # catch-up timer reads), and no dashboard may read that directory anyway.

@@ -21,6 +21,7 @@ import re
 import stat
 
 from lms_refresh import __version__, atomic
+from lms_refresh.config.paths import report_files_directory as files_directory  # where the configuration checks it
 from lms_refresh.disclosure.names import clean_name
 from lms_refresh.run import report_data
 from lms_refresh.run.report_html import (
@@ -47,12 +48,6 @@ HEADINGS = {"day": "Day", "period": "Period", "period_start": "From", "period_en
             "passed": "Passed", "failed": "Failed", "completed_learners": "Learners who completed",
             "passed_learners": "Learners who passed", "failed_learners": "Learners who failed",
             "complete": "Complete"}
-
-
-def files_directory(output):
-    """The directory of the files beside the overview page `output`."""
-    root, extension = os.path.splitext(output)
-    return (root if extension.lower() in (".html", ".htm") else output) + "-files"
 
 
 def page_name(course):

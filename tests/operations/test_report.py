@@ -202,6 +202,35 @@ def test_an_output_or_a_report_path_that_is_a_device_a_fifo_or_a_link_to_one_is_
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
 
+def test_an_output_whose_files_directory_names_a_directory_of_the_configuration_is_refused(sqlite_project):
+    """`report --output X.html` writes X-files/ too (course pages, CSVs), makes it readable by every account and
+    prunes it: an X-files that is the export directory, or the publication's, was written into, unchecked."""
+    project = sqlite_project
+    project.write("a.ndjson", [])
+    now = ["--config", str(project.config), "--now", "2026-11-30T05:00:00+00:00"]
+    assert inprocess.invoke([*now, "run"], environment()).returncode == 0
+    files = "the directory of the report's course pages and CSVs (beside '--output', named after it)"
+    why = "where the report writes its course pages and CSVs; point them at different places."
+    published, root = publication(project).parent, project.config.parent
+    exports, pages = root / "exports-files", root / "published-files"  # links: X.html's files go to X-files/
+    os.symlink(project.source, exports)
+    os.symlink(published, pages)
+    for link, sentence in (
+            (exports, f"'source.path' and {files} name the same directory ({exports}, spelt {exports} and "
+                      f"{project.source}), {why}"),
+            (pages, f"'publication.path' ({publication(project)}) lies inside {pages}, {files}, {why}")):
+        directory = os.path.realpath(link)
+        listing = sorted(os.listdir(directory))
+        output = str(link).removesuffix("-files") + ".html"
+        result = inprocess.invoke([*now, "report", "--output", output], environment())
+        assert result.returncode == 78, result.stderr
+        assert f"Refusing to write the report there: {sentence}" in result.stderr, result.stderr
+        assert sorted(os.listdir(directory)) == listing and not os.path.exists(output)
+    elsewhere = project.config.parent / "copy.html"  # its files beside it, in copy-files/
+    assert inprocess.invoke([*now, "report", "--output", str(elsewhere)], environment()).returncode == 0
+    assert elsewhere.exists() and (project.config.parent / "copy-files" / "overview-weekly.csv").exists()
+
+
 def test_an_output_that_names_a_file_of_the_configuration_is_refused_and_left_alone(sqlite_project):
     """`report --output` wrote the page over whatever it named: the pseudonymisation key (every later run refused
     the damaged key), the store, the publication, or a file among the exports (read back as malformed records)."""
