@@ -93,11 +93,12 @@ def cell(value):
 
 
 def local_time(value, timezone):
-    """A stored instant (cursor or ISO text) as a reader of `timezone` reads it: "Tue 8 Dec 2026, 04:15 CET", to
-    the minute; text that is no instant is returned as it is (the caller escapes it), None as None."""
+    """A stored instant (cursor or ISO text, or an aware datetime) as a reader of `timezone` reads it: "Tue 8 Dec
+    2026, 04:15 CET", to the minute; text that is no instant is returned as it is (the caller escapes it), None as
+    None."""
     if value is None:
         return None
-    moment = instants.cursor_moment(value)
+    moment = value if isinstance(value, dt.datetime) else instants.cursor_moment(value)
     if moment is None:
         try:
             moment = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
@@ -107,6 +108,12 @@ def local_time(value, timezone):
             moment = moment.replace(tzinfo=dt.UTC)
     local = moment.astimezone(zoneinfo.ZoneInfo(timezone))
     return f"{local:%a} {local.day} {local:%b %Y, %H:%M} {local.tzname()}"
+
+
+def local_times(timezone):
+    """`local_time` for `timezone`, as a function of the instant alone (freshness.staleness's `shown`): the STALE
+    banner's times written as the page's others are."""
+    return lambda value: local_time(value, timezone)
 
 
 def nice_top(top):

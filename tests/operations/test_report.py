@@ -163,9 +163,15 @@ def test_the_command_writes_the_page_and_says_where_and_that_it_is_stale(sqlite_
     result = inprocess.invoke([*later, "report", "--output", str(output)], environment())
     assert result.returncode == 0, result.stderr
     status = json.loads(inprocess.invoke([*later, "status", "--json"], environment()).stdout)
-    assert result.stdout.strip() == f"Wrote the report {output} (STALE: {status['stale']})"
+    # `status` says why in ISO 8601; the page, and the command that wrote it, in the page's own form of a time.
+    assert status["stale"] == ("the last success started at 2026-11-30T06:00+01:00, before the run due at "
+                               "2026-12-04T04:15+01:00 (grace 120 min)")
+    banner = ("the last success started at Mon 30 Nov 2026, 06:00 CET, before the run due at Fri 4 Dec 2026, "
+              "04:15 CET (grace 120 min)")
+    assert result.stdout.strip() == f"Wrote the report {output} (STALE: {banner})"
     page = Page(output.read_text())
-    assert page.texts["stale"] == f"STALE: {status['stale']}"
+    assert page.texts["stale"] == f"STALE: {banner}"
+    assert f"started at {page.texts['last-success']}, before" in banner  # as the freshness below writes it
     # In the configured zone, to the minute: the run started at 05:00 UTC.
     assert page.texts["last-success"] == "Mon 30 Nov 2026, 06:00 CET" and page.texts["timezone"] == "Europe/Paris"
     assert page.texts["watermark"] == report_html.local_time(status["watermark"], "Europe/Paris")

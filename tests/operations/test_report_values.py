@@ -101,7 +101,13 @@ def test_the_page_a_backfill_writes_is_stale_only_when_status_check_says_so(sqli
     stale = project.invoke("status", "--json", now=later)
     sentence = json.loads(stale.stdout)["stale"]
     assert code == 2 and sentence and sentence in line, line
-    assert Page(beside.read_text()).texts["stale"] == f"STALE: {sentence}"
+    # The same rule and the same times; the page writes them as it writes every other time (report_html.local_time).
+    assert sentence == ("the last success started at 2026-12-01T04:20+01:00, before the run due at "
+                        "2026-12-04T04:15+01:00 (grace 120 min)")
+    page = Page(beside.read_text())
+    assert page.texts["stale"] == ("STALE: the last success started at Tue 1 Dec 2026, 04:20 CET, before the run due "
+                                   "at Fri 4 Dec 2026, 04:15 CET (grace 120 min)")
+    assert page.texts["last-success"] in page.texts["stale"]
 
 
 def test_a_course_is_never_shown_with_the_sites_label(tmp_path):
