@@ -201,10 +201,10 @@ def write_textfile(path, text):
     atomic.replace_bytes(path, text.encode("utf-8"), mode=0o644, outcome="the run's own result stands.")
 
 
-def staleness(status, now, timezone, *, grace):
+def staleness(status, now, timezone, *, grace, shown=freshness.minute_text):
     """Return None if the status's last success is recent enough for the schedule, else a sentence saying why not
-    (lms_refresh.run.freshness, the rule the report's page follows too)."""
-    return freshness.staleness(status.get("last_success"), now, timezone, grace=grace)
+    (lms_refresh.run.freshness, the rule the report's page follows too), its times written by `shown`."""
+    return freshness.staleness(status.get("last_success"), now, timezone, grace=grace, shown=shown)
 
 
 # `status --check` follows the monitoring-plugin convention (Nagios, Icinga,

@@ -13,7 +13,7 @@ from lms_refresh.config import paths
 from lms_refresh.errors import ConfigError
 from lms_refresh.ops.monitoring import staleness
 from lms_refresh.ops.status import collect_status
-from lms_refresh.run import after_commit, report_page
+from lms_refresh.run import after_commit, report_html, report_page
 from lms_refresh.run.report_data import local_today
 from lms_refresh.state_directory import user_name
 
@@ -26,7 +26,8 @@ def freshness(config, environ, now):
     status = collect_status(config, environ)
     success = status["last_success"]
     return {"last_success": success and success["started_at"], "watermark": status["watermark"],
-            "stale": staleness(status, now, config.timezone, grace=config.monitoring.grace),
+            "stale": staleness(status, now, config.timezone, grace=config.monitoring.grace,
+                               shown=report_html.local_times(config.timezone)),  # as the page's other times
             "written": instants.to_cursor(now), "timezone": config.timezone}
 
 
