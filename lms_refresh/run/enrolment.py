@@ -1,0 +1,59 @@
+"""Enrolled learners: who was enrolled in each course at any moment of a day or period, counted from what the source
+says of its enrolments now, for the days and periods a run recomputes that are not settled yet.
+
+Enrolments are state, not events: a source is asked which enrolments overlap some local days (Moodle's
+`user_enrolments`, sources/moodle_enrolments.py), as they are when the run reads them. A day's or period's
+enrolled cell ({course: (learners, the sum of their keys)}, the site's under tables.SITE: each learner once
+however many courses) is counted by every run that recomputes it while it is open, and by the first run after it
+closed (its end and the safety lag past, as `complete` says of a published period); then it is settled, and no
+later run reads or changes it: an enrolment deleted or whose dates are edited in the source afterwards changes
+no closed period, only a rebuild counts it again from the enrolments as they are then. A run's cost follows the
+enrolments overlapping the days and periods it counts (the open ones), never the settled history.
+"""
+
+from lms_refresh import instants
+from lms_refresh.store import periods
+from lms_refresh.store.tables import SITE
+
+_MODULUS = 4294967296  # key sums modulo 2**32, as every cell key (lms_refresh.disclosure.cell_key)
+
+
+def count(store, enrolments, days, period_labels, calendar, *, timezone, cutoff):
+    """Count the enrolled cells of the recomputed `days` and periods `period_labels` ({grain: labels} of
+    `calendar`), and of every day and period counted before but not settled, but those settled, from
+    `enrolments(first day, last day)` (the source's: (course id, learner, learner key, first local day or None,
+    last local day or None) of each enrolment overlapping those days, None for open); write them, each settled if
+    it ended (in `timezone`) at or before the instant `cutoff`. Return ({grain: courses whose enrolled cells
+    changed}, {grain: the labels counted}), both empty if the source reads no enrolments."""
+    if enrolments is None:
+        return {}, {}
+    wanted = {("day", day): (day, day) for day in days if instants.FIRST_DAY <= day <= instants.LAST_DAY}
+    wanted.update(((grain, label), calendar.bounds(grain, label))
+                  for grain, labels in (period_labels or {}).items() for label in labels)
+    wanted.update(store.unsettled_enrolment_periods())
+    for period in store.settled_enrolment_periods(wanted) if wanted else ():
+        del wanted[period]
+    if not wanted:
+        return {}, {}
+    learners = {period: {} for period in wanted}  # {period: {course: {learner: key}}}
+    bounds = sorted(wanted.items(), key=lambda item: item[1])
+    rows = enrolments(min(first for first, _ in wanted.values()), max(last for _, last in wanted.values()))
+    if rows is None:  # the source could not read them (it warned): nothing counted, nothing settled
+        return {}, {}
+    for course, learner, key, first, last in rows:
+        for period, (start, end) in bounds:
+            if last is not None and start > last:
+                break  # sorted by first day: no later period overlaps an enrolment that ended before this one
+            if first is None or first <= end:
+                cells = learners[period]
+                cells.setdefault(course, {})[learner] = key
+                cells.setdefault(SITE, {})[learner] = key
+    closed = instants.to_cursor(cutoff)
+    counted = {period: (start, end, periods.closes_at(end, timezone) <= closed,
+                        {course: (len(keys), sum(keys.values()) % _MODULUS) for course, keys in cells.items()})
+               for (period, (start, end)), cells in zip(wanted.items(), (learners[p] for p in wanted), strict=True)}
+    changed, labels = {}, {}
+    for (grain, label), courses in store.write_enrolled(counted).items():
+        changed.setdefault(grain, set()).update(courses)
+        labels.setdefault(grain, set()).add(label)
+    return changed, labels

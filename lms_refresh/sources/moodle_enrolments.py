@@ -1,0 +1,130 @@
+"""Moodle's enrolments: who is enrolled in which course, from when to when, read for the enrolled learners
+(run/enrolment.py) from `{prefix}user_enrolments`, `{prefix}enrol`, `{prefix}role_assignments`,
+`{prefix}context` and `{prefix}role`, read-only like the log.
+
+An enrolment counts when the user's enrolment and its enrolment method are both active (`status` 0: a suspended
+enrolment, or a disabled method, does not), it overlaps the local days asked for (Moodle's enrolment is active from
+`timestart` until before `timeend`, 0 meaning open at that end), and the user holds, in the course's context
+(`contextlevel` 50, `instanceid` the course id), a role whose short name or archetype is one of
+`source.learner_roles` (by default the student archetype: teachers and managers enrolled in a course are not its
+learners). The site course and the guest are never learners (as in the log mapping). Rows are read as they are
+now: Moodle keeps no history of an enrolment's edits, and deletes the row of a deleted enrolment.
+
+The statement is the same on PostgreSQL, MySQL and MariaDB; its rows come in pages of `batch_size` in the order of
+`user_enrolments.id` (keyset paging), so memory does not grow with the enrolments. Moodle has no index on the
+enrolment dates: the server reads `user_enrolments` once per page, and only the enrolments overlapping the days
+asked for leave it.
+"""
+
+import datetime as dt
+import logging
+import zoneinfo
+
+from lms_refresh.disclosure.pseudonyms import moodle_identifier
+from lms_refresh.errors import ConfigError
+from lms_refresh.sources.moodle_courses import local_date
+from lms_refresh.sources.xapi import name_id
+
+logger = logging.getLogger(__name__)
+
+COURSE_CONTEXT = 50  # CONTEXT_COURSE
+TABLES = ("user_enrolments", "enrol", "role_assignments", "context", "role")
+
+_QUERY = """SELECT ue.id, e.courseid, ue.userid, ue.timestart, ue.timeend
+FROM {user_enrolments} ue
+JOIN {enrol} e ON e.id = ue.enrolid
+WHERE ue.status = 0 AND e.status = 0 AND e.courseid <> %s AND ue.userid <> %s
+  AND ue.timestart < %s AND (ue.timeend = 0 OR ue.timeend > %s)
+  AND EXISTS (SELECT 1 FROM {role_assignments} ra
+    JOIN {context} ctx ON ctx.id = ra.contextid
+    JOIN {role} r ON r.id = ra.roleid
+    WHERE ra.userid = ue.userid AND ctx.contextlevel = %s AND ctx.instanceid = e.courseid
+      AND (r.shortname IN ({roles}) OR r.archetype IN ({roles})))
+  AND ue.id > %s
+ORDER BY ue.id
+LIMIT %s"""
+
+
+def tables(prefix):
+    """The Moodle tables read for enrolments, with their prefix."""
+    return tuple(prefix + table for table in TABLES)
+
+
+def _statement(prefix, roles):
+    marks = ", ".join(["%s"] * len(roles))
+    return _QUERY.format(roles=marks, **{table: prefix + table for table in TABLES})
+
+
+def _midnight(day, timezone):
+    """The Unix time of the local midnight that begins `day` (ISO text) in `timezone`."""
+    return int(dt.datetime.combine(dt.date.fromisoformat(day), dt.time(), tzinfo=zoneinfo.ZoneInfo(timezone))
+               .timestamp())
+
+
+class Enrolments:
+    """The enrolments of one Moodle source (its `query`, prefix, site, time zone and mapper's learners)."""
+
+    def __init__(self, source, roles):
+        self.source, self.roles = source, tuple(roles)
+        self._learners = {}  # Moodle user id -> (pseudonym, learner key): a learner is in several courses
+
+    def preflight(self):
+        """The warnings about the enrolment tables: none if the statement can be run."""
+        source = self.source
+        try:
+            self._page(_statement(source.prefix, self.roles), (source.site_course_id, source.guest_user_id, 0, 0,
+                                                               COURSE_CONTEXT, *self.roles, *self.roles), -1)
+        except ConfigError as error:
+            return [f"{error} Until then, no enrolled learners are published (GRANT SELECT ON "
+                    f"{', '.join(tables(source.prefix))})."]
+        return []
+
+    def __call__(self, first, last):
+        """Return the enrolments overlapping the local days `first` .. `last` (ISO text) as (course id, learner,
+        learner key, first local day or None, last local day or None) — or None, warned, if the tables cannot be
+        read: no enrolled cell is counted then (none is settled as empty)."""
+        source = self.source
+        statement = _statement(source.prefix, self.roles)
+        bounds = (source.site_course_id, source.guest_user_id, _midnight(_next_day(last), source.timezone),
+                  _midnight(first, source.timezone), COURSE_CONTEXT, *self.roles, *self.roles)
+        try:
+            rows = self._page(statement, bounds, -1)
+        except ConfigError as error:
+            logger.warning("Enrolled learners were not counted (%s) The days and periods of this run keep none "
+                           "until a run can read %s.", error, ", ".join(tables(source.prefix)))
+            return None
+        return self._all(statement, bounds, rows)
+
+    def _page(self, statement, bounds, after):
+        source = self.source
+        return source.query(statement, bounds + (after, source.batch_size), table=source.prefix + "user_enrolments")
+
+    def _all(self, statement, bounds, rows):
+        while rows:
+            yield from filter(None, map(self._enrolment, rows))
+            rows = self._page(statement, bounds, rows[-1][0]) if len(rows) == self.source.batch_size else []
+
+    def _enrolment(self, row):
+        """(course id, learner, key, first day, last day) of one row, or None if it names no learner or no time."""
+        _, course, user, start, end = row
+        if type(course) is not int or type(user) is not int or course <= 0 or user <= 0:
+            return None
+        if type(start) is not int or type(end) is not int or start < 0 or end < 0 or 0 < end <= start:
+            return None  # not Moodle's, or an enrolment that ends before it begins: never active
+        source = self.source
+        first = local_date(start, source.timezone) if start else None
+        if start and first is None:
+            return None  # a start past what any time read may be: never active within range
+        last = local_date(end - 1, source.timezone) if end else None  # active until before timeend
+        if end and last is None and end - 1 <= 0:
+            return None
+        learner = self._learners.get(user)
+        if learner is None:
+            actor = source.mapper.pseudonymise(moodle_identifier(source.site, user))
+            learner = self._learners[user] = (actor, source.mapper.learner_key(actor))
+        return (name_id(f"{source.site}/course/view.php?id={course}"), *learner, first, last)
+
+
+def _next_day(day):
+    """The local day after `day` (ISO text)."""
+    return (dt.date.fromisoformat(day) + dt.timedelta(days=1)).isoformat()
