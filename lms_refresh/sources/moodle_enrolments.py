@@ -67,6 +67,7 @@ class Enrolments:
     def __init__(self, source, roles):
         self.source, self.roles = source, tuple(roles)
         self._learners = {}  # Moodle user id -> (pseudonym, learner key): a learner is in several courses
+        self._courses = {}  # Moodle course id -> the course's id in the store (a hash of its IRI)
 
     def preflight(self):
         """The warnings about the enrolment tables: none if the statement can be run."""
@@ -122,7 +123,10 @@ class Enrolments:
         if learner is None:
             actor = source.mapper.pseudonymise(moodle_identifier(source.site, user))
             learner = self._learners[user] = (actor, source.mapper.learner_key(actor))
-        return (name_id(f"{source.site}/course/view.php?id={course}"), *learner, first, last)
+        course_id = self._courses.get(course)
+        if course_id is None:
+            course_id = self._courses[course] = name_id(f"{source.site}/course/view.php?id={course}")
+        return (course_id, *learner, first, last)
 
 
 def _next_day(day):

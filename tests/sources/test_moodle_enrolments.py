@@ -202,3 +202,49 @@ def test_without_the_enrolment_grants_the_run_succeeds_and_counts_none(tmp_path,
     project.invoke("run", now="2026-11-25T04:20:00+01:00", check=0)
     # The days already closed were never counted, so the first run that can read the tables counts them.
     assert project.serving()[0][-2:] == (2, 3 / 2)
+
+
+def test_a_postgresql_store_of_schema_11_gets_the_columns_in_place_and_its_dashboards_keep_reading(
+        tmp_path, moodle, moodle_reader, postgres_server):
+    """Schema version 12 adds the enrolment columns at the end of every serving view, replaced in place (the by-name
+    views too: after course_name): a role granted before the upgrade reads them, and a view a dashboard built over a
+    by-name view neither stops the migration nor goes."""
+    import psycopg
+
+    from helpers.downgrade import before_enrolments
+    from lms_refresh.store import tables
+    from lms_refresh.store.postgres_schema import POSTGRESQL
+
+    load_two_days(moodle)
+    for user in (101, 102, 103):
+        moodle.enrol(user, 7)
+    project = moodle_project(tmp_path / "p", moodle, moodle_reader, postgres_server)
+    project.invoke("run", now="2026-11-25T04:15:00+01:00", check=0)
+    database = project.database
+    for sql in before_enrolments(POSTGRESQL) + [
+            f"DELETE FROM lms_refresh.schema_version WHERE version >= {tables.ENROLMENTS_SINCE}",
+            f"UPDATE lms_refresh.meta SET value = '{tables.ENROLMENTS_SINCE - 1}' WHERE key = 'schema_version'"]:
+        postgres_server.admin(sql, database)
+    postgres_server.admin("DO $$ BEGIN CREATE ROLE enrolment_dashboard LOGIN PASSWORD 'dash'; "
+                          "EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+    for grant in ("GRANT USAGE ON SCHEMA lms_refresh_serving TO enrolment_dashboard",
+                  "GRANT SELECT ON ALL TABLES IN SCHEMA lms_refresh_serving TO enrolment_dashboard",
+                  "CREATE VIEW public.enrolment_chart AS SELECT day, course_name, active_learners "
+                  "FROM lms_refresh_serving.daily_metrics_by_name",
+                  "GRANT SELECT ON public.enrolment_chart TO enrolment_dashboard"):
+        postgres_server.admin(grant, database)
+    project.invoke("run", now="2026-11-25T04:20:00+01:00", check=0)  # upgrades, and reads the lookback again
+    url = f"host=127.0.0.1 port={postgres_server.port} dbname={database} user=enrolment_dashboard password=dash"
+    with psycopg.connect(url, autocommit=True) as db:
+        assert db.execute("SELECT day::text, active_learners, enrolled_learners, active_share "
+                          "FROM lms_refresh_serving.daily_metrics_by_name ORDER BY day").fetchall() == [
+            ("2026-11-23", 3, 3, 1.0), ("2026-11-24", 3, None, None)]  # course 9 has no student
+        columns = [row[0] for row in db.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = 'lms_refresh_serving' AND "
+            "table_name = 'daily_metrics_by_name' ORDER BY ordinal_position").fetchall()]
+        assert columns[-3:] == ["course_name", "enrolled_learners", "active_share"]
+        assert db.execute("SELECT enrolled_learners FROM lms_refresh_serving.weekly_metrics "
+                          "ORDER BY course").fetchall() == [(3,), (None,)]
+        assert db.execute("SELECT enrolled_learners FROM lms_refresh_serving.site_daily_metrics "
+                          "ORDER BY day").fetchall() == [(3,), (3,)]  # the 24th: course 7's, enrolled though idle
+        assert db.execute("SELECT active_learners FROM public.enrolment_chart").fetchall() == [(3,), (3,)]
