@@ -60,7 +60,8 @@ def load(server, options):
         server.admin(log_rows(day * options.daily_rows + 1, options.daily_rows, day, learners, courses), database)
     term_start, term_end = START - 30 * 86400, START + 120 * 86400
     server.admin(f"""
-INSERT INTO mdl_enrol (enrol, status, courseid, roleid) SELECT 'manual', 0, c, 5 FROM generate_series(2, {courses + 1}) c;
+INSERT INTO mdl_enrol (enrol, status, courseid, roleid)
+  SELECT 'manual', 0, c, 5 FROM generate_series(2, {courses + 1}) c;
 INSERT INTO mdl_context (contextlevel, instanceid, depth) SELECT 50, c, 3 FROM generate_series(2, {courses + 1}) c;
 INSERT INTO mdl_user_enrolments (status, enrolid, userid, timestart, timeend)
   SELECT CASE WHEN u % 20 = 0 THEN 1 ELSE 0 END, e.id, u, {term_start} + (u % 7) * 86400,

@@ -27,12 +27,18 @@ def count(store, enrolments, days, period_labels, calendar, *, timezone, cutoff)
     changed}, {grain: the labels counted}), both empty if the source reads no enrolments."""
     if enrolments is None:
         return {}, {}
-    wanted = {("day", day): (day, day) for day in days if instants.FIRST_DAY <= day <= instants.LAST_DAY}
+    terms = {name for name, _, _ in calendar.terms}
+    # The unsettled first, so that a term whose days were changed in the configuration takes its new ones; one no
+    # longer configured is not counted (nor published).
+    wanted = {period: bounds for period, bounds in store.unsettled_enrolment_periods().items()
+              if period[0] != "term" or period[1] in terms}
+    wanted.update((("day", day), (day, day)) for day in days if instants.FIRST_DAY <= day <= instants.LAST_DAY)
     wanted.update(((grain, label), calendar.bounds(grain, label))
                   for grain, labels in (period_labels or {}).items() for label in labels)
-    wanted.update(store.unsettled_enrolment_periods())
-    for period in store.settled_enrolment_periods(wanted) if wanted else ():
-        del wanted[period]
+    # A settled period stays as it is, unless its days changed (a term moved: counted again, as its activity is).
+    for period, bounds in store.settled_enrolment_periods(wanted).items() if wanted else ():
+        if wanted[period] == bounds:
+            del wanted[period]
     if not wanted:
         return {}, {}
     learners = {period: {} for period in wanted}  # {period: {course: {learner: key}}}

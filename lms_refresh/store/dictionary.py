@@ -91,8 +91,9 @@ _ENROLMENT = [
            "enrolments overlapping the days and periods it recomputes, never the settled history. Not bounded by "
            "`active_learners`: a learner can be active without a learner role (or after the enrolment ended).",
            LEARNERS, True, True, WITHHELD_NULL.replace("learners (or the whole row is withheld)", "enrolled learners")
-           + "; also when none was enrolled, when the day or period was settled before this column existed (until a "
-           "rebuild), and always for xAPI sources, which read no enrolments"),
+           + "; also when none was enrolled, on a day or period no run recomputed since the store had this column "
+           "(schema version 12: a backfill or rebuild of it counts it), and always for xAPI sources, which read no "
+           "enrolments"),
     Column("active_share", "REAL", "double precision", "share", "active_learners ÷ enrolled_learners, computed from "
            "the published (perturbed) values of this row. Can exceed 1: active learners without a learner role "
            "are counted in the numerator only.", NEITHER, False, True,

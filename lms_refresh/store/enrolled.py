@@ -54,14 +54,15 @@ class Enrolled:
             "SELECT grain, period, first_day, last_day FROM enrolled_periods WHERE settled = 0").fetchall()}
 
     def settled_enrolment_periods(self, wanted):
-        """Return the settled ones of the days and periods `wanted` ({(grain, label): ...}): per grain, one look-up
-        of the labels between the least and the greatest wanted."""
-        settled = set()
-        for grain in {grain for grain, _ in wanted}:
+        """Return {(grain, label): (first day, last day) it was counted for} of the settled ones of the days and
+        periods `wanted` ({(grain, label): ...}): per grain, one look-up of the labels between the least and the
+        greatest wanted."""
+        settled = {}
+        for grain in sorted({grain for grain, _ in wanted}):
             labels = sorted(label for kind, label in wanted if kind == grain)
-            settled.update((grain, label) for (label,) in self.execute(
-                "SELECT period FROM enrolled_periods WHERE grain = ? AND period BETWEEN ? AND ? AND settled = 1",
-                (grain, labels[0], labels[-1])).fetchall() if label in labels)
+            settled.update(((grain, label), (first, last)) for label, first, last in self.execute(
+                "SELECT period, first_day, last_day FROM enrolled_periods WHERE grain = ? AND period BETWEEN ? AND ? "
+                "AND settled = 1", (grain, labels[0], labels[-1])).fetchall() if (grain, label) in wanted)
         return settled
 
     def write_enrolled(self, counted):
