@@ -41,25 +41,47 @@ def count(store, enrolments, days, period_labels, calendar, *, timezone, cutoff)
             del wanted[period]
     if not wanted:
         return {}, {}
-    learners = {period: {} for period in wanted}  # {period: {course: {learner: key}}}
-    bounds = sorted(wanted.items(), key=lambda item: item[1])
     rows = enrolments(min(first for first, _ in wanted.values()), max(last for _, last in wanted.values()))
     if rows is None:  # the source could not read them (it warned): nothing counted, nothing settled
         return {}, {}
+    # Each enrolment once into the bucket of its (first day, last day): {(first, last): {course: {learner: key}}}
+    # (few distinct pairs: enrolments start and end on few days), then each period merges the buckets that overlap
+    # it, course by course, with dict.update: the per-row work is one insertion, whatever the number of periods.
+    buckets = {}
     for course, learner, key, first, last in rows:
-        for period, (start, end) in bounds:
-            if last is not None and start > last:
-                break  # sorted by first day: no later period overlaps an enrolment that ended before this one
-            if first is None or first <= end:
-                cells = learners[period]
-                cells.setdefault(course, {})[learner] = key
-                cells.setdefault(SITE, {})[learner] = key
-    closed = instants.to_cursor(cutoff)
-    counted = {period: (start, end, periods.closes_at(end, timezone) <= closed,
-                        {course: (len(keys), sum(keys.values()) % _MODULUS) for course, keys in cells.items()})
-               for (period, (start, end)), cells in zip(wanted.items(), (learners[p] for p in wanted), strict=True)}
+        bucket = buckets.get((first, last))
+        if bucket is None:
+            bucket = buckets[(first, last)] = {}
+        learners = bucket.get(course)
+        if learners is None:
+            learners = bucket[course] = {}
+        learners[learner] = key
+    closed, counted, done = instants.to_cursor(cutoff), {}, {}
+    for period, (start, end) in wanted.items():
+        overlapping = tuple(pair for pair in buckets if (pair[0] is None or pair[0] <= end)
+                            and (pair[1] is None or pair[1] >= start))
+        if overlapping not in done:  # periods that the same enrolments overlap (often all of a run's) count once
+            done[overlapping] = _cells([buckets[pair] for pair in overlapping])
+        counted[period] = (start, end, periods.closes_at(end, timezone) <= closed, done[overlapping])
     changed, labels = {}, {}
     for (grain, label), courses in store.write_enrolled(counted).items():
         changed.setdefault(grain, set()).update(courses)
         labels.setdefault(grain, set()).add(label)
     return changed, labels
+
+
+def _cells(buckets):
+    """{course: (enrolled learners, the sum of their keys modulo 2**32)} of the enrolments in `buckets` ({course:
+    {learner: key}} each), and the site's under SITE: each learner once per course, and once in the site."""
+    by_course = {}
+    for bucket in buckets:
+        for course, learners in bucket.items():
+            by_course.setdefault(course, []).append(learners)
+    cells, site = {}, {}
+    for course, parts in by_course.items():
+        learners = parts[0] if len(parts) == 1 else {learner: key for part in parts for learner, key in part.items()}
+        cells[course] = (len(learners), sum(learners.values()) % _MODULUS)
+        site.update(learners)  # each learner once, however many courses
+    if site:
+        cells[SITE] = (len(site), sum(site.values()) % _MODULUS)
+    return cells

@@ -16,13 +16,13 @@ enrolment dates: the server reads `user_enrolments` once per page, and only the 
 asked for leave it.
 """
 
+import bisect
 import datetime as dt
 import logging
 import zoneinfo
 
 from lms_refresh.disclosure.pseudonyms import moodle_identifier
 from lms_refresh.errors import ConfigError
-from lms_refresh.sources.moodle_courses import local_date
 from lms_refresh.sources.xapi import name_id
 
 logger = logging.getLogger(__name__)
@@ -82,51 +82,63 @@ class Enrolments:
 
     def __call__(self, first, last):
         """Return the enrolments overlapping the local days `first` .. `last` (ISO text) as (course id, learner,
-        learner key, first local day or None, last local day or None) — or None, warned, if the tables cannot be
-        read: no enrolled cell is counted then (none is settled as empty)."""
+        learner key, first local day or None, last local day or None: open, or before `first` and after `last`) — or
+        None, warned, if the tables cannot be read: no enrolled cell is counted then (none is settled as empty)."""
         source = self.source
         statement = _statement(source.prefix, self.roles)
-        bounds = (source.site_course_id, source.guest_user_id, _midnight(_next_day(last), source.timezone),
-                  _midnight(first, source.timezone), COURSE_CONTEXT, *self.roles, *self.roles)
+        days = _days(first, last)
+        # The local midnight beginning each day, and the one ending the last: a time's day is one bisection.
+        midnights = [_midnight(day, source.timezone) for day in days] + [
+            _midnight(_next_day(last), source.timezone)]
+        bounds = (source.site_course_id, source.guest_user_id, midnights[-1], midnights[0], COURSE_CONTEXT,
+                  *self.roles, *self.roles)
         try:
             rows = self._page(statement, bounds, -1)
         except ConfigError as error:
             logger.warning("Enrolled learners were not counted (%s) The days and periods of this run keep none "
                            "until a run can read %s.", error, ", ".join(tables(source.prefix)))
             return None
-        return self._all(statement, bounds, rows)
+        return self._all(statement, bounds, rows, days, midnights)
 
     def _page(self, statement, bounds, after):
         source = self.source
         return source.query(statement, bounds + (after, source.batch_size), table=source.prefix + "user_enrolments")
 
-    def _all(self, statement, bounds, rows):
+    def _all(self, statement, bounds, rows, days, midnights):
         while rows:
-            yield from filter(None, map(self._enrolment, rows))
+            for row in rows:
+                enrolment = self._enrolment(row, days, midnights)
+                if enrolment is not None:
+                    yield enrolment
             rows = self._page(statement, bounds, rows[-1][0]) if len(rows) == self.source.batch_size else []
 
-    def _enrolment(self, row):
-        """(course id, learner, key, first day, last day) of one row, or None if it names no learner or no time."""
+    def _enrolment(self, row, days, midnights):
+        """(course id, learner, key, first day, last day) of one row, or None if it names no learner or no time.
+        The days are those of `days` (whose local midnights, and the one after, are `midnights`), None before the
+        first and after the last: the statement read only the enrolments that overlap them."""
         _, course, user, start, end = row
         if type(course) is not int or type(user) is not int or course <= 0 or user <= 0:
             return None
         if type(start) is not int or type(end) is not int or start < 0 or end < 0 or 0 < end <= start:
             return None  # not Moodle's, or an enrolment that ends before it begins: never active
-        source = self.source
-        first = local_date(start, source.timezone) if start else None
-        if start and first is None:
-            return None  # a start past what any time read may be: never active within range
-        last = local_date(end - 1, source.timezone) if end else None  # active until before timeend
-        if end and last is None and end - 1 <= 0:
-            return None
+        first = days[bisect.bisect_right(midnights, start) - 1] if start >= midnights[0] else None
+        # Active until before timeend: its last second's day.
+        last = days[bisect.bisect_right(midnights, end - 1) - 1] if 0 < end <= midnights[-1] else None
         learner = self._learners.get(user)
         if learner is None:
+            source = self.source
             actor = source.mapper.pseudonymise(moodle_identifier(source.site, user))
             learner = self._learners[user] = (actor, source.mapper.learner_key(actor))
         course_id = self._courses.get(course)
         if course_id is None:
-            course_id = self._courses[course] = name_id(f"{source.site}/course/view.php?id={course}")
+            course_id = self._courses[course] = name_id(f"{self.source.site}/course/view.php?id={course}")
         return (course_id, *learner, first, last)
+
+
+def _days(first, last):
+    """The local days (ISO text) from `first` to `last`."""
+    first, last = dt.date.fromisoformat(first), dt.date.fromisoformat(last)
+    return [(first + dt.timedelta(days=offset)).isoformat() for offset in range((last - first).days + 1)]
 
 
 def _next_day(day):
