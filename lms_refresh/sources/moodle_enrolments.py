@@ -30,7 +30,12 @@ logger = logging.getLogger(__name__)
 COURSE_CONTEXT = 50  # CONTEXT_COURSE
 TABLES = ("user_enrolments", "enrol", "role_assignments", "context", "role")
 
-_QUERY = """SELECT ue.id, e.courseid, ue.userid, ue.timestart, ue.timeend
+_COLUMNS = "e.courseid, ue.userid, ue.timestart, ue.timeend"
+# On PostgreSQL a page comes back as one text of "course,user,start,end" rows joined by ';': Debian's psycopg has
+# no C extension, and converting 4 values a row took 20 µs a row (4.7 s of a nightly run at 250,000 enrolments).
+# MySQLdb converts in C: its rows come as they are.
+_PACKED = f"string_agg(concat_ws(',', {_COLUMNS}), ';')"
+_QUERY = """SELECT {columns}
 FROM {user_enrolments} ue
 JOIN {enrol} e ON e.id = ue.enrolid
 WHERE ue.status = 0 AND e.status = 0 AND e.courseid <> %s AND ue.userid <> %s
@@ -54,9 +59,10 @@ def tables(prefix):
     return tuple(prefix + table for table in TABLES)
 
 
-def _statement(prefix, roles):
+def _statement(prefix, roles, packed=False):
     marks = ", ".join(["%s"] * len(roles))
-    return _QUERY.format(roles=marks, **{table: prefix + table for table in TABLES})
+    return _QUERY.format(columns=_PACKED if packed else _COLUMNS, roles=marks,
+                         **{table: prefix + table for table in TABLES})
 
 
 def _midnight(day, timezone):
@@ -72,13 +78,14 @@ class Enrolments:
         self.source, self.roles = source, tuple(roles)
         self._learners = {}  # Moodle user id -> (pseudonym, learner key): a learner is in several courses
         self._courses = {}  # Moodle course id -> the course's id in the store (a hash of its IRI)
+        self.packed = not source.url.startswith(("mysql:", "mariadb:"))  # PostgreSQL's pages as one text
 
     def preflight(self):
         """The warnings about the enrolment tables: none if the statement can be run."""
         source = self.source
         try:
-            self._page(_statement(source.prefix, self.roles), (source.site_course_id, source.guest_user_id, 0, 0,
-                                                               COURSE_CONTEXT, *self.roles, *self.roles), 0, 0)
+            bounds = (source.site_course_id, source.guest_user_id, 0, 0, COURSE_CONTEXT, *self.roles, *self.roles)
+            self._page(_statement(source.prefix, self.roles, self.packed), bounds, 0, 0)
         except ConfigError as error:
             return [f"{error} Until then, no enrolled learners are published (GRANT SELECT ON "
                     f"{', '.join(tables(source.prefix))})."]
@@ -89,7 +96,7 @@ class Enrolments:
         learner key, first local day or None, last local day or None: open, or before `first` and after `last`) — or
         None, warned, if the tables cannot be read: no enrolled cell is counted then (none is settled as empty)."""
         source = self.source
-        statement = _statement(source.prefix, self.roles)
+        statement = _statement(source.prefix, self.roles, self.packed)
         days = _days(first, last)
         # The local midnight beginning each day, and the one ending the last: a time's day is one bisection.
         midnights = [_midnight(day, source.timezone) for day in days] + [
@@ -110,9 +117,13 @@ class Enrolments:
         return self._all(statement, bounds, rows, low + step, high, step, days, midnights)
 
     def _page(self, statement, bounds, low, high):
-        """The rows of the enrolments of the users whose ids are in [low, high)."""
+        """The rows (course, user, timestart, timeend) of the enrolments of the users whose ids are in [low, high)."""
         source = self.source
-        return source.query(statement, bounds + (low, high, low, high), table=source.prefix + "user_enrolments")
+        rows = source.query(statement, bounds + (low, high, low, high), table=source.prefix + "user_enrolments")
+        if not self.packed:
+            return rows
+        text = rows[0][0] if rows else None  # BIGINT columns: digits and minus signs, joined by ',' and ';'
+        return [tuple(map(int, row.split(","))) for row in text.split(";")] if text else []
 
     def _all(self, statement, bounds, rows, start, high, step, days, midnights):
         """The enrolments of `rows`, then of each page of `step` user ids from `start` through `high` (`batch_size`
@@ -130,7 +141,7 @@ class Enrolments:
         """(course id, learner, key, first day, last day) of one row, or None if it names no learner or no time.
         The days are those of `days` (whose local midnights, and the one after, are `midnights`), None before the
         first and after the last: the statement read only the enrolments that overlap them."""
-        _, course, user, start, end = row
+        course, user, start, end = row
         if type(course) is not int or type(user) is not int or course <= 0 or user <= 0:
             return None
         if type(start) is not int or type(end) is not int or start < 0 or end < 0 or 0 < end <= start:
