@@ -67,11 +67,13 @@ class Enrolled:
 
     def write_enrolled(self, counted):
         """Replace the enrolled cells of the days and periods `counted` ({(grain, label): (first day, last day,
-        settled, {course: (enrolled, key sum)})}); return {(grain, label): the courses with a cell before or after}."""
+        settled, {course: (enrolled, key sum)})}); return {(grain, label): the courses whose cell changed (a cell
+        new, gone, or counted otherwise)}: only their published rows can change."""
         touched = {}
         for (grain, label), (first, last, settled, cells) in sorted(counted.items()):
-            before = {row[0] for row in self.execute(
-                "SELECT course_id FROM enrolled_cells WHERE grain = ? AND period = ?", (grain, label)).fetchall()}
+            before = {course: (enrolled, key) for course, enrolled, key in self.execute(
+                "SELECT course_id, enrolled, enrolled_key FROM enrolled_cells WHERE grain = ? AND period = ?",
+                (grain, label)).fetchall()}
             self.execute("DELETE FROM enrolled_cells WHERE grain = ? AND period = ?", (grain, label))
             self.executemany("INSERT INTO enrolled_cells (grain, period, course_id, enrolled, enrolled_key) "
                              "VALUES (?, ?, ?, ?, ?)",
@@ -81,7 +83,8 @@ class Enrolled:
                          "VALUES (?, ?, ?, ?, ?) ON CONFLICT (grain, period) DO UPDATE SET "
                          "first_day = excluded.first_day, last_day = excluded.last_day, settled = excluded.settled",
                          (grain, label, first, last, int(settled)))
-            touched[(grain, label)] = before | set(cells)
+            touched[(grain, label)] = {course for course in before.keys() | cells.keys()
+                                       if before.get(course) != cells.get(course)}
         return touched
 
     def reset_enrolled(self, horizon):
