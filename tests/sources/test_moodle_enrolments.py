@@ -248,3 +248,30 @@ def test_a_postgresql_store_of_schema_11_gets_the_columns_in_place_and_its_dashb
         assert db.execute("SELECT enrolled_learners FROM lms_refresh_serving.site_daily_metrics "
                           "ORDER BY day").fetchall() == [(3,), (3,)]  # the 24th: course 7's, enrolled though idle
         assert db.execute("SELECT active_learners FROM public.enrolment_chart").fetchall() == [(3,), (3,)]
+
+
+def with_term(project, name, first, last):
+    """The project's configuration with one [[terms]] table (replacing any)."""
+    text = project.config.read_text().split("\n[[terms]]")[0].rstrip("\n") + "\n"
+    project.config.write_text(text + f'\n[[terms]]\nname = "{name}"\nfirst_day = "{first}"\nlast_day = "{last}"\n')
+
+
+def test_a_settled_term_whose_days_change_is_counted_again(tmp_path, moodle, moodle_reader):
+    load_two_days(moodle)  # course 7 active on the 23rd
+    enrolled = Enrolled(moodle)
+    enrolled.enrol(101, 7)
+    enrolled.enrol(102, 7, start=at("2026-11-01T00:00:00+01:00"), end=at("2026-11-20T12:00:00+01:00"))
+    enrolled.enrol(103, 7, start=at("2026-11-22T10:00:00+01:00"))
+    enrolled.enrol(104, 7, start=at("2026-11-23T09:00:00+01:00"))
+    project = moodle_project(tmp_path / "p", moodle, moodle_reader)
+    with_term(project, "Late autumn", "2026-11-20", "2026-11-23")
+    project.invoke("run", now="2026-11-25T04:15:00+01:00", check=0)
+    terms = {row[0]: row[-2:] for row in project.grain_rows("term") if row[3] == course_iri(7)}
+    assert terms == {"Late autumn": (4, 3 / 4)} == {"Late autumn": (enrolled.published(7, "2026-11-20",
+                                                                                           "2026-11-23"), 3 / 4)}
+    assert ("term", "Late autumn", 1) in project.query("SELECT grain, period, settled FROM enrolled_periods")
+    with_term(project, "Late autumn", "2026-11-22", "2026-11-23")  # 102's enrolment ended before: out
+    project.invoke("run", now="2026-11-25T04:20:00+01:00", check=0)
+    terms = {row[0]: row[-2:] for row in project.grain_rows("term") if row[3] == course_iri(7)}
+    assert terms == {"Late autumn": (3, 3 / 3)}
+    assert len(enrolled.recount(7, "2026-11-22", "2026-11-23")) == 3
