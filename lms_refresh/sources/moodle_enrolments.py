@@ -10,10 +10,11 @@ enrolment, or a disabled method, does not), it overlaps the local days asked for
 learners). The site course and the guest are never learners (as in the log mapping). Rows are read as they are
 now: Moodle keeps no history of an enrolment's edits, and deletes the row of a deleted enrolment.
 
-The statement is the same on PostgreSQL, MySQL and MariaDB; it is run once per page of `batch_size` user ids (a
-range of Moodle's indexes by user on `user_enrolments` and `role_assignments`), so memory does not grow with the
-enrolments. Moodle has no index on the enrolment dates: each run reads the enrolments of every user once, and only
-those overlapping the days asked for leave the server.
+The statement is the same on PostgreSQL, MySQL and MariaDB but for its select list (PostgreSQL's packs a page into
+one text, below); it is run once per page of `batch_size` user ids (a range of Moodle's indexes by user on
+`user_enrolments` and `role_assignments`), so memory does not grow with the enrolments. Moodle has no index on the
+enrolment dates: each run has the server read the enrolments of every user once, and only those overlapping the
+days asked for leave it.
 """
 
 import bisect

@@ -87,7 +87,7 @@ _ENROLMENT = [
            "a run recomputes the day or period; each run that recomputes it while it is open counts it again, and "
            "the first run after it is complete (its end and the safety lag past) settles it: an enrolment deleted, "
            "suspended or whose dates are edited afterwards changes no settled day or period (only `lms-refresh "
-           "rebuild` counts them again, from the enrolments as they are then). A nightly run reads only the "
+           "rebuild` counts them again, from the enrolments as they are then). A nightly run counts only the "
            "enrolments overlapping the days and periods it recomputes, never the settled history. Not bounded by "
            "`active_learners`: a learner can be active without a learner role (or after the enrolment ended).",
            LEARNERS, True, True, WITHHELD_NULL.replace("learners (or the whole row is withheld)", "enrolled learners")
