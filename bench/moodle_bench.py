@@ -53,13 +53,13 @@ COLUMNS = ("eventname, component, action, target, crud, edulevel, contextid, con
 
 def load_postgresql(server, count):
     database = server.new_database()
-    server.admin(moodledb.MOODLE_DDL + moodledb.GRADE_ITEMS_DDL + moodledb.COURSE_DDL, database)
+    server.admin(moodledb.MOODLE_DDL + moodledb.GRADE_ITEMS_DDL + moodledb.COURSE_DDL + moodledb.ENROLMENT_DDL,
+                 database)
     select = row_select(count, f"generate_series(1::bigint, {count}) AS numbers(n)").replace("\\\\", "\\")
     server.admin(f"INSERT INTO mdl_logstore_standard_log ({COLUMNS}) {select}", database)
     server.admin("VACUUM ANALYZE mdl_logstore_standard_log", database)
     server.admin(f"CREATE ROLE {READER} LOGIN PASSWORD '{PASSWORD}'")
-    server.admin(f"GRANT SELECT ON mdl_logstore_standard_log, mdl_grade_items, mdl_course, mdl_course_categories "
-                 f"TO {READER}", database)
+    server.admin(f"GRANT SELECT ON {', '.join(moodledb.READER_TABLES)} TO {READER}", database)  # as MariaDB's
     return f"postgresql://{READER}@127.0.0.1:{server.port}/{database}"
 
 

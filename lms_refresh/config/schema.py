@@ -21,7 +21,7 @@ SOURCE_KEYS = {
                   "max_response_bytes", "read_deadline", "max_pages"},
                  {"endpoint", "username", "password_file"}),
     "moodle": ({"batch_size", "url", "password_file", "prefix", "site_url", "id_lookback", "site_course_id",
-                "guest_user_id", "timeout"}, {"url", "site_url"}),
+                "guest_user_id", "timeout", "learner_roles"}, {"url", "site_url"}),
 }
 
 # The [store] keys each store type takes (beyond type), and those it requires.
@@ -114,6 +114,8 @@ SCHEMA = {
         "id_lookback": Key(v.typed(int, 0, 10_000_000), 10_000, "moodle: log ids re-read before the watermark."),
         "site_course_id": Key(v.typed(int, 0), 1, "moodle: $SITEID; the front page is not a course."),
         "guest_user_id": Key(v.typed(int, 0), 1, "moodle: $CFG->siteguest; the guest is not a learner."),
+        "learner_roles": Key(v.moodle_roles, ("student",), "moodle: the roles whose enrolled users are counted as "
+                             "enrolled learners, each a role's short name or archetype, assigned in the course."),
     },
     "store": {
         "type": Key(v.choice(*STORE_TYPES), "sqlite", "The kind of store: " + ", ".join(STORE_TYPES) + "."),

@@ -140,6 +140,7 @@ class MoodleSource:
     batch_size: int
     guest_user_id: int
     id_lookback: int
+    learner_roles: tuple
     password_file: str | None
     prefix: str
     site_course_id: int

@@ -348,3 +348,15 @@ def schema_name(value):
                          "information_schema, for itself")
     return value
 identifier_prefix = sql_name(21, "mdl_", "table prefix")
+
+
+@accepting("a list of 1 to 20 Moodle role short names or archetypes (letters, digits, _ and -; up to 100 each)", tuple)
+def moodle_roles(value):
+    """The Moodle roles counted as learners, each matched against a role's `shortname` and `archetype`; returned as a
+    tuple, in the order given, each once."""
+    if not isinstance(value, list) or not 1 <= len(value) <= 20:
+        raise ValueError("must be a list of 1 to 20 role names, such as [\"student\"]")
+    for name in value:
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,100}", name):
+            raise ValueError(f"{name!r} is not a Moodle role short name or archetype (letters, digits, _ and -)")
+    return tuple(dict.fromkeys(value))

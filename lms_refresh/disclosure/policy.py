@@ -77,9 +77,10 @@ def publish(store, courses, settings, days=None):
     their rows, from all their cells)."""
     for chunk in chunks(courses):
         if days is None:
-            cells = store.cells("day", chunk)
+            cells, enrolled = store.cells("day", chunk), store.enrolled("day", chunk)
             store.write_published("day", [(course, row) for course in chunk
-                                          for row in course_rows(cells.get(course, {}), settings)], courses=chunk)
+                                          for row in course_rows(cells.get(course, {}), settings,
+                                                                 enrolled.get(course, {}))], courses=chunk)
         else:
             republish(store, "day", chunk, settings, rebuilt=days, between=_days_between,
                       row=lambda day, values: (day,) + values)
@@ -109,8 +110,9 @@ def republish(store, grain, courses, settings, *, rebuilt, between, row):
                 labels.update(label for label in between(max(first, old[1]), last) if label > old[1])
                 ranges.append((course, max(first, old[1]), last))
         wanted[course] = labels
-    cells, table = store.cells_in(grain, ranges), table_of(settings)
-    store.write_published(grain, [(course, row(label, published_row(cells.get(course, {}).get(label), settings, table)))
+    cells, enrolled, table = store.cells_in(grain, ranges), store.enrolled_in(grain, ranges), table_of(settings)
+    store.write_published(grain, [(course, row(label, published_row(cells.get(course, {}).get(label), settings, table,
+                                                                    enrolled.get(course, {}).get(label))))
                                   for course, labels in wanted.items() for label in sorted(labels)],
                           courses=[course for course in courses if course not in spans], keep=spans)
 
@@ -120,25 +122,45 @@ def _days_between(first, last):
     return [(first + dt.timedelta(days=offset)).isoformat() for offset in range((last - first).days + 1)]
 
 
-def period_rows(cells, settings, span):
+def period_rows(cells, settings, span, enrolled=None):
     """Given one course's cells of one grain {period label: aggregates}, return its published rows
     [(label, values...)]: every period from its first to its last with at least k learners, as `course_rows`
     does for days — each cell thresholded on its own true counts and perturbed on its own keys.
-    `span(labels)` returns, in order, the labels from the earliest to the latest of `labels`."""
-    table = table_of(settings)
+    `span(labels)` returns, in order, the labels from the earliest to the latest of `labels`; `enrolled`
+    {label: (enrolled learners, their key sum)} the course's enrolled cells."""
+    table, enrolled = table_of(settings), enrolled or {}
     visible = [label for label, cell in cells.items() if cell["learners"] >= settings.min_cell_size]
     if not visible:
         return []
-    return [(label,) + published_row(cells.get(label), settings, table) for label in span(visible)]
+    return [(label,) + published_row(cells.get(label), settings, table, enrolled.get(label)) for label in span(visible)]
 
 
-def published_row(cell, settings, table):
-    """Given one cell's aggregates (a dict, see `store.published.CELL_FIELDS`), return its published values.
+def published_row(cell, settings, table, enrolled=None):
+    """Given one cell's aggregates (a dict, see `store.published.CELL_FIELDS`) and its enrolled cell (None, or
+    (enrolled learners, the sum of their keys): store.tables' enrolled_cells), return its published values.
 
     Returns (active_learners, statements, attempts, completions, passed, failed, completed_learners,
     passed_learners, failed_learners, completed_share, pass_rate, avg_scaled_score, total_duration_seconds,
-    suppressed).
+    suppressed, enrolled_learners, active_share).
     """
+    values = _activity(cell, settings, table)
+    return values + _enrolment(enrolled, values[0], settings, table)
+
+
+def _enrolment(enrolled, active, settings, table):
+    """(enrolled_learners, active_share) of a row: the enrolled learners thresholded and perturbed like the active
+    ones, on their own keys (no enrolled cell: none enrolled, or a source that reads no enrolments, withheld as 1 to
+    k - 1 are), and the share computed from the published values alone (NULL if either is withheld, or enrolled is
+    0); `active` is the row's published active_learners. `suppressed` says nothing of them: a withheld count of
+    enrolled learners is its NULL."""
+    if enrolled is None or enrolled[0] < settings.min_cell_size:
+        return None, None
+    learners = table.perturb(enrolled[0], enrolled[1], "enrolled learners")
+    return learners, (None if active is None or not learners else active / learners)
+
+
+def _activity(cell, settings, table):
+    """The activity values of published_row (all but the enrolment columns)."""
     k = settings.min_cell_size
     if cell is None or cell["learners"] < k:
         return (None,) * 13 + (1,)
@@ -218,8 +240,9 @@ _LEARNER_OUTCOMES = tuple(name for name, _, _, _ in OUTCOMES)
 _PUBLISHED_COUNTS = ("active_learners", "statements", *COUNTS, *_LEARNER_OUTCOMES, "completed_share", "pass_rate")
 
 
-def course_rows(cells, settings):
-    """Given one course's cells {day text: aggregates}, return its published rows [(day, values...)].
+def course_rows(cells, settings, enrolled=None):
+    """Given one course's cells {day text: aggregates} and its enrolled cells {day text: (enrolled learners, key
+    sum)}, return its published rows [(day, values...)].
 
     Every day from the course's first to its last day with at least k learners is
     published, withheld or not, so a day without activity and a day with 1..k-1
@@ -228,7 +251,7 @@ def course_rows(cells, settings):
     range and in the future, and a day outside what an instant in range can
     fall on (staged by an earlier version) neither stretches the span nor is published.
     """
-    table = table_of(settings)
+    table, enrolled = table_of(settings), enrolled or {}
     visible = sorted(day for day, cell in cells.items()
                      if cell["learners"] >= settings.min_cell_size and FIRST_DAY <= day <= LAST_DAY)
     if not visible:
@@ -237,5 +260,5 @@ def course_rows(cells, settings):
     rows = []
     for offset in range((last - first).days + 1):  # never a day past `last`: no date overflow
         text = (first + dt.timedelta(days=offset)).isoformat()
-        rows.append((text,) + published_row(cells.get(text), settings, table))
+        rows.append((text,) + published_row(cells.get(text), settings, table, enrolled.get(text)))
     return rows

@@ -45,10 +45,10 @@ def publish(store, period_courses, settings, *, config, now, rebuilt=None, whole
 
         for chunk in policy.chunks(period_courses.get(grain, ())):
             if grain == "term" or grain in whole or rebuilt is None:
-                cells = store.cells(grain, chunk)
+                cells, enrolled = store.cells(grain, chunk), store.enrolled(grain, chunk)
                 store.write_published(grain, [(course, row(grain, label, tuple(values))) for course in chunk
-                                              for label, *values in policy.period_rows(cells.get(course, {}),
-                                                                                       settings, span)],
+                                              for label, *values in policy.period_rows(
+                                                  cells.get(course, {}), settings, span, enrolled.get(course, {}))],
                                       courses=chunk)
             else:
                 policy.republish(store, grain, chunk, settings, rebuilt=rebuilt.get(grain, ()),

@@ -39,7 +39,7 @@ from lms_refresh import atomic
 from lms_refresh.disclosure import policy
 from lms_refresh.disclosure.names import iri_label
 from lms_refresh.errors import RefreshError, StateError, UnexpectedError, from_os_error
-from lms_refresh.run import period_publication, report_page
+from lms_refresh.run import enrolment, period_publication, report_page
 from lms_refresh.run.publication_group import group_id
 from lms_refresh.store import open_store, periods, store_exists
 from lms_refresh.store.sqlite import read_only_uri
@@ -67,7 +67,7 @@ _METRICS = """active_learners INTEGER, statements INTEGER, attempts INTEGER, com
     passed INTEGER, failed INTEGER, avg_scaled_score REAL, total_duration_seconds REAL, suppressed INTEGER NOT NULL"""
 # Last, as in the store's views (store.tables.PERIOD_SERVING_COLUMNS).
 _OUTCOMES = """completed_learners INTEGER, passed_learners INTEGER, failed_learners INTEGER, completed_share REAL,
-    pass_rate REAL"""
+    pass_rate REAL, enrolled_learners INTEGER, active_share REAL"""
 # A course table's rows are courses only, each declared a row of `courses` (a foreign key a dashboard's tool follows;
 # SQLite checks it only where a writer turns foreign_keys on), under its natural key; the whole site's rows are in
 # the site tables, one row per day or period, so that a SUM over a course table is a sum of courses.
@@ -147,11 +147,12 @@ def published_digest(path):
         return None  # damaged or foreign: replaced by the next publication
 
 
-def recompute(store, days, *, record_keys, config, now, periods_of=()):
+def recompute(store, days, *, record_keys, config, now, periods_of=(), enrolments=None):
     """Rebuild the partitions of `days` in `store` from their staged events, and their weeks, months and terms
-    (`config`'s), and publish again the courses they touch (all of them after a settings change) as the settings
-    in force allow (a period is complete once `now` is past its end plus `config`'s safety lag); return (rows
-    written, suppressed cells among the published rows of the days rebuilt)."""
+    (`config`'s), count their enrolled learners with the source's `enrolments` (None: it reads none; see
+    run/enrolment.py), and publish again the courses they touch (all of them after a settings change) as the
+    settings in force allow (a period is complete once `now` is past its end plus `config`'s safety lag); return
+    (rows written, suppressed cells among the published rows of the days rebuilt)."""
     store.label_courses(iri_label)  # the courses this run met, and every course of a store upgraded to schema 10
     done = store.recompute(days, record_keys=record_keys, calendar=period_publication.calendar(config),
                            periods_of=periods_of)
@@ -159,11 +160,18 @@ def recompute(store, days, *, record_keys, config, now, periods_of=()):
         logger.warning("The term %r is not counted: it begins before the oldest day whose learners the store still "
                        "keeps (retention.staging_days), so its distinct learners cannot be counted whole; give it a "
                        "first day the store keeps, or leave it as it was.", name, extra={"TERM": name})
+    changed, counted = enrolment.count(store, enrolments, done.days, done.period_labels, done.calendar,
+                                       timezone=config.timezone, cutoff=period_publication.cutoff(config, now))
     settings = policy.in_force(store)
-    # Only what the rebuilt days change (disclosure.policy.republish), unless the settings or the terms changed.
-    policy.publish(store, done.courses, settings, days=None if "day" in done.whole else done.days)
-    period_publication.publish(store, done.period_courses, settings, config=config, now=now,
-                               rebuilt=done.period_labels, whole=done.whole, counted=done.calendar)
+    # Only what the rebuilt days and the enrolled cells counted change (disclosure.policy.republish), unless the
+    # settings or the terms changed.
+    policy.publish(store, done.courses | changed.get("day", set()), settings,
+                   days=None if "day" in done.whole else set(done.days) | counted.get("day", set()))
+    period_courses = {grain: set(done.period_courses.get(grain, ())) | changed.get(grain, set())
+                      for grain in periods.GRAINS}
+    rebuilt = {grain: set(done.period_labels.get(grain, ())) | counted.get(grain, set()) for grain in periods.GRAINS}
+    period_publication.publish(store, period_courses, settings, config=config, now=now,
+                               rebuilt=rebuilt, whole=done.whole, counted=done.calendar)
     return done.rows_written, store.suppressed_on(done.days)
 
 
@@ -314,7 +322,7 @@ def _create(execute, schema):
         execute(_SITE_PERIOD_TABLE.format(schema=schema, table=SITE_TABLES[grain]))
     execute(_FRESHNESS.format(schema=schema))
     for table, view in BY_NAME.items():  # a view names the tables of its own file without a schema
-        execute(_BY_NAME.format(schema=schema, view=view, select=by_name_view(table, "courses")))
+        execute(_BY_NAME.format(schema=schema, view=view, select=by_name_view(table, "courses", table)))
     execute(_ABOUT.format(schema=schema))
 
 

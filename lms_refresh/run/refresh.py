@@ -169,7 +169,8 @@ class Refresh:
         # A change of the settings (the terms, the privacy settings) takes effect now, whatever there is to read:
         # the same recompute as a run's, of no day unless one is pending.
         store.set_privacy(self.config.min_cell_size, self.config.privacy)
-        publication.recompute(store, days, record_keys=self._record_keys, config=self.config, now=self.now)
+        publication.recompute(store, days, record_keys=self._record_keys, config=self.config, now=self.now,
+                              enrolments=source.enrolments)
         store.clear_pending_days()
         identity.record_terms(store, self.config, meta)
         store.close_periods(period_publication.cutoff(self.config, self.now))  # a week may have ended since
@@ -208,7 +209,7 @@ class Refresh:
         self.report.refuse_past_share(self.config.max_quarantine_share, accept=self.request.accept_bad_input)
         return days
 
-    def recompute(self, store, window, days, *, horizon):
+    def recompute(self, store, window, days, *, horizon, enrolments=None):
         """Rebuild every affected daily partition (after retention) from all of its staged events."""
         report = self.report
         days.update(window.local_days(self.config.timezone))
@@ -219,7 +220,8 @@ class Refresh:
         store.set_privacy(self.config.min_cell_size, self.config.privacy)
         faults.point("before-recompute")
         report.rows_written, report.suppressed = publication.recompute(store, days, record_keys=self._record_keys,
-                                                                       config=self.config, now=self.now)
+                                                                       config=self.config, now=self.now,
+                                                                       enrolments=enrolments)
         store.clear_pending_days()
         faults.point("after-recompute")
 
@@ -348,7 +350,7 @@ class Refresh:
         days = self.stage(store, source, window, horizon=horizon)
         upgrade.verify(store, self._upgrade, report)
         staged_at = time.monotonic()
-        self.recompute(store, window, days, horizon=horizon)
+        self.recompute(store, window, days, horizon=horizon, enrolments=source.enrolments)
         recomputed_at = time.monotonic()
         if self.commit(store, key, source.axis, watermark=watermark, window=window):
             logger.debug("Phases: pull and stage %.2f s, recompute %.2f s, commit %.2f s",

@@ -106,6 +106,11 @@ class Source(typing.Protocol):
     def close(self) -> None:
         """Release connections."""
 
+    # None, or a callable(first day, last day) returning an iterable of (course id, learner, learner key, first
+    # local day or None, last local day or None) of every enrolment of a learner overlapping those local days (ISO
+    # text), as the source holds them now (run/enrolment.py counts the enrolled learners from it).
+    enrolments: object
+
 
 class BaseSource:
     """The windows of every source, on its axis; no state to restore; nothing to close.
@@ -117,6 +122,7 @@ class BaseSource:
     """
 
     axis = windows.TIME
+    enrolments = None  # most sources say nothing of enrolments: no enrolled learners are published
 
     def complete_through(self, now):
         """Return the time up to which the source says it is complete, or None if it does not say."""

@@ -25,7 +25,7 @@ from lms_refresh.disclosure.cell_key import NoRecordKeys
 from lms_refresh.disclosure.pseudonyms import moodle_identifier
 from lms_refresh.disclosure.redaction import url_without_password
 from lms_refresh.errors import ConfigError
-from lms_refresh.sources import OK, WARNING, BaseSource, Finding, moodle_courses, moodle_log_lifetime
+from lms_refresh.sources import OK, WARNING, BaseSource, Finding, moodle_courses, moodle_enrolments, moodle_log_lifetime
 from lms_refresh.sources.moodle_database import open_database
 from lms_refresh.sources.moodle_other import InvalidRow, completion_state, graded, scaled_micro
 from lms_refresh.sources.records import EVENT, NOTHING, Intake, LocalDays, make_event
@@ -63,6 +63,7 @@ class RowMapper:
                  record_keys=None):
         self.pseudonymise = pseudonymise
         self._event_key, self._learner_key = (record_keys or NoRecordKeys).keyers()  # as xapi's mapper
+        self.learner_key = self._learner_key  # an enrolled learner's (moodle_enrolments.py)
         # A timecreated after this (Unix seconds) is in the future; None: no run's clock to compare with.
         self.latest = None if now is None else int(instants.future_limit(now).timestamp())
         self.site = site_url.rstrip("/")
@@ -144,6 +145,7 @@ class MoodleSource(BaseSource):
                  bootstrap_days=None):
         self.url, self.prefix, self.site = settings.url, settings.prefix, settings.site_url.rstrip("/")
         self.site_course_id, self.timezone, self.language = settings.site_course_id, timezone, language
+        self.guest_user_id = settings.guest_user_id
         self.password_file = settings.password_file
         self.table = f"{settings.prefix}logstore_standard_log"
         self.grade_items = f"{settings.prefix}grade_items"
@@ -156,6 +158,7 @@ class MoodleSource(BaseSource):
         self.environ = environ
         self.bootstrap_days, self.now = bootstrap_days, now
         self._db = None
+        self.enrolments = moodle_enrolments.Enrolments(self, settings.learner_roles)  # run/enrolment.py's
 
     def describe(self):
         return f"Moodle's log {self.table} at {url_without_password(self.url)}"
@@ -267,6 +270,7 @@ class MoodleSource(BaseSource):
         except ConfigError as error:
             findings.append(Finding(WARNING, f"{error} Until then, grades count without a score."))
         findings += moodle_courses.preflight(self)
+        findings += [Finding(WARNING, warning) for warning in self.enrolments.preflight()]
         if self.bootstrap_days is not None:
             findings += moodle_log_lifetime.preflight(self, self.bootstrap_days)
         if writable:

@@ -16,6 +16,7 @@ import typing
 from lms_refresh.errors import StateError
 from lms_refresh.store import periods
 from lms_refresh.store.course_names import CourseNames
+from lms_refresh.store.enrolled import Enrolled
 from lms_refresh.store.erasure import Erasure
 from lms_refresh.store.grains import Grains
 from lms_refresh.store.published import Published
@@ -44,7 +45,7 @@ class Recomputed(typing.NamedTuple):
     calendar: periods.Calendar = None  # the periods counted: the configured terms but those not counted
 
 
-class SqlStore(Staging, Erasure, Grains, Published, RebuildCheck, RunLog, CourseNames):
+class SqlStore(Staging, Erasure, Grains, Published, Enrolled, RebuildCheck, RunLog, CourseNames):
     """A metrics store in SQL written once; a subclass is a `driver.Driver` (sqlite.py, postgres.py)."""
 
     dialect = None  # a store.dialect.Dialect
@@ -182,6 +183,7 @@ class SqlStore(Staging, Erasure, Grains, Published, RebuildCheck, RunLog, Course
                 self.execute(f"DELETE FROM {table} WHERE day >= ?", (horizon,))
         self.execute("DELETE FROM source_state")
         self.reset_periods(horizon)
+        self.reset_enrolled(horizon)
         for table in ("published_metrics", "daily_metrics"):
             self.execute(f"DELETE FROM {table} WHERE day >= ?", (horizon or "",))
         if horizon is None:

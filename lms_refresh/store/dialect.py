@@ -147,7 +147,8 @@ class Dialect:
             elif kind == "courses view":  # replaced whole: a store taken back by hand may still have it
                 statements += self.replace_view(self.serving_courses, tables.courses_view(self, item))
             elif kind == "site view":
-                statements += self.replace_view(self.serving_of(tables.SITE_TABLES[item]), tables.site_view(self, item))
+                statements += self.replace_view(self.serving_of(tables.SITE_TABLES[item]),
+                                                tables.site_view(self, item, version))
             elif kind == "freshness view":
                 statements += self.replace_view(self.serving_of("freshness"), tables.freshness_view(self))
             elif kind == "by-name view":

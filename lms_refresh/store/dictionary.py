@@ -88,6 +88,29 @@ _OUTCOMES = [
            "either term is withheld, or both are 0 (no learner passed or failed)"),
 ]
 
+# The enrolment columns, last in every metrics table (as they were added; after `course_name` in the by-name views).
+_ENROLMENT = [
+    Column("enrolled_learners", "INTEGER", "bigint", "learners", "Distinct learners enrolled in the course (the "
+           "site's row: in any course, each once) at any moment of the row's day or period: Moodle's active "
+           "enrolments (the enrolment and its method both enabled, from `timestart` until before `timeend`, 0 "
+           "meaning open) of users holding a learner role (`source.learner_roles`, by default the student "
+           "archetype) in the course. State, not events: counted from the enrolments as the source holds them when "
+           "a run recomputes the day or period; each run that recomputes it while it is open counts it again, and "
+           "the first run after it is complete (its end and the safety lag past) settles it: an enrolment deleted, "
+           "suspended or whose dates are edited afterwards changes no settled day or period (only `lms-refresh "
+           "rebuild` counts them again, from the enrolments as they are then). A nightly run counts only the "
+           "enrolments overlapping the days and periods it recomputes, never the settled history. Not bounded by "
+           "`active_learners`: a learner can be active without a learner role (or after the enrolment ended).",
+           LEARNERS, True, True, WITHHELD_NULL.replace("learners (or the whole row is withheld)", "enrolled learners")
+           + "; also when none was enrolled, on a day or period no run recomputed since the store had this column "
+           "(schema version 12: a backfill or rebuild of it counts it), and always for xAPI sources, which read no "
+           "enrolments"),
+    Column("active_share", "REAL", "double precision", "share", "active_learners ÷ enrolled_learners, computed from "
+           "the published (perturbed) values of this row. Can exceed 1: active learners without a learner role "
+           "are counted in the numerator only.", NEITHER, False, True,
+           "either term is withheld, or enrolled_learners is 0"),
+]
+
 _PERIOD = [
     Column("period", "TEXT", "text", "—", "The period's label: an ISO week YYYY-Www (weekly), a month YYYY-MM "
            "(monthly), or the term's configured name (term).", NEITHER, False, False, "never NULL"),
@@ -109,8 +132,8 @@ _SITE_NOTE = ("One row per {what} for the whole site (all courses together: each
 _COURSE_NAME = Column("course_name", "TEXT", "text", "—", "What a chart calls the course: its `name`, else the last "
                       "path segment of its IRI, cleaned and bounded like a name (never blank).", NEITHER, False,
                       False, "never NULL")
-_BY_NAME_NOTE = ("The rows of `{table}` with `course_name` from `courses` after its columns (a view: its columns are "
-                 "always those of `{table}`).")
+_BY_NAME_NOTE = ("The rows of `{table}` with `course_name` from `courses` after its columns but the enrolment ones, "
+                 "which come last (a view: its columns are always those of `{table}`).")
 
 
 class Table(collections.namedtuple("Table", "name grain key description columns")):
@@ -124,15 +147,15 @@ _DAY = Column("day", "TEXT", "date", "local day", "The local calendar day in `ti
 
 # The course tables: (name, grain, the note's word, what the note adds, their columns).
 _GRAINS = [
-    ("daily_metrics", "local day", "day", "", [_DAY, _COURSE, *_METRICS, *_OUTCOMES]),
+    ("daily_metrics", "local day", "day", "", [_DAY, _COURSE, *_METRICS, *_OUTCOMES, *_ENROLMENT]),
     ("weekly_metrics", "ISO week, Monday to Sunday", "week",
      " Learners are distinct over the whole week, never summed from days.",
-     [*_PERIOD, _COURSE, *_METRICS, _COMPLETE, *_OUTCOMES]),
+     [*_PERIOD, _COURSE, *_METRICS, _COMPLETE, *_OUTCOMES, *_ENROLMENT]),
     ("monthly_metrics", "calendar month", "month", " Learners are distinct over the whole month.",
-     [*_PERIOD, _COURSE, *_METRICS, _COMPLETE, *_OUTCOMES]),
+     [*_PERIOD, _COURSE, *_METRICS, _COMPLETE, *_OUTCOMES, *_ENROLMENT]),
     ("term_metrics", "configured term ([[terms]])", "term",
      " Only the terms the configuration declares; rows ordered by period_start.",
-     [*_PERIOD, _COURSE, *_METRICS, _COMPLETE, *_OUTCOMES]),
+     [*_PERIOD, _COURSE, *_METRICS, _COMPLETE, *_OUTCOMES, *_ENROLMENT]),
 ]
 
 
@@ -148,7 +171,7 @@ TABLES = [
             _SITE_NOTE.format(what=what, table=name) + extra, [column for column in columns if column is not _COURSE])
       for name, grain, what, extra, columns in _GRAINS),
     *(Table(f"{name}_by_name", f"{grain} and course", _key(columns), _BY_NAME_NOTE.format(table=name),
-            [*columns, _COURSE_NAME])
+            [*(column for column in columns if column not in _ENROLMENT), _COURSE_NAME, *_ENROLMENT])
       for name, grain, _, _, columns in _GRAINS),
     Table("courses", "course", "course",
           "One row per course that has a row in any metrics table; no row for the whole site. Join on `course`.",

@@ -100,7 +100,10 @@ _PUBLISHED = (
     *_columns(BIGINT, *OUTCOME_COLUMNS[:3], null=True, since=10),
     *_columns(REAL, *OUTCOME_COLUMNS[3:], null=True, since=10),
     *_columns(REAL, "avg_scaled_score", "total_duration_seconds", null=True), Column("suppressed", BIGINT),
+    Column("enrolled_learners", BIGINT, null=True, since=12), Column("active_share", REAL, null=True, since=12),
 )
+# The published enrolment columns (lms_refresh.run.enrolment), last in every row table and view, as they were added.
+ENROLMENT_COLUMNS = ("enrolled_learners", "active_share")
 
 TABLES = (
     Table("meta", _columns(TEXT, "key", "value"), key=("key",), clustered=True),
@@ -190,6 +193,17 @@ TABLES = (
         *_columns(TEXT, "published_at", "data_as_of", "data_as_of_utc", "last_success", null=True),
         Column("timezone", TEXT),
     ), key=("id",), since=11),
+    # The learners enrolled in a course at any moment of a day or period (lms_refresh.run.enrolment): how many, and
+    # the sum of their keys modulo 2**32 (the cell key of the published count). No row: none enrolled, or a source
+    # that reads no enrolments. The site's under SITE. Aggregates only: no learner is kept here.
+    Table("enrolled_cells", (*_columns(TEXT, "grain", "period"), Column("course_id", BIGINT),
+                             Column("enrolled", INTEGER), Column("enrolled_key", BIGINT)),
+          key=("grain", "period", "course_id"), clustered=True, since=12),
+    # The days and periods whose enrolled cells were counted, and whether they are settled: counted by a run after
+    # the period closed (its end and the safety lag past), and never counted again but by a rebuild.
+    Table("enrolled_periods", (*_columns(TEXT, "grain", "period", "first_day", "last_day"),
+                               Column("settled", SMALL, check="settled IN (0, 1)")),
+          key=("grain", "period"), clustered=True, since=12),
 )
 
 
@@ -212,11 +226,14 @@ INDEXES = (
     Index("staged_events_event_id", "staged_events", ("event_id",), unique=True, since=4),
     # A course's weeks (or months) are published together: one range away.
     Index("period_metrics_by_course", "period_metrics", ("grain", "course_id", "period"), since=5),
+    # A course's enrolled cells are published with its rows: one range away too.
+    Index("enrolled_cells_by_course", "enrolled_cells", ("grain", "course_id", "period"), since=12),
 )
 
 SERVING_COLUMNS = (
     "day", "course", "active_learners", "statements", "attempts", "completions",
     "passed", "failed", "avg_scaled_score", "total_duration_seconds", "suppressed", *OUTCOME_COLUMNS,
+    *ENROLMENT_COLUMNS,
 )
 
 # The weeks' and months' serving views (and the publication's tables of the same names): a period's label
@@ -224,13 +241,17 @@ SERVING_COLUMNS = (
 # learner outcome columns come last in every view, as they were added (PostgreSQL adds a view's columns in place
 # only at its end: its grants and the dashboards' own views over it stay).
 PERIOD_SERVING_COLUMNS = ("period", "period_start", "period_end", "course",
-                          *SERVING_COLUMNS[2:-len(OUTCOME_COLUMNS)], "complete", *OUTCOME_COLUMNS)
+                          *SERVING_COLUMNS[2:-len(OUTCOME_COLUMNS + ENROLMENT_COLUMNS)], "complete", *OUTCOME_COLUMNS,
+                          *ENROLMENT_COLUMNS)
 PERIOD_VIEWS = TABLE_OF  # grain -> its view's (and the publication's table's) name
 
 
 def _outcomes(version):
-    """The learner outcome columns of a serving view as it is from schema `version` on (none before 10)."""
-    return "".join(f", p.{name}" for name in OUTCOME_COLUMNS) if version >= OUTCOMES_SINCE else ""
+    """The learner outcome columns of a serving view as it is from schema `version` on (none before 10), and the
+    enrolment columns (none before 12)."""
+    added = (OUTCOME_COLUMNS if version >= OUTCOMES_SINCE else ()) + (
+        ENROLMENT_COLUMNS if version >= ENROLMENTS_SINCE else ())
+    return "".join(f", p.{name}" for name in added)
 
 
 def period_view(dialect, grain, version=None):
@@ -258,16 +279,19 @@ SITE_SERVING_COLUMNS = tuple(column for column in SERVING_COLUMNS if column != "
 SITE_PERIOD_SERVING_COLUMNS = tuple(column for column in PERIOD_SERVING_COLUMNS if column != "course")
 
 
-def site_view(dialect, grain):
-    """Return the SELECT of the serving view of the whole site's rows of `grain` ("day" or a period's grain)."""
+def site_view(dialect, grain, version=None):
+    """Return the SELECT of the serving view of the whole site's rows of `grain` ("day" or a period's grain), as it
+    is from schema `version` on (None: this one; the enrolment columns from ENROLMENTS_SINCE on)."""
+    version = SCHEMA_VERSION if version is None else version
+    dropped = () if version >= ENROLMENTS_SINCE else ENROLMENT_COLUMNS
     if grain == "day":
-        columns = ", ".join(f"p.{column}" for column in SITE_SERVING_COLUMNS[1:])
+        columns = ", ".join(f"p.{column}" for column in SITE_SERVING_COLUMNS[1:] if column not in dropped)
         return f"""
 SELECT {dialect.date("p.day")} AS day, {columns}
 FROM {dialect.name("published_metrics")} AS p
 WHERE p.course_id = {SITE}
 """
-    columns = ", ".join(f"p.{column}" for column in SITE_PERIOD_SERVING_COLUMNS[3:])
+    columns = ", ".join(f"p.{column}" for column in SITE_PERIOD_SERVING_COLUMNS[3:] if column not in dropped)
     return f"""
 SELECT p.period, {dialect.date("p.period_start")} AS period_start, {dialect.date("p.period_end")} AS period_end,
   {columns}
@@ -297,13 +321,22 @@ LEFT JOIN {dialect.name("freshness")} AS f ON f.id = s.id
 BY_NAME = {table: f"{table}_by_name" for table in ("daily_metrics", *TABLE_OF.values())}
 
 
-def by_name_view(metrics, courses):
+def by_name_view(metrics, courses, table=None, version=None):
     """Return the SELECT of a by-name view: every row of the course table `metrics` (its columns as they are: a
     column added to it appears here too) and `course_name` from the course names' table `courses`. Each is a table's
     name (the publication file's) or a parenthesised SELECT (a store's: its serving views' own, so that no serving
-    view depends on another, and one dropped by hand comes back alone)."""
+    view depends on another, and one dropped by hand comes back alone). From schema `version` ENROLMENTS_SINCE on
+    (None: this one), the enrolment columns of the course table named `table` come after `course_name`, as they were
+    added (PostgreSQL replaces a view in place only if it adds columns at its end: its grants stay)."""
+    version = SCHEMA_VERSION if version is None else version
+    if version < ENROLMENTS_SINCE:
+        selected = "m.*, c.course_name"
+    else:
+        columns = SERVING_COLUMNS if table == "daily_metrics" else PERIOD_SERVING_COLUMNS
+        selected = ", ".join([f"m.{name}" for name in columns if name not in ENROLMENT_COLUMNS] + ["c.course_name"]
+                             + [f"m.{name}" for name in ENROLMENT_COLUMNS])
     return f"""
-SELECT m.*, c.course_name
+SELECT {selected}
 FROM {metrics} AS m
 JOIN {courses} AS c ON c.course = m.course
 """
@@ -315,7 +348,7 @@ def by_name_of(dialect, table, version=None):
     (dropped first: PostgreSQL replaces a view in place only if it adds columns at the end)."""
     metrics = serving_view(dialect, version or SCHEMA_VERSION) if table == "daily_metrics" else period_view(
         dialect, next(grain for grain, name in TABLE_OF.items() if name == table), version)
-    return by_name_view(f"({metrics})", f"({courses_view(dialect)})")
+    return by_name_view(f"({metrics})", f"({courses_view(dialect)})", table, version)
 
 
 def serving_view(dialect, version):
@@ -366,7 +399,8 @@ CROSS JOIN (SELECT CAST(value AS INTEGER) AS k FROM {dialect.name("meta")} WHERE
 # moved the site's rows to views of their own (site_view).
 OUTCOMES_SINCE = 10
 SITE_APART_SINCE = 11
-VIEW_CHANGES = (1, 3, 7, OUTCOMES_SINCE, SITE_APART_SINCE)
+ENROLMENTS_SINCE = 12  # the enrolment columns, at the end of every row view (12 also brought enrolled_cells)
+VIEW_CHANGES = (1, 3, 7, OUTCOMES_SINCE, SITE_APART_SINCE, ENROLMENTS_SINCE)
 
 # The serving view of course names: every course that has published rows on some grain (a course whose
 # days are all withheld can have a published week), with its name where the source gave one (NULL
@@ -434,7 +468,7 @@ DATA_STEPS = {
         "INSERT INTO {meta} (key, value) VALUES ('republish', '10') ON CONFLICT (key) DO NOTHING"],
 }
 
-SCHEMA_VERSION = 11  # the version this description is at: a new migration raises it
+SCHEMA_VERSION = 12  # the version this description is at: a new migration raises it
 
 
 def migration(version):
@@ -448,12 +482,14 @@ def migration(version):
     steps += [("index", index) for index in INDEXES if index.since == version]
     if version in VIEW_CHANGES:
         steps.append(("view", version))
-    if version in (5, 7, OUTCOMES_SINCE, SITE_APART_SINCE):
+    if version in (5, 7, OUTCOMES_SINCE, SITE_APART_SINCE, ENROLMENTS_SINCE):
         steps += [("period view", grain) for grain in PERIOD_VIEWS]
     if version in COURSES_VIEW_CHANGES:
         steps.append(("courses view", version))
-    if version == SITE_APART_SINCE:
+    if version in (SITE_APART_SINCE, ENROLMENTS_SINCE):  # 12: their columns added at their end
         steps += [("site view", grain) for grain in SITE_TABLES]
+    if version == SITE_APART_SINCE:
         steps += [("freshness view", None)]
+    if version in (SITE_APART_SINCE, ENROLMENTS_SINCE):
         steps += [("by-name view", table) for table in BY_NAME]
     return steps

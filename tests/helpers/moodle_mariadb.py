@@ -1,7 +1,7 @@
 """Moodle's tables in a real MariaDB, typed as Moodle's installer creates them there, for the tests of the
 Moodle source on MySQL/MariaDB (the same rows as helpers.moodledb's PostgreSQL, through the same methods)."""
 
-from helpers.moodledb import READER, READER_PASSWORD, log_values
+from helpers.moodledb import READER, READER_PASSWORD, READER_TABLES, Enrolments, log_values
 
 # Moodle's MySQL generator (lib/ddl/mysql_sql_generator.php): int(10) is BIGINT(10), int(5) MEDIUMINT(5),
 # int(4) SMALLINT(4), int(1..2) TINYINT, number(10,5) DECIMAL(10,5), text LONGTEXT, char VARCHAR; InnoDB,
@@ -82,6 +82,81 @@ CREATE TABLE mdl_course_categories (
 ) {table};
 INSERT INTO mdl_course (id, category, fullname, shortname, format) VALUES (1, 0, 'Moodle Site', 'moodle', 'site')
 """
+# The enrolment tables as Moodle's MySQL generator creates them (helpers.moodledb.ENROLMENT_DDL's on PostgreSQL).
+ENROLMENT_DDL = """
+CREATE TABLE mdl_enrol (
+    id BIGINT(10) NOT NULL AUTO_INCREMENT,
+    enrol VARCHAR(20) NOT NULL DEFAULT '',
+    status BIGINT(10) NOT NULL DEFAULT 0,
+    courseid BIGINT(10) NOT NULL,
+    sortorder BIGINT(10) NOT NULL DEFAULT 0,
+    name VARCHAR(255) DEFAULT NULL,
+    enrolperiod BIGINT(10) DEFAULT 0,
+    enrolstartdate BIGINT(10) DEFAULT 0,
+    enrolenddate BIGINT(10) DEFAULT 0,
+    roleid BIGINT(10) DEFAULT 0,
+    timecreated BIGINT(10) NOT NULL DEFAULT 0,
+    timemodified BIGINT(10) NOT NULL DEFAULT 0,
+    PRIMARY KEY (id),
+    KEY mdl_enro_enr_ix (enrol),
+    KEY mdl_enro_cou_ix (courseid)
+) {table};
+CREATE TABLE mdl_user_enrolments (
+    id BIGINT(10) NOT NULL AUTO_INCREMENT,
+    status BIGINT(10) NOT NULL DEFAULT 0,
+    enrolid BIGINT(10) NOT NULL,
+    userid BIGINT(10) NOT NULL,
+    timestart BIGINT(10) NOT NULL DEFAULT 0,
+    timeend BIGINT(10) NOT NULL DEFAULT 2147483647,
+    modifierid BIGINT(10) NOT NULL DEFAULT 0,
+    timecreated BIGINT(10) NOT NULL DEFAULT 0,
+    timemodified BIGINT(10) NOT NULL DEFAULT 0,
+    PRIMARY KEY (id),
+    UNIQUE KEY mdl_userenro_enruse_uix (enrolid, userid),
+    KEY mdl_userenro_enr_ix (enrolid),
+    KEY mdl_userenro_use_ix (userid),
+    KEY mdl_userenro_mod_ix (modifierid)
+) {table};
+CREATE TABLE mdl_role (
+    id BIGINT(10) NOT NULL AUTO_INCREMENT,
+    name VARCHAR(255) NOT NULL DEFAULT '',
+    shortname VARCHAR(100) NOT NULL DEFAULT '',
+    description LONGTEXT NOT NULL,
+    sortorder BIGINT(10) NOT NULL DEFAULT 0,
+    archetype VARCHAR(30) NOT NULL DEFAULT '',
+    PRIMARY KEY (id),
+    UNIQUE KEY mdl_role_sor_uix (sortorder),
+    UNIQUE KEY mdl_role_sho_uix (shortname)
+) {table};
+CREATE TABLE mdl_context (
+    id BIGINT(10) NOT NULL AUTO_INCREMENT,
+    contextlevel BIGINT(10) NOT NULL DEFAULT 0,
+    instanceid BIGINT(10) NOT NULL DEFAULT 0,
+    path VARCHAR(255) DEFAULT NULL,
+    depth TINYINT(2) NOT NULL DEFAULT 0,
+    locked TINYINT(2) NOT NULL DEFAULT 0,
+    PRIMARY KEY (id),
+    UNIQUE KEY mdl_cont_conins_uix (contextlevel, instanceid)
+) {table};
+CREATE TABLE mdl_role_assignments (
+    id BIGINT(10) NOT NULL AUTO_INCREMENT,
+    roleid BIGINT(10) NOT NULL DEFAULT 0,
+    contextid BIGINT(10) NOT NULL DEFAULT 0,
+    userid BIGINT(10) NOT NULL DEFAULT 0,
+    timemodified BIGINT(10) NOT NULL DEFAULT 0,
+    modifierid BIGINT(10) NOT NULL DEFAULT 0,
+    component VARCHAR(100) NOT NULL DEFAULT '',
+    itemid BIGINT(10) NOT NULL DEFAULT 0,
+    sortorder BIGINT(10) NOT NULL DEFAULT 0,
+    PRIMARY KEY (id),
+    KEY mdl_roleassi_rolcon_ix (roleid, contextid),
+    KEY mdl_roleassi_useconrol_ix (userid, contextid, roleid),
+    KEY mdl_roleassi_con_ix (contextid)
+) {table};
+INSERT INTO mdl_role (id, shortname, description, sortorder, archetype) VALUES (1, 'manager', '', 1, 'manager'),
+    (2, 'coursecreator', '', 2, 'coursecreator'), (3, 'editingteacher', '', 3, 'editingteacher'),
+    (4, 'teacher', '', 4, 'teacher'), (5, 'student', '', 5, 'student'), (6, 'guest', '', 6, 'guest')
+"""
 CONFIG_PLUGINS_DDL = """
 CREATE TABLE mdl_config_plugins (
     id BIGINT(10) NOT NULL AUTO_INCREMENT,
@@ -92,15 +167,15 @@ CREATE TABLE mdl_config_plugins (
     UNIQUE KEY mdl_confplug_plunam_uix (plugin, name)
 ) {table}
 """
-TABLES = ("mdl_logstore_standard_log", "mdl_grade_items", "mdl_course", "mdl_course_categories")
+TABLES = READER_TABLES
 
 
 def create_reader(server):
     """The account the source reads with, from 127.0.0.1 (the tests' URLs) and the socket."""
-    server.admin(f"CREATE USER {READER}@'%' IDENTIFIED BY '{READER_PASSWORD}'")
+    server.admin(f"CREATE USER IF NOT EXISTS {READER}@'%' IDENTIFIED BY '{READER_PASSWORD}'")
 
 
-class MariaDBMoodle:
+class MariaDBMoodle(Enrolments):
     """A new database on a MariaDBServer holding Moodle's tables, readable (SELECT only) by the reader."""
 
     def __init__(self, server, charset="utf8mb4", collation="utf8mb4_unicode_ci"):
@@ -108,6 +183,7 @@ class MariaDBMoodle:
         self.name = server.new_database(charset, collation)
         self.table = TABLE.format(charset=charset, collation=collation)
         self.sql(MOODLE_DDL.format(table=self.table))
+        self.sql(ENROLMENT_DDL.format(table=self.table))
         self.grant("SELECT", *TABLES)
 
     @property
@@ -126,6 +202,10 @@ class MariaDBMoodle:
     def revoke(self, privilege, *tables):
         for table in tables:
             self.sql(f"REVOKE {privilege} ON {self.name}.{table} FROM {READER}@'%'")
+
+    def insert(self, table, values):
+        """Insert one row; return its id."""
+        return self._insert(table, values, " RETURNING id")[0][0]
 
     def _insert(self, table, values, returning=""):
         marks = ", ".join(["%s"] * len(values))

@@ -6,6 +6,9 @@ import json
 from helpers.project import Project
 
 SITE = "https://moodle.example.edu"
+# The tables the reader may read: SELECT on these and nothing else (docs/sources/moodle.md lists the same).
+READER_TABLES = ("mdl_logstore_standard_log", "mdl_grade_items", "mdl_course", "mdl_course_categories", "mdl_enrol",
+                 "mdl_user_enrolments", "mdl_role", "mdl_context", "mdl_role_assignments")
 READER, READER_PASSWORD = "moodle_reader", "moodle-secret"
 
 # logstore_standard_log as Moodle's installer creates it on PostgreSQL, from
@@ -142,6 +145,126 @@ INSERT INTO mdl_course (id, category, fullname, shortname, format) VALUES (1, 0,
 SELECT setval('mdl_course_id_seq', 1);
 """
 
+# The enrolment tables as Moodle's installer creates them on PostgreSQL (lib/db/install.xml), with its index names and
+# its standard roles (the installer's ids): user_enrolments.timeend defaults to 2147483647, as Moodle's does.
+ENROLMENT_DDL = """
+CREATE TABLE mdl_enrol (
+    id BIGSERIAL,
+    enrol VARCHAR(20) NOT NULL DEFAULT '',
+    status BIGINT NOT NULL DEFAULT 0,
+    courseid BIGINT NOT NULL,
+    sortorder BIGINT NOT NULL DEFAULT 0,
+    name VARCHAR(255),
+    enrolperiod BIGINT DEFAULT 0,
+    enrolstartdate BIGINT DEFAULT 0,
+    enrolenddate BIGINT DEFAULT 0,
+    roleid BIGINT DEFAULT 0,
+    timecreated BIGINT NOT NULL DEFAULT 0,
+    timemodified BIGINT NOT NULL DEFAULT 0,
+    CONSTRAINT mdl_enro_id_pk PRIMARY KEY (id)
+);
+CREATE INDEX mdl_enro_enr_ix ON mdl_enrol (enrol);
+CREATE INDEX mdl_enro_cou_ix ON mdl_enrol (courseid);
+CREATE TABLE mdl_user_enrolments (
+    id BIGSERIAL,
+    status BIGINT NOT NULL DEFAULT 0,
+    enrolid BIGINT NOT NULL,
+    userid BIGINT NOT NULL,
+    timestart BIGINT NOT NULL DEFAULT 0,
+    timeend BIGINT NOT NULL DEFAULT 2147483647,
+    modifierid BIGINT NOT NULL DEFAULT 0,
+    timecreated BIGINT NOT NULL DEFAULT 0,
+    timemodified BIGINT NOT NULL DEFAULT 0,
+    CONSTRAINT mdl_userenro_id_pk PRIMARY KEY (id)
+);
+CREATE UNIQUE INDEX mdl_userenro_enruse_uix ON mdl_user_enrolments (enrolid, userid);
+CREATE INDEX mdl_userenro_enr_ix ON mdl_user_enrolments (enrolid);
+CREATE INDEX mdl_userenro_use_ix ON mdl_user_enrolments (userid);
+CREATE INDEX mdl_userenro_mod_ix ON mdl_user_enrolments (modifierid);
+CREATE TABLE mdl_role (
+    id BIGSERIAL,
+    name VARCHAR(255) NOT NULL DEFAULT '',
+    shortname VARCHAR(100) NOT NULL DEFAULT '',
+    description TEXT NOT NULL,
+    sortorder BIGINT NOT NULL DEFAULT 0,
+    archetype VARCHAR(30) NOT NULL DEFAULT '',
+    CONSTRAINT mdl_role_id_pk PRIMARY KEY (id)
+);
+CREATE UNIQUE INDEX mdl_role_sor_uix ON mdl_role (sortorder);
+CREATE UNIQUE INDEX mdl_role_sho_uix ON mdl_role (shortname);
+CREATE TABLE mdl_context (
+    id BIGSERIAL,
+    contextlevel BIGINT NOT NULL DEFAULT 0,
+    instanceid BIGINT NOT NULL DEFAULT 0,
+    path VARCHAR(255),
+    depth SMALLINT NOT NULL DEFAULT 0,
+    locked SMALLINT NOT NULL DEFAULT 0,
+    CONSTRAINT mdl_cont_id_pk PRIMARY KEY (id)
+);
+CREATE UNIQUE INDEX mdl_cont_conins_uix ON mdl_context (contextlevel, instanceid);
+CREATE TABLE mdl_role_assignments (
+    id BIGSERIAL,
+    roleid BIGINT NOT NULL DEFAULT 0,
+    contextid BIGINT NOT NULL DEFAULT 0,
+    userid BIGINT NOT NULL DEFAULT 0,
+    timemodified BIGINT NOT NULL DEFAULT 0,
+    modifierid BIGINT NOT NULL DEFAULT 0,
+    component VARCHAR(100) NOT NULL DEFAULT '',
+    itemid BIGINT NOT NULL DEFAULT 0,
+    sortorder BIGINT NOT NULL DEFAULT 0,
+    CONSTRAINT mdl_roleassi_id_pk PRIMARY KEY (id)
+);
+CREATE INDEX mdl_roleassi_rolcon_ix ON mdl_role_assignments (roleid, contextid);
+CREATE INDEX mdl_roleassi_useconrol_ix ON mdl_role_assignments (userid, contextid, roleid);
+CREATE INDEX mdl_roleassi_con_ix ON mdl_role_assignments (contextid);
+INSERT INTO mdl_role (id, shortname, description, sortorder, archetype) VALUES (1, 'manager', '', 1, 'manager'),
+    (2, 'coursecreator', '', 2, 'coursecreator'), (3, 'editingteacher', '', 3, 'editingteacher'),
+    (4, 'teacher', '', 4, 'teacher'), (5, 'student', '', 5, 'student'), (6, 'guest', '', 6, 'guest');
+"""
+ENROLMENT_TABLES = ("mdl_enrol", "mdl_user_enrolments", "mdl_role", "mdl_context", "mdl_role_assignments")
+COURSE_CONTEXT = 50
+ROLES = {"manager": 1, "editingteacher": 3, "teacher": 4, "student": 5}
+
+
+class Enrolments:
+    """Enrolling users in courses as Moodle does, for the helpers of both databases (their `insert` and `sql`).
+    Each course gets one manual enrolment method and its context on first use; returns the user_enrolments id."""
+
+    def enrol(self, user, course, *, role="student", start=0, end=0, status=0, method_status=0, modified=0):
+        method = self._method(course, method_status)
+        context = self._context(course)
+        enrolment = self.insert("mdl_user_enrolments", {"status": status, "enrolid": method, "userid": user,
+                                                        "timestart": start, "timeend": end,
+                                                        "timemodified": modified})
+        self.insert("mdl_role_assignments", {"roleid": ROLES.get(role, role), "contextid": context, "userid": user})
+        return enrolment
+
+    def edit_enrolment(self, enrolment, **columns):
+        """Change a user_enrolments row as Moodle's enrolment editing does (timestart, timeend, status)."""
+        for column, value in columns.items():
+            self.sql(f"UPDATE mdl_user_enrolments SET {column} = {int(value)} WHERE id = {int(enrolment)}")
+
+    def unenrol(self, enrolment):
+        self.sql(f"DELETE FROM mdl_user_enrolments WHERE id = {int(enrolment)}")
+
+    def role(self, number, shortname, archetype):
+        self.insert("mdl_role", {"id": number, "shortname": shortname, "description": "", "sortorder": number,
+                                 "archetype": archetype})
+
+    def _method(self, course, status):
+        known = self.sql(f"SELECT id FROM mdl_enrol WHERE courseid = {int(course)} AND status = {int(status)}")
+        if known:
+            return known[0][0]
+        return self.insert("mdl_enrol", {"enrol": "manual", "status": status, "courseid": course, "roleid": 5})
+
+    def _context(self, course):
+        known = self.sql(f"SELECT id FROM mdl_context WHERE contextlevel = {COURSE_CONTEXT} AND instanceid = "
+                         f"{int(course)}")
+        if known:
+            return known[0][0]
+        return self.insert("mdl_context", {"contextlevel": COURSE_CONTEXT, "instanceid": course, "depth": 3})
+
+
 # eventname -> (component, action, target, crud, edulevel), as Moodle logs them
 KINDS = {
     "viewed": ("\\core\\event\\course_viewed", "core", "viewed", "course", "r", 2),
@@ -162,13 +285,18 @@ def unix(text):
     return int(dt.datetime.fromisoformat(text).timestamp())
 
 
-class MoodleDatabase:
+class MoodleDatabase(Enrolments):
     def __init__(self, server):
         self.server = server
         self.name = server.new_database()
-        server.admin(MOODLE_DDL + GRADE_ITEMS_DDL + COURSE_DDL, self.name)
-        server.admin(f"GRANT SELECT ON mdl_logstore_standard_log, mdl_grade_items, mdl_course, mdl_course_categories "
-                     f"TO {READER}", self.name)
+        server.admin(MOODLE_DDL + GRADE_ITEMS_DDL + COURSE_DDL + ENROLMENT_DDL, self.name)
+        # Exactly the grants of docs/sources/moodle.md (tests/documentation holds them to it).
+        server.admin(f"GRANT SELECT ON {', '.join(READER_TABLES)} TO {READER}", self.name)
+
+    def insert(self, table, values):
+        """Insert one row of literal values; return its id."""
+        literals = ", ".join(str(value) if isinstance(value, int) else _literal(value) for value in values.values())
+        return self.sql(f"INSERT INTO {table} ({', '.join(values)}) VALUES ({literals}) RETURNING id")[0][0]
 
     @property
     def url(self):
@@ -275,10 +403,13 @@ def load_two_days(m):
 
 EXPECTED_TWO_DAYS = [
     # day, course, learners, statements, attempts, completions, passed, failed, score, duration, suppressed, then
-    # completed, passed and failed learners, completed share, pass rate.
+    # completed, passed and failed learners, completed share, pass rate, then enrolled learners, active share.
     # On the 23rd, one graded learner (0.8): fewer than 2, so the average score is suppressed too.
-    ("2026-11-23", course_iri(7), 3, 7, 3, 2, None, 0, None, None, 1, 2, None, 0, 2 / 3, None),  # one passed < 2
-    ("2026-11-24", course_iri(9), 3, 3, 0, 2, 0, None, None, None, 1, 2, 0, None, 2 / 3, None),  # one failed < 2
+    # No learner is enrolled: enrolled_learners and active_share are NULL.
+    ("2026-11-23", course_iri(7), 3, 7, 3, 2, None, 0, None, None, 1, 2, None, 0, 2 / 3, None,  # one passed < 2
+     None, None),
+    ("2026-11-24", course_iri(9), 3, 3, 0, 2, 0, None, None, None, 1, 2, 0, None, 2 / 3, None,  # one failed < 2
+     None, None),
 ]
 
 

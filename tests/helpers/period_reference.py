@@ -11,7 +11,7 @@ import datetime as dt
 import json
 import zoneinfo
 
-from helpers.reference import GROUPS, WITHHELD, _iso, _result, _seconds, outcome_columns
+from helpers.reference import GROUPS, NO_ENROLMENT, WITHHELD, _iso, _result, _seconds, outcome_columns
 
 
 def week_of(day):
@@ -76,7 +76,7 @@ def expected_periods(statements, timezone, k, grain, closed_before=None, terms=(
             end = dt.datetime.combine(period[2] + dt.timedelta(days=1), dt.time(), tzinfo=zone)
             complete = int(closed_before is None or end <= closed_before)
             rows.append((period[0], period[1].isoformat(), period[2].isoformat(), course) + values[:9] + (complete,)
-                        + values[9:])  # the learner outcome columns last, as the publication has them
+                        + values[9:])  # the learner outcome and enrolment columns last, as the publication has them
     return sorted(rows, key=lambda row: (row[1], row[0], row[3] is not None, row[3] or ""))  # the site first
 
 
@@ -102,4 +102,4 @@ def _row(items, k):
             row.append(round(sum(s["result"]["score"]["scaled"] for s in chosen) / len(chosen), 6))
         else:
             row.append(sum(round(_seconds(s["result"]["duration"]) * 1000) for s in chosen) / 1000)
-    return tuple(row) + (int(suppressed),) + tuple(outcomes)
+    return tuple(row) + (int(suppressed),) + tuple(outcomes) + NO_ENROLMENT  # xAPI: no enrolment columns' values

@@ -41,7 +41,8 @@ GROUPS = {  # the counted columns, in the serving table's order: whose statement
 # The statement counts whose distinct learners are published too (completed_learners, passed_learners,
 # failed_learners), then the shares computed from those.
 LEARNER_OUTCOMES = ("completions", "passed", "failed")
-WITHHELD = (None,) * 8 + (1,) + (None,) * 5  # a withheld row's values after its key (`suppressed` is 1)
+WITHHELD = (None,) * 8 + (1,) + (None,) * 7  # a withheld row's values after its key (`suppressed` is 1)
+NO_ENROLMENT = (None, None)  # enrolled_learners and active_share of a source that reads no enrolments (xAPI)
 
 
 def outcome_columns(active, counts, learners):
@@ -101,7 +102,8 @@ def expected_serving(lines, since, until, timezone, k):
         row.append(sum(round(_seconds(s["result"]["duration"]) * 1000) for s in timed) / 1000
                    if visible and timed_learners >= k else None)
         row.append(1 if suppressed else 0)
-        rows.append(tuple(row + outcomes))  # the learner outcome columns last, as the publication has them
+        # The learner outcome columns, then the enrolment ones last, as the publication has them.
+        rows.append(tuple(row + outcomes) + NO_ENROLMENT)
     return _fill_spans(rows)
 
 

@@ -55,7 +55,7 @@ def test_new_statement_forms_count_as_the_readme_says(project):
     # duration: 12 minutes + 1 week (years and months: no duration), from 13 learners; learners who completed:
     # withheld with completions; who passed: 13, failed: none, so a pass rate of 1 and no completed share.
     assert project.serving() == [("2026-11-02", COURSE, 14, 17, 13, None, 13, 0, None,
-                                  12 * 60 + 7 * 86400, 1, None, 13, 0, None, 1.0)]
+                                  12 * 60 + 7 * 86400, 1, None, 13, 0, None, 1.0, None, None)]
     assert project.query("SELECT count(*) FROM quarantine") == [(0,)]
 
 

@@ -53,11 +53,13 @@ def metrics(learners, outcomes=(None, None, None)):
 
 def learner_outcomes(learners, outcomes=(None, None, None)):
     """The learner outcome columns that follow a row's others: as many learners as statements (within the active
-    learners), and the shares computed from them, as the publication computes them."""
+    learners), and the shares computed from them, as the publication computes them; then the enrolment columns,
+    NULL (the report does not read them)."""
     if learners is None or None in outcomes:
-        return (None,) * 5
+        return (None,) * 7
     completed, passed, failed = (min(count, learners) for count in outcomes)
-    return (completed, passed, failed, completed / learners, passed / (passed + failed) if passed + failed else None)
+    return (completed, passed, failed, completed / learners, passed / (passed + failed) if passed + failed else None,
+            None, None)
 
 
 def publication(path):
@@ -70,7 +72,7 @@ def publication(path):
             label, first, last = week_label(week)
             withheld = (course, week) == ("https://lms.example.edu/course/2", 13)
             values = (*(None,) * 8, 1) if withheld else metrics(base + week, (week, 1, 0))
-            outcomes = (None,) * 5 if withheld else learner_outcomes(base + week, (week, 1, 0))
+            outcomes = (None,) * 7 if withheld else learner_outcomes(base + week, (week, 1, 0))
             weekly.append((label, first, last, course, *values, int(week < 13), *outcomes))
         for number, (label, first, last, complete) in enumerate(MONTHS):
             learners, counts = base * 2 + number, (4, 2, 1)

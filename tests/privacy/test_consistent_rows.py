@@ -22,7 +22,8 @@ D = 3
 COUNTS = ("active_learners", "statements", "attempts", "completions", "passed", "failed", "completed_learners",
           "passed_learners", "failed_learners")
 OUTCOMES = dict(zip(("completed_learners", "passed_learners", "failed_learners"), LEARNER_OUTCOMES, strict=True))
-PUBLISHED = COUNTS + ("completed_share", "pass_rate", "avg_scaled_score", "total_duration_seconds", "suppressed")
+PUBLISHED = COUNTS + ("completed_share", "pass_rate", "avg_scaled_score", "total_duration_seconds", "suppressed",
+                      "enrolled_learners", "active_share")
 
 
 def broken_relations(row):

@@ -141,7 +141,7 @@ def test_forget_a_moodle_user_by_id(tmp_path, moodle, moodle_reader):
     assert "deleted: 3 staged events, 1 quarantined record" in result.stdout
     # The 23rd without learner 101 (a view, a quiz attempt, a passed completion): 102 and 103 remain.
     assert project.serving() == [("2026-11-23", course_iri(7), 2, 4, None, None, 0, 0, None, None, 1,
-                                  None, 0, 0, None, None), EXPECTED_TWO_DAYS[1]]
+                                  None, 0, 0, None, None, None, None), EXPECTED_TWO_DAYS[1]]
     assert project.query("SELECT COUNT(*) FROM quarantine") == [(0,)]
 
 

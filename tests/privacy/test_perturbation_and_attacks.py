@@ -186,7 +186,7 @@ def test_existence_attack_sees_no_day_of_a_small_course(project, privacy):
     assert [row[0] for row in rows] == [day(d) for d in range(7)]  # every day of the visible span
     withheld = {row[0]: row[2:] for row in rows if row[0] not in (day(0), day(6))}
     # The day with one learner looks exactly like the days with none.
-    assert set(withheld.values()) == {(None,) * 8 + (1,) + (None,) * 5} and len(withheld) == 5
+    assert set(withheld.values()) == {(None,) * 8 + (1,) + (None,) * 7} and len(withheld) == 5
 
 
 @pytest.mark.parametrize("privacy", [EXACT, CELL_KEY])
@@ -361,10 +361,11 @@ def test_withhold_zeros_and_a_new_threshold_republish_every_day(project):
     project.write("a.ndjson", [statement(learner=f"u{i}", timestamp=f"{day(d)}T10:00:00Z")
                                for d in (0, 1) for i in range(12)])
     project.invoke("run", now=NOW, check=0)
-    assert [row[2:] for row in project.serving()] == [(12, 12, 0, 0, 0, 0, None, None, 0, 0, 0, 0, 0.0, None)] * 2
+    assert [row[2:] for row in project.serving()] == [(12, 12, 0, 0, 0, 0, None, None, 0, 0, 0, 0, 0.0, None, None,
+                                                     None)] * 2
     project.configure(extra_top=f"min_cell_size = {K}", privacy='method = "none"\nwithhold_zeros = true')
     project.invoke("run", now="2026-11-21T04:15:00Z", check=0)  # reads nothing new: the settings alone republish
-    assert [row[2:] for row in project.serving()] == [(12, 12) + (None,) * 6 + (1,) + (None,) * 5] * 2
+    assert [row[2:] for row in project.serving()] == [(12, 12) + (None,) * 6 + (1,) + (None,) * 7] * 2
     project.configure(extra_top="min_cell_size = 13", privacy='method = "none"')  # zeros published again: weaker
     project.invoke("run", "--accept-weaker-privacy", now="2026-11-22T04:15:00Z", check=0)
     assert project.serving() == []  # 12 learners < 13 on every day: no row, as for a course never seen

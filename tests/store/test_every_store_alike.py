@@ -138,7 +138,7 @@ def test_dst_days_are_one_local_day_of_23_or_25_hours(project):
     days = {row[0]: row[3] for row in rows if row[3] is not None}
     assert days == {"2026-10-25": 4, "2026-03-29": 3}
     # Every day between is published withheld (no existence signal): 29 March to 25 October.
-    assert len(rows) == 211 and all(row[2:] == (None,) * 8 + (1,) + (None,) * 5 for row in rows if row[0] not in days)
+    assert len(rows) == 211 and all(row[2:] == (None,) * 8 + (1,) + (None,) * 7 for row in rows if row[0] not in days)
 
 
 def test_dry_run_writes_nothing(project):
