@@ -35,18 +35,20 @@ def learner_columns(learners, counts):
 
 
 def period_row(week, course, learners, *, completions=None, passed=None, failed=None, suppressed=0,
-               outcome_learners=None, period=week_label):
+               outcome_learners=None, period=week_label, enrolled=None):
     """A row of weekly_metrics (`period=month_label`: monthly_metrics) of every published column: its statement
     counts, and its learners who completed, passed and failed (`outcome_learners`, by default one a statement, at
-    most `learners`; a statement count withheld withholds them)."""
+    most `learners`; a statement count withheld withholds them), and its enrolled learners (None: a source that
+    reads no enrolments) with the share of them active."""
     label, first, last = period(week)
     if suppressed:
-        return (label, first, last, course, *(None,) * 8, 1, 1, *(None,) * 5)
+        return (label, first, last, course, *(None,) * 8, 1, 1, *(None,) * 7)
     counts = (completions, passed, failed)
     if outcome_learners is None:
         outcome_learners = tuple(None if count is None else min(count, learners) for count in counts)
     return (label, first, last, course, learners, learners * 3, learners, *counts, 0.5, 60.0, 0, 1,
-            *learner_columns(learners, outcome_learners))
+            *learner_columns(learners, outcome_learners), enrolled,
+            None if enrolled is None or not enrolled else learners / enrolled)
 
 
 def build(path, courses, weekly, *, site=None, settings=None, terms=None, monthly=()):
