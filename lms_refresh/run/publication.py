@@ -46,6 +46,10 @@ from lms_refresh.store.sqlite import read_only_uri
 from lms_refresh.store.sqlite_schema import SCHEMA_VERSION
 from lms_refresh.store.tables import (
     BY_NAME,
+    CATEGORY_COLUMNS,
+    CATEGORY_PERIOD_SERVING_COLUMNS,
+    CATEGORY_SERVING_COLUMNS,
+    CATEGORY_TABLES,
     COURSE_COLUMNS,
     FRESHNESS_COLUMNS,
     PERIOD_SERVING_COLUMNS,
@@ -87,6 +91,15 @@ _SITE_PERIOD_TABLE = (f"CREATE TABLE {{schema}}.{{table}} (period TEXT NOT NULL 
 _COURSES = """CREATE TABLE {schema}.courses (
     course TEXT NOT NULL PRIMARY KEY, name TEXT, short_name TEXT, category TEXT, start_date TEXT, end_date TEXT,
     course_name TEXT NOT NULL)"""
+# The categories' tables (store/categories.py): named by their id, as the course tables by the course.
+_CATEGORIES = """CREATE TABLE {schema}.categories (
+    category_id INTEGER NOT NULL PRIMARY KEY, name TEXT, parent INTEGER, path TEXT NOT NULL, depth INTEGER NOT NULL)"""
+_CATEGORY = "category_id INTEGER NOT NULL REFERENCES categories (category_id), category_name TEXT NOT NULL"
+_CATEGORY_TABLE = (f"CREATE TABLE {{schema}}.category_daily_metrics (day TEXT NOT NULL, {_CATEGORY}, {_METRICS}, "
+                   f"{_OUTCOMES}, PRIMARY KEY (day, category_id)) WITHOUT ROWID")
+_CATEGORY_PERIOD_TABLE = (f"CREATE TABLE {{schema}}.{{table}} (period TEXT NOT NULL, period_start TEXT NOT NULL, "
+                          f"period_end TEXT NOT NULL, {_CATEGORY}, {_METRICS}, complete INTEGER NOT NULL, "
+                          f"{_OUTCOMES}, PRIMARY KEY (period, category_id)) WITHOUT ROWID")
 _FRESHNESS = """CREATE TABLE {schema}.freshness (
     published_at TEXT, data_as_of TEXT, data_as_of_utc TEXT, last_success TEXT, timezone TEXT,
     schema_version INTEGER NOT NULL, min_cell_size INTEGER NOT NULL, method TEXT NOT NULL,
@@ -105,6 +118,10 @@ _TABLES = (
     *((periods.TABLE_OF[grain], PERIOD_SERVING_COLUMNS, "period_start, period, course") for grain in periods.GRAINS),
     (SITE_TABLES["day"], SITE_SERVING_COLUMNS, "day"),
     *((SITE_TABLES[grain], SITE_PERIOD_SERVING_COLUMNS, "period_start, period") for grain in periods.GRAINS),
+    ("categories", CATEGORY_COLUMNS, "category_id"),
+    (CATEGORY_TABLES["day"], CATEGORY_SERVING_COLUMNS, "day, category_id"),
+    *((CATEGORY_TABLES[grain], CATEGORY_PERIOD_SERVING_COLUMNS, "period_start, period, category_id")
+      for grain in periods.GRAINS),
     ("freshness", FRESHNESS_COLUMNS, "schema_version"),
 )
 _DIGESTED = {"freshness": FRESHNESS_COLUMNS[1:]}  # published_at changes with every commit, not with what is shown
@@ -117,7 +134,7 @@ def _view_of(store, table):
         return store.serving
     if table == "courses":
         return store.serving_courses
-    return store.serving_period_view(table)  # weekly_metrics ... site_term_metrics, freshness: serving_<table>
+    return store.serving_period_view(table)  # weekly_metrics ... category_term_metrics, freshness: serving_<table>
 
 
 def store_digest(store, settings):
@@ -164,6 +181,12 @@ def recompute(store, days, *, record_keys, config, now, periods_of=()):
     policy.publish(store, done.courses, settings, days=None if "day" in done.whole else done.days)
     period_publication.publish(store, done.period_courses, settings, config=config, now=now,
                                rebuilt=done.period_labels, whole=done.whole, counted=done.calendar)
+    # The categories' rows, by the same rules as a course's (store/categories.py counts their cells).
+    categories = store.category_cells()
+    policy.publish(categories, done.categories["day"], settings, days=None if "day" in done.whole else done.days)
+    period_publication.publish(categories, {grain: done.categories.get(grain, ()) for grain in periods.GRAINS},
+                               settings, config=config, now=now, rebuilt=done.period_labels, whole=done.whole,
+                               counted=done.calendar)
     return done.rows_written, store.suppressed_on(done.days)
 
 
@@ -300,6 +323,10 @@ def _create(execute, schema):
     for grain in periods.GRAINS:
         execute(_PERIOD_TABLE.format(schema=schema, table=periods.TABLE_OF[grain]))
         execute(_SITE_PERIOD_TABLE.format(schema=schema, table=SITE_TABLES[grain]))
+    execute(_CATEGORIES.format(schema=schema))
+    execute(_CATEGORY_TABLE.format(schema=schema))
+    for grain in periods.GRAINS:
+        execute(_CATEGORY_PERIOD_TABLE.format(schema=schema, table=CATEGORY_TABLES[grain]))
     execute(_FRESHNESS.format(schema=schema))
     for table, view in BY_NAME.items():  # a view names the tables of its own file without a schema
         execute(_BY_NAME.format(schema=schema, view=view, select=by_name_view(table, "courses")))
@@ -334,7 +361,7 @@ def _copy(store, path, settings, wanted):
             store.execute("ROLLBACK")
         with contextlib.suppress(sqlite3.Error):  # a failure to detach must not hide the one that led here
             store.execute(f"DETACH DATABASE {_ATTACHED}")
-    for table in ("courses", "freshness"):
+    for table in ("courses", "freshness", "categories", *CATEGORY_TABLES.values()):
         copied.pop(table)
     return copied
 

@@ -1,12 +1,23 @@
-"""Taking a store back past schema versions 11 and 10 by hand, as the tests that upgrade an older store do: version
-11's site, freshness and by-name views and its tables gone (`before_site_apart`), then the learner outcome columns and
-keys, and the views as version 9 wrote them (a view that reads a column stops its DROP)."""
+"""Taking a store back past schema versions 12, 11 and 10 by hand, as the tests that upgrade an older store do:
+version 12's category tables and views gone (`before_categories`), version 11's site, freshness and by-name views and
+its tables gone (`before_site_apart`), then the learner outcome columns and keys, and the views as version 9 wrote
+them (a view that reads a column stops its DROP)."""
 
 from lms_refresh.store import tables
 
 
+def before_categories(dialect, schema="lms_refresh"):
+    """The statements that take a store of `dialect` at schema version 12 back to version 11's: no category view
+    or table."""
+    views = ["categories", *tables.CATEGORY_TABLES.values()]
+    statements = [f"DROP VIEW IF EXISTS {dialect.serving_of(view)}" for view in views]
+    statements += [f"DROP TABLE {dialect.name(table.name)}" for table in tables.TABLES
+                   if table.since == tables.CATEGORIES_SINCE]
+    return [statement.replace("{s}", schema) for statement in statements]
+
+
 def before_site_apart(dialect, schema="lms_refresh", owner="lms_refresh"):
-    """The statements that take a store of `dialect` at schema version 11 back to version 10's tables and views: the
+    """The statements that take a store of `dialect` at schema version 12 back to version 10's tables and views: the
     site's rows back in the course views (course NULL), no site, freshness or by-name view, no course_labels or
     freshness table (see `before_outcomes` for `schema` and `owner`)."""
     version = tables.SITE_APART_SINCE - 1
@@ -21,7 +32,7 @@ def before_site_apart(dialect, schema="lms_refresh", owner="lms_refresh"):
     statements += [f"CREATE VIEW {name} AS{select}" for name, select in views.items()]
     if "{s}" in dialect.serving:  # PostgreSQL
         statements += [f"ALTER VIEW {name} OWNER TO {owner}" for name in views]
-    return [statement.replace("{s}", schema) for statement in statements]
+    return before_categories(dialect, schema) + [statement.replace("{s}", schema) for statement in statements]
 
 
 def before_outcomes(dialect, schema="lms_refresh", owner="lms_refresh"):

@@ -177,7 +177,7 @@ def taken_back_to_schema_10(project):
             store.db.execute(ddl(statement))
         store.set_meta("schema_version", tables.SITE_APART_SINCE - 1)
         if project.postgres:
-            store.db.execute(f"DELETE FROM {store.schema}.schema_version WHERE version = {tables.SITE_APART_SINCE}")
+            store.db.execute(f"DELETE FROM {store.schema}.schema_version WHERE version >= {tables.SITE_APART_SINCE}")
         store.commit()
     finally:
         store.close()

@@ -1,0 +1,205 @@
+"""Course categories in the store: the categories a source has, the courses each counts over, and their cells.
+
+A source hands a `sources.records.CategoryTree` (categories with their parent and path, and each course's own
+category) or None when it has none to say (Moodle's tables could not be read: the store keeps what it had). The
+store keeps the tree as the source has it now, and from it every (course, category) pair a course counts in: its own
+category and each one above it on the category's path (`category_courses`).
+
+A category's cell of a day or period is counted as the site's is, over its courses only: its distinct learners from
+the courses' presence (learner_days, learner_periods: each learner once, however many of its courses they were in),
+its event counts and record keys' sums from the courses' cells (daily_metrics, period_metrics), so that it costs per
+learner-day (or learner-period) and per course cell, never per statement. A recompute counts again the categories'
+cells of the days it rebuilt and of the periods it rebuilt (their weeks, months and terms), with the tree as it is
+then; no other cell changes. So a course moved to another category moves its learners in the days and periods a run
+counts from then on, and a rebuild counts every day again under the tree of its time; a closed period keeps what it
+was counted with.
+"""
+
+import re
+
+from lms_refresh.store import grains
+from lms_refresh.store.tables import PERIOD_COUNTS, PRESENCE_FLAGS
+
+# Deeper than any real tree (Moodle's own limit on a category's depth is far lower): a longer path is refused.
+MAX_DEPTH = 64
+_PATH = re.compile(r"(?:/[0-9]{1,19}){1,64}")
+
+
+def ancestry(path, number):
+    """Return the category ids of `path` ("/1/4/7", the top first) if it is a path of category `number` (its last
+    id), else (number,): a category whose path is not one stands alone."""
+    if not isinstance(path, str) or not _PATH.fullmatch(path):
+        return (number,)
+    ids = tuple(int(part) for part in path.split("/")[1:])
+    whole = ids[-1] == number and len(set(ids)) == len(ids) and all(0 < part < 2 ** 63 for part in ids)
+    return ids if whole else (number,)
+
+
+_MODULUS = grains._MODULUS
+_LEARNER_COLUMNS = ", ".join(grains._LEARNERS)
+_OUTCOME_COLUMNS = ", ".join(grains._OUTCOME_KEYS)
+_PART_COLUMNS = ", ".join(grains._PARTS)
+
+
+def _learners_by_category(rows, flags, had, group):
+    """The SELECT of each category's learners over `rows` (a FROM clause joined to category_courses as `m`), grouped
+    by `group` and the category: each learner once (their key, and whether `had(flag)` in any of its courses)."""
+    learner = ", ".join(f"MAX(CASE WHEN {had(flag)} THEN 1 ELSE 0 END) AS {flag}" for flag in flags)
+    counts = ", ".join(f"SUM({flag}) AS {name}" for flag, name in zip(flags, grains._LEARNERS[1:], strict=True))
+    keys = ", ".join(f"COALESCE(SUM(learner_key) FILTER (WHERE {flag} = 1) % {_MODULUS}, 0) AS {key}"
+                     for key, flag in zip(grains._OUTCOME_KEYS, (flags[1], flags[2], flags[3]), strict=True))
+    outer = ", ".join(group)
+    return f"""SELECT {outer}, category_id, COUNT(*) AS learners, {counts},
+        SUM(learner_key) % {_MODULUS} AS learner_key, {keys}
+    FROM (SELECT {", ".join(f"d.{column} AS {column}" for column in group)}, m.category_id, d.actor,
+            MAX(d.learner_key) AS learner_key, {learner}
+        FROM {rows} GROUP BY {", ".join(f"d.{column}" for column in group)}, m.category_id, d.actor) AS a
+    GROUP BY {outer}, category_id"""
+
+
+def _summed(rows, group):
+    return (f"SELECT {', '.join(f'd.{column} AS {column}' for column in group)}, m.category_id, {grains._SUMMED} "
+            f"FROM {rows} GROUP BY {', '.join(f'd.{column}' for column in group)}, m.category_id")
+
+
+# The flags in PRESENCE_FLAGS' order (attempt, completion, passed, failed, score, duration): _OUTCOME_KEYS' learners
+# are those of the completion, passed and failed flags, as grains.OUTCOME_LEARNER_KEYS says.
+_DAY_CELLS = f"""INSERT INTO category_day_cells (day, category_id, {_LEARNER_COLUMNS}, learner_key, {_OUTCOME_COLUMNS},
+    {_PART_COLUMNS})
+SELECT l.day, l.category_id, {", ".join(f"l.{name}" for name in grains._LEARNERS)}, l.learner_key,
+    {", ".join(f"l.{name}" for name in grains._OUTCOME_KEYS)}, {", ".join(f"e.{name}" for name in grains._PARTS)}
+FROM ({_learners_by_category(
+    "learner_days AS d JOIN category_courses AS m ON m.course_id = d.course_id WHERE {days_in}",
+    PRESENCE_FLAGS, lambda flag: f"d.{flag} = 1", ("day",))}) AS l
+JOIN ({_summed("daily_metrics AS d JOIN category_courses AS m ON m.course_id = d.course_id WHERE {days_in}",
+               ("day",))}) AS e ON e.day = l.day AND e.category_id = l.category_id"""
+
+_PERIOD_CELLS = f"""INSERT INTO category_period_cells (grain, period, category_id, {_LEARNER_COLUMNS}, learner_key,
+    {_OUTCOME_COLUMNS}, {_PART_COLUMNS})
+SELECT l.grain, l.period, l.category_id, {", ".join(f"l.{name}" for name in grains._LEARNERS)}, l.learner_key,
+    {", ".join(f"l.{name}" for name in grains._OUTCOME_KEYS)}, {", ".join(f"e.{name}" for name in grains._PARTS)}
+FROM ({_learners_by_category(
+    "learner_periods AS d JOIN category_courses AS m ON m.course_id = d.course_id "
+    "WHERE d.grain = ? AND d.period = ?", PRESENCE_FLAGS,
+    lambda flag: f"d.{PERIOD_COUNTS[1 + PRESENCE_FLAGS.index(flag)]} > 0", ("grain", "period"))}) AS l
+JOIN ({_summed("period_metrics AS d JOIN category_courses AS m ON m.course_id = d.course_id "
+               "WHERE d.grain = ? AND d.period = ?", ("grain", "period"))}) AS e
+  ON e.grain = l.grain AND e.period = l.period AND e.category_id = l.category_id"""
+
+
+class Categories:
+    """A mixin of SqlStore: `execute`, `executemany` and `dialect` come from it."""
+
+    def record_categories(self, tree):
+        """Keep the source's category `tree` (a sources.records.CategoryTree; None: keep what the store has), and
+        from it the categories each course the store knows counts in. Only what changed is written."""
+        if tree is None:
+            return
+        held = {row[0]: tuple(row[1:]) for row in self.execute(
+            "SELECT category_id, name, parent, path, depth FROM categories").fetchall()}
+        wanted = {}
+        for number, (name, parent, path) in tree.categories.items():
+            ids = ancestry(path, number)
+            wanted[number] = (name, parent if parent in tree.categories else None,
+                              "/" + "/".join(str(part) for part in ids), len(ids))
+        self._write_changes("categories", "category_id", ("name", "parent", "path", "depth"), held, wanted)
+        known = {row[0] for row in self.execute("SELECT course_id FROM courses").fetchall()}
+        own = {course: (category,) for course, category in tree.courses.items()
+               if course in known and category in tree.categories}
+        held_own = {row[0]: (row[1],) for row in self.execute(
+            "SELECT course_id, category_id FROM course_categories").fetchall()}
+        self._write_changes("course_categories", "course_id", ("category_id",), held_own, own)
+        # Every category above a course's own, as its path says; ids on the path that are no category count too,
+        # so that a category read on one run and its parent's row not readable counts its courses the same.
+        pairs = {(course, above) for course, (category,) in own.items()
+                 for above in ancestry(wanted[category][2], category)}
+        held_pairs = {tuple(row) for row in self.execute(
+            "SELECT course_id, category_id FROM category_courses").fetchall()}
+        if held_pairs - pairs:
+            self.executemany("DELETE FROM category_courses WHERE course_id = ? AND category_id = ?",
+                             sorted(held_pairs - pairs))
+        if pairs - held_pairs:
+            self.executemany("INSERT INTO category_courses (course_id, category_id) VALUES (?, ?)",
+                             sorted(pairs - held_pairs))
+
+    def _write_changes(self, table, key, columns, held, wanted):
+        gone = sorted(set(held) - set(wanted))
+        if gone:
+            self.executemany(f"DELETE FROM {table} WHERE {key} = ?", [(number,) for number in gone])
+        changed = sorted((number, *values) for number, values in wanted.items() if held.get(number) != values)
+        if changed:
+            update = ", ".join(f"{column} = excluded.{column}" for column in columns)
+            self.executemany(f"INSERT INTO {table} ({key}, {', '.join(columns)}) VALUES "
+                             f"({', '.join('?' for _ in range(len(columns) + 1))}) "
+                             f"ON CONFLICT ({key}) DO UPDATE SET {update}", changed)
+
+    def rebuild_category_cells(self, days, labels, whole=()):
+        """Count again the categories' cells of `days` (rebuilt) and of the periods `labels` ({grain: labels},
+        rebuilt); return {grain ("day" among them): the category ids to publish again}: those with a cell there
+        before or after, and every category with a cell or a published row of each grain in `whole`."""
+        touched = {"day": set(), **{grain: set() for grain in labels}}
+        if days:
+            day_set = self.dialect.day_set(days)
+            where = f"WHERE {self.dialect.days_in}"
+            touched["day"] |= self._categories_of("category_day_cells", where, (day_set,))
+            self.execute(f"DELETE FROM category_day_cells {where}", (day_set,))
+            self.execute(_DAY_CELLS.format(days_in=self.dialect.days_in.replace("day", "d.day")),
+                         (day_set, day_set))
+            touched["day"] |= self._categories_of("category_day_cells", where, (day_set,))
+        for grain, rebuilt in sorted(labels.items()):
+            for label in sorted(rebuilt):
+                where = "WHERE grain = ? AND period = ?"
+                touched[grain] |= self._categories_of("category_period_cells", where, (grain, label))
+                self.execute(f"DELETE FROM category_period_cells {where}", (grain, label))
+                self.execute(_PERIOD_CELLS, (grain, label, grain, label))
+                touched[grain] |= self._categories_of("category_period_cells", where, (grain, label))
+        terms = "term" in whole or bool(labels.get("term"))
+        if terms:
+            # A term no longer configured (grains.sync_terms forgot its courses' cells) goes with them.
+            self.execute("DELETE FROM category_period_cells WHERE grain = 'term' AND period NOT IN "
+                         "(SELECT DISTINCT period FROM period_metrics WHERE grain = 'term')")
+        # The terms are published whole (run/period_publication.py): every category that has or had one.
+        for grain in {*whole, *(("term",) if terms else ())}:
+            cells, published = (("category_day_cells", "published_category_days") if grain == "day" else
+                                ("category_period_cells", "published_category_periods"))
+            where, parameters = ("", ()) if grain == "day" else ("WHERE grain = ?", (grain,))
+            touched[grain] = (touched.get(grain, set()) | self._categories_of(cells, where, parameters)
+                              | self._categories_of(published, where, parameters))
+        return touched
+
+    def _categories_of(self, table, where, parameters):
+        return {row[0] for row in self.execute(f"SELECT DISTINCT category_id FROM {table} {where}",
+                                               parameters).fetchall()}
+
+    def category_cells(self):
+        """The categories' cells and published rows as the publication reads and writes a course's
+        (lms_refresh.disclosure.policy, run/period_publication.py): the same store, its category tables."""
+        return CategoryCells(self)
+
+
+class CategoryCells:
+    """The categories' side of a store, with the interface of its courses' published rows (store.published)."""
+
+    def __init__(self, store):
+        self.store = store
+
+    def cells(self, grain, categories):
+        return self.store.cells(grain, categories, kind="category")
+
+    def cells_in(self, grain, ranges):
+        return self.store.cells_in(grain, ranges, kind="category")
+
+    def visible_spans(self, grain, categories, min_cell_size):
+        return self.store.visible_spans(grain, categories, min_cell_size, kind="category")
+
+    def published_spans(self, grain, categories):
+        return self.store.published_spans(grain, categories, kind="category")
+
+    def write_published(self, grain, rows, *, courses=(), keep=None):
+        self.store.write_published(grain, rows, courses=courses, keep=keep, kind="category")
+
+    def counted_from(self):
+        return self.store.counted_from()
+
+    def close_periods(self, cutoff):
+        self.store.close_periods(cutoff)
