@@ -140,8 +140,8 @@ def cleaned(titles):
 class CategoryTree(collections.namedtuple("CategoryTree", "categories courses")):
     """A source's course categories (sources.BaseSource.standing_categories): {category id: (name or None, parent id
     or None, path text: the ids from the top down, "/1/4/7")}, and {course id: the id of the course's own category}.
-    Each name is already safe to publish (lms_refresh.disclosure.names); the store checks the paths
-    (store/categories.py)."""
+    Each name is already safe to publish (lms_refresh.disclosure.names); the store checks the paths, and takes each
+    category's parent from its path (store/categories.py)."""
 
     __slots__ = ()
 

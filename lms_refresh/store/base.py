@@ -318,7 +318,7 @@ class SqlStore(Staging, Erasure, Grains, Categories, Published, RebuildCheck, Ru
         also.update(recounted or {})
         period_courses, labels = self.rebuild_periods(days, calendar, everything=grains, also=also, touched=touched)
         whole = ("day",) + grains if everything else grains
-        categories = self.rebuild_category_cells(days, labels, whole)
+        categories = self.rebuild_category_cells(*self.category_days(days, labels), whole)
         return Recomputed(written, days, self._courses_to_publish(set().union(*touched.values())), period_courses,
                           tuple(uncounted), labels, whole, calendar, categories)
 

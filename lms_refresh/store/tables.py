@@ -503,6 +503,12 @@ DATA_STEPS = {
     OUTCOMES_SINCE: [
         "INSERT INTO {pending_days} SELECT DISTINCT day FROM {staged_events} WHERE true ON CONFLICT DO NOTHING",
         "INSERT INTO {meta} (key, value) VALUES ('republish', '10') ON CONFLICT (key) DO NOTHING"],
+    # The categories' cells of every day and period whose learners' presence the store keeps are counted by the
+    # next run, once it has read the categories (store/categories.py, meta `count_categories`); a closed day
+    # whose presence retention dropped gets no category cell.
+    CATEGORIES_SINCE: [
+        "INSERT INTO {meta} (key, value) SELECT 'count_categories', '12' WHERE EXISTS (SELECT 1 FROM {learner_days}) "
+        "ON CONFLICT (key) DO NOTHING"],
 }
 
 SCHEMA_VERSION = 12  # the version this description is at: a new migration raises it
