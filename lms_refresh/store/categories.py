@@ -40,50 +40,49 @@ _OUTCOME_COLUMNS = ", ".join(grains._OUTCOME_KEYS)
 _PART_COLUMNS = ", ".join(grains._PARTS)
 
 
-def _learners_by_category(rows, flags, had, group):
-    """The SELECT of each category's learners over `rows` (a FROM clause joined to category_courses as `m`), grouped
-    by `group` and the category: each learner once (their key, and whether `had(flag)` in any of its courses)."""
+def _learners_by_category(rows, flags, had):
+    """The SELECT of each category's learners over `rows` (a FROM clause of one day's or one period's rows `d` joined
+    to category_courses as `m`): each learner once (their key, and whether `had(flag)` in any of its courses), grouped
+    by category and learner alone (the day or period is one: a longer key only slows the sort)."""
     learner = ", ".join(f"MAX(CASE WHEN {had(flag)} THEN 1 ELSE 0 END) AS {flag}" for flag in flags)
     counts = ", ".join(f"SUM({flag}) AS {name}" for flag, name in zip(flags, grains._LEARNERS[1:], strict=True))
     keys = ", ".join(f"COALESCE(SUM(learner_key) FILTER (WHERE {flag} = 1) % {_MODULUS}, 0) AS {key}"
                      for key, flag in zip(grains._OUTCOME_KEYS, (flags[1], flags[2], flags[3]), strict=True))
-    outer = ", ".join(group)
-    return f"""SELECT {outer}, category_id, COUNT(*) AS learners, {counts},
-        SUM(learner_key) % {_MODULUS} AS learner_key, {keys}
-    FROM (SELECT {", ".join(f"d.{column} AS {column}" for column in group)}, m.category_id, d.actor,
-            MAX(d.learner_key) AS learner_key, {learner}
-        FROM {rows} GROUP BY {", ".join(f"d.{column}" for column in group)}, m.category_id, d.actor) AS a
-    GROUP BY {outer}, category_id"""
+    return f"""SELECT category_id, COUNT(*) AS learners, {counts}, SUM(learner_key) % {_MODULUS} AS learner_key, {keys}
+    FROM (SELECT m.category_id, d.actor, MAX(d.learner_key) AS learner_key, {learner}
+        FROM {rows} GROUP BY m.category_id, d.actor) AS a
+    GROUP BY category_id"""
 
 
-def _summed(rows, group):
-    return (f"SELECT {', '.join(f'd.{column} AS {column}' for column in group)}, m.category_id, {grains._SUMMED} "
-            f"FROM {rows} GROUP BY {', '.join(f'd.{column}' for column in group)}, m.category_id")
+def _summed(rows):
+    return f"SELECT m.category_id, {grains._SUMMED} FROM {rows} GROUP BY m.category_id"
+
+
+def _cells(table, cell, rows, sums, had):
+    """The INSERT of a day's (`cell` "day") or a period's ("grain, period") category cells into `table`: the
+    learners of `rows`, the sums of the courses' cells `sums`. Parameters: the cell's own, then `rows`' and `sums`'."""
+    return f"""INSERT INTO {table} ({cell}, category_id, {_LEARNER_COLUMNS}, learner_key, {_OUTCOME_COLUMNS},
+    {_PART_COLUMNS})
+SELECT {", ".join("?" for _ in cell.split(","))}, l.category_id, {", ".join(f"l.{name}" for name in grains._LEARNERS)},
+    l.learner_key, {", ".join(f"l.{name}" for name in grains._OUTCOME_KEYS)},
+    {", ".join(f"e.{name}" for name in grains._PARTS)}
+FROM ({_learners_by_category(rows, PRESENCE_FLAGS, had)}) AS l
+JOIN ({_summed(sums)}) AS e ON e.category_id = l.category_id"""
 
 
 # The flags in PRESENCE_FLAGS' order (attempt, completion, passed, failed, score, duration): _OUTCOME_KEYS' learners
-# are those of the completion, passed and failed flags, as grains.OUTCOME_LEARNER_KEYS says.
-_DAY_CELLS = f"""INSERT INTO category_day_cells (day, category_id, {_LEARNER_COLUMNS}, learner_key, {_OUTCOME_COLUMNS},
-    {_PART_COLUMNS})
-SELECT l.day, l.category_id, {", ".join(f"l.{name}" for name in grains._LEARNERS)}, l.learner_key,
-    {", ".join(f"l.{name}" for name in grains._OUTCOME_KEYS)}, {", ".join(f"e.{name}" for name in grains._PARTS)}
-FROM ({_learners_by_category(
-    "learner_days AS d JOIN category_courses AS m ON m.course_id = d.course_id WHERE {days_in}",
-    PRESENCE_FLAGS, lambda flag: f"d.{flag} = 1", ("day",))}) AS l
-JOIN ({_summed("daily_metrics AS d JOIN category_courses AS m ON m.course_id = d.course_id WHERE {days_in}",
-               ("day",))}) AS e ON e.day = l.day AND e.category_id = l.category_id"""
-
-_PERIOD_CELLS = f"""INSERT INTO category_period_cells (grain, period, category_id, {_LEARNER_COLUMNS}, learner_key,
-    {_OUTCOME_COLUMNS}, {_PART_COLUMNS})
-SELECT l.grain, l.period, l.category_id, {", ".join(f"l.{name}" for name in grains._LEARNERS)}, l.learner_key,
-    {", ".join(f"l.{name}" for name in grains._OUTCOME_KEYS)}, {", ".join(f"e.{name}" for name in grains._PARTS)}
-FROM ({_learners_by_category(
-    "learner_periods AS d JOIN category_courses AS m ON m.course_id = d.course_id "
-    "WHERE d.grain = ? AND d.period = ?", PRESENCE_FLAGS,
-    lambda flag: f"d.{PERIOD_COUNTS[1 + PRESENCE_FLAGS.index(flag)]} > 0", ("grain", "period"))}) AS l
-JOIN ({_summed("period_metrics AS d JOIN category_courses AS m ON m.course_id = d.course_id "
-               "WHERE d.grain = ? AND d.period = ?", ("grain", "period"))}) AS e
-  ON e.grain = l.grain AND e.period = l.period AND e.category_id = l.category_id"""
+# are those of the completion, passed and failed flags, as grains.OUTCOME_LEARNER_KEYS says. Parameters: the day,
+# then the day twice (or the grain and period, then each twice).
+_DAY_CELLS = _cells("category_day_cells", "day",
+                    "learner_days AS d JOIN category_courses AS m ON m.course_id = d.course_id WHERE d.day = ?",
+                    "daily_metrics AS d JOIN category_courses AS m ON m.course_id = d.course_id WHERE d.day = ?",
+                    lambda flag: f"d.{flag} = 1")
+_PERIOD_CELLS = _cells("category_period_cells", "grain, period",
+                       "learner_periods AS d JOIN category_courses AS m ON m.course_id = d.course_id "
+                       "WHERE d.grain = ? AND d.period = ?",
+                       "period_metrics AS d JOIN category_courses AS m ON m.course_id = d.course_id "
+                       "WHERE d.grain = ? AND d.period = ?",
+                       lambda flag: f"d.{PERIOD_COUNTS[1 + PRESENCE_FLAGS.index(flag)]} > 0")
 
 
 class Categories:
@@ -162,10 +161,8 @@ class Categories:
                 # A day at a time, as the site's day cells are (grains.SITE_DAY): grouping a whole window's
                 # learner-days by learner at once sorts them all in memory (peak RSS 158 MiB against 112 MiB for a
                 # first run of 300,000 statements over 30 days).
-                cells = _DAY_CELLS.format(days_in=self.dialect.days_in.replace("day", "d.day"))
                 for (day,) in self.execute(f"SELECT DISTINCT day FROM daily_metrics {where}", (day_set,)).fetchall():
-                    one = self.dialect.day_set([day])
-                    self.execute(cells, (one, one))
+                    self.execute(_DAY_CELLS, (day, day, day))
                 touched["day"] |= self._categories_of("category_day_cells", where, (day_set,))
         for grain, rebuilt in sorted(labels.items()):
             for label in sorted(rebuilt):
@@ -173,7 +170,7 @@ class Categories:
                 touched[grain] |= self._categories_of("category_period_cells", where, (grain, label))
                 self.execute(f"DELETE FROM category_period_cells {where}", (grain, label))
                 if counted:
-                    self.execute(_PERIOD_CELLS, (grain, label, grain, label))
+                    self.execute(_PERIOD_CELLS, (grain, label, grain, label, grain, label))
                     touched[grain] |= self._categories_of("category_period_cells", where, (grain, label))
         terms = "term" in whole or bool(labels.get("term"))
         if terms:
