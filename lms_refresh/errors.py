@@ -60,6 +60,11 @@ class UnavailableError(RefreshError):
     exit_code = UNAVAILABLE
 
 
+class UnexpectedError(RefreshError):
+    """An unexpected failure (a bug of ours, most likely) given a sentence that says what stands, e.g. after the
+    commit. The exception it was raised from is the one to fix: the CLI logs its traceback with the sentence."""
+
+
 class Terminated(BaseException):
     """SIGTERM arrived before the command committed anything; its message says what was undone.
 
@@ -160,3 +165,19 @@ def from_start_error(error, what):
     return StateError(f"Cannot start {what}: the system refused ({detail}); they need fork() and POSIX semaphores "
                       "in /dev/shm, a writable tmpfs (is it missing, read-only, or blocked by a sandbox?); nothing "
                       "was committed.")
+
+
+# What Python says when the system refuses a thread (pthread_create's EAGAIN): threads count against the same
+# limits as processes (the unit's TasksMax=, the user's RLIMIT_NPROC, the kernel's threads-max).
+THREAD_REFUSED = "can't start new thread"
+
+
+def from_thread_error(error, what, outcome=None):
+    """Given an exception met while starting `what` (a thread, or what starts some), return the domain error it
+    means if it is the system's refusal of a new thread, else None: 69, as fork()'s EAGAIN, since a later run may
+    find room. `outcome` ends the sentence (default: nothing was committed, and a later run reads the window)."""
+    if not isinstance(error, RuntimeError) or str(error) != THREAD_REFUSED:
+        return None
+    return UnavailableError(f"Cannot start {what}: the system is short of threads, which count as processes (the "
+                            f"user's limit, ulimit -u, or the unit's TasksMax=) ({error}); "
+                            f"{outcome or 'nothing was committed, and a later run reads the same window again.'}")

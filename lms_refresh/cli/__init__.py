@@ -58,7 +58,8 @@ def cli(ctx, config_path, verbose, *, quiet, now):
 COMMANDS = (
     refresh_commands.run, refresh_commands.backfill, refresh_commands.rebuild, refresh_commands.watermark,
     refresh_commands.copy_store,
-    operator_commands.status, operator_commands.report, operator_commands.alert, operator_commands.check,
+    operator_commands.status, operator_commands.report, operator_commands.alert, operator_commands.alert_test,
+    operator_commands.check,
     operator_commands.grant_reader,
     operator_commands.forget, operator_commands.is_configured, operator_commands.demo,
 )

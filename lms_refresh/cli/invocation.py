@@ -83,10 +83,13 @@ def failed(error, fields=None, *, committed=False):
     ensure_logging()
     if isinstance(error, OSError):
         error = errors.from_os_error(error, error.filename or "a file") or error
+    error = errors.from_thread_error(error, "a thread", "its work was committed before it and stands; the next run "
+                                     "goes on from there." if committed else "nothing was committed.") or error
     code, message = errors.exit_status(error)
     fields = {**(fields or {}), "EXIT_STATUS": code}
     if isinstance(error, (errors.RefreshError, errors.Terminated)):
-        logger.error("%s", message, extra={**fields, "ERROR_KIND": type(error).__name__})
+        cause = error.__cause__ if isinstance(error, errors.UnexpectedError) else None  # a bug: its traceback too
+        logger.error("%s", message, exc_info=cause, extra={**fields, "ERROR_KIND": type(error).__name__})
     else:  # the last resort: one sentence first, then the details
         outcome = ("its work was committed before it and stands; the next run goes on from there" if committed
                    else "nothing was committed")

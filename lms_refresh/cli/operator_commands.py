@@ -1,5 +1,5 @@
-"""The operator's commands: `status`, `report`, `check`, `alert`, `grant-reader`, `forget`, `is-configured`,
-`demo`."""
+"""The operator's commands: `status`, `report`, `check`, `alert`, `alert-test`, `grant-reader`, `forget`,
+`is-configured`, `demo`."""
 
 import json
 import logging
@@ -97,6 +97,42 @@ def alert(settings, unit, exit_status, *, result, invocation):
         last_run_of=lambda config: collect_status(config, os.environ)["last_run"],
     )
     return errors.FAILURE if attempted and not delivered else errors.OK
+
+
+@click.command("alert-test")
+@click.pass_obj
+def alert_test(settings):
+    """Send one test alert through every channel in [alerts] and say, per channel, whether it went out.
+
+    The alert says it is a test and names the host and the configuration
+    file. It takes no lock and reads no store: it is safe while a run is
+    under way. As root it runs as the service user, as the alert unit does.
+    Exits 0 if every channel delivered it, 69 if one did not (a warning says
+    why), 78 if no channel is configured.
+
+    Example: lms-refresh alert-test
+    """
+    from lms_refresh.config import load_config
+    from lms_refresh.config.schema import DEFAULT_STATE_DIRECTORY
+    from lms_refresh.ops.alerts import send_test_alert
+    from lms_refresh.state_directory import become_owner
+
+    try:  # the alert unit runs as the state directory's owner: the credentials are read, and mail sent, as it
+        directory = load_config(settings.config_path, os.environ).state_directory
+    except errors.ConfigError:  # a configuration broken outside [alerts] still alerts, so it is tested too
+        directory = os.environ.get("STATE_DIRECTORY", DEFAULT_STATE_DIRECTORY)
+    become_owner(directory, os.geteuid())
+    results = send_test_alert(settings.config_path, os.environ)
+    for channel, delivered, note in results:
+        click.echo(redaction.scrub_text(f"{'delivered' if delivered else 'FAILED   '}  {channel}"
+                                        + (f": {note}" if note else "")))
+    failed = sum(not delivered for _, delivered, _ in results)
+    if failed:
+        raise errors.UnavailableError(f"The test alert did not go out through {failed} of {len(results)} "
+                                      f"channel{'' if len(results) == 1 else 's'}: a failure would not be "
+                                      "reported there; the warnings above say why.")
+    click.echo(f"The test alert went out through every channel ({len(results)}); check that it arrived.")
+    return errors.OK
 
 
 @click.command()

@@ -140,7 +140,7 @@ def dictionary_region():
         for column in entry.columns:
             lines.append(
                 f"| `{column.name}` | {column.sqlite} | {column.postgresql or '(not published)'} | "
-                f"{_cell(column.unit)} | {column.counts} | {'yes, ± max_noise' if column.perturbed else 'no'} | "
+                f"{_cell(column.unit)} | {column.counts} | {dictionary.noise(column)} | "
                 f"{'yes' if column.withheld else 'no'} | {_cell(column.null)} | {_cell(column.meaning)} |")
         lines.append("")
     return "\n".join(lines)

@@ -38,6 +38,9 @@ class NamedPath:
     directory: bool = False  # a directory the program writes into (the state directory)
     sidecars: tuple = ()  # files written beside it, by suffix
     private: bool = False  # only the service user may read it (the store, the key)
+    # A directory of the program's own files (the report's pages and CSVs), which it opens to every reader and
+    # prunes: nothing else may be it or lie inside it, and it may not lie among the export files.
+    exclusive: bool = False
 
     def spellings(self):
         """This path and the files written beside it, as NamedPaths."""
@@ -53,6 +56,20 @@ def _quoted(key):
 
 def _default_or_set(key, path, default):
     return f"'{key}' (its default, {os.path.basename(default)} in the state directory)" if path == default else key
+
+
+def report_files_directory(output):
+    """The directory of the files (course pages, CSVs) the report writes beside its overview page `output`: its
+    name without .html (or .htm), and "-files" (report.html → report-files/)."""
+    root, extension = os.path.splitext(output)
+    return (root if extension.lower() in (".html", ".htm") else output) + "-files"
+
+
+def report_paths(key, output):
+    """The NamedPaths of a report whose overview `key` names at `output`: the page and its files' directory."""
+    return [NamedPath(key, output),
+            NamedPath(f"the directory of the report's course pages and CSVs (beside {_quoted(key)}, named after it)",
+                      report_files_directory(output), directory=True, exclusive=True)]
 
 
 def named_paths(config):
@@ -80,7 +97,7 @@ def named_paths(config):
         # On PostgreSQL the publication is the store's view: publication.path is not written.
         paths.append(NamedPath("publication.path", config.publication.path, sidecars=("-journal",)))
         if config.report.enabled:
-            paths.append(NamedPath("report.path", config.report.path))
+            paths.extend(report_paths("report.path", config.report.path))
     if config.monitoring.textfile:
         paths.append(NamedPath("monitoring.textfile", config.monitoring.textfile))
     paths.append(NamedPath("the configuration file", config.origin, written=False))
@@ -148,7 +165,7 @@ def collision(paths):
         for other in resolved[i + 1:]:
             for a in group:
                 for b in other:
-                    found = _collision(a, b) or _collision(b, a)
+                    found = _shared(a, b) or _shared(b, a) or _collision(a, b) or _collision(b, a)
                     if found:
                         return found
     for group in resolved:  # after the collisions, which name the other key too
@@ -163,6 +180,8 @@ def _not_a_file(spelling):
     directory (a run would commit and then fail to write it, every night: a publication.path naming its directory,
     not the file), or a device, a FIFO or a socket, which the write would replace by a regular file (`report
     --output /dev/null` run as root replaced the system's /dev/null)."""
+    if spelling.named.exclusive:
+        return _not_a_directory(spelling)
     if not spelling.named.written or spelling.named.directory or spelling.named.key.startswith("the "):
         return None  # the state directory's own files (the lock...) are checked as they are opened, in words of theirs
     try:
@@ -181,6 +200,41 @@ def _not_a_file(spelling):
 
 
 _FILE_NAMES = {"publication.path": "serving.sqlite", "report.path": "report.html"}  # their defaults' names
+
+
+def _not_a_directory(spelling):
+    """The sentence if the directory of the program's own files is there as something else, else None: the report
+    would fail to write its pages into a file (after a chmod of it), every run."""
+    try:
+        mode = os.stat(spelling.named.path).st_mode
+    except (OSError, ValueError):
+        return None  # not there yet: made by the first report
+    if stat.S_ISDIR(mode):
+        return None
+    kind = "a regular file" if stat.S_ISREG(mode) else kind_of(mode)
+    return (f"{_quoted(spelling.named.key)} ({spelling.named.path}) is {kind}, where the report writes its files "
+            "into a directory; move it away, or name the report another file.")
+
+
+def _shared(own, other):
+    """The sentence if `other` is, or lies inside, the directory of the program's own files `own` (when `own` is
+    one), or that directory lies among the export files, else None. The report makes the directory readable by
+    every account (0755) and removes from it the files it names as its own: the state directory, the store or the
+    key there would be opened to every reader, and anything else named there would be pruned or shown."""
+    if not own.named.exclusive:
+        return None
+    why = "where the report writes its course pages and CSVs; point them at different places."
+    same = _same(own, other)
+    if same is not None:
+        return (f"{_quoted(other.named.key)} and {_quoted(own.named.key)} name the same directory "
+                f"({own.named.path}{same}), {why}")
+    if _within(other, own):
+        return (f"{_quoted(other.named.key)} ({other.named.path}) lies inside {own.named.path}, "
+                f"{_quoted(own.named.key)}, {why}")
+    if other.named.key == "source.path" and _within(own, other):
+        return (f"{_quoted(own.named.key)} ({own.named.path}) lies inside {other.named.path}, the export directory "
+                f"{_quoted(other.named.key)} names; a run would write among the files it reads — point it elsewhere.")
+    return None
 
 
 def _collision(a, b):

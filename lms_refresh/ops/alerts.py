@@ -1,4 +1,5 @@
-"""What replaces cron's MAILTO, part two: `lms-refresh alert`, run by the OnFailure= unit.
+"""What replaces cron's MAILTO, part two: `lms-refresh alert`, run by the OnFailure= unit (and
+`lms-refresh alert-test`, one test alert through the same channels).
 
 The alert names the unit, its exit status and what it means, the window of
 the failed run and the last journal lines of the failed invocation — with
@@ -20,7 +21,7 @@ from lms_refresh.config import load_alerts, load_config
 from lms_refresh.config.schema import DEFAULT_STATE_DIRECTORY
 from lms_refresh.credentials import read_secret
 from lms_refresh.disclosure.redaction import scrub_text, url_origin
-from lms_refresh.errors import MEANINGS, ConfigError, RefreshError, StateError
+from lms_refresh.errors import MEANINGS, ConfigError, NotConfiguredError, RefreshError, StateError
 from lms_refresh.instants import from_cursor
 from lms_refresh.ops.interruption import mark_alerted, unalerted
 from lms_refresh.ops.monitoring import post, read_url
@@ -151,6 +152,7 @@ def compose(unit, exit_status, result, *, invocation, last_run, lines, secrets, 
     except (TypeError, ValueError):
         code = None
     alert = {
+        "test": False,
         "host": socket.gethostname(),
         "unit": unit,
         "result": result or "unknown",
@@ -169,6 +171,9 @@ def compose(unit, exit_status, result, *, invocation, last_run, lines, secrets, 
 
 
 def mail_text(alert, recipient):
+    if alert.get("test"):
+        return "\n".join([f"To: {recipient}", f"Subject: [lms-refresh] TEST alert from {alert['host']}: nothing failed",
+                          "Content-Type: text/plain; charset=utf-8", "", alert["message"], ""])
     window = alert["window"] or {}
     body = [
         f"{alert['unit']} failed on {alert['host']}: exit status {alert['exit_status']} ({alert['meaning']}).",
@@ -212,38 +217,106 @@ def mailer_problem(sendmail):
 
 def deliver(alert, settings, environ):
     """Send `alert` to every configured channel; return (delivered, attempted) counts."""
-    attempted = delivered = 0
-    recipient = settings.mail_to
-    if recipient:
-        attempted += 1
-        sendmail = settings.sendmail
-        if not os.access(sendmail, os.X_OK):
-            logger.warning("No %s to send the alert mail with; install a mail transfer agent.", sendmail)
-        else:
-            # Its output goes to a file, not a pipe: an MTA that queues the mail, exits 0 and leaves a delivery
-            # process holding the pipe made run() wait for that child and report the mail failed.
-            with tempfile.TemporaryFile() as said:
-                try:
-                    subprocess.run([sendmail, "-t", "-oi"], input=mail_text(alert, recipient).encode(), check=True,
-                                   timeout=settings.timeout, stdout=said, stderr=said)
-                    delivered += 1
-                except (subprocess.SubprocessError, OSError) as error:
-                    said.seek(0)
-                    words = said.read(500).decode("utf-8", "replace").strip()
-                    problem = mailer_problem(sendmail)
-                    logger.warning("Sending the alert mail with %s failed: %s%s%s", sendmail, error,
-                                   f" It said: {words}" if words else "", f" ({problem}.)" if problem else "")
+    sent = deliveries(alert, settings, environ)
+    return sum(ok for _, ok in sent), len(sent)
+
+
+def deliveries(alert, settings, environ):
+    """Send `alert` to every configured channel, mail first; return [(channel, delivered)], one per channel."""
+    sent = []
+    if settings.mail_to:
+        sent.append(("mail", _mail(alert, settings)))
     if settings.webhook_url_file:
-        attempted += 1
+        sent.append(("webhook", _webhook(alert, settings, environ)))
+    return sent
+
+
+def _mail(alert, settings):
+    sendmail = settings.sendmail
+    if not os.access(sendmail, os.X_OK):
+        logger.warning("No %s to send the alert mail with; install a mail transfer agent.", sendmail)
+        return False
+    # Its output goes to a file, not a pipe: an MTA that queues the mail, exits 0 and leaves a delivery
+    # process holding the pipe made run() wait for that child and report the mail failed.
+    with tempfile.TemporaryFile() as said:
         try:
-            url = read_url(settings.webhook_url_file, environ, "alerts.webhook_url_file")
-        except ConfigError as error:  # the mail may still go out
-            logger.warning("The alert webhook is not sent: %s", error)
-        else:
-            if post(url, json.dumps(alert).encode(), "application/json", timeout=settings.timeout):
-                delivered += 1
-                logger.info("Alert delivered to %s", url_origin(url), extra=logs.fields(logs.ALERT_SENT))
-    return delivered, attempted
+            subprocess.run([sendmail, "-t", "-oi"], input=mail_text(alert, settings.mail_to).encode(), check=True,
+                           timeout=settings.timeout, stdout=said, stderr=said)
+            return True
+        except (subprocess.SubprocessError, OSError) as error:
+            said.seek(0)
+            words = said.read(500).decode("utf-8", "replace").strip()
+            problem = mailer_problem(sendmail)
+            logger.warning("Sending the alert mail with %s failed: %s%s%s", sendmail, error,
+                           f" It said: {words}" if words else "", f" ({problem}.)" if problem else "")
+            return False
+
+
+def _webhook(alert, settings, environ):
+    try:
+        url = read_url(settings.webhook_url_file, environ, "alerts.webhook_url_file")
+    except ConfigError as error:  # the mail may still go out
+        logger.warning("The alert webhook is not sent: %s", error)
+        return False
+    if not post(url, json.dumps(alert).encode(), "application/json", timeout=settings.timeout):
+        return False
+    if alert.get("test"):  # no MESSAGE_ID: whoever counts the alerts sent in the journal counts failures only
+        logger.info("Test alert delivered to %s", url_origin(url))
+    else:
+        logger.info("Alert delivered to %s", url_origin(url), extra=logs.fields(logs.ALERT_SENT))
+    return True
+
+
+def compose_test_alert(config_path):
+    """Return a test alert (the webhook body; the mail is made from it): the fields of a real one, with `test`
+    true, no exit status, and a message that says it is a test, from which host and which configuration."""
+    host = socket.gethostname()
+    path = os.path.abspath(config_path)
+    return {
+        "test": True,
+        "host": host,
+        "unit": "lms-refresh.service",
+        "result": "test",
+        "exit_status": None,
+        "meaning": "a test alert: nothing failed",
+        "invocation_id": None,
+        "window": None,
+        "journal": [],
+        "message": (f"This is a test alert from lms-refresh on {host}, sent by `lms-refresh alert-test` with the "
+                    f"configuration {path}. Nothing failed: this channel works."),
+        "interrupted": None,
+    }
+
+
+def send_test_alert(config_path, environ):
+    """Send a test alert to every [alerts] channel; return [(the channel, delivered, note or None)].
+
+    A sendmail that the alert unit cannot run (set-user-ID or set-group-ID) counts as not delivered even if it
+    took the mail here: a real alert would not go out through it. With no channel configured, raise ConfigError.
+    It reads the configuration and the credentials only: no lock, no store, no state.
+    """
+    try:
+        settings = load_config(config_path, environ).alerts
+    except NotConfiguredError:  # no [source] yet: [alerts] may well be set up first
+        settings = load_alerts(config_path)
+    except ConfigError as broken:  # a run would fail on it, and its alert go out from [alerts] alone
+        settings = load_alerts(config_path)
+        logger.warning("The configuration is broken outside [alerts] (%s); a run fails on it, and its alert is "
+                       "sent from [alerts] alone, as this test is.", broken)
+    if not (settings.mail_to or settings.webhook_url_file):
+        raise ConfigError(f"{os.path.abspath(config_path)}: no alert channel is configured: a failure reaches only "
+                          "the journal. Set mail_to or webhook_url_file under [alerts] (see "
+                          "/usr/share/doc/lms-refresh/docs/admin/alerts-and-monitoring.md).")
+    logger.info("Sending a test alert to every [alerts] channel of %s", config_path)
+    results = []
+    for channel, delivered in deliveries(compose_test_alert(config_path), settings, environ):
+        if channel == "webhook":
+            results.append((f"webhook in {settings.webhook_url_file}", delivered, None))
+            continue
+        problem = mailer_problem(settings.sendmail) if delivered else None
+        note = problem and f"{settings.sendmail} took the mail here, but the alert unit cannot run it: {problem}"
+        results.append((f"mail through {settings.sendmail}", delivered and not problem, note))
+    return results
 
 
 def alert_settings(config_path, environ):

@@ -19,7 +19,7 @@ from lms_refresh import atomic
 from lms_refresh.config.validators import url_problem
 from lms_refresh.credentials import read_secret
 from lms_refresh.disclosure.redaction import scrub_text, url_origin
-from lms_refresh.errors import TERMINATED, ConfigError, RefreshError
+from lms_refresh.errors import TERMINATED, THREAD_REFUSED, ConfigError, RefreshError
 from lms_refresh.instants import from_cursor
 from lms_refresh.run import freshness
 from lms_refresh.window import TIME
@@ -70,8 +70,12 @@ def post(url, body, content_type, *, timeout, pause=1.0):
         except (urllib.error.URLError, OSError) as error:
             reason = getattr(error, "reason", error)
             logger.warning("Delivery to %s failed: %s", url_origin(url), reason)
-        except Exception:  # any failure: urllib's words for a URL it cannot use quote it, token and all
-            logger.warning("Delivery to %s failed: the URL is malformed.", url_origin(url))
+        except Exception as error:  # any failure: urllib's words for a URL it cannot use quote it, token and all
+            if isinstance(error, RuntimeError) and str(error) == THREAD_REFUSED:  # the exchange's thread, refused
+                logger.warning("Delivery to %s failed: the system is short of threads, which count as processes (the "
+                               "user's limit, ulimit -u, or the unit's TasksMax=) (%s).", url_origin(url), error)
+            else:
+                logger.warning("Delivery to %s failed: the URL is malformed.", url_origin(url))
         return False
 
 
@@ -197,10 +201,10 @@ def write_textfile(path, text):
     atomic.replace_bytes(path, text.encode("utf-8"), mode=0o644, outcome="the run's own result stands.")
 
 
-def staleness(status, now, timezone, *, grace):
+def staleness(status, now, timezone, *, grace, shown=freshness.minute_text):
     """Return None if the status's last success is recent enough for the schedule, else a sentence saying why not
-    (lms_refresh.run.freshness, the rule the report's page follows too)."""
-    return freshness.staleness(status.get("last_success"), now, timezone, grace=grace)
+    (lms_refresh.run.freshness, the rule the report's page follows too), its times written by `shown`."""
+    return freshness.staleness(status.get("last_success"), now, timezone, grace=grace, shown=shown)
 
 
 # `status --check` follows the monitoring-plugin convention (Nagios, Icinga,

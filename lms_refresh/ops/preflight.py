@@ -5,7 +5,7 @@ import dataclasses
 import os
 
 from lms_refresh import atomic
-from lms_refresh.config.paths import named_paths, refuse_collisions
+from lms_refresh.config.paths import named_paths, refuse_collisions, report_files_directory
 from lms_refresh.disclosure import weakening
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser
 from lms_refresh.disclosure.redaction import url_origin
@@ -169,6 +169,12 @@ def _publication_findings(config, user):
                                              "elsewhere or set report.enabled = false", about="report"))
         else:
             findings.append(Finding(OK, f"report {path}: {_writable(path, directory, user)}"))
+            files = report_files_directory(path)  # a directory there already: refuse_collisions saw to that
+            if os.path.isdir(files) and not os.access(files, os.W_OK | os.X_OK):
+                findings.append(Finding(WARNING, f"the report's course pages and CSVs cannot be written: {files} is "
+                                                 f"not writable by '{user}', so each run would publish but warn that "
+                                                 "it wrote no report; make that directory writable by the service "
+                                                 "user, or remove it (the next run makes it again)", about="report"))
         failure = after_commit.report_failure(config)
         if failure:
             findings.append(Finding(WARNING, f"the last run could not write the report {failure.get('path')} "

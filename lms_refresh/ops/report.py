@@ -13,7 +13,7 @@ from lms_refresh.config import paths
 from lms_refresh.errors import ConfigError
 from lms_refresh.ops.monitoring import staleness
 from lms_refresh.ops.status import collect_status
-from lms_refresh.run import after_commit, report_page
+from lms_refresh.run import after_commit, report_html, report_page
 from lms_refresh.run.report_data import local_today
 from lms_refresh.state_directory import user_name
 
@@ -26,7 +26,8 @@ def freshness(config, environ, now):
     status = collect_status(config, environ)
     success = status["last_success"]
     return {"last_success": success and success["started_at"], "watermark": status["watermark"],
-            "stale": staleness(status, now, config.timezone, grace=config.monitoring.grace),
+            "stale": staleness(status, now, config.timezone, grace=config.monitoring.grace,
+                               shown=report_html.local_times(config.timezone)),  # as the page's other times
             "written": instants.to_cursor(now), "timezone": config.timezone}
 
 
@@ -66,8 +67,9 @@ def _refuse_collision(config, output):
     if not output.isprintable():
         raise ConfigError(f"--output must not contain control or format characters: {output[:100]!r} (a newline "
                           "would start a forged line in every message naming it).")
-    named = [path for path in paths.named_paths(config) if path.key != "report.path"]  # its own file is fine
-    found = paths.collision([*named, paths.NamedPath("--output", output)])
+    own = {path.key for path in paths.report_paths("report.path", config.report.path)}
+    named = [path for path in paths.named_paths(config) if path.key not in own]  # its own files are fine
+    found = paths.collision([*named, *paths.report_paths("--output", output)])
     if not found and paths.inside_state_directory(config, output):
         # The run's own files there are not all configured paths (the note of a run in progress, which the
         # catch-up timer reads), and no dashboard may read that directory anyway.

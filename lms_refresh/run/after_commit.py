@@ -15,7 +15,7 @@ import stat
 
 from lms_refresh import atomic, instants
 from lms_refresh.errors import RefreshError, exit_status
-from lms_refresh.run import identity, report_page
+from lms_refresh.run import identity, report_html, report_page
 from lms_refresh.run.freshness import staleness
 from lms_refresh.run.publication import publish_if_behind
 from lms_refresh.run.report_data import local_today
@@ -67,7 +67,8 @@ def write_report(refresh, store):
             "written": instants.to_cursor(refresh.now),
             # The rule of `status --check`, as of this run: a backfill's success is no refresh, so its page is
             # as fresh as the last run's or rebuild's (never stale merely because a backfill wrote it).
-            "stale": staleness(success, refresh.now, config.timezone, grace=config.monitoring.grace),
+            "stale": staleness(success, refresh.now, config.timezone, grace=config.monitoring.grace,
+                               shown=report_html.local_times(config.timezone)),
             "timezone": config.timezone,
         }
         mode = stat.S_IMODE(info.st_mode)

@@ -46,18 +46,24 @@ def last_scheduled_run(now, timezone, grace):
     return dt.datetime.combine(day, SCHEDULE_TIME, zone)
 
 
-def staleness(success, now, timezone, *, grace):
+def minute_text(moment):
+    """An aware datetime as `status` shows it: ISO 8601 to the minute, with its offset."""
+    return moment.isoformat(timespec="minutes")
+
+
+def staleness(success, now, timezone, *, grace, shown=minute_text):
     """Given the run log's last successful refresh (a dict, or None), return None if it is recent enough for the
-    schedule as of `now`, else `status`'s sentence saying why not."""
+    schedule as of `now`, else `status`'s sentence saying why not, its times (aware datetimes) written by
+    `shown` (the HTML report writes them as every other time of the page: report_html.local_time)."""
     expected = last_scheduled_run(now, timezone, grace)
     if success is None:
-        return f"no successful refresh yet (one was due at {expected.isoformat(timespec='minutes')})"
+        return f"no successful refresh yet (one was due at {shown(expected)})"
     started = instants.from_cursor(success["started_at"], "time")
     if started > now + dt.timedelta(minutes=5):
-        return (f"the last success is dated {started.isoformat(timespec='minutes')}, in the future: the clock was "
-                "wrong then or is wrong now (see /usr/share/doc/lms-refresh/docs/admin/recovery.md)")
+        return (f"the last success is dated {shown(started)}, in the future: the clock was wrong then or is wrong "
+                "now (see /usr/share/doc/lms-refresh/docs/admin/recovery.md)")
     if started < expected.astimezone(dt.UTC) - dt.timedelta(minutes=1):
         local = started.astimezone(expected.tzinfo)  # both times in the configured zone, comparable at a glance
-        return (f"the last success started at {local.isoformat(timespec='minutes')}, before the run due at "
-                f"{expected.isoformat(timespec='minutes')} (grace {grace // 60} min)")
+        return (f"the last success started at {shown(local)}, before the run due at {shown(expected)} "
+                f"(grace {grace // 60} min)")
     return None

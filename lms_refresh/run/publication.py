@@ -38,7 +38,7 @@ import stat
 from lms_refresh import atomic
 from lms_refresh.disclosure import policy
 from lms_refresh.disclosure.names import iri_label
-from lms_refresh.errors import RefreshError, StateError, from_os_error
+from lms_refresh.errors import RefreshError, StateError, UnexpectedError, from_os_error
 from lms_refresh.run import period_publication, report_page
 from lms_refresh.run.publication_group import group_id
 from lms_refresh.store import open_store, periods, store_exists
@@ -213,8 +213,8 @@ def publish_if_behind(config, store, euid):
     except RefreshError:
         raise
     except Exception as error:  # any failure: after the commit, whatever failed is named as such
-        raise RefreshError(f"Unexpected failure while publishing ({type(error).__name__}: {error}); "
-                           f"{COMMITTED}") from error
+        raise UnexpectedError(f"Unexpected failure while publishing ({type(error).__name__}: {error}); "
+                              f"{COMMITTED}") from error
 
 
 def _publish(config, store, euid):
@@ -293,7 +293,10 @@ def _replace(path, gid, euid, fill):
             try:
                 fill(temporary)
             except sqlite3.Error as error:
-                raise _as_os_error(error, temporary) from error
+                failure = _as_os_error(error, temporary)
+                if failure is None:
+                    raise  # a bug of ours, not the disk's: publish_if_behind names it unexpected, with its traceback
+                raise failure from error
     except OSError as error:
         domain = from_os_error(error, what, COMMITTED)
         if domain is not None:
@@ -303,16 +306,25 @@ def _replace(path, gid, euid, fill):
             f"publishes it — make {directory} writable by the service user (a ReadWritePaths= drop-in).") from error
 
 
+# SQLite's primary result codes that say the file or the device under it failed, not the statement. Any other
+# (SQLITE_ERROR: a statement SQLite refused; a constraint; a misuse; a ProgrammingError, which has no code) is a bug
+# of ours, and telling it as a failed disk would send the operator to the kernel's log for nothing.
+_DISK_CODES = (sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY,
+               sqlite3.SQLITE_PERM)
+
+
 def _as_os_error(error, path):
-    """The OSError a SQLite error writing the publication stands for (SQLite names no errno)."""
-    code = getattr(error, "sqlite_errorcode", None)
-    if code == sqlite3.SQLITE_FULL or "full" in str(error):
+    """The OSError a SQLite error writing the publication stands for (SQLite names no errno), or None if it
+    stands for none: it is no failure of the file, the file system or the device."""
+    code = getattr(error, "sqlite_errorcode", None)  # the extended code (SQLITE_IOERR_WRITE...): its low byte
+    if not isinstance(error, sqlite3.OperationalError) or code is None or code & 0xFF not in _DISK_CODES:
+        return None
+    if code & 0xFF == sqlite3.SQLITE_FULL:
         return OSError(errno.ENOSPC, f"{error}", path)
     read_only = bool(os.statvfs(os.path.dirname(path)).f_flag & os.ST_RDONLY)
     if read_only:
         return OSError(errno.EROFS, f"{error}", path)
-    return OSError(errno.EACCES if code in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM)
-                   else errno.EIO, f"{error}", path)
+    return OSError(errno.EIO if code & 0xFF == sqlite3.SQLITE_IOERR else errno.EACCES, f"{error}", path)
 
 
 def _create(execute, schema):

@@ -22,7 +22,7 @@ from lms_refresh.config import Config
 from lms_refresh.disclosure import policy, redaction, weakening
 from lms_refresh.disclosure.cell_key import RecordKeys
 from lms_refresh.disclosure.pseudonyms import Pseudonymiser, fingerprint
-from lms_refresh.errors import RefreshError, StateError, Terminated, exit_status, from_os_error
+from lms_refresh.errors import RefreshError, StateError, Terminated, exit_status, from_os_error, from_thread_error
 from lms_refresh.run import (
     after_commit,
     category_mapping,
@@ -299,15 +299,16 @@ class Refresh:
             raise
 
     def _domain_error(self, error, store=None):
-        """Return the domain error `error` means (a driver's, a full disk's), or `error`; an OSError without a
-        file name is the store's disk, or before the store the state directory's (lock file, key, new store)."""
+        """Return the domain error `error` means (a driver's, a full disk's, a thread the system refused), or
+        `error`; an OSError without a file name is the store's disk, or before the store the state directory's
+        (lock file, key, new store)."""
         if isinstance(error, RefreshError) or not isinstance(error, Exception):
             return error
         domain = store.translate(error) if store is not None else None
         if domain is None and isinstance(error, OSError):
             where = error.filename or (store.describe() if store is not None else self.config.state_directory)
             domain = from_os_error(error, where)
-        return domain or error
+        return domain or from_thread_error(error, "a thread") or error
 
     def _refresh(self, store):
         meta = store.meta()

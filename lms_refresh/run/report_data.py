@@ -2,11 +2,12 @@
 
 `read_publication` returns a `ReportData`: the privacy settings the publication was computed with,
 the course names, the last weeks of `weekly_metrics` per course and for the whole site (`course`
-NULL, when the publication has such rows), the completions, passed and failed of the current term
-(`term_metrics`, when the publication has it: see `current_term`) or else of the last 4 weeks, and how many of the
-cells it shows are withheld. A cell is one value, withheld when NULL: a row's `suppressed = 1` says only that some
-value of it is, the others being published. Every text it returns is made safe to show by disclosure/names.py;
-escaping it is the page's job (run/report_page.py).
+NULL, when the publication has such rows), the learners who completed, passed and failed in the current term
+(`term_metrics`, when the publication has it: see `current_term`) or else in the current month, each read from the
+period's one row (distinct learners are never summed over periods: a learner of two weeks would count twice), and
+how many of the cells it shows are withheld. A cell is one value, withheld when NULL: a row's `suppressed = 1`
+says only that some value of it is, the others being published. Every text it returns is made safe to show by
+disclosure/names.py; escaping it is the page's job (run/report_page.py).
 """
 
 import contextlib
@@ -22,7 +23,6 @@ from lms_refresh.errors import StateError
 from lms_refresh.store.sqlite import read_only_uri
 
 WEEKS = 12  # the weeks of active learners the page draws
-OUTCOME_WEEKS = 4  # without terms, completions, passed and failed are summed over this many weeks
 SITE = None  # the whole site's rows: `course` IS NULL, the convention of GROUP BY ROLLUP
 SITE_LABEL = "Whole site"
 COURSE_MARK = " (course)"  # after a course's label that reads as SITE_LABEL: only the site is shown as the site
@@ -42,15 +42,20 @@ class Series:
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-    """One course's (or the site's) completions, passed and failed over `ReportData.outcome_span`: each a
-    sum of the published cells (None: every cell withheld), `withheld` the number of withheld cells."""
+    """One course's (or the site's) learners who completed, passed and failed in `ReportData.outcome_span`: the
+    published values of its row (`completed_learners`, `passed_learners`, `failed_learners`), each an int or
+    WITHHELD."""
 
     course: str | None
     label: str
-    completions: int | None
-    passed: int | None
-    failed: int | None
-    withheld: int
+    completed: object
+    passed: object
+    failed: object
+
+    @property
+    def withheld(self):
+        """How many of its three values are withheld."""
+        return sum(value == WITHHELD for value in (self.completed, self.passed, self.failed))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +81,7 @@ class ReportData:
     withheld: int
     headlines: tuple = ()
     week_starts: tuple = ()  # the first day of each of `weeks` (ISO date): the charts' x axis
+    learners_published: bool = True  # False: the publication predates the learner outcome columns
     categories: tuple = ()  # CategoryWeeks, in the categories' tree order (none without category rows)
 
 
@@ -138,8 +144,9 @@ def _read(db, weeks, today):
         # `suppressed = 1` says only that SOME value of the row is withheld: its learners are withheld when NULL.
         by_course.setdefault(course, {})[weeks_shown[period]] = WITHHELD if learners is None else learners
         cells, withheld = cells + 1, withheld + (learners is None)
-    span, outcome_rows = _outcome_rows(db, tables, shown, today)
-    totals = _totals(outcome_rows)
+    span, outcome_rows, learners_published = _outcome_rows(db, tables, today)
+    # One row per course (and the site's) in the period: its values as they are, a withheld one WITHHELD.
+    totals = {course: tuple(map(_value, values)) for course, *values in outcome_rows}
     labels = {course: label(course, names) for course in by_course.keys() | totals.keys()}  # each cleaned once
 
     def order(course):
@@ -147,12 +154,14 @@ def _read(db, weeks, today):
 
     series = tuple(Series(course, labels[course], tuple(by_course[course].get(week) for week in shown))
                    for course in sorted(by_course, key=order))
-    outcomes = tuple(Outcome(course, labels[course], *totals[course][:4]) for course in sorted(totals, key=order))
-    # A cell is one value the page shows (a week's learners; a completions, passed or failed), withheld when NULL.
-    cells += sum(entry[4] for entry in totals.values())
-    withheld += sum(entry[3] for entry in totals.values())
+    outcomes = tuple(Outcome(course, labels[course], *totals[course]) for course in sorted(totals, key=order))
+    # A cell is one value the page shows (a week's learners; a count of learners who completed, passed or failed),
+    # withheld when NULL.
+    cells += 3 * len(outcomes)
+    withheld += sum(outcome.withheld for outcome in outcomes)
     return ReportData(settings, tuple(shown), series, span, outcomes, cells, withheld, headlines(db, tables, today),
-                      tuple(str(starts[week]) for week in shown), category_weeks(db, tables, shown[-2:]))
+                      tuple(str(starts[week]) for week in shown), learners_published,
+                      categories=category_weeks(db, tables, shown[-2:]))
 
 
 def category_weeks(db, tables, weeks):
@@ -183,21 +192,6 @@ def category_weeks(db, tables, weeks):
                                found[category][2]) for category in sorted(found, key=order))
 
 
-def _totals(outcome_rows):
-    """{course: [completions, passed, failed, withheld cells, cells]}: each the sum of its published values (None
-    when all are withheld), summed value by value, since a row with `suppressed = 1` may publish some of them."""
-    totals = {}
-    for course, *values in outcome_rows:
-        entry = totals.setdefault(course, [None, None, None, 0, 0])
-        entry[4] += len(values)
-        for index, value in enumerate(values):
-            if value is None:
-                entry[3] += 1
-            else:
-                entry[index] = (entry[index] or 0) + value
-    return totals
-
-
 def current_term(terms, today):
     """Given the published terms ((name, first day, last day), ISO text) and today's local date, return the current
     one: the term that holds today (of several, the one that started last), else the one that ended most recently;
@@ -209,23 +203,30 @@ def current_term(terms, today):
     return max(ended, key=lambda term: (term[2], term[1], term[0])) if ended else None
 
 
-def _outcome_rows(db, tables, shown, today):
-    """(what the outcomes cover, their rows (course, completions, passed, failed), to be read once): the current
-    term's (`current_term`) when the publication has one, else the last OUTCOME_WEEKS weeks'."""
-    columns = "completions, passed, failed"
-    if "term_metrics" in tables:
-        bounds = "period, period_start, period_end"  # the courses' terms and the site's (a term may have no course)
-        term = current_term({tuple(map(str, row)) for row in itertools.chain(
-            db.execute(f"SELECT DISTINCT {bounds} FROM term_metrics"),
-            site_rows(db, tables, "term_metrics", bounds))}, today)
-        if term is not None:
-            return (f"the term {clean_name(term[0]) or '?'} ({term[1]} to {term[2]})",
-                    _with_site(db, tables, "term_metrics", columns, "period = ?", (term[0],)))
-    last = shown[-OUTCOME_WEEKS:]
-    if not last:
-        return "the last weeks (none published yet)", []
-    return (f"the last {len(last)} week(s), {last[0]} to {last[-1]}",
-            _with_site(db, tables, "weekly_metrics", columns, f"period IN ({', '.join('?' for _ in last)})", last))
+def _outcome_rows(db, tables, today):
+    """(what the outcomes cover, their rows (course, completed, passed, failed learners) to be read once, whether the
+    publication has those columns): the current term's rows (`current_term`) when the publication has one, else
+    the current month's (the latest begun by `today`). One period's rows: a learner is counted once in it."""
+    columns = ", ".join(LEARNER_OUTCOMES)
+    for table, kind in (("term_metrics", "term"), ("monthly_metrics", "month")):
+        if table not in tables:
+            continue
+        bounds = "period, period_start, period_end"  # the courses' periods and the site's (one may have no course)
+        periods = {tuple(map(str, row)) for row in itertools.chain(
+            db.execute(f"SELECT DISTINCT {bounds} FROM {table}"), site_rows(db, tables, table, bounds))}
+        if kind == "term":
+            period = current_term(periods, today)
+        else:
+            begun = [row for row in periods if row[1] <= today]
+            period = max(begun, key=lambda row: (row[1], row[0])) if begun else None
+        if period is None:
+            continue
+        span = (f"the {kind} {clean_name(period[0]) or '?'} ({period[1]} to {period[2]}"
+                + (", so far)" if period[2] >= today else ")"))
+        if not set(LEARNER_OUTCOMES) <= set(columns_of(db, table)):
+            return span, [], False
+        return span, _with_site(db, tables, table, columns, "period = ?", (period[0],)), True
+    return "the current term or month (none published yet)", [], True
 
 
 def _with_site(db, tables, table, columns, condition, parameters):
@@ -333,7 +334,9 @@ GRAIN_TABLES = (("day", "daily_metrics", "Daily"), ("week", "weekly_metrics", "W
 _DAY_COLUMNS = ("day", "active_learners", "statements", "completions", "passed", "failed")
 _PERIOD_COLUMNS = ("period", "period_start", "period_end", "active_learners", "statements", "completions",
                    "passed", "failed")
-LEARNER_OUTCOMES = ("completed_learners", "passed_learners", "failed_learners")  # when the publication has them
+# The learner outcome columns (when the publication has them): a course's page shows them, the overview's outcomes
+# are them, in this order.
+LEARNER_OUTCOMES = ("completed_learners", "passed_learners", "failed_learners")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,6 +21,7 @@ import re
 import stat
 
 from lms_refresh import __version__, atomic
+from lms_refresh.config.paths import report_files_directory as files_directory  # where the configuration checks it
 from lms_refresh.disclosure.names import clean_name
 from lms_refresh.run import report_data
 from lms_refresh.run.report_html import (
@@ -36,23 +37,19 @@ from lms_refresh.run.report_html import (
     text,
 )
 
-RENDER_VERSION = "dashboard-2"  # change it whenever a page's HTML would: every page is then written again (so does
+RENDER_VERSION = "dashboard-3"  # change it whenever a page's HTML would: every page is then written again (so does
 # a new version of the program)
 MANIFEST = "pages.json"
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")
 _NAME = re.compile(r"course-[0-9a-f]{24}(?:\.html|-(?:day|week|month|term)\.csv)\Z")
 _OVERVIEW = re.compile(r"overview-(?:headlines|weekly|outcomes)\.csv\Z")  # the overview's own tables
 HEADINGS = {"day": "Day", "period": "Period", "period_start": "From", "period_end": "To",
-            "active_learners": "Active learners", "statements": "Statements", "completions": "Completions",
-            "passed": "Passed", "failed": "Failed", "completed_learners": "Learners who completed",
+            "active_learners": "Active learners", "statements": "Statements",
+            # statements, not learners: a learner who completes three activities counts three
+            "completions": "Completion statements", "passed": "Passed statements", "failed": "Failed statements",
+            "completed_learners": "Learners who completed",
             "passed_learners": "Learners who passed", "failed_learners": "Learners who failed",
             "complete": "Complete"}
-
-
-def files_directory(output):
-    """The directory of the files beside the overview page `output`."""
-    root, extension = os.path.splitext(output)
-    return (root if extension.lower() in (".html", ".htm") else output) + "-files"
 
 
 def page_name(course):

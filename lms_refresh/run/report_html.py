@@ -28,7 +28,9 @@ border-bottom:1px solid #ccc}a{color:#0b57a4}.asof{font-size:1.15em;font-weight:
 figure{margin:0;border:1px solid #ddd;padding:4px;min-width:0}figcaption{font-size:.85em;overflow:hidden;
 text-overflow:ellipsis;white-space:nowrap}svg{display:block;width:100%;height:auto}
 svg text{font:10px sans-serif;fill:#1b1b1b}svg .v{font-size:9px}svg .axis{stroke:#444;stroke-width:1}
-svg .bar{fill:#3b6ea8}.scroll{overflow-x:auto;max-width:100%}table{border-collapse:collapse;font-size:13px}
+svg .bar{fill:#3b6ea8}svg .grid{stroke:#ccc;stroke-width:.5}
+svg.outcomes text{font-size:11px}svg.outcomes .w{font-style:italic}#outcomes-table thead th{white-space:normal}
+.scroll{overflow-x:auto;max-width:100%}table{border-collapse:collapse;font-size:13px}
 td,th{border:1px solid #ccc;padding:2px 5px;text-align:right;white-space:nowrap}
 th[scope=row]{text-align:left;max-width:22em;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}.legend{display:flex;flex-wrap:wrap;gap:.8em;
 font-size:.85em;margin:.3em 0;padding:0;list-style:none}.legend span{display:inline-block;width:1.4em;height:1em;
@@ -93,11 +95,12 @@ def cell(value):
 
 
 def local_time(value, timezone):
-    """A stored instant (cursor or ISO text) as a reader of `timezone` reads it: "Tue 8 Dec 2026, 04:15 CET", to
-    the minute; text that is no instant is returned as it is (the caller escapes it), None as None."""
+    """A stored instant (cursor or ISO text, or an aware datetime) as a reader of `timezone` reads it: "Tue 8 Dec
+    2026, 04:15 CET", to the minute; text that is no instant is returned as it is (the caller escapes it), None as
+    None."""
     if value is None:
         return None
-    moment = instants.cursor_moment(value)
+    moment = value if isinstance(value, dt.datetime) else instants.cursor_moment(value)
     if moment is None:
         try:
             moment = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
@@ -107,6 +110,12 @@ def local_time(value, timezone):
             moment = moment.replace(tzinfo=dt.UTC)
     local = moment.astimezone(zoneinfo.ZoneInfo(timezone))
     return f"{local:%a} {local.day} {local:%b %Y, %H:%M} {local.tzname()}"
+
+
+def local_times(timezone):
+    """`local_time` for `timezone`, as a function of the instant alone (freshness.staleness's `shown`): the STALE
+    banner's times written as the page's others are."""
+    return lambda value: local_time(value, timezone)
 
 
 def nice_top(top):
@@ -170,65 +179,77 @@ def bar_chart(labels, values, *, top, caption, unit="learners", ident=None, tick
 
 
 # Outcomes: the Okabe–Ito colours (told apart with the common colour-vision deficiencies), of distinct lightness,
-# each with its own pattern too, so that a greyscale print still tells the three apart.
-OUTCOME_KINDS = (("completions", "Completions", "#0072B2", None),
-                 ("passed", "Passed", "#E69F00", "stripes"),
-                 ("failed", "Failed", "#D55E00", "dots"))
+# each with its own pattern too, so that a greyscale print still tells the three apart; and every bar's number is
+# followed by its word ("12 completed"), so that no reader needs the colours at all.
+OUTCOME_KINDS = (("completed", "Learners who completed", "#0072B2", None),
+                 ("passed", "Learners who passed", "#E69F00", "stripes"),
+                 ("failed", "Learners who failed", "#D55E00", "dots"))
 _PATTERNS = ('<defs><pattern id="stripes" width="6" height="6" patternUnits="userSpaceOnUse" '
              'patternTransform="rotate(45)"><rect width="6" height="6" fill="#E69F00"/>'
              '<rect width="2" height="6" fill="#000" fill-opacity=".55"/></pattern>'
              '<pattern id="dots" width="5" height="5" patternUnits="userSpaceOnUse"><rect width="5" height="5" '
              'fill="#D55E00"/><circle cx="2.5" cy="2.5" r="1.2" fill="#fff"/></pattern></defs>')
 
+# The outcome chart is drawn at about the width of a phone (360 units: 1 unit a CSS pixel at 375 px wide, no more
+# than 1.6 at any width), so that its text is at least 11 px wherever it is read; each course's name has a line of
+# its own above its bars, the whole width, rather than a column beside them.
+_OUTCOME_WIDTH, _OUTCOME_ROOM, _OUTCOME_BAR, _OUTCOME_NAME = 360, 230, 14, 16
+
 
 def _fill(colour, pattern):
     return f"url(#{pattern})" if pattern else colour
 
 
-def outcome_legend():
-    """The legend of the outcome bars, as a small SVG of each bar's fill and its name."""
-    parts = ['<svg role="img" class="legend-svg" viewBox="0 0 330 18" style="max-width:330px">'
-             "<title>Legend</title>"]  # the fills are the chart's (outcome_bars): shown with it only
-    for index, (_, name, colour, pattern) in enumerate(OUTCOME_KINDS):
-        x = index * 110
-        parts.append(f'<rect x="{x}" y="3" width="22" height="12" fill="{_fill(colour, pattern)}" stroke="#000"/>'
-                     f'<text class="legend-entry" x="{x + 27}" y="13">{name}</text>')
-    return "".join(parts) + "</svg>"
-
-
-def outcome_bars(rows):
-    """An inline SVG of horizontal bars: per row (label, completions, passed, failed; int or None), three bars on one
-    scale, each with its number printed after it; the label on the left (shortened for room: the table under the
-    chart has it whole)."""
+def outcome_bars(rows, unit="learners"):
+    """An inline SVG of horizontal bars, its legend and its scale at the top: per row (label, completed, passed,
+    failed: int, WITHHELD or None for no value), the course's name on a line, then three bars on one scale, each
+    followed by its number and its word ("12 completed"; "withheld (passed)", never a bar of 0). The name is
+    shortened for room: the table under the chart has it whole."""
     top = nice_top(max([value for row in rows for value in row[1:] if isinstance(value, int)] or [1]))
-    left, room, bar, gap = 190, 330, 7, 8
-    height = len(rows) * (3 * bar + gap) + 34
-    out = [f'<svg role="img" viewBox="0 0 {left + room + 60} {height}" class="chart" id="outcomes-chart" '
-           f'style="max-width:{(left + room + 60) * 1.4:.0f}px">'
-           f"<title>Completions, passed and failed per course</title>{_PATTERNS}"]
-    axis_y = height - 26
-    # The y axis: a course per group of bars, named on its left.
-    out.append(f'<g class="y-axis"><line class="axis" x1="{left}" y1="0" x2="{left}" y2="{axis_y}"/>')
-    for index, (name, *_) in enumerate(rows):
-        y = 4 + index * (3 * bar + gap)
-        out.append(f'<text class="course" x="{left - 6}" y="{y + 2 * bar}" text-anchor="end">{short(name, 30)}'
-                   "</text>")
+    width, room, bar, name_height = _OUTCOME_WIDTH, _OUTCOME_ROOM, _OUTCOME_BAR, _OUTCOME_NAME
+    left = 4
+    legend_height = len(OUTCOME_KINDS) * 16 + 4
+    axis_y = legend_height + 30  # the scale's line, under its numbers and its caption
+    group = name_height + 3 * bar + 8
+    height = axis_y + 4 + len(rows) * group
+    out = [f'<svg role="img" viewBox="0 0 {width} {height}" class="chart outcomes" id="outcomes-chart" '
+           f'style="max-width:{width * 1.6:.0f}px"><title>{text(_outcome_title(unit))}</title>{_PATTERNS}']
+    out.append('<g class="legend" id="outcomes-legend">')
+    for index, (_, name, colour, pattern) in enumerate(OUTCOME_KINDS):
+        y = 2 + index * 16
+        out.append(f'<rect x="{left}" y="{y}" width="24" height="12" fill="{_fill(colour, pattern)}" stroke="#000"/>'
+                   f'<text class="legend-entry" x="{left + 30}" y="{y + 10}">{text(name)}</text>')
     out.append("</g>")
-    for index, (_, *values) in enumerate(rows):
-        y = 4 + index * (3 * bar + gap)
-        for offset, ((_, kind, colour, pattern), value) in enumerate(zip(OUTCOME_KINDS, values, strict=True)):
-            length = (value or 0) / top * room if isinstance(value, int) else 0
-            top_y = y + offset * bar
-            out.append(f'<rect x="{left}" y="{top_y}" width="{length:.1f}" height="{bar - 1}" '
-                       f'fill="{_fill(colour, pattern)}"><title>{kind}</title></rect>'
-                       f'<text class="v" x="{left + length + 3:.1f}" y="{top_y + bar - 1}">{cell(value)}</text>')
-    out.append(f'<g class="x-axis"><line class="axis" x1="{left}" y1="{axis_y}" x2="{left + room}" y2="{axis_y}"/>')
+    # The scale: its numbers above its line, gridlines down the chart so that every bar can be read against it.
+    out.append(f'<g class="x-axis"><text class="x-caption" x="{left}" y="{axis_y - 22}">'
+               f"{text(unit)} (scale 0 to {top:,})</text>"
+               f'<line class="axis" x1="{left}" y1="{axis_y}" x2="{left + room}" y2="{axis_y}"/>')
     for tick in (0, top // 2, top):
         x = left + tick / top * room
-        out.append(f'<line class="axis" x1="{x:.1f}" y1="{axis_y}" x2="{x:.1f}" y2="{axis_y + 4}"/>'
-                   f'<text x="{x:.1f}" y="{axis_y + 14}" text-anchor="middle">{tick:,}</text>')
-    out.append(f'<text x="{left + room / 2}" y="{axis_y + 25}" text-anchor="middle">statements</text></g></svg>')
-    return "".join(out)
+        anchor = "start" if tick == 0 else ("end" if tick == top else "middle")
+        out.append(f'<line class="axis" x1="{x:.1f}" y1="{axis_y - 4}" x2="{x:.1f}" y2="{axis_y}"/>'
+                   f'<line class="grid" x1="{x:.1f}" y1="{axis_y}" x2="{x:.1f}" y2="{height}"/>'
+                   f'<text x="{x:.1f}" y="{axis_y - 6}" text-anchor="{anchor}">{tick:,}</text>')
+    out.append('</g><g class="y-axis">')  # the courses, each named above its bars
+    for index, (name, *values) in enumerate(rows):
+        y = axis_y + 4 + index * group
+        out.append(f'<g class="course"><text class="course-name" x="{left}" y="{y + name_height - 4}">'
+                   f"{short(name, 52)}</text>")
+        for offset, ((word, kind, colour, pattern), value) in enumerate(zip(OUTCOME_KINDS, values, strict=True)):
+            length = min(value, top) / top * room if isinstance(value, int) else 0
+            top_y = y + name_height + offset * bar
+            shown = (f"{value:,} {word}" if isinstance(value, int) else
+                     f"{'withheld' if value == WITHHELD else 'no value'} ({word})")
+            out.append(f'<rect x="{left}" y="{top_y + 1}" width="{length:.1f}" height="{bar - 2}" '
+                       f'fill="{_fill(colour, pattern)}"><title>{text(kind)}</title></rect>'
+                       f'<text class="v{"" if isinstance(value, int) else " w"}" x="{left + length + 4:.1f}" '
+                       f'y="{top_y + bar - 3}">{text(shown)}</text>')
+        out.append("</g>")
+    return "".join(out) + "</g></svg>"
+
+
+def _outcome_title(unit):
+    return f"Learners who completed, passed and failed per course ({unit})"
 
 
 HEAT_BINS = 5  # the heat map's shades, h0 (lightest) to h4: lightness alone orders them, in print too

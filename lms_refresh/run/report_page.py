@@ -24,10 +24,11 @@ import os
 from lms_refresh import atomic
 from lms_refresh.disclosure.names import clean_name
 from lms_refresh.regular_files import NotRegularFile, open_regular
-from lms_refresh.run.report_data import WITHHELD, opened, read_publication
+from lms_refresh.run.report_data import LEARNER_OUTCOMES, WITHHELD, opened, read_publication
 from lms_refresh.run.report_files import files_directory, page_name, protection, remove_files, write_courses, write_csv
 from lms_refresh.run.report_html import (
     HEAD,
+    OUTCOME_KINDS,
     STYLE,
     VIEWPORT,
     bar_chart,
@@ -38,7 +39,6 @@ from lms_refresh.run.report_html import (
     local_time,
     nice_top,
     outcome_bars,
-    outcome_legend,
     text,
 )
 from lms_refresh.state_directory import REPORT_NOTE
@@ -46,7 +46,7 @@ from lms_refresh.state_directory import REPORT_NOTE
 logger = logging.getLogger(__name__)
 
 SMALL_MULTIPLES = 24  # up to this many courses, each has its own chart; past it, the heat map alone
-OUTCOME_BARS = 30  # the courses the outcomes chart draws (most completions first); the table holds every course
+OUTCOME_BARS = 30  # the courses the outcomes chart draws (most learners who completed first); the table: all
 
 
 def _banner(freshness):
@@ -167,23 +167,31 @@ def _iri(course):
 
 
 def _outcomes(data, files):
-    """The outcomes section, piece by piece: the bars of the courses with most completions, a table row per course."""
+    """The outcomes section, piece by piece: the learners who completed, passed and failed, as bars for the courses
+    with most learners who completed, and a table row per course."""
     chosen = sorted((o for o in data.outcomes if o.course is not None),
-                    key=lambda o: (-(o.completions or 0), o.label.casefold()))[:OUTCOME_BARS]
-    yield (f'<section id="outcomes"><h2>Completions, passed and failed</h2><p>Over {text(data.outcome_span)}: '
-           "the sums of the published figures (withheld figures count for nothing), in statements. The chart "
-           f"shows the {len(chosen)} courses with the most completions; the table every course.</p>")
+                    key=lambda o: (-(o.completed if isinstance(o.completed, int) else -1), o.label.casefold()))
+    chosen = chosen[:OUTCOME_BARS]
+    yield (f'<section id="outcomes"><h2>Learners who completed, passed and failed</h2><p id="outcomes-about">In '
+           f"{text(data.outcome_span)}: distinct learners, each counted once per course however many of its "
+           "activities they completed, passed or failed (a learner who passed one activity and failed another is "
+           "counted in both). A withheld figure is shown as withheld, never as 0. The chart shows the "
+           f"{len(chosen)} courses with the most learners who completed; the table every course. Each course's "
+           "page has its counts of statements too.</p>")
+    if not data.learners_published:
+        yield ('<p class="note" id="outcomes-missing">This publication has no learner counts yet: the next run '
+               "writes them.</p>")
     if chosen:
-        yield outcome_legend() + outcome_bars([(o.label, o.completions, o.passed, o.failed) for o in chosen])
-    yield ('<div class="scroll"><table id="outcomes-table"><thead><tr><th scope="col">Course</th>'
-           '<th scope="col">Completions</th><th scope="col">Passed</th><th scope="col">Failed</th>'
-           '<th scope="col">Withheld figures</th></tr></thead><tbody>')
+        yield outcome_bars([(o.label, o.completed, o.passed, o.failed) for o in chosen])
+    head = "".join(f'<th scope="col">{text(name)}</th>' for _, name, _, _ in OUTCOME_KINDS)
+    yield (f'<div class="scroll"><table id="outcomes-table"><thead><tr><th scope="col">Course</th>{head}</tr>'
+           "</thead><tbody>")
     for outcome in data.outcomes:
         shown = label(outcome.label)
         yield (f'<tr data-course="{label(_iri(outcome.course))}"><th scope="row" title="{shown}">'
                f"{_course_link(files, outcome.course, shown)}</th>"
-               f"<td>{text(cell(outcome.completions))}</td><td>{text(cell(outcome.passed))}</td>"
-               f"<td>{text(cell(outcome.failed))}</td><td>{outcome.withheld}</td></tr>")
+               f"<td>{text(cell(outcome.completed))}</td><td>{text(cell(outcome.passed))}</td>"
+               f"<td>{text(cell(outcome.failed))}</td></tr>")
     yield (f'</tbody></table></div><p class="csv"><a href="{text(_csv_link(files, "outcomes"))}" download>CSV of this '
            "table</a></p></section>")
 
@@ -266,8 +274,8 @@ def overview_tables(data):
                         value(h.previous_value)] for h in data.headlines)),
         "weekly": (["course", "name", *data.weeks],
                    ([series.course or "", series.label, *map(value, series.values)] for series in data.series)),
-        "outcomes": (["course", "name", "completions", "passed", "failed", "withheld_figures"],
-                     ([o.course or "", o.label, o.completions, o.passed, o.failed, o.withheld]
+        "outcomes": (["course", "name", *LEARNER_OUTCOMES],
+                     ([o.course or "", o.label, value(o.completed), value(o.passed), value(o.failed)]
                       for o in data.outcomes)),
     }
 

@@ -4,8 +4,11 @@ Nothing here may block a run or exhaust its memory, whatever sits in the
 export directory:
 
 - only regular files are opened (a FIFO would block until a writer comes, a
-  device may have side effects); FIFOs, sockets, devices, dangling links and
-  link loops are skipped and reported, never opened;
+  device may have side effects); FIFOs, sockets, devices and links to directories
+  are skipped and reported, never opened;
+- a name that leads to no file now is not skipped (the watermark would pass what it
+  names): a dangling link fails the run (69, its target may be a share not mounted
+  yet), a link loop too (78), each in a sentence naming it;
 - a permission error names the path and the user (exit 78: an operator must fix it);
 - a name is shown escaped when it holds a control character (`shown_path`): a file named
   "a\nERROR ..." must not start a line of its own in the journal or on stderr;
@@ -66,8 +69,7 @@ def access_error(path):
 def export_files(top):
     """Yield ("file", path, stat) for each regular export file under `top` (a file, or a directory
     searched recursively), and ("skipped", path, why) for each entry that is not read (FIFOs,
-    sockets, devices, dangling links, link loops, links to directories), both in the sorted order
-    of their paths.
+    sockets, devices, links to directories), both in the sorted order of their paths.
 
     Each file comes once: a second name for the same file (a link) is left out, the first name
     in that order kept. Nothing here grows with the number of files: the walk holds the names of
@@ -76,7 +78,8 @@ def export_files(top):
     Raises UnavailableError if `top` is missing (69), ConfigError if it cannot be reached or is
     neither a file nor a directory (78); an error of the machine or its devices, met on `top` or
     on any entry under it, is what `errors.from_read_error` says (a stale share is 69, a failed
-    device 78): never a file left out of the run as if skipped.
+    device 78), a dangling link is 69 and a link loop 78: never a file left out of the run as if
+    skipped.
     """
     try:
         info = os.stat(top)
@@ -102,24 +105,47 @@ def export_files(top):
             continue
         try:
             info = os.stat(path)
-        except FileNotFoundError:
-            if os.path.islink(path):
-                yield "skipped", path, f"a dangling symbolic link (to {shown_path(os.readlink(path))})"
-            continue  # else removed between listing and now
+        except FileNotFoundError as error:
+            domain = _dangling(path)
+            if domain is None:
+                continue  # removed between listing and now
+            raise domain from error
         except PermissionError as error:
             raise ConfigError(denied(path, "reach")) from error
         except OSError as error:
-            # A file the machine cannot reach now (EIO, a stale share) is not skipped: the watermark would pass it.
-            domain = from_read_error(error, shown_path(path), "reach")
-            if domain is not None:
-                raise domain from error
-            yield "skipped", path, ("a symbolic link loop" if error.errno == errno.ELOOP
-                                    else f"unreadable ({error.strerror})")
-            continue
+            # A file the machine cannot reach now (EIO, a stale share) is not skipped: the watermark would pass it;
+            # nor is a name that leads nowhere (a link loop, a link through a file), which someone has to fix.
+            loop = ": it is a symbolic link loop" if error.errno == errno.ELOOP else ""
+            raise from_read_error(error, shown_path(path), "reach") or ConfigError(
+                f"Cannot reach {shown_path(path)}{loop} ({error.strerror}); fix the link or move it out of "
+                "source.path — nothing was committed.") from error
         if not stat.S_ISREG(info.st_mode):
             yield "skipped", path, kind_of(info.st_mode)
         elif names.first(path, info):
             yield "file", path, info
+
+
+def _dangling(path):
+    """The domain error of `path`, listed by the walk, that stat() found no file behind: a dangling symbolic link is
+    not skipped, since its target may be an export file out of reach for now (a share not mounted yet, a file being
+    moved) and the watermark would pass its statements (69, as a missing source.path); None if `path` itself was
+    removed (or made again, no link now) since it was listed, like a file that was never there."""
+    try:
+        target = os.readlink(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as error:
+        if error.errno == errno.EINVAL:  # no symbolic link: made again since stat() looked
+            return None
+        if isinstance(error, PermissionError):
+            return ConfigError(denied(path, "read the symbolic link"))
+        return from_read_error(error, shown_path(path), "read the symbolic link") or ConfigError(
+            f"Cannot read the symbolic link {shown_path(path)} ({error.strerror}); fix it or move it out of "
+            "source.path — nothing was committed.")
+    shown = shown_path(target if len(target) <= 300 else target[:300] + "…")
+    return UnavailableError(f"{shown_path(path)} is a symbolic link to {shown}, which does not exist (a share not "
+                            "mounted? a file moved or removed?); nothing was committed, and a later run reads the "
+                            "window again — remove the link if its target is gone for good.")
 
 
 class _Names:

@@ -1,8 +1,9 @@
 """Starting a pool of parsing workers, and ending it within seconds, whatever state its workers are in.
 
 What starting it may meet (fork() refused for want of processes or memory, /dev/shm missing, read-only or
-full for the semaphores of its queues) is the machine's, never the input's: `errors.from_start_error` says
-which (69 when a later run may find what was short, else 78).
+full for the semaphores of its queues, a thread of the pool's refused for want of tasks) is the machine's, never
+the input's: `errors.from_start_error` and `errors.from_thread_error` say which (69 when a later run may find what
+was short, else 78).
 
 A worker that dies in the middle of its work — SIGTERM to the whole process
 group, which is what `systemctl stop` sends, or the kernel's out-of-memory
@@ -25,7 +26,7 @@ import multiprocessing.pool
 import signal
 import threading
 
-from lms_refresh.errors import RefreshError, from_start_error
+from lms_refresh.errors import RefreshError, from_start_error, from_thread_error
 
 logger = logging.getLogger(__name__)
 
@@ -40,11 +41,24 @@ class WorkerLost(RefreshError):
 
 def start_pool(processes, initializer, initargs):
     """Return a pool of `processes` forked workers, each started with `initializer(*initargs)`; raise the domain
-    error of an OSError met while starting them (a worker started already is ended by the pool itself)."""
+    error of an OSError met while starting them (a worker started already is ended by the pool itself), or of the
+    system's refusal of one of the pool's threads, which it starts once its workers are forked: those are ended
+    here, since the pool, never made, cannot end them."""
+    before = set(multiprocessing.active_children())
     try:
         return multiprocessing.get_context("fork").Pool(processes, initializer, initargs)
     except OSError as error:
         raise from_start_error(error, f"the {processes} parsing workers") from error
+    except RuntimeError as error:
+        domain = from_thread_error(error, f"the {processes} parsing workers")
+        if domain is None:
+            raise
+        orphans = [child for child in multiprocessing.active_children() if child not in before]
+        for worker in orphans:
+            worker.kill()
+        for worker in orphans:
+            worker.join(LAST_CHANCE)
+        raise domain from error
 
 
 def workers_of(pool):
@@ -103,8 +117,12 @@ def stop_pool(pool):
             returned.append(True)
 
     ending = threading.Thread(target=terminate, name="pool-terminate", daemon=True)
-    ending.start()
-    ending.join(PROMPT)
+    try:
+        ending.start()
+    except RuntimeError as error:  # the system refused the thread (TasksMax=): never terminate() here, it may hang
+        logger.debug("No thread to terminate the parsing workers' pool in (%s): its workers are killed.", error)
+    else:
+        ending.join(PROMPT)
     if not returned:
         _give_up(pool)
 

@@ -53,8 +53,10 @@ def column_description(column):
     """Return one column's description as Datasette shows it under the table: label, unit, meaning, noise, NULL."""
     unit = f" [{column.unit}]" if column.unit not in ("—", "") else ""
     said = [f"{label(column)}{unit}: {column.meaning}"]
-    if column.perturbed:
+    if dictionary.noise(column) == "yes, ± max_noise":
         said.append("Perturbed: within ± max_noise of the true value (the table publication says which).")
+    elif column.perturbed:
+        said.append("Perturbed: a sum or mean with a noise of its own, in units of the cell's largest record.")
     if column.null != "never NULL":
         said.append(f"NULL: {column.null}.")
     return " ".join(said)

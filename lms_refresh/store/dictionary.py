@@ -19,6 +19,17 @@ class Column(collections.namedtuple("Column", "name sqlite postgresql unit meani
     __slots__ = ()
 
 
+def noise(column):
+    """How a column is perturbed, in a few words (the dictionary's tables and Datasette say it alike): a count is
+    within ± max_noise of the truth; a sum or mean has a noise of its own in units of the cell's largest record,
+    which ± max_noise would misstate (a score runs −1..1)."""
+    if not column.perturbed:
+        return "no"
+    if column.counts in (STATEMENTS, LEARNERS):
+        return "yes, ± max_noise"
+    return "yes, a noise of its own (see its meaning)"
+
+
 WITHHELD_NULL = "withheld: derived from fewer than min_cell_size learners (or the whole row is withheld)"
 
 _COURSE = Column("course", "TEXT", "text", "—", "The course's IRI (Moodle: <site_url>/course/view.php?id=N; xAPI: "

@@ -23,8 +23,10 @@ def missing():
     import importlib.util
 
     if _programs() is None or importlib.util.find_spec("MySQLdb") is None:
-        return ("MariaDB is not installed: install the Debian packages mariadb-server and python3-mysqldb "
-                "(tests/run.sh does)")
+        return (
+            "MariaDB is not installed: install the Debian packages mariadb-server and python3-mysqldb "
+            "(tests/run.sh does)"
+        )
     return None
 
 
@@ -45,20 +47,44 @@ class MariaDBServer:
         self.port_holder = held_port()  # held until the server stops: nothing else is given the port meanwhile
         self.port = self.port_holder.getsockname()[1]
         install_db, server = _programs()
-        subprocess.run([install_db, "--no-defaults", "--user=mysql", f"--datadir={self.data}",
-                        f"--tmpdir={self.tmp}", "--auth-root-authentication-method=socket", "--skip-test-db", "--skip-name-resolve"],
-                       check=True, capture_output=True, timeout=180)
-        options = [server, "--no-defaults", "--user=mysql", f"--datadir={self.data}", f"--tmpdir={self.tmp}",
-                   f"--socket={self.socket}",
-                   f"--port={self.port}", "--bind-address=127.0.0.1", "--skip-name-resolve", "--skip-log-bin",
-                   f"--pid-file={os.path.join(self.sockets, 'mysqld.pid')}", "--innodb-buffer-pool-size=128M",
-                   f"--log-error={os.path.join(self.base, 'server.log')}",
-                   # Moodle's own server settings (admin/environment.xml): utf8mb4 throughout.
-                   "--character-set-server=utf8mb4", "--collation-server=utf8mb4_unicode_ci"]
+        subprocess.run(
+            [
+                install_db,
+                "--no-defaults",
+                "--user=mysql",
+                f"--datadir={self.data}",
+                f"--tmpdir={self.tmp}",
+                "--auth-root-authentication-method=socket",
+                "--skip-test-db",
+                "--skip-name-resolve",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=180,
+        )
+        options = [
+            server,
+            "--no-defaults",
+            "--user=mysql",
+            f"--datadir={self.data}",
+            f"--tmpdir={self.tmp}",
+            f"--socket={self.socket}",
+            f"--port={self.port}",
+            "--bind-address=127.0.0.1",
+            "--skip-name-resolve",
+            "--skip-log-bin",
+            f"--pid-file={os.path.join(self.sockets, 'mysqld.pid')}",
+            "--innodb-buffer-pool-size=128M",
+            f"--log-error={os.path.join(self.base, 'server.log')}",
+            # Moodle's own server settings (admin/environment.xml): utf8mb4 throughout.
+            "--character-set-server=utf8mb4",
+            "--collation-server=utf8mb4_unicode_ci",
+        ]
         if not durable:
             options.append("--innodb-flush-log-at-trx-commit=0")  # tests need no crash safety of the server itself
-        self.process = subprocess.Popen(options, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            options, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         self._wait()
         self.count = 0
 
@@ -69,8 +95,10 @@ class MariaDBServer:
         deadline = time.monotonic() + 60
         while True:
             if self.process.poll() is not None:
-                raise RuntimeError(f"mariadbd exited with {self.process.returncode}: "
-                                   f"{open(os.path.join(self.base, 'server.log')).read()[-2000:]}")
+                raise RuntimeError(
+                    f"mariadbd exited with {self.process.returncode}: "
+                    f"{open(os.path.join(self.base, 'server.log')).read()[-2000:]}"
+                )
             try:
                 MySQLdb.connect(unix_socket=self.socket, user="root").close()
                 return
@@ -84,8 +112,13 @@ class MariaDBServer:
         the socket; return the last one's rows."""
         import MySQLdb
 
-        db = MySQLdb.connect(unix_socket=self.socket, user="root", charset="utf8mb4", autocommit=True,
-                             **({"db": database} if database else {}))
+        db = MySQLdb.connect(
+            unix_socket=self.socket,
+            user="root",
+            charset="utf8mb4",
+            autocommit=True,
+            **({"db": database} if database else {}),
+        )
         try:
             cursor, rows = db.cursor(), None
             for part in [statement] if parameters is not None else (piece.strip() for piece in statement.split(";")):

@@ -2,6 +2,7 @@
 publication. The page is read back with html.parser (tests/helpers/report_page.py), never with regexes; the
 same page in Debian's headless chromium: tests/operations/test_report_chromium.py."""
 
+import csv
 import json
 import os
 import pwd
@@ -12,9 +13,11 @@ import stat
 import pytest
 
 from helpers import inprocess
+from helpers.period_reference import expected_periods
 from helpers.publication import publication
-from helpers.report_page import Page, build, period_row, week_label
-from lms_refresh.run import report_data, report_html, report_page
+from helpers.report_page import Page, build, learner_columns, month_label, period_row, week_label
+from helpers.statements import HOME, statement
+from lms_refresh.run import report_data, report_files, report_html, report_page
 
 HOSTILE = {
     "https://lms.example.edu/course/1": "<script>alert(1)</script>",
@@ -33,7 +36,14 @@ def hostile_publication(path, site=True):
               for index, course in enumerate(HOSTILE) for week in range(20)]
     weekly.append(period_row(19, "https://lms.example.edu/course/small", 0, suppressed=1))
     rows = [period_row(week, None, 100 + week, completions=50, passed=30, failed=5) for week in range(20)]
-    return build(path, HOSTILE, weekly, site=rows if site else None)
+    # Months (the outcomes, without terms): each course's own learners, the small course's row withheld whole.
+    monthly = [period_row(month, course, 40 + index, completions=30, passed=20, failed=10,
+                          outcome_learners=(20 + index, 15, 9), period=month_label)
+               for index, course in enumerate(HOSTILE) for month in range(4)]
+    monthly.append(period_row(3, "https://lms.example.edu/course/small", 0, suppressed=1, period=month_label))
+    monthly += [period_row(month, None, 400, completions=90, passed=60, failed=20,
+                           outcome_learners=(80, 50, 18), period=month_label) for month in range(4) if site]
+    return build(path, HOSTILE, weekly, site=rows if site else None, monthly=monthly)
 
 
 def test_the_page_shows_the_publications_numbers_and_the_site_as_whole_site(tmp_path):
@@ -54,19 +64,24 @@ def test_the_page_shows_the_publications_numbers_and_the_site_as_whole_site(tmp_
         assert len(label) <= 200
         assert shown[label] == [str(published[course, week]) for week in weeks]
     assert shown["https://lms.example.edu/course/small"][-1] == "withheld"
-    # Completions, passed, failed: the sums over the last 4 weeks of the published cells.
+    # The learners who completed, passed and failed: the current month's row of each (2026-04, the latest begun by
+    # 2 December in this publication), never a sum of rows; the small course's row withheld whole.
+    assert page.texts["outcomes-about"].startswith("In the month 2026-04 (2026-04-01 to 2026-04-30): distinct "
+                                                   "learners, each counted once per course")
     outcomes = page.rows("outcomes-table")
-    assert outcomes["Whole site"] == ["200", "120", "20", "0"]
-    assert outcomes[names["https://lms.example.edu/course/2"]] == [str(16 + 17 + 18 + 19), "4", "4", "0"]
-    assert outcomes["https://lms.example.edu/course/small"] == ["–", "–", "–", "3"]
+    assert page.tables["outcomes-table"][0] == ["Course", "Learners who completed", "Learners who passed",
+                                                "Learners who failed"]
+    assert outcomes["Whole site"] == ["80", "50", "18"]
+    assert outcomes[names["https://lms.example.edu/course/2"]] == ["21", "15", "9"]
+    assert outcomes["https://lms.example.edu/course/small"] == ["withheld"] * 3
     assert page.texts["threshold"] == "10" and page.texts["noise"] == "3"
     cells = int(page.texts["cells"])
-    assert cells == 12 * 6 + 1 + 3 * (4 * 6 + 1) and page.texts["withheld"] == "4"
+    assert cells == 12 * 6 + 1 + 3 * (6 + 1) and page.texts["withheld"] == "4"
     assert "need not add up" in page.texts["privacy"] and "by at most 3" in page.texts["privacy"]
     assert all(tag != "svg" or attrs.get("role") == "img" for tag, attrs in page.elements)
-    # A chart per series (the site's and each course's, all of them few), the outcomes' chart and its legend.
+    # A chart per series (the site's and each course's, all of them few) and the outcomes' chart, its legend in it.
     svgs = sum(tag == "svg" for tag, _ in page.elements)
-    assert svgs == len(shown) + 2 and len(page.titles) >= svgs + 1
+    assert svgs == len(shown) + 1 and len(page.titles) >= svgs + 1
 
 
 def test_hostile_names_are_text_never_markup(tmp_path):
@@ -95,22 +110,33 @@ def test_a_publication_without_site_rows_or_weeks(tmp_path):
     path = hostile_publication(tmp_path / "serving.sqlite", site=False)
     page = Page(report_page.render(report_data.read_publication(path, today=TODAY), FRESH))
     assert "Whole site" not in page.rows("weekly-table") and len(page.rows("weekly-table")) == 6
+    assert "Whole site" not in page.rows("outcomes-table") and len(page.rows("outcomes-table")) == 6
     empty = build(tmp_path / "empty.sqlite", {}, [])
     page = Page(report_page.render(report_data.read_publication(empty, today=TODAY), FRESH))
     assert page.rows("weekly-table") == {} and page.texts["cells"] == "0"
+    assert page.rows("outcomes-table") == {} and "outcomes-chart" not in page.texts
+    assert page.texts["outcomes-about"].startswith("In the current term or month (none published yet): ")
 
 
-def test_the_current_term_when_the_publication_has_terms(tmp_path):
-    term = [("Autumn", "2026-09-01", "2026-12-20", None, 500, 900, 80, 70, 60, 10, 0.5, 1.0, 0, 0),
-            ("Spring", "2026-01-10", "2026-05-30", None, 400, 800, 80, 1, 1, 1, 0.5, 1.0, 0, 1)]
-    path = build(tmp_path / "serving.sqlite", {}, [period_row(0, None, 100)], terms=term)
-    data = report_data.read_publication(path, today=TODAY)
-    assert data.outcome_span == "the term Autumn (2026-09-01 to 2026-12-20)"
-    assert Page(report_page.render(data, FRESH)).rows("outcomes-table")["Whole site"] == ["70", "60", "10", "0"]
+def _term(name, first, last, completed):
+    return (name, first, last, None, 500, 900, 80, completed * 2, 1, 1, 0.5, 1.0, 0, 0,
+            *learner_columns(500, (completed, 1, 1)))
 
 
-def _term(name, first, last, completions):
-    return (name, first, last, None, 500, 900, 80, completions, 1, 1, 0.5, 1.0, 0, 0)
+def test_a_publication_written_before_the_learner_columns_says_so(tmp_path):
+    """A publication of a version before the learner counts (no such columns): the overview says the next run
+    writes them, and shows no statement counts in their place."""
+    path = build(tmp_path / "serving.sqlite", {}, [period_row(0, None, 100)],
+                 terms=[_term("Autumn", "2026-09-01", "2026-12-20", 70)])
+    with sqlite3.connect(path) as db:
+        for table in ("term_metrics", "site_term_metrics"):
+            db.execute(f"DROP VIEW IF EXISTS {table.removeprefix('site_')}_by_name")
+            for column in ("completed_share", "pass_rate", *report_data.LEARNER_OUTCOMES):
+                db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    page = Page(report_page.render(report_data.read_publication(path, today=TODAY), FRESH))
+    assert page.texts["outcomes-missing"] == ("This publication has no learner counts yet: the next run writes "
+                                              "them.")
+    assert page.rows("outcomes-table") == {} and page.texts["cells"] == "1"
 
 
 @pytest.mark.parametrize("today, current", [
@@ -126,9 +152,9 @@ def test_the_current_term_is_the_one_that_holds_today(tmp_path, today, current):
              _term("Spring 2026", "2026-07-01", "2026-07-15", 5)]
     path = build(tmp_path / "serving.sqlite", {}, [period_row(0, None, 100)], terms=terms)
     data = report_data.read_publication(path, today=today)
-    first, last, completions = next(term[1:3] + (term[7],) for term in terms if term[0] == current)
-    assert data.outcome_span == f"the term {current} ({first} to {last})"
-    assert Page(report_page.render(data, FRESH)).rows("outcomes-table")["Whole site"][0] == str(completions)
+    first, last, completed = next(term[1:3] + (term[14],) for term in terms if term[0] == current)
+    assert data.outcome_span == f"the term {current} ({first} to {last}" + (", so far)" if today <= last else ")")
+    assert Page(report_page.render(data, FRESH)).rows("outcomes-table")["Whole site"][0] == str(completed)
 
 
 def test_today_is_the_local_date_of_the_run():
@@ -139,10 +165,91 @@ def test_today_is_the_local_date_of_the_run():
     assert report_data.local_today(late, "America/New_York") == "2026-10-04"
 
 
-def test_without_a_term_begun_yet_the_last_weeks_are_shown(tmp_path):
+def test_without_a_term_begun_yet_the_current_month_is_shown(tmp_path):
+    months = [period_row(month, None, 100, completions=20, passed=12, failed=3, period=month_label)
+              for month in range(10, 13)]  # 2026-11, 2026-12 and 2027-01: the one holding today
     path = build(tmp_path / "serving.sqlite", {}, [period_row(week, None, 100) for week in range(6)],
-                 terms=[_term("Spring 2027", "2027-01-11", "2027-05-28", 1)])
-    assert report_data.read_publication(path, today="2026-12-02").outcome_span.startswith("the last 4 week(s), ")
+                 terms=[_term("Spring 2027", "2027-01-11", "2027-05-28", 1)], monthly=months)
+    data = report_data.read_publication(path, today="2026-12-02")
+    assert data.outcome_span == "the month 2026-12 (2026-12-01 to 2026-12-31, so far)"
+    assert [(o.course, o.completed, o.passed, o.failed) for o in data.outcomes] == [(None, 20, 12, 3)]
+
+
+# The terms of the outcomes' tests, as [[terms]] declares them and expected_periods takes them.
+TERMS = (("Spring 2026", "2026-01-05", "2026-06-30"), ("Autumn 2026", "2026-09-01", "2026-12-20"))
+
+
+def outcome_statements():
+    """Autumn's statements: BIO101's 30 learners each complete an activity, passing (20) or failing (10) it, and 12
+    of them complete another, failing it (two who passed the first: learners who passed and failed); CHEM201's 12
+    learners complete one, 11 passing and 1 failing (fewer than min_cell_size 10: withheld); HIST110's 5 learners
+    (no row at all). Spring's: 15 other learners complete CHEM201 (not the current term)."""
+    made = [statement(learner=f"b{n}", course="BIO101", timestamp="2026-10-05T10:00:00Z", completion=True,
+                      success=n < 20) for n in range(30)]
+    made += [statement(learner=f"b{n}", course="BIO101", timestamp="2026-10-12T10:00:00Z", completion=True,
+                       success=False) for n in range(18, 30)]
+    made += [statement(learner=f"c{n}", course="CHEM201", timestamp="2026-11-03T10:00:00Z", completion=True,
+                       success=n < 11) for n in range(12)]
+    made += [statement(learner=f"h{n}", course="HIST110", timestamp="2026-11-03T10:00:00Z", completion=True)
+             for n in range(5)]
+    made += [statement(learner=f"s{n}", course="CHEM201", timestamp="2026-03-03T10:00:00Z", completion=True,
+                       success=True) for n in range(15)]
+    return made
+
+
+@pytest.mark.parametrize("terms", [TERMS, ()], ids=["terms", "months"])
+def test_the_outcomes_are_the_learners_an_independent_recount_finds(sqlite_project, tmp_path, terms):
+    """A refresh of generated statements: the overview's learners who completed, passed and failed (table, chart and
+    CSV) are the current term's rows (or, without terms, the current month's), as tests/helpers/period_reference.py
+    recounts them from the statements, a withheld value shown as withheld; the statement counts, other numbers,
+    are on the course pages, labelled as statements."""
+    project = sqlite_project
+    project.configure(bootstrap_days=400)
+    project.config.write_text(project.config.read_text() + "".join(
+        f'[[terms]]\nname = "{name}"\nfirst_day = {first}\nlast_day = {last}\n' for name, first, last in terms))
+    statements = outcome_statements()
+    project.write("a.ndjson", statements)
+    run = inprocess.invoke(["--config", str(project.config), "--now", "2026-12-01T05:00:00+00:00", "run"],
+                           environment())
+    assert run.returncode == 0, run.stderr
+    grain, period = ("term", "Autumn 2026") if terms else ("month", "2026-11")
+    expected = {row[3]: row[-5:-2] for row in expected_periods(statements, "Europe/Paris", 10, grain, terms=terms)
+                if row[0] == period}
+    bio, chem = f"{HOME}/course/BIO101", f"{HOME}/course/CHEM201"
+    # What the recount says, written out: the two who passed and failed count in both; CHEM201's one failure withheld.
+    # The site counts HIST110's 5 learners too (its own row never published); in November its 1 failure is withheld.
+    assert expected == ({None: (47, 31, 13), bio: (30, 20, 12), chem: (12, 11, None)} if terms else
+                        {None: (17, 11, None), chem: (12, 11, None)}), expected
+    beside = publication(project).parent / "report.html"
+    page = Page(beside.read_text())
+    span = ("the term Autumn 2026 (2026-09-01 to 2026-12-20, so far)" if terms
+            else "the month 2026-11 (2026-11-01 to 2026-11-30)")  # the latest month published, begun by 1 December
+    assert page.texts["outcomes-about"].startswith(f"In {span}: distinct learners")
+
+    def shown(values):
+        return ["withheld" if value is None else f"{value:,}" for value in values]
+
+    assert page.rows("outcomes-table") == {("Whole site" if course is None else course): shown(values)
+                                           for course, values in expected.items()}
+    # The chart: a course's three bars, each number followed by its word, most learners who completed first.
+    words = ("completed", "passed", "failed")
+    bars = [f"{value} {word}" if value != "withheld" else f"withheld ({word})"
+            for course in sorted((c for c in expected if c), key=lambda c: -expected[c][0])
+            for value, word in zip(shown(expected[course]), words, strict=True)]
+    assert [text for kind, text in page.svg_texts["outcomes-chart"] if "v" in kind.split()] == bars
+    with open(beside.parent / "report-files" / "overview-outcomes.csv", newline="", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle))
+    assert rows[0] == ["course", "name", "completed_learners", "passed_learners", "failed_learners"]
+    assert {row[0] or None: tuple(None if value == "" else int(value) for value in row[2:]) for row in rows[1:]} == \
+        expected
+    # A course's page keeps the statement counts, named as statements (BIO101: 42 completion statements).
+    course_page = Page((beside.parent / "report-files" / f"{report_files.page_name(bio if terms else chem)}.html")
+                       .read_text())
+    grain_table = course_page.tables[f"table-{grain}"]
+    assert {"Completion statements", "Passed statements", "Failed statements", "Learners who completed"} <= \
+        set(grain_table[0])
+    row = next(row for row in grain_table[1:] if row[0] == period)
+    assert row[grain_table[0].index("Completion statements")] == ("42" if terms else "12")
 
 
 def environment():
@@ -163,9 +270,15 @@ def test_the_command_writes_the_page_and_says_where_and_that_it_is_stale(sqlite_
     result = inprocess.invoke([*later, "report", "--output", str(output)], environment())
     assert result.returncode == 0, result.stderr
     status = json.loads(inprocess.invoke([*later, "status", "--json"], environment()).stdout)
-    assert result.stdout.strip() == f"Wrote the report {output} (STALE: {status['stale']})"
+    # `status` says why in ISO 8601; the page, and the command that wrote it, in the page's own form of a time.
+    assert status["stale"] == ("the last success started at 2026-11-30T06:00+01:00, before the run due at "
+                               "2026-12-04T04:15+01:00 (grace 120 min)")
+    banner = ("the last success started at Mon 30 Nov 2026, 06:00 CET, before the run due at Fri 4 Dec 2026, "
+              "04:15 CET (grace 120 min)")
+    assert result.stdout.strip() == f"Wrote the report {output} (STALE: {banner})"
     page = Page(output.read_text())
-    assert page.texts["stale"] == f"STALE: {status['stale']}"
+    assert page.texts["stale"] == f"STALE: {banner}"
+    assert f"started at {page.texts['last-success']}, before" in banner  # as the freshness below writes it
     # In the configured zone, to the minute: the run started at 05:00 UTC.
     assert page.texts["last-success"] == "Mon 30 Nov 2026, 06:00 CET" and page.texts["timezone"] == "Europe/Paris"
     assert page.texts["watermark"] == report_html.local_time(status["watermark"], "Europe/Paris")
@@ -200,6 +313,35 @@ def test_an_output_or_a_report_path_that_is_a_device_a_fifo_or_a_link_to_one_is_
     assert result.returncode == 78 and (f"'report.path' ({fifo}) is a FIFO, which writing a file whole there would "
                                         "replace by a regular file") in result.stderr, result.stderr
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_an_output_whose_files_directory_names_a_directory_of_the_configuration_is_refused(sqlite_project):
+    """`report --output X.html` writes X-files/ too (course pages, CSVs), makes it readable by every account and
+    prunes it: an X-files that is the export directory, or the publication's, was written into, unchecked."""
+    project = sqlite_project
+    project.write("a.ndjson", [])
+    now = ["--config", str(project.config), "--now", "2026-11-30T05:00:00+00:00"]
+    assert inprocess.invoke([*now, "run"], environment()).returncode == 0
+    files = "the directory of the report's course pages and CSVs (beside '--output', named after it)"
+    why = "where the report writes its course pages and CSVs; point them at different places."
+    published, root = publication(project).parent, project.config.parent
+    exports, pages = root / "exports-files", root / "published-files"  # links: X.html's files go to X-files/
+    os.symlink(project.source, exports)
+    os.symlink(published, pages)
+    for link, sentence in (
+            (exports, f"'source.path' and {files} name the same directory ({exports}, spelt {exports} and "
+                      f"{project.source}), {why}"),
+            (pages, f"'publication.path' ({publication(project)}) lies inside {pages}, {files}, {why}")):
+        directory = os.path.realpath(link)
+        listing = sorted(os.listdir(directory))
+        output = str(link).removesuffix("-files") + ".html"
+        result = inprocess.invoke([*now, "report", "--output", output], environment())
+        assert result.returncode == 78, result.stderr
+        assert f"Refusing to write the report there: {sentence}" in result.stderr, result.stderr
+        assert sorted(os.listdir(directory)) == listing and not os.path.exists(output)
+    elsewhere = project.config.parent / "copy.html"  # its files beside it, in copy-files/
+    assert inprocess.invoke([*now, "report", "--output", str(elsewhere)], environment()).returncode == 0
+    assert elsewhere.exists() and (project.config.parent / "copy-files" / "overview-weekly.csv").exists()
 
 
 def test_an_output_that_names_a_file_of_the_configuration_is_refused_and_left_alone(sqlite_project):
@@ -321,13 +463,13 @@ def test_the_command_takes_the_current_term_from_now_in_the_configured_time_zone
                            environment())
     assert run.returncode == 0, run.stderr
     output = tmp_path / "out.html"
-    for now, span in (("2026-11-29T22:30:00+00:00", "the term Autumn (2026-09-01 to 2026-11-29)"),
-                      ("2026-11-29T23:30:00+00:00", "the term Winter (2026-11-30 to 2027-02-28)"),
-                      ("2026-11-29T23:30:00-01:00", "the term Winter (2026-11-30 to 2027-02-28)")):  # text: 29th
+    for now, span in (("2026-11-29T22:30:00+00:00", "the term Autumn (2026-09-01 to 2026-11-29, so far)"),
+                      ("2026-11-29T23:30:00+00:00", "the term Winter (2026-11-30 to 2027-02-28, so far)"),
+                      ("2026-11-29T23:30:00-01:00", "the term Winter (2026-11-30 to 2027-02-28, so far)")):  # 29th
         result = inprocess.invoke(["--config", str(project.config), "--now", now, "report", "--output", str(output)],
                                   environment())
         assert result.returncode == 0, result.stderr
-        assert f"Over {span}: " in output.read_text(), (now, span)
+        assert Page(output.read_text()).texts["outcomes-about"].startswith(f"In {span}: "), (now, span)
 
 
 def test_the_page_a_run_no_longer_writes_is_removed_by_that_run(sqlite_project, tmp_path):

@@ -1,9 +1,12 @@
 """The HTML report as Debian's headless chromium renders it: the DOM the browser built holds the publication's
 numbers (tables, the numbers printed on the charts, the headline figures, a course's page), every chart has its
-axes and the charts their legends, times are in the configured zone, and no element or attribute a hostile course
-name tried to inject exists. Screenshots of the overview at 375 and 1440 px wide are kept as the test's artifacts:
-under pytest's tmp path and, copied, in $LMS_REFRESH_ARTIFACTS (default /tmp/lms-refresh-artifacts) as
-report-375.png and report-1440.png, the paths the test prints."""
+axes and the charts their legends, times are in the configured zone (the STALE banner's too), and no element or
+attribute a hostile course name tried to inject exists. The demo's publication (real, with withheld values) is laid
+out at 1440 and 375 px wide (tests/helpers/browser.py): the learners who completed, passed and failed, their
+legend, scale and numbers are there, at least 10 px high, inside the window and overlapping no other text.
+Screenshots of the overview at 375 and 1440 px wide, and of its outcomes, are kept as the test's artifacts: under
+pytest's tmp path and, copied, in $LMS_REFRESH_ARTIFACTS (default /tmp/lms-refresh-artifacts) as report-375.png,
+report-1440.png, outcomes-375.png and outcomes-1440.png, the paths the test prints."""
 
 import datetime as dt
 import html.parser
@@ -14,9 +17,11 @@ import subprocess
 
 import pytest
 
+from helpers import inprocess
+from helpers.browser import Browser
 from helpers.report_page import Page, week_label
 from lms_refresh.disclosure.policy import PrivacySettings
-from lms_refresh.run import report_data, report_files, report_page
+from lms_refresh.run import freshness, report_data, report_files, report_html, report_page
 from lms_refresh.run.publication import write_publication
 
 pytestmark = pytest.mark.chromium
@@ -30,11 +35,13 @@ NAMES = {"https://lms.example.edu/course/1": "Algebra <script>document.title='pw
          "https://lms.example.edu/course/4": "Biology \u202eevil",
          "https://lms.example.edu/course/5": "Long " + "y" * 10_000}
 TODAY = "2026-04-02"
-# Paris is on summer time since 29 March: CEST, two hours ahead of UTC.
+# Paris is on summer time since 29 March: CEST, two hours ahead of UTC. The banner's sentence as a run writes it
+# for the page: the last success on Friday 27 March (winter time), due again on Monday 30 March (summer time).
+STALE = freshness.staleness({"started_at": "2026-03-27T03:15:00.000000Z"},
+                            dt.datetime(2026, 3, 30, 9, 0, tzinfo=dt.UTC), "Europe/Paris", grace=3600,
+                            shown=report_html.local_times("Europe/Paris"))
 FRESHNESS = {"last_success": "2026-04-02T02:15:00.000000Z", "watermark": "2026-04-02T02:10:00.000000Z",
-             "stale": "the last success started at 2026-03-27T04:15+01:00, before the run due at "
-                      "2026-03-30T04:15+02:00 (grace 60 min)", "written": "2026-04-02T07:00:30.123456Z",
-             "timezone": "Europe/Paris"}
+             "stale": STALE, "written": "2026-04-02T07:00:30.123456Z", "timezone": "Europe/Paris"}
 MONTHS = (("2026-01", "2026-01-01", "2026-01-31", 1), ("2026-02", "2026-02-01", "2026-02-28", 1),
           ("2026-03", "2026-03-01", "2026-03-31", 1), ("2026-04", "2026-04-01", "2026-04-30", 0))
 TERMS = (("2025 autumn", "2025-09-01", "2025-12-20", 1), ("2026 spring", "2026-01-05", "2026-06-30", 0))
@@ -138,6 +145,97 @@ def shown(value):
     return "withheld" if value is None else f"{value:,}"
 
 
+# Each text of the outcomes' chart as laid out: its class, its text, its box in the page (CSS px), and its height as
+# drawn (its font size times the chart's scale); the window's width, and how wide the page is.
+LAYOUT = """(() => {
+  const texts = [...document.querySelectorAll('#outcomes-chart text')].map(element => {
+    const box = element.getBoundingClientRect(), style = getComputedStyle(element);
+    return {kind: element.getAttribute('class') || '', text: element.textContent, left: box.left, right: box.right,
+            top: box.top + scrollY, bottom: box.bottom + scrollY,
+            px: parseFloat(style.fontSize) * element.getScreenCTM().a,
+            seen: style.visibility === 'visible' && style.display !== 'none' && style.opacity === '1'};
+  });
+  const swatches = [...document.querySelectorAll('#outcomes-legend rect')].map(rect => rect.getAttribute('fill'));
+  const section = document.getElementById('outcomes').getBoundingClientRect();
+  return {texts, swatches, window: document.documentElement.clientWidth,
+          page: document.documentElement.scrollWidth,
+          section: {x: 0, y: section.top + scrollY, width: document.documentElement.clientWidth,
+                    height: section.height}};
+})()"""
+DEMO_NOW = "2026-11-30T09:00:00+01:00"  # a Monday in Paris: the demo's 21 days are in November
+
+
+def overlap(one, other):
+    return min(one["right"], other["right"]) - max(one["left"], other["left"]) > 0.5 and \
+        min(one["bottom"], other["bottom"]) - max(one["top"], other["top"]) > 0.5
+
+
+def test_the_demos_learner_outcomes_are_labelled_and_readable_at_1440_and_375_px(tmp_path):
+    directory = tmp_path / "demo"
+    environment = {k: v for k, v in os.environ.items() if k not in ("STATE_DIRECTORY", "LMS_REFRESH_CONFIG")}
+    result = inprocess.invoke(["--now", DEMO_NOW, "demo", "--dir", str(directory), "--days", "21", "--learners",
+                               "300"], environment)
+    assert result.returncode == 0, result.stderr
+    published = directory / "state-publication"
+    # The current month's row of each course and the site's, read from the publication apart from the report.
+    with sqlite3.connect(f"file:{published / 'serving.sqlite'}?mode=ro", uri=True) as db:
+        month = db.execute("SELECT max(period) FROM site_monthly_metrics WHERE period_start <= '2026-11-30'").fetchone()
+        assert month == ("2026-11",)
+        expected = {course: tuple(values) for course, *values in db.execute(
+            "SELECT course, completed_learners, passed_learners, failed_learners FROM monthly_metrics "
+            "WHERE period = '2026-11' UNION ALL SELECT NULL, completed_learners, passed_learners, failed_learners "
+            "FROM site_monthly_metrics WHERE period = '2026-11'")}
+        names = dict(db.execute("SELECT course, name FROM courses"))
+    assert any(value is None for values in expected.values() for value in values)  # a withheld value among them
+    assert any(isinstance(value, int) for value in expected[None])
+    url = f"file://{published / 'report.html'}"
+    # The chart's courses, most learners who completed first (a withheld count last), then by name.
+    courses = sorted((course for course in expected if course is not None), key=lambda course: (
+        -(expected[course][0] if expected[course][0] is not None else -1), report_data.label(course, names).casefold()))
+    words = ("completed", "passed", "failed")
+    bars = [f"{value:,} {word}" if value is not None else f"withheld ({word})"
+            for course in courses for value, word in zip(expected[course], words, strict=True)]
+    top = report_html.nice_top(max(value for course in courses for value in expected[course] if value is not None))
+    artifacts = os.environ.get("LMS_REFRESH_ARTIFACTS", "/tmp/lms-refresh-artifacts")
+    os.makedirs(artifacts, exist_ok=True)
+    with Browser(tmp_path) as browser:
+        for width in (1440, 375):
+            browser.open(url, width=width)
+            dom = Page(browser.evaluate("document.documentElement.outerHTML"))
+            assert dom.rows("outcomes-table") == {report_data.label(course, names) if course else "Whole site":
+                                                  [shown(value) for value in values]
+                                                  for course, values in expected.items()}
+            assert dom.tables["outcomes-table"][0] == ["Course", "Learners who completed", "Learners who passed",
+                                                       "Learners who failed"]
+            layout = browser.evaluate(LAYOUT)
+            texts = layout["texts"]
+            kinds = {kind: [item["text"] for item in texts if item["kind"] == kind] for kind in
+                     ("legend-entry", "x-caption", "course-name")}
+            assert kinds["legend-entry"] == ["Learners who completed", "Learners who passed", "Learners who failed"]
+            # The legend tells the three apart by more than colour: one plain fill and two patterns, and each bar's
+            # number says its word.
+            swatches = layout["swatches"]
+            assert len(set(swatches)) == 3 and sum(fill.startswith("url(#") for fill in swatches) == 2
+            assert kinds["x-caption"] == [f"learners (scale 0 to {top:,})"]
+            assert [item["text"] for item in texts if item["kind"] == ""] == ["0", f"{top // 2:,}", f"{top:,}"]
+            assert [item["text"] for item in texts if "v" in item["kind"].split()] == bars
+            assert kinds["course-name"] == [report_data.label(course, names) for course in courses]
+            # Readable: drawn at least 10 px high, seen, wholly inside the window, no text over another, and the page
+            # no wider than the window (the table scrolls in its own box).
+            assert layout["page"] <= layout["window"] == width, layout["page"]
+            for item in texts:
+                assert item["px"] >= 10 and item["seen"], (width, item)
+                assert 0 <= item["left"] and item["right"] <= layout["window"], (width, item)
+            clashes = [(one["text"], other["text"]) for index, one in enumerate(texts) for other in texts[index + 1:]
+                       if overlap(one, other)]
+            assert clashes == [], (width, clashes)
+            for name, clip in ((f"outcomes-{width}.png", layout["section"]), (f"report-{width}.png", None)):
+                screenshot = browser.screenshot(tmp_path / name, clip)
+                assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and screenshot.stat().st_size > 10_000
+                kept = shutil.copy(screenshot, os.path.join(artifacts, name))
+                print(f"screenshot of the HTML report's {name} at {width} px: {screenshot}, copied to {kept}")
+
+
 def test_chromium_renders_the_publications_numbers_with_axes_legends_and_local_times(tmp_path):
     path = publication(tmp_path / "serving.sqlite")
     page_path = report_page.write_report(str(path), str(tmp_path / "report.html"), FRESHNESS, today=TODAY)
@@ -148,7 +246,9 @@ def test_chromium_renders_the_publications_numbers_with_axes_legends_and_local_t
     assert not any(tag in ("img", "script") for tag, _ in dom.elements)
     assert not any("data-pwned" in attrs or any(name.startswith("on") for name in attrs)
                    for _, attrs in dom.elements)
-    assert dom.texts["stale"] == f"STALE: {FRESHNESS['stale']}"
+    # The banner's times as every other time of the page: the zone's own, to the minute, no ISO offsets.
+    assert dom.texts["stale"] == ("STALE: the last success started at Fri 27 Mar 2026, 04:15 CET, before the run due "
+                                  "at Mon 30 Mar 2026, 04:15 CEST (grace 60 min)")
     # Times in the configured zone, to the minute (no microseconds, no UTC "Z").
     assert dom.texts["data-as-of"] == "Data as of Thu 2 Apr 2026, 04:10 CEST"
     assert (dom.texts["last-success"], dom.texts["written"]) == ("Thu 2 Apr 2026, 04:15 CEST",
@@ -181,18 +281,24 @@ def test_chromium_renders_the_publications_numbers_with_axes_legends_and_local_t
     assert charts["chart-site"]["values"] == [shown(weekly[None, week]) for week in weeks]
     for chart in charts.values():
         if chart["values"]:  # every chart of numbers has both axes, its scale starting at 0
-            assert chart["x"] and chart["y"] and "0" in (chart["x"][0], chart["y"][0]), chart
+            # (the outcomes' scale is across, under its caption; the courses are its other axis)
+            assert chart["x"] and chart["y"] and "0" in (chart["x"][0], chart["y"][0], *chart["x"][1:2]), chart
     assert charts["chart-site"]["x"][-1] == week_label(13)[1] and charts["chart-site"]["captions"] == ["learners"]
     assert dom.texts["shared-scale"].startswith("Every course chart below shares one scale: 0 to ")
-    # Legends: the heat map's shades and the outcomes' three fills.
+    # Legends: the heat map's shades and the outcomes' three fills, in the outcomes' chart.
     assert dom.texts["heat-legend"].count("learners") == 5 and "withheld" in dom.texts["heat-legend"]
-    legend = next(chart for chart in charts.values() if chart["legend"])
-    assert legend["legend"] == ["Completions", "Passed", "Failed"]
+    assert charts["outcomes-chart"]["legend"] == ["Learners who completed", "Learners who passed",
+                                                  "Learners who failed"]
+    # The current term's learners, each course's row as the publication has it (its values read here apart).
+    with sqlite3.connect(path) as db:
+        term = {course: values for course, *values in db.execute(
+            "SELECT course, completed_learners, passed_learners, failed_learners FROM term_metrics WHERE period = "
+            "'2026 spring' UNION ALL SELECT NULL, completed_learners, passed_learners, failed_learners "
+            "FROM site_term_metrics WHERE period = '2026 spring'")}
     outcomes = dom.rows("outcomes-table")
-    assert outcomes["Whole site"] == ["40", "20", "3", "0"]  # the current term's, the site's own row
-    # Each course's three bars, most completions first (course 5's 45 down to course 1's 41), numbers printed.
-    assert charts["outcomes-chart"]["values"] == [value for index in (5, 4, 3, 2, 1)
-                                                  for value in (str(40 + index), "20", "3")]
+    assert outcomes["Whole site"] == [shown(value) for value in term[None]]
+    for course in NAMES:
+        assert outcomes[report_data.label(course, NAMES)] == [shown(value) for value in term[course]]
 
     # A course's page: its tables and chart hold its rows of every grain; its name is text.
     course = "https://lms.example.edu/course/2"
@@ -214,11 +320,3 @@ def test_chromium_renders_the_publications_numbers_with_axes_legends_and_local_t
                 ["w" if learners is None else shown(learners) for _, learners, _ in published]
             assert course_charts[f"chart-{grain}"]["x"] and course_charts[f"chart-{grain}"]["y"]
 
-    artifacts = os.environ.get("LMS_REFRESH_ARTIFACTS", "/tmp/lms-refresh-artifacts")
-    os.makedirs(artifacts, exist_ok=True)
-    for width in (375, 1440):
-        screenshot = tmp_path / f"report-{width}.png"
-        chromium(tmp_path, f"--screenshot={screenshot}", f"--window-size={width},2600", url)
-        assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and screenshot.stat().st_size > 10_000
-        kept = shutil.copy(screenshot, os.path.join(artifacts, f"report-{width}.png"))
-        print(f"screenshot of the HTML report at {width} px: {screenshot}, copied to {kept}")

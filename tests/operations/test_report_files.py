@@ -10,7 +10,7 @@ import sqlite3
 
 import pytest
 
-from helpers.report_page import Page, build, period_row
+from helpers.report_page import Page, build, month_label, period_row
 from lms_refresh.run import report_data, report_files, report_page
 
 FRESH = {"last_success": "2026-12-02T04:15:00.000000Z", "watermark": "2026-12-02T04:10:00.000000Z", "stale": None,
@@ -124,9 +124,14 @@ def test_a_nightly_write_replaces_only_the_pages_whose_rows_changed_and_removes_
 def test_the_site_rows_come_from_a_site_table_when_the_publication_has_one(tmp_path):
     courses = {"https://lms.example.edu/course/1": "Algebra"}
     weekly = [period_row(week, course, 30 + week) for course in courses for week in range(3)]
-    path = build(tmp_path / "serving.sqlite", courses, weekly)  # no site rows in weekly_metrics
+    monthly = [period_row(11, course, 30, completions=5, passed=4, failed=1, period=month_label) for course in courses]
+    path = build(tmp_path / "serving.sqlite", courses, weekly, monthly=monthly)  # no site rows
     with sqlite3.connect(path) as db:  # the publication's site_weekly_metrics (empty: none were given)
         assert db.execute("SELECT COUNT(*) FROM site_weekly_metrics").fetchone() == (0,)
+        db.execute("INSERT INTO site_monthly_metrics (period, period_start, period_end, active_learners, statements, "
+                   "attempts, completions, passed, failed, suppressed, complete, completed_learners, passed_learners, "
+                   "failed_learners) VALUES ('2026-12', '2026-12-01', '2026-12-31', 900, 0, 0, 9, 8, 2, 0, 0, 7, 5, "
+                   "NULL)")
         db.executemany("INSERT INTO site_weekly_metrics (period, period_start, period_end, active_learners, "
                        "statements, attempts, completions, passed, failed, avg_scaled_score, total_duration_seconds, "
                        "suppressed, complete) SELECT period, period_start, period_end, ?, 0, 0, 1, 1, 0, "
@@ -136,7 +141,8 @@ def test_the_site_rows_come_from_a_site_table_when_the_publication_has_one(tmp_p
     site = next(series for series in data.series if series.course is None)
     assert site.label == "Whole site" and site.values == (900, 901, 902)
     assert data.headlines[0].key == "week" and data.headlines[0].value == 902 and data.headlines[0].change == 1
-    assert next(outcome for outcome in data.outcomes if outcome.course is None).completions == 3
+    site = next(outcome for outcome in data.outcomes if outcome.course is None)
+    assert (site.completed, site.passed, site.failed) == (7, 5, report_data.WITHHELD)
 
 
 def test_a_files_directory_made_before_a_group_was_set_is_made_again_in_it_and_a_0644_report_is_traversable(tmp_path):

@@ -1,13 +1,15 @@
 """The HTML report's values against the publication's rows (an independent review): a row with `suppressed = 1`
-withholds only its NULL values, the page a backfill writes judges freshness as `status --check` does, and a course
-is never shown with the whole site's label. The page is read back with html.parser (tests/helpers/report_page.py)."""
+withholds only its NULL values, the learners who completed, passed and failed are the period's row (never summed),
+the page a backfill writes judges freshness as `status --check` does (its banner's times written as the page's
+others), and a course is never shown with the whole site's label. The page is read back with html.parser
+(tests/helpers/report_page.py)."""
 
 import contextlib
 import json
 import sqlite3
 
 from helpers.publication import publication
-from helpers.report_page import Page, build, period_row
+from helpers.report_page import Page, build, month_label, period_row
 from helpers.statements import HOME, statement
 from lms_refresh.run import report_data, report_page
 
@@ -24,6 +26,15 @@ def weekly_rows(path):
             "SELECT course, period, active_learners, completions, passed, failed, suppressed FROM weekly_metrics "
             "UNION ALL SELECT NULL, period, active_learners, completions, passed, failed, suppressed "
             "FROM site_weekly_metrics")}
+
+
+def monthly_learners(path):
+    """{(course, period): (completed_learners, passed_learners, failed_learners)} of the publication's months."""
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        return {(row[0], row[1]): row[2:] for row in db.execute(
+            "SELECT course, period, completed_learners, passed_learners, failed_learners FROM monthly_metrics "
+            "UNION ALL SELECT NULL, period, completed_learners, passed_learners, failed_learners "
+            "FROM site_monthly_metrics")}
 
 
 def shown(value):
@@ -44,15 +55,18 @@ def test_a_partly_withheld_row_shows_its_published_values(sqlite_project):
     twelve_complete_ten_pass(project)
     rows = weekly_rows(publication(project))
     assert rows == {(COURSE, "2026-W48"): (12, 12, 10, None, 1), (None, "2026-W48"): (12, 12, 10, None, 1)}
+    months = monthly_learners(publication(project))
+    assert months == {(COURSE, "2026-11"): (12, 10, None), (None, "2026-11"): (12, 10, None)}
     page = Page((publication(project).parent / "report.html").read_text())
     assert page.tables["weekly-table"][0][1:] == ["2026-W48"]
     weekly, outcomes = page.rows("weekly-table"), page.rows("outcomes-table")
     for course, label in ((None, "Whole site"), (COURSE, COURSE)):
         learners, completions, passed, failed, _ = rows[course, "2026-W48"]
         assert weekly[label] == [shown(learners)] == ["12"]
-        # The sums of the published values; `failed` is the row's one withheld cell, shown as none published.
-        assert outcomes[label] == [shown(completions), shown(passed), "–", "1"] == ["12", "10", "–", "1"]
-    # 2 weekly values and 2 × 3 outcome values shown; the 2 `failed` are the withheld ones.
+        # The month's learners (the latest month published, begun by 1 December): `failed_learners` is the row's
+        # withheld value, shown as withheld (never as 0, never as no row).
+        assert outcomes[label] == [shown(value) for value in months[course, "2026-11"]] == ["12", "10", "withheld"]
+    # 2 weekly values and 2 × 3 outcome values shown; the 2 failed learners are the withheld ones.
     assert (page.texts["withheld"], page.texts["cells"], page.texts["withheld-share"]) == ("2", "8", "25.0%")
 
 
@@ -60,14 +74,17 @@ def test_the_share_counts_withheld_values_among_those_shown(tmp_path):
     weekly = [period_row(week, "https://lms.example.edu/course/1", 20, completions=5, passed=4, failed=1)
               for week in range(3)]
     whole = period_row(3, "https://lms.example.edu/course/1", 0, suppressed=1)  # every value NULL
-    path = build(tmp_path / "serving.sqlite", {}, [*weekly, whole])
+    months = [period_row(10, "https://lms.example.edu/course/1", 40, completions=15, passed=12, failed=3,
+                         outcome_learners=(11, 10, 3), period=month_label),
+              period_row(11, "https://lms.example.edu/course/1", 0, suppressed=1, period=month_label)]
+    path = build(tmp_path / "serving.sqlite", {}, [*weekly, whole], monthly=months)
     data = report_data.read_publication(path, today="2026-12-02")
-    # 4 weeks: 4 learners' values (1 withheld), 4 × 3 outcome values (3 withheld, the whole row's).
-    assert (data.cells, data.withheld) == (16, 4)
+    # 4 weeks: 4 learners' values (1 withheld); December's 3 outcome values (all withheld, the whole row's).
+    assert (data.cells, data.withheld) == (7, 4)
     page = Page(report_page.render(data, FRESH))
     assert page.rows("weekly-table")["https://lms.example.edu/course/1"] == ["20", "20", "20", "withheld"]
-    assert page.rows("outcomes-table")["https://lms.example.edu/course/1"] == ["15", "12", "3", "3"]
-    assert page.texts["withheld-share"] == "25.0%"
+    assert page.rows("outcomes-table")["https://lms.example.edu/course/1"] == ["withheld"] * 3
+    assert page.texts["withheld-share"] == "57.1%"
 
 
 def check(project, now):
@@ -101,7 +118,13 @@ def test_the_page_a_backfill_writes_is_stale_only_when_status_check_says_so(sqli
     stale = project.invoke("status", "--json", now=later)
     sentence = json.loads(stale.stdout)["stale"]
     assert code == 2 and sentence and sentence in line, line
-    assert Page(beside.read_text()).texts["stale"] == f"STALE: {sentence}"
+    # The same rule and the same times; the page writes them as it writes every other time (report_html.local_time).
+    assert sentence == ("the last success started at 2026-12-01T04:20+01:00, before the run due at "
+                        "2026-12-04T04:15+01:00 (grace 120 min)")
+    page = Page(beside.read_text())
+    assert page.texts["stale"] == ("STALE: the last success started at Tue 1 Dec 2026, 04:20 CET, before the run due "
+                                   "at Fri 4 Dec 2026, 04:15 CET (grace 120 min)")
+    assert page.texts["last-success"] in page.texts["stale"]
 
 
 def test_a_course_is_never_shown_with_the_sites_label(tmp_path):
@@ -111,7 +134,9 @@ def test_a_course_is_never_shown_with_the_sites_label(tmp_path):
     weekly = [period_row(week, course, 20 + 10 * index + week, completions=index, passed=index, failed=0)
               for index, course in enumerate(names) for week in range(2)]
     site = [period_row(week, None, 500 + week, completions=9, passed=8, failed=1) for week in range(2)]
-    path = build(tmp_path / "serving.sqlite", names, weekly, site=site)
+    monthly = [period_row(11, course, 30 + index, completions=index + 10, passed=10, failed=0, period=month_label)
+               for index, course in enumerate([*names, None])]  # 2026-12, the site's last
+    path = build(tmp_path / "serving.sqlite", names, weekly, site=site, monthly=monthly)
     page = Page(report_page.render(report_data.read_publication(path, today="2026-12-02"), FRESH))
     rows = weekly_rows(path)
     for table in ("weekly-table", "outcomes-table"):
@@ -128,7 +153,7 @@ def test_a_course_is_never_shown_with_the_sites_label(tmp_path):
         assert row[1:] == [shown(rows[course, week][0]) for week in weeks]
     assert [attrs["title"] for tag, attrs in page.elements if tag == "figcaption"] == \
         ["Whole site", "Whole site (course)", "Whole site (course)", "WHOLE site (course)", "Whole site (course)"]
-    assert page.tables["outcomes-table"][1][1:] == ["18", "16", "2", "0"]  # the site's sums, from its rows alone
+    assert page.tables["outcomes-table"][1][1:] == ["14", "10", "0"]  # the site's row, from its rows alone
     # Marked, a course named "Whole site" reads like one really named "Whole site (course)": both are courses.
     assert report_data.label(named, names) == "Whole site (course)"
     assert report_data.label(None, names) == "Whole site"

@@ -6,18 +6,28 @@ The errors are injected where the run meets them: os.stat, os.scandir, os.open a
 for one path (the CLI runs in-process), and, for the workers' semaphores, a /dev/shm really read-only or full in a
 mount namespace of our own (as root)."""
 
+import contextlib
 import errno
 import json
+import logging
+import multiprocessing
 import os
+import pathlib
+import shutil
+import signal
 import subprocess
+import tempfile
+import threading
 import uuid
 
 import pytest
 
+from helpers.commands import reachable_cli
 from helpers.project import Project
 from helpers.statements import statement
 from lms_refresh import errors
-from lms_refresh.sources import ndjson_worker
+from lms_refresh.ops import monitoring
+from lms_refresh.sources import ndjson, ndjson_worker
 
 NOW = "2026-11-03T04:15:00+01:00"
 EIO = "an input/output error (Input/output error); the disk or the file system under it failed — see the kernel's " \
@@ -166,3 +176,208 @@ def test_what_starting_the_workers_meets_is_never_bad_input_nor_unexpected(numbe
     error = errors.from_start_error(OSError(number, os.strerror(number)), "the 3 parsing workers")
     assert errors.exit_status(error) == (code, str(error))
     assert str(error).startswith("Cannot start the 3 parsing workers: ") and os.strerror(number) in str(error)
+
+
+# -- threads: they count against the same limits as processes (TasksMax=, RLIMIT_NPROC) ---------------------------
+
+THREADS_SHORT = ("the system is short of threads, which count as processes (the user's limit, ulimit -u, or the "
+                 "unit's TasksMax=) (can't start new thread)")
+
+
+def refusing_threads(monkeypatch, name=None):
+    """Have the system refuse every new thread (or only those named `name`), as pthread_create's EAGAIN does."""
+    real = threading.Thread.start
+
+    def start(thread):
+        if name is None or thread.name == name:
+            raise RuntimeError("can't start new thread")
+        return real(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+
+
+def test_a_thread_of_the_parsing_pool_refused_is_transient_as_fork_is_and_leaves_no_worker_behind(
+        tmp_path, monkeypatch):
+    """The pool forks its workers, then starts its threads: refused one, the pool is never made, and its workers,
+    which nothing else would end, are ended with it."""
+    project = large_project(tmp_path)
+    before = set(multiprocessing.active_children())
+    refusing_threads(monkeypatch)
+    try:
+        result = project.invoke("run", now=NOW)
+        left = [child for child in multiprocessing.active_children() if child not in before]
+    finally:
+        monkeypatch.undo()
+        for child in set(multiprocessing.active_children()) - before:
+            child.kill()
+            child.join()
+    assert result.returncode == 69, result.stderr
+    workers = ndjson_worker.default_workers()
+    assert (f"Cannot start the {workers} parsing workers: {THREADS_SHORT}; nothing was committed, and a later run "
+            "reads the same window again.") in result.stderr
+    assert left == []
+    assert_nothing_committed(project, result)
+
+
+def test_no_thread_to_end_the_parsing_pool_in_still_ends_it_and_the_run_stands(tmp_path, monkeypatch):
+    """The pool is ended in a thread of its own (a dead worker may leave terminate() waiting for ever): refused that
+    thread, its workers are killed without it, and the run, which has read everything, commits."""
+    project = large_project(tmp_path)
+    before = set(multiprocessing.active_children())
+    refusing_threads(monkeypatch, "pool-terminate")
+    result = project.invoke("run", now=NOW)
+    left = [child for child in multiprocessing.active_children() if child not in before]
+    assert result.returncode == 0, result.stderr
+    assert left == [] and "Traceback" not in result.stderr
+    assert "watermark" in project.meta() and len(project.serving()) > 0
+
+
+def test_a_thread_refused_anywhere_before_the_commit_is_transient_and_nothing_is_committed(tmp_path, monkeypatch):
+    project, _, _ = project_with_files(tmp_path)
+
+    def read_chunk(*args, **kwargs):  # whatever started a thread on the way (a library's), refused
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(ndjson, "read_chunk", read_chunk)
+    result = project.invoke("run", now=NOW)
+    assert result.returncode == 69, result.stderr
+    assert (f"Cannot start a thread: {THREADS_SHORT}; nothing was committed, and a later run reads the same window "
+            "again.") in result.stderr
+    assert "Unexpected failure" not in result.stderr
+    assert_nothing_committed(project, result)
+
+
+def test_a_delivery_whose_thread_is_refused_says_so_not_that_the_url_is_malformed(monkeypatch, caplog):
+    refusing_threads(monkeypatch)
+    with caplog.at_level(logging.WARNING):
+        assert monitoring.post("https://hc-ping.example/SECRET-UUID", b"", "text/plain", timeout=1) is False
+    assert caplog.messages == [f"Delivery to https://hc-ping.example:443 failed: {THREADS_SHORT}."]
+
+
+@pytest.mark.parametrize("error, code", [(RuntimeError("can't start new thread"), 69),
+                                         (RuntimeError("cannot schedule new futures"), None), (ValueError(), None)])
+def test_only_the_refusal_of_a_thread_is_told_as_one(error, code):
+    domain = errors.from_thread_error(error, "a thread")
+    assert (domain and errors.exit_status(domain)[0]) == code
+
+
+# -- symbolic links that lead to no file: never skipped, since the watermark would pass what they name -------------
+
+def test_a_dangling_link_among_the_export_files_fails_the_run_and_the_watermark_stays(tmp_path):
+    """Its target may be an export file out of reach for now (a share mounted later, a file being moved): skipped,
+    the statements it names would be behind the watermark once it is back. 69, as a missing source.path."""
+    project, first, _ = project_with_files(tmp_path)
+    target = tmp_path / "archive" / "2026-10.ndjson"  # a share not mounted
+    os.symlink(target, project.source / "later" / "october.ndjson")
+    result = project.invoke("run", now=NOW)
+    assert result.returncode == 69, result.stderr
+    link = project.source / "later" / "october.ndjson"
+    assert (f"{link} is a symbolic link to {target}, which does not exist (a share not mounted? a file moved or "
+            "removed?); nothing was committed, and a later run reads the window again — remove the link if its "
+            "target is gone for good.") in result.stderr
+    assert "Skipped" not in result.stderr
+    assert_nothing_committed(project, result)
+    check = project.invoke("check", now=NOW)
+    assert check.returncode == 69 and f"{link} is a symbolic link to {target}, which does not exist" in \
+        check.stdout + check.stderr
+    target.parent.mkdir()  # the share is back: the next run reads what the link names
+    target.write_text("\n".join(json.dumps(statement(learner=f"w{i}")) for i in range(12)) + "\n")
+    assert project.invoke("run", now=NOW).returncode == 0
+    assert "watermark" in project.meta() and project.serving() != []
+
+
+def test_a_dangling_link_in_a_store_that_has_a_watermark_leaves_it_where_it_was(tmp_path):
+    project, _, _ = project_with_files(tmp_path)
+    assert project.invoke("run", now=NOW).returncode == 0
+    before, serving = project.meta()["watermark"], project.serving()
+    os.symlink(tmp_path / "gone.ndjson", project.source / "z.ndjson")
+    project.write("later/c.ndjson", [statement(learner=f"x{i}") for i in range(12)])
+    result = project.invoke("run", now="2026-11-04T04:15:00+01:00")
+    assert result.returncode == 69 and "which does not exist" in result.stderr, result.stderr
+    assert project.meta()["watermark"] == before and project.serving() == serving
+    assert project.runs()[-1][1:3] == ("failed", 69)
+
+
+def test_a_symbolic_link_loop_among_the_export_files_fails_the_run_naming_it(tmp_path):
+    """A loop leads to no file until someone fixes it: 78, a configuration to fix, in a sentence naming the link."""
+    project, _, _ = project_with_files(tmp_path)
+    a, b = project.source / "loop-a.ndjson", project.source / "loop-b.ndjson"
+    os.symlink(b, a)
+    os.symlink(a, b)
+    result = project.invoke("run", now=NOW)
+    assert result.returncode == 78, result.stderr
+    assert (f"Cannot reach {a}: it is a symbolic link loop (Too many levels of symbolic links); fix the link or move "
+            "it out of source.path — nothing was committed.") in result.stderr
+    assert "Skipped" not in result.stderr
+    assert_nothing_committed(project, result)
+
+
+@pytest.mark.parametrize("number, code, sentence", [
+    (errno.EIO, 78, f"Cannot read the symbolic link {{link}}: {EIO}"),
+    (errno.ESTALE, 69, "Cannot read the symbolic link {link}: the file system it is on cannot be reached (Stale file "
+                       "handle; a network share?); nothing was committed, and a later run reads it again."),
+    (errno.EACCES, 78, "Cannot read the symbolic link {link}: permission denied for user 'root'"),
+    (errno.ENOMEM, 69, "Cannot read the symbolic link {link}: the system is short of memory"),
+])
+def test_a_dangling_link_that_cannot_be_read_is_classified_not_a_traceback(tmp_path, monkeypatch, number, code,
+                                                                            sentence):
+    """Its target is read to name it: what reading it meets is the machine's (or a permission), said as such."""
+    project, _, _ = project_with_files(tmp_path)
+    link = project.source / "dangling.ndjson"
+    os.symlink(tmp_path / "gone.ndjson", link)
+    monkeypatch.setattr(os, "readlink", failing(os.readlink, link, number))
+    result = project.invoke("run", now=NOW)
+    assert result.returncode == code, result.stderr
+    assert sentence.format(link=link) in result.stderr
+    assert_nothing_committed(project, result)
+
+
+def test_a_dangling_link_removed_before_its_target_is_read_is_as_if_never_there(tmp_path, monkeypatch):
+    project, _, _ = project_with_files(tmp_path)
+    link = project.source / "dangling.ndjson"
+    os.symlink(tmp_path / "gone.ndjson", link)
+    real = os.readlink
+
+    def removed_first(path, *args, **kwargs):
+        if os.fspath(path) == str(link):
+            os.unlink(link)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "readlink", removed_first)
+    result = project.invoke("run", now=NOW)
+    assert result.returncode == 0, result.stderr
+    assert len(project.serving()) > 0 and "watermark" in project.meta()
+
+
+def test_a_real_limit_of_tasks_refuses_the_pools_first_thread_and_the_run_says_so(tmp_path):
+    """For real: RLIMIT_NPROC (what TasksMax= does to a unit) that leaves room for the run and its forked workers
+    and for no more, so that the pool's first thread is refused, in a user id nothing else on the machine runs as
+    (the limit counts every task of the user)."""
+    if os.geteuid() != 0:
+        pytest.skip("running as another user id needs root")
+    uid = 64000 + os.getpid() % 1000
+    running = subprocess.run(["ps", "-o", "pid=", "-u", str(uid)], capture_output=True, text=True).stdout.split()
+    assert running == [], f"user id {uid} has processes; the limit would count them"
+    root = pathlib.Path(tempfile.mkdtemp(prefix="lmsr-nproc-", dir="/tmp"))
+    try:
+        root.chmod(0o755)
+        project = large_project(root)
+        project.state.mkdir()
+        for path in (project.root, project.state):
+            os.chown(path, uid, uid)
+        workers = ndjson_worker.default_workers()
+        result = subprocess.run(["prlimit", f"--nproc={1 + workers}", "setpriv", f"--reuid={uid}", f"--regid={uid}",
+                                 "--clear-groups", "--", *reachable_cli(root), "--config", str(project.config),
+                                 "--now", NOW, "run"], capture_output=True, text=True, cwd=root, timeout=300,
+                                env=project.environment())
+        assert result.returncode == 69, result.stderr
+        assert (f"Cannot start the {workers} parsing workers: {THREADS_SHORT}; nothing was committed, and a later run "
+                "reads the same window again.") in result.stderr
+        assert_nothing_committed(project, result)
+        left = subprocess.run(["ps", "-o", "pid=", "-u", str(uid)], capture_output=True, text=True).stdout.split()
+        assert left == []  # no worker outlived the run
+    finally:  # a worker left behind, by its process id (none is, unless the test failed)
+        for pid in subprocess.run(["ps", "-o", "pid=", "-u", str(uid)], capture_output=True, text=True).stdout.split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+        shutil.rmtree(root)

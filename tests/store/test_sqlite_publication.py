@@ -210,6 +210,25 @@ def test_check_notes_a_report_directory_the_service_user_cannot_write(world_read
             "writable by 'nobody', so each run would publish but warn that it wrote no report" in result.stdout)
 
 
+def test_check_notes_a_report_files_directory_the_service_user_cannot_write(world_readable_root):
+    """The report's course pages and CSVs go into report-files/ beside it: one made by root earlier, which the
+    service user may not write, costs each run its report as a report directory it may not write does."""
+    project = Project(world_readable_root / "p")
+    (world_readable_root / "p").chmod(0o755)
+    published = world_readable_root / "published"
+    published.mkdir()
+    os.chown(published, 65534, 65534)
+    (published / "report-files").mkdir(mode=0o755)  # root's
+    result = check_as_nobody(project, published, published)
+    assert result.returncode == 0, result.stderr
+    assert f"ok  report {published / 'report.html'}: its directory is writable by 'nobody'" in result.stdout
+    assert (f"note  report: warning: the report's course pages and CSVs cannot be written: {published / 'report-files'}"
+            " is not writable by 'nobody', so each run would publish but warn that it wrote no report" in result.stdout)
+    os.chown(published / "report-files", 65534, 65534)
+    result = check_as_nobody(project, published, published)
+    assert result.returncode == 0 and "course pages and CSVs cannot be written" not in result.stdout, result.stdout
+
+
 # -- a dashboard's own account ------------------------------------------------------------------------
 
 @contextlib.contextmanager
@@ -379,6 +398,68 @@ def test_an_io_error_while_publishing_names_the_device_not_the_permissions(sqlit
     assert not path.exists() and publication_leftovers(sqlite_project) == []
     sqlite_project.invoke("run", now=NOW, check=0)
     assert read_publication(path)[1] == sqlite_project.serving()
+
+
+def _sqlite_bug(kind):
+    """A `_finish` (the publication's last statement) with a bug of ours of `kind`: SQLite refuses the statement."""
+    def finish(execute, schema, settings, wanted):
+        if kind == "ProgrammingError":  # two values bound to one placeholder
+            execute(f"UPDATE {schema}.publication SET digest = ?", (wanted, wanted))
+        elif kind == "IntegrityError":  # the courses' key twice
+            execute(f"INSERT INTO {schema}.courses SELECT * FROM {schema}.courses UNION ALL SELECT * FROM "
+                    f"{schema}.courses")
+        else:  # OperationalError, SQLITE_ERROR: a table that is not there
+            execute(f"INSERT INTO {schema}.no_such_table VALUES (1)")
+    return finish
+
+
+@pytest.mark.parametrize("kind", ["ProgrammingError", "IntegrityError", "OperationalError"])
+def test_a_sqlite_error_of_ours_while_publishing_is_a_bug_with_its_traceback_not_a_failed_disk(
+        sqlite_project, monkeypatch, kind):
+    """Only a SQLite error that says the file or the device failed is told as the disk's: any other is a bug, which
+    exits 1 (an unexpected failure) with its traceback for whoever fixes it, and sends no one to the kernel's log."""
+    from lms_refresh.run import publication as module
+
+    noisy(sqlite_project)
+    sqlite_project.write("a.ndjson", learners(12))
+    monkeypatch.setattr(module, "_finish", _sqlite_bug(kind))
+    result = sqlite_project.invoke("run", now=NOW)
+    assert result.returncode == 1, result.stderr
+    assert f"Unexpected failure while publishing ({kind}: " in result.stderr
+    assert "the store is committed, and the next run publishes it." in result.stderr
+    assert "Traceback (most recent call last)" in result.stderr and f"sqlite3.{kind}: " in result.stderr
+    assert "input/output" not in result.stderr and "journalctl -k" not in result.stderr
+    assert "nothing was committed" not in result.stderr
+    assert sqlite_project.runs()[-1][:3] == ("run", "publish-failed", 1) and len(sqlite_project.serving()) == 1
+    assert not publication(sqlite_project).exists() and publication_leftovers(sqlite_project) == []
+
+
+@pytest.mark.parametrize("name, code, sentence", [
+    ("SQLITE_IOERR_WRITE", 78, "an input/output error (disk I/O error); the disk or the file system under it failed "
+                               "— see the kernel's log (journalctl -k) and check the device — the store is committed, "
+                               "and the next run publishes it."),
+    ("SQLITE_FULL", 69, "the disk is full (database or disk is full); free some space — the store is committed, and "
+                        "the next run publishes it."),
+])
+def test_a_sqlite_error_that_says_the_disk_failed_while_publishing_is_told_as_the_disks(
+        sqlite_project, monkeypatch, name, code, sentence):
+    """What SQLite says of the file (its result code, not its words) decides: an I/O error or a full disk."""
+    from lms_refresh.run import publication as module
+
+    def failing(execute, schema, settings, wanted):
+        error = sqlite3.OperationalError("disk I/O error" if "IOERR" in name else "database or disk is full")
+        error.sqlite_errorcode, error.sqlite_errorname = getattr(sqlite3, name), name
+        raise error
+
+    noisy(sqlite_project)
+    sqlite_project.write("a.ndjson", learners(12))
+    monkeypatch.setattr(module, "_finish", failing)
+    result = sqlite_project.invoke("run", now=NOW)
+    assert result.returncode == code, result.stderr
+    assert f"Cannot write the publication {publication(sqlite_project)}: {sentence}" in result.stderr
+    assert "Traceback" not in result.stderr and "Unexpected" not in result.stderr
+    assert sqlite_project.runs()[-1][:3] == ("run", "publish-failed", code)
+    assert not publication(sqlite_project).exists() and publication_leftovers(sqlite_project) == []
 
 
 def test_an_unexpected_failure_after_the_commit_and_the_publication_does_not_say_nothing_was_committed(

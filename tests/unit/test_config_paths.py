@@ -151,6 +151,9 @@ COLLISIONS = {
     "textfile is the key, by a hard link": ("monitoring", "textfile", "{root}/hard-key", "'pseudonymisation.key_file'"),
     "textfile is the store in upper case": ("monitoring", "textfile", "{root}/STATE/metrics.sqlite", "'store.path'"),
     "publication inside the state directory": ("publication", "path", "{state}/serving.sqlite", "'state_directory'"),
+    # {root}/pages-files is a link to the state directory: the report would write its pages there, and open it (0755)
+    "the report's files directory is the state directory": ("report", "path", "{root}/pages.html",
+                                                           "'state_directory'"),
 }
 
 
@@ -162,6 +165,7 @@ def test_a_run_with_colliding_paths_exits_78_and_leaves_store_key_and_mode_alone
     state = project.state
     os.link(state / "pseudonymisation.key", project.root / "hard-key")
     os.symlink(state, project.root / "link")
+    os.symlink(state, project.root / "pages-files")
     section, key, value, other = COLLISIONS[case]
     before = {name: fingerprint(state / name) for name in ("metrics.sqlite", "pseudonymisation.key")}
     mode, listing = stat.S_IMODE(os.stat(state).st_mode), sorted(p.name for p in state.iterdir())
@@ -252,3 +256,49 @@ def test_a_report_in_the_state_directory_is_refused(tmp_path, name, sentence):
     with pytest.raises(ConfigError) as refused:
         validate(document(tmp_path, "report", "path", str(path)), str(tmp_path / "config.toml"), {})
     assert sentence.format(path=path, state=state) in str(refused.value)
+
+
+FILES = "the directory of the report's course pages and CSVs (beside 'report.path', named after it)"
+WHY = "where the report writes its course pages and CSVs; point them at different places."
+
+
+@pytest.mark.parametrize("settings, sentence", [
+    ({"state_directory": "{root}/pages-files"},
+     f"'state_directory' and {FILES} name the same directory ({{root}}/pages-files), {WHY}"),
+    ({"store": {"path": "{root}/pages-files/metrics.sqlite"}},
+     f"'store.path' ({{root}}/pages-files/metrics.sqlite) lies inside {{root}}/pages-files, {FILES}, {WHY}"),
+    ({"publication": {"path": "{root}/pages-files/serving.sqlite"}},
+     f"'publication.path' ({{root}}/pages-files/serving.sqlite) lies inside {{root}}/pages-files, {FILES}, {WHY}"),
+    ({"source": {"type": "xapi-ndjson", "path": "{root}/pages-files"}},
+     f"'source.path' and {FILES} name the same directory ({{root}}/pages-files), {WHY}"),
+    ({"monitoring": {"textfile": "{root}/PAGES-files"}},
+     f"'monitoring.textfile' and {FILES} name the same directory ({{root}}/pages-files: {{root}}/pages-files and "
+     "{root}/PAGES-files differ only in letter case"),
+])
+def test_the_directory_of_the_reports_files_may_not_be_nor_hold_another_configured_path(tmp_path, settings,
+                                                                                       sentence):
+    """The report writes its course pages and CSVs in report.path's name with -files (report.html → report-files/),
+    makes that directory readable by every account and removes from it the files it names as its own: the state
+    directory there (or the store, the publication, the export files) would be opened and written into."""
+    document_ = {"state_directory": str(tmp_path / "state"), "source": {"type": "xapi-ndjson",
+                                                                        "path": str(tmp_path / "inbox")},
+                 "report": {"path": str(tmp_path / "pages.html")}}
+    for section, value in settings.items():
+        document_[section] = value.format(root=tmp_path) if isinstance(value, str) else {
+            key: item.format(root=tmp_path) for key, item in value.items()}
+    with pytest.raises(ConfigError) as refused:
+        validate(document_, str(tmp_path / "config.toml"), {})
+    assert sentence.format(root=tmp_path) in str(refused.value)
+    document_["report"] = {"path": str(tmp_path / "elsewhere" / "pages.html")}  # its files elsewhere: accepted
+    validate(document_, str(tmp_path / "config.toml"), {})
+
+
+def test_the_directory_of_the_reports_files_there_as_a_file_is_refused(tmp_path):
+    (tmp_path / "report-files").write_text("not a directory")
+    document_ = document(tmp_path, "report", "path", str(tmp_path / "report.html"))
+    with pytest.raises(ConfigError) as refused:
+        validate(document_, str(tmp_path / "config.toml"), {})
+    assert str(refused.value) == (f"{tmp_path / 'config.toml'}: {FILES} ({tmp_path / 'report-files'}) is a regular "
+                                  "file, where the report writes its files into a directory; move it away, or name "
+                                  "the report another file.")
+
