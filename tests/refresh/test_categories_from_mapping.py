@@ -3,6 +3,7 @@ each category's rows of every grain against the recount of the statements the te
 in two courses of a category counts once, a category of one learner is never published, statements that arrive late
 count again their days and periods, and a category taken out of the configuration is no longer counted."""
 
+import csv
 import datetime as dt
 
 from helpers.category_reference import TABLES, published, read, recount
@@ -112,3 +113,7 @@ def test_the_report_shows_each_category_this_week_and_last_under_the_one_it_is_i
         [name, *(str(weeks[(week, category)][0]) for week in ("2026-W47", "2026-W48"))]
         for name, category in (("Science", SCIENCE), ("Genetics", GENETICS))]
     assert ("th", {"scope": "row", "title": "Genetics", "style": "padding-left:1em"}) in page.elements
+    with open(publication(sqlite_project).parent / "report-files" / "overview-categories.csv", newline="") as handle:
+        assert list(csv.reader(handle)) == [["category_id", "name", "depth", "2026-W47", "2026-W48"]] + [
+            [str(category), name, str(depth), *(str(weeks[(week, category)][0]) for week in ("2026-W47", "2026-W48"))]
+            for name, category, depth in (("Science", SCIENCE, 1), ("Genetics", GENETICS, 2))]
