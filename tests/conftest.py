@@ -7,6 +7,7 @@ import pytest
 
 from helpers import datasetteserver, mariadbserver
 from helpers.lrsserver import VENV as RALPH_VENV, RalphServer
+from helpers.moodle_mariadb import create_reader
 from helpers.moodledb import READER, READER_PASSWORD, MoodleDatabase
 from helpers.pgserver import PostgresServer
 from helpers.project import Project
@@ -288,6 +289,16 @@ def moodle_reader(postgres_server, tmp_path_factory):
     """A role that may only read Moodle's log; returns the file holding its password."""
     postgres_server.admin(f"CREATE ROLE {READER} LOGIN PASSWORD '{READER_PASSWORD}'")
     path = tmp_path_factory.mktemp("moodle") / "moodle-password"
+    path.write_text(READER_PASSWORD + "\n")
+    path.chmod(0o644)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def mariadb_reader(mariadb_server, tmp_path_factory):
+    """The Moodle reader's account on the MariaDB server; returns the file holding its password."""
+    create_reader(mariadb_server)
+    path = tmp_path_factory.mktemp("mariadb") / "moodle-password"
     path.write_text(READER_PASSWORD + "\n")
     path.chmod(0o644)
     return str(path)

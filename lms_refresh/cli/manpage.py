@@ -18,7 +18,14 @@ import sys
 import click
 
 from lms_refresh import __version__, logs
-from lms_refresh.config.schema import DEFAULT_CONFIG_PATH, DEFAULT_STATE_DIRECTORY, REQUIRED, SCHEMA, TERM_KEYS
+from lms_refresh.config.schema import (
+    CATEGORY_KEYS,
+    DEFAULT_CONFIG_PATH,
+    DEFAULT_STATE_DIRECTORY,
+    REQUIRED,
+    SCHEMA,
+    TERM_KEYS,
+)
 from lms_refresh.config.validators import at_least_a_second, parse_duration
 from lms_refresh.errors import MEANINGS
 from lms_refresh.ops.monitoring import PLUGIN_STATES
@@ -139,7 +146,8 @@ def _configuration(schema):
                 "and the key (exit status 78). Durations are \"90s\", \"5m\", \"1h30m\", \"2d\" or a number "
                 "of seconds. Each key is shown with its default and what it accepts."),
     ]
-    for section, keys in [*schema.items(), ("[terms]", TERM_KEYS)]:  # [[terms]]: an array of tables
+    # [[terms]], [[categories]]: arrays of tables
+    for section, keys in [*schema.items(), ("[terms]", TERM_KEYS), ("[categories]", CATEGORY_KEYS)]:
         lines.append(".SS " + (_escape(f"[{section}]") if section else "Top level"))
         for name, key in keys.items():
             lines += _item(f"{name} = {format_default(key)}", f"{key.description} Accepts {key.check.accepts}.")

@@ -20,7 +20,15 @@ import textwrap
 import click
 
 from lms_refresh.cli.manpage import format_default
-from lms_refresh.config.schema import DEFAULT_CONFIG_PATH, REQUIRED, SCHEMA, SOURCE_KEYS, STORE_KEYS, TERM_KEYS
+from lms_refresh.config.schema import (
+    CATEGORY_KEYS,
+    DEFAULT_CONFIG_PATH,
+    REQUIRED,
+    SCHEMA,
+    SOURCE_KEYS,
+    STORE_KEYS,
+    TERM_KEYS,
+)
 from lms_refresh.errors import MEANINGS
 from lms_refresh.store import datasette, dictionary
 
@@ -52,12 +60,15 @@ def configuration_page():
              "types and impossible values are refused with one sentence naming the file and the key (exit "
              "status 78). Durations are `\"90s\"`, `\"5m\"`, `\"1h30m\"`, `\"2d\"` or a number of seconds. How "
              "to put a configuration together: [the administrator's guide](../admin/configuration.md).", ""]
-    for section, keys in [*SCHEMA.items(), ("[terms]", TERM_KEYS)]:
+    for section, keys in [*SCHEMA.items(), ("[terms]", TERM_KEYS), ("[categories]", CATEGORY_KEYS)]:
         lines += [f"## [{section}]" if section else "## Top level", ""]
         if section in ("source", "store"):
             lines += [f"`type` decides which of the other keys `[{section}]` takes (column *for*).", ""]
         if section == "[terms]":
             lines += ["An array of tables: one `[[terms]]` header per academic term.", ""]
+        if section == "[categories]":
+            lines += ["An array of tables: one `[[categories]]` header per course category of an xAPI source "
+                      "(a Moodle source's are its own).", ""]
         lines += ["| key | default | accepts | for | meaning |", "|---|---|---|---|---|"]
         for name, key in keys.items():
             lines.append(f"| `{name}` | `{_cell(format_default(key))}` | {_cell(key.check.accepts)} | "
@@ -224,6 +235,9 @@ CONFFILE_TABLE_NOTES = {
     "publication": "The SQLite file dashboards read, and who may read it: docs/publication.md.",
     "terms": "[[terms]]: academic terms, one [[terms]] table each, in any order (they may overlap); the "
              "publication's term_metrics counts each term's distinct learners.",
+    "categories": "[[categories]]: the course categories of an xAPI source, one [[categories]] table each (a "
+                  "Moodle source's are its own course categories); the publication's category tables count each "
+                  "one's distinct learners over its courses and those of the categories in it.",
 }
 CONFFILE_WIDTH = 78
 
@@ -284,6 +298,8 @@ def conffile():
         lines += [line for name, key in keys.items() for line in _conffile_key(name, key)]
     lines += [*_comment(CONFFILE_TABLE_NOTES["terms"]), "# [[terms]]"]
     lines += [line for name, key in TERM_KEYS.items() for line in _conffile_key(name, key)]
+    lines += [*_comment(CONFFILE_TABLE_NOTES["categories"]), "# [[categories]]"]
+    lines += [line for name, key in CATEGORY_KEYS.items() for line in _conffile_key(name, key)]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

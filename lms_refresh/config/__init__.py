@@ -13,7 +13,9 @@ from lms_refresh.config import validators as v
 from lms_refresh.config.drivers import refuse_missing_drivers
 from lms_refresh.config.paths import refuse_collisions
 from lms_refresh.config.schema import (
+    CATEGORY_KEYS,
     DEFAULT_STATE_DIRECTORY,
+    MAX_CATEGORIES,
     MAX_TERM_DAYS,
     MAX_TERMS,
     REQUIRED,
@@ -25,6 +27,7 @@ from lms_refresh.config.schema import (
 from lms_refresh.config.sections import (
     SOURCE_SETTINGS,
     Alerts,
+    Category,
     Monitoring,
     MoodleSource,
     Privacy,
@@ -69,6 +72,7 @@ class Config:
     publication: Publication
     report: Report
     terms: tuple = ()  # of Term, from the [[terms]] tables, as written
+    categories: tuple = ()  # of Category, from the [[categories]] tables, as written
     unused: tuple = ()  # the keys written in the file that this store type does not use (SQLITE_ONLY_KEYS)
 
     def unused_keys_sentence(self):
@@ -174,8 +178,8 @@ def validate(document, origin, environ):
     """Given a parsed TOML document, return a Config or raise ConfigError naming the key."""
     values = {}
     for key, value in document.items():
-        if key == "terms":
-            continue  # an array of tables: _terms
+        if key in ("terms", "categories"):
+            continue  # an array of tables: _terms, _categories
         if key in SCHEMA and key != "":
             if not isinstance(value, dict):
                 raise ConfigError(f"{origin}: '{key}' must be a table ([{key}]).")
@@ -227,6 +231,7 @@ def validate(document, origin, environ):
         publication=table(Publication, "publication"),
         report=table(Report, "report"),
         terms=_terms(document.get("terms", []), origin),
+        categories=_categories(document.get("categories", []), origin, values["source.type"]),
         unused=() if values["store.type"] == "sqlite" else tuple(
             key for key in SQLITE_ONLY_KEYS if key.split(".")[1] in document.get(key.split(".")[0], {})),
     )
@@ -273,6 +278,59 @@ def _terms(tables, origin):
         names[seen] = number, term.name
         terms.append(term)
     return tuple(terms)
+
+
+def _categories(tables, origin, source_type):
+    """Validate the [[categories]] tables; return them as Categories. An error names the category by its place and
+    name."""
+    if not isinstance(tables, list) or not all(isinstance(table, dict) for table in tables):
+        raise ConfigError(f"{origin}: 'categories' must be an array of tables, one [[categories]] header per "
+                          "category.")
+    if tables and source_type == "moodle":
+        raise ConfigError(f"{origin}: [[categories]] applies to xAPI sources only: a Moodle source's categories are "
+                          "its own course categories (course_categories); remove the [[categories]] tables.")
+    if len(tables) > MAX_CATEGORIES:
+        raise ConfigError(f"{origin}: {len(tables)} [[categories]] tables, more than the {MAX_CATEGORIES} allowed.")
+    categories, names = [], {}
+    for number, table in enumerate(tables, 1):
+        shown = table.get("name")
+        which = f"category {number}" + (f" ({str(shown)[:100]!r})" if isinstance(shown, str) else "")
+        for key in table:
+            if key not in CATEGORY_KEYS:
+                raise ConfigError(f"{origin}: {which}: unknown key 'categories.{key}' (known in [[categories]]: "
+                                  f"{', '.join(sorted(CATEGORY_KEYS))}).")
+        values = {}
+        for key, spec in CATEGORY_KEYS.items():
+            if key not in table:
+                if spec.default is REQUIRED:
+                    raise ConfigError(f"{origin}: {which}: key 'categories.{key}' is required.")
+                values[key] = spec.default
+                continue
+            try:
+                values[key] = spec.check(table[key])
+            except ValueError as error:
+                raise ConfigError(f"{origin}: {which}: key 'categories.{key}' {_phrase(error)}.") from None
+        seen = folding.looks_like(values["name"])  # two categories that look the same are refused
+        if seen in names:
+            raise ConfigError(f"{origin}: {which}: key 'categories.name' is the name of category {names[seen]} too; "
+                              "each category needs a name of its own.")
+        names[seen] = number
+        categories.append(Category(**values))
+    known = {category.name for category in categories}
+    for number, category in enumerate(categories, 1):
+        if category.parent is not None and category.parent not in known:
+            raise ConfigError(f"{origin}: category {number} ({category.name[:100]!r}): key 'categories.parent' "
+                              f"({category.parent[:100]!r}) names no [[categories]] table.")
+    parents = {category.name: category.parent for category in categories}
+    for number, category in enumerate(categories, 1):
+        above, seen = category.parent, {category.name}
+        while above is not None:
+            if above in seen:
+                raise ConfigError(f"{origin}: category {number} ({category.name[:100]!r}) is inside itself through "
+                                  "its parents; a category's parents must end at a top-level category.")
+            seen.add(above)
+            above = parents[above]
+    return tuple(categories)
 
 
 def _check_privacy(values, origin):
@@ -340,7 +398,8 @@ def _dotted(section, key):
 
 
 def _known_keys():
-    return sorted(set(SCHEMA[""]) | {name for name in SCHEMA if name} | {"terms"})  # [[terms]]: an array of tables
+    # [[terms]], [[categories]]: arrays of tables
+    return sorted(set(SCHEMA[""]) | {name for name in SCHEMA if name} | {"terms", "categories"})
 
 
 def _phrase(error):

@@ -209,6 +209,23 @@ TERM_KEYS = {
 }
 
 
+MAX_CATEGORIES = 1000  # [[categories]] tables at most
+
+# [[categories]]: the course categories of an xAPI source (Moodle's come from its own course_categories), an array of
+# tables, one per category; each is a category of the publication's category tables (lms_refresh.store.categories).
+CATEGORY_KEYS = {
+    "name": Key(v.label, REQUIRED, "The category's name, as the category tables show it; no two categories share "
+                                   "one, nor differ only in letter case or Unicode spelling.",
+                example='"Faculty of Science"'),
+    "courses": Key(v.course_patterns, (), "The course IRIs it holds, as patterns; a course counts in the first "
+                                          "category (in the order written) with a pattern that matches its IRI, "
+                                          "and in every category above that one.",
+                   example='["https://lms.example.edu/course/bio-*"]'),
+    "parent": Key(v.label, None, "The `name` of the category it is in (another [[categories]] table); none: a "
+                                 "top-level category.", example='"Faculty of Science"'),
+}
+
+
 def _check_schema(schema):
     """Refuse, at import, a SCHEMA entry that is not a Key with a documented validator and a description
     (the man page and the typed sections are built from them)."""
@@ -221,4 +238,4 @@ def _check_schema(schema):
 
 
 _check_schema(SCHEMA)
-_check_schema({"terms": TERM_KEYS})
+_check_schema({"terms": TERM_KEYS, "categories": CATEGORY_KEYS})

@@ -100,6 +100,16 @@ class Term:
 
 
 @dataclasses.dataclass(frozen=True)
+class Category:
+    """One [[categories]] table: a course category of an xAPI source, the patterns of the course IRIs it holds and the
+    name of the category it is in (None: a top-level one)."""
+
+    name: str
+    courses: tuple
+    parent: str | None
+
+
+@dataclasses.dataclass(frozen=True)
 class XapiNdjsonSource:
     """[source] of type "xapi-ndjson"."""
 

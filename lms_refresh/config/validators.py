@@ -198,6 +198,25 @@ def label(value):
     return value
 
 
+@accepting("a list of at most 100 patterns of course IRIs, each of 1 to 500 characters without control characters: "
+           "* matches any text, ? one character, [abc] one of those (Python's fnmatch, case-sensitive)", tuple)
+def course_patterns(value):
+    """The course IRIs a category holds ([[categories]] courses), as fnmatch patterns."""
+    if not isinstance(value, list):
+        raise ValueError("must be a list of patterns")
+    if len(value) > 100:
+        raise ValueError(f"must hold at most 100 patterns, not {len(value)}")
+    patterns = []
+    for pattern in value:
+        pattern = typed(str)(pattern)
+        if not 1 <= len(pattern) <= 500:
+            raise ValueError(f"must hold patterns of 1 to 500 characters, not {len(pattern)}")
+        if any(unicodedata.category(character) in ("Cc", "Cf", "Zl", "Zp") for character in pattern):
+            raise ValueError("must hold patterns without control or format characters")
+        patterns.append(pattern)
+    return tuple(patterns)
+
+
 @accepting("an absolute path (it starts with /)", str)
 def path(value):
     """A path, absolute: a relative one would be read from the working directory, which is / under systemd

@@ -33,6 +33,20 @@ safety_lag = "0s"
 [source]
 type = "xapi-ndjson"
 path = "{statements}"
+
+# The sample's courses in course categories (the category tables: a faculty's learners each counted once).
+[[categories]]
+name = "Faculty of Science"
+courses = ["*/course/CHEM*", "*/course/PHYS*", "*/course/MATH*"]
+
+[[categories]]
+name = "Life sciences"
+parent = "Faculty of Science"
+courses = ["*/course/BIO*"]
+
+[[categories]]
+name = "Faculty of Arts and Law"
+courses = ["*/course/HIST*", "*/course/LAW*"]
 """
 
 

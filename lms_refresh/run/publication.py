@@ -46,6 +46,10 @@ from lms_refresh.store.sqlite import read_only_uri
 from lms_refresh.store.sqlite_schema import SCHEMA_VERSION
 from lms_refresh.store.tables import (
     BY_NAME,
+    CATEGORY_COLUMNS,
+    CATEGORY_PERIOD_SERVING_COLUMNS,
+    CATEGORY_SERVING_COLUMNS,
+    CATEGORY_TABLES,
     COURSE_COLUMNS,
     FRESHNESS_COLUMNS,
     PERIOD_SERVING_COLUMNS,
@@ -66,8 +70,9 @@ COMMITTED = "the store is committed, and the next run publishes it."
 _METRICS = """active_learners INTEGER, statements INTEGER, attempts INTEGER, completions INTEGER,
     passed INTEGER, failed INTEGER, avg_scaled_score REAL, total_duration_seconds REAL, suppressed INTEGER NOT NULL"""
 # Last, as in the store's views (store.tables.PERIOD_SERVING_COLUMNS).
-_OUTCOMES = """completed_learners INTEGER, passed_learners INTEGER, failed_learners INTEGER, completed_share REAL,
-    pass_rate REAL, enrolled_learners INTEGER, active_share REAL"""
+_LEARNER_OUTCOMES = """completed_learners INTEGER, passed_learners INTEGER, failed_learners INTEGER,
+    completed_share REAL, pass_rate REAL"""
+_OUTCOMES = f"{_LEARNER_OUTCOMES}, enrolled_learners INTEGER, active_share REAL"  # a category has no enrolments
 # A course table's rows are courses only, each declared a row of `courses` (a foreign key a dashboard's tool follows;
 # SQLite checks it only where a writer turns foreign_keys on), under its natural key; the whole site's rows are in
 # the site tables, one row per day or period, so that a SUM over a course table is a sum of courses.
@@ -87,6 +92,15 @@ _SITE_PERIOD_TABLE = (f"CREATE TABLE {{schema}}.{{table}} (period TEXT NOT NULL 
 _COURSES = """CREATE TABLE {schema}.courses (
     course TEXT NOT NULL PRIMARY KEY, name TEXT, short_name TEXT, category TEXT, start_date TEXT, end_date TEXT,
     course_name TEXT NOT NULL)"""
+# The categories' tables (store/categories.py): named by their id, as the course tables by the course.
+_CATEGORIES = """CREATE TABLE {schema}.categories (
+    category_id INTEGER NOT NULL PRIMARY KEY, name TEXT, parent INTEGER, path TEXT NOT NULL, depth INTEGER NOT NULL)"""
+_CATEGORY = "category_id INTEGER NOT NULL REFERENCES categories (category_id), category_name TEXT NOT NULL"
+_CATEGORY_TABLE = (f"CREATE TABLE {{schema}}.category_daily_metrics (day TEXT NOT NULL, {_CATEGORY}, {_METRICS}, "
+                   f"{_LEARNER_OUTCOMES}, PRIMARY KEY (day, category_id)) WITHOUT ROWID")
+_CATEGORY_PERIOD_TABLE = (f"CREATE TABLE {{schema}}.{{table}} (period TEXT NOT NULL, period_start TEXT NOT NULL, "
+                          f"period_end TEXT NOT NULL, {_CATEGORY}, {_METRICS}, complete INTEGER NOT NULL, "
+                          f"{_LEARNER_OUTCOMES}, PRIMARY KEY (period, category_id)) WITHOUT ROWID")
 _FRESHNESS = """CREATE TABLE {schema}.freshness (
     published_at TEXT, data_as_of TEXT, data_as_of_utc TEXT, last_success TEXT, timezone TEXT,
     schema_version INTEGER NOT NULL, min_cell_size INTEGER NOT NULL, method TEXT NOT NULL,
@@ -105,6 +119,10 @@ _TABLES = (
     *((periods.TABLE_OF[grain], PERIOD_SERVING_COLUMNS, "period_start, period, course") for grain in periods.GRAINS),
     (SITE_TABLES["day"], SITE_SERVING_COLUMNS, "day"),
     *((SITE_TABLES[grain], SITE_PERIOD_SERVING_COLUMNS, "period_start, period") for grain in periods.GRAINS),
+    ("categories", CATEGORY_COLUMNS, "category_id"),
+    (CATEGORY_TABLES["day"], CATEGORY_SERVING_COLUMNS, "day, category_id"),
+    *((CATEGORY_TABLES[grain], CATEGORY_PERIOD_SERVING_COLUMNS, "period_start, period, category_id")
+      for grain in periods.GRAINS),
     ("freshness", FRESHNESS_COLUMNS, "schema_version"),
 )
 _DIGESTED = {"freshness": FRESHNESS_COLUMNS[1:]}  # published_at changes with every commit, not with what is shown
@@ -117,7 +135,7 @@ def _view_of(store, table):
         return store.serving
     if table == "courses":
         return store.serving_courses
-    return store.serving_period_view(table)  # weekly_metrics ... site_term_metrics, freshness: serving_<table>
+    return store.serving_period_view(table)  # weekly_metrics ... category_term_metrics, freshness: serving_<table>
 
 
 def store_digest(store, settings):
@@ -172,6 +190,13 @@ def recompute(store, days, *, record_keys, config, now, periods_of=(), enrolment
     rebuilt = {grain: set(done.period_labels.get(grain, ())) | counted.get(grain, set()) for grain in periods.GRAINS}
     period_publication.publish(store, period_courses, settings, config=config, now=now,
                                rebuilt=rebuilt, whole=done.whole, counted=done.calendar)
+    # The categories' rows, by the same rules as a course's (store/categories.py counts their cells); categories
+    # have no enrolled learners (the source's enrolments are a course's).
+    categories = store.category_cells()
+    policy.publish(categories, done.categories["day"], settings, days=None if "day" in done.whole else done.days)
+    period_publication.publish(categories, {grain: done.categories.get(grain, ()) for grain in periods.GRAINS},
+                               settings, config=config, now=now, rebuilt=done.period_labels, whole=done.whole,
+                               counted=done.calendar)
     return done.rows_written, store.suppressed_on(done.days)
 
 
@@ -320,6 +345,10 @@ def _create(execute, schema):
     for grain in periods.GRAINS:
         execute(_PERIOD_TABLE.format(schema=schema, table=periods.TABLE_OF[grain]))
         execute(_SITE_PERIOD_TABLE.format(schema=schema, table=SITE_TABLES[grain]))
+    execute(_CATEGORIES.format(schema=schema))
+    execute(_CATEGORY_TABLE.format(schema=schema))
+    for grain in periods.GRAINS:
+        execute(_CATEGORY_PERIOD_TABLE.format(schema=schema, table=CATEGORY_TABLES[grain]))
     execute(_FRESHNESS.format(schema=schema))
     for table, view in BY_NAME.items():  # a view names the tables of its own file without a schema
         execute(_BY_NAME.format(schema=schema, view=view, select=by_name_view(table, "courses", table)))
@@ -354,7 +383,7 @@ def _copy(store, path, settings, wanted):
             store.execute("ROLLBACK")
         with contextlib.suppress(sqlite3.Error):  # a failure to detach must not hide the one that led here
             store.execute(f"DETACH DATABASE {_ATTACHED}")
-    for table in ("courses", "freshness"):
+    for table in ("courses", "freshness", "categories", *CATEGORY_TABLES.values()):
         copied.pop(table)
     return copied
 

@@ -25,6 +25,7 @@ from lms_refresh.disclosure.pseudonyms import Pseudonymiser, fingerprint
 from lms_refresh.errors import RefreshError, StateError, Terminated, exit_status, from_os_error, from_thread_error
 from lms_refresh.run import (
     after_commit,
+    category_mapping,
     freshness,
     identity,
     period_publication,
@@ -163,6 +164,7 @@ class Refresh:
         store.begin()
         identity.follow_key(store, self._key_fingerprint)
         store.record_names(source.standing_names())
+        store.record_categories(category_mapping.standing_tree(self.config, source, store))
         # Retention does not wait for new records: a quiet source's old data goes on time too.
         horizon = retention.staging_horizon(self.config, retention.clock(self.now, store), meta)
         days = retention.apply(store, self.config, self.now, horizon=horizon, days=store.pending_days())
@@ -205,6 +207,7 @@ class Refresh:
             self.progress(f"Read {report.statements_read} statements in the window, {report.quarantined} quarantined")
             faults.point("batch-staged")
         store.record_names(source.standing_names())
+        store.record_categories(category_mapping.standing_tree(self.config, source, store))
         days |= store.finish_staging()
         self.report.refuse_past_share(self.config.max_quarantine_share, accept=self.request.accept_bad_input)
         return days

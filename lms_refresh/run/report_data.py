@@ -59,6 +59,18 @@ class Outcome:
 
 
 @dataclasses.dataclass(frozen=True)
+class CategoryWeeks:
+    """One course category's active learners in the last two weeks the page shows (`ReportData.weeks`): `label`
+    (safe text), `depth` (1 at the top), `previous` and `latest` (an int, WITHHELD, or None: no row that week)."""
+
+    category: int
+    label: str
+    depth: int
+    previous: object
+    latest: object
+
+
+@dataclasses.dataclass(frozen=True)
 class ReportData:
     settings: dict
     weeks: tuple
@@ -70,6 +82,7 @@ class ReportData:
     headlines: tuple = ()
     week_starts: tuple = ()  # the first day of each of `weeks` (ISO date): the charts' x axis
     learners_published: bool = True  # False: the publication predates the learner outcome columns
+    categories: tuple = ()  # CategoryWeeks, in the categories' tree order (none without category rows)
 
 
 def label(course, names):
@@ -147,7 +160,36 @@ def _read(db, weeks, today):
     cells += 3 * len(outcomes)
     withheld += sum(outcome.withheld for outcome in outcomes)
     return ReportData(settings, tuple(shown), series, span, outcomes, cells, withheld, headlines(db, tables, today),
-                      tuple(str(starts[week]) for week in shown), learners_published)
+                      tuple(str(starts[week]) for week in shown), learners_published,
+                      categories=category_weeks(db, tables, shown[-2:]))
+
+
+def category_weeks(db, tables, weeks):
+    """The CategoryWeeks of every category with a row in `weeks` (the last two shown, the earlier first) of the
+    publication's category_weekly_metrics (none when it has no such table): the categories in tree order, each after
+    the one it is in, siblings by name."""
+    if "category_weekly_metrics" not in tables or not weeks:
+        return ()
+    weeks = list(weeks) if len(weeks) == 2 else [None, *weeks]
+    found = {}
+    for category, name, period, learners in db.execute(
+            f"SELECT category_id, category_name, period, active_learners FROM category_weekly_metrics "
+            f"WHERE period IN ({', '.join('?' for week in weeks if week)})", [week for week in weeks if week]):
+        entry = found.setdefault(category, [clean_name(name) or f"Category {category}", None, None])
+        entry[1 + weeks.index(period)] = WITHHELD if learners is None else learners
+    paths = {}
+    if "categories" in tables:
+        paths = {category: path for category, path in db.execute("SELECT category_id, path FROM categories")}
+
+    def ancestry(category):
+        ids = [int(part) for part in (paths.get(category) or f"/{category}").split("/")[1:] if part.isdigit()]
+        return ids or [category]
+
+    def order(category):  # each category after the one above it, siblings by name
+        return [((found[above][0].casefold() if above in found else ""), above) for above in ancestry(category)]
+
+    return tuple(CategoryWeeks(category, found[category][0], len(ancestry(category)), found[category][1],
+                               found[category][2]) for category in sorted(found, key=order))
 
 
 def current_term(terms, today):

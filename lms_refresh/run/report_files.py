@@ -42,7 +42,7 @@ RENDER_VERSION = "dashboard-3"  # change it whenever a page's HTML would: every 
 MANIFEST = "pages.json"
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")
 _NAME = re.compile(r"course-[0-9a-f]{24}(?:\.html|-(?:day|week|month|term)\.csv)\Z")
-_OVERVIEW = re.compile(r"overview-(?:headlines|weekly|outcomes)\.csv\Z")  # the overview's own tables
+_OVERVIEW = re.compile(r"overview-(?:headlines|weekly|outcomes|categories)\.csv\Z")  # the overview's own tables
 HEADINGS = {"day": "Day", "period": "Period", "period_start": "From", "period_end": "To",
             "active_learners": "Active learners", "statements": "Statements",
             # statements, not learners: a learner who completes three activities counts three

@@ -196,6 +196,26 @@ def _outcomes(data, files):
            "table</a></p></section>")
 
 
+def _categories(data, files):
+    """The course categories section: a row per category, indented under the one it is in, with its active learners
+    in the last two weeks the page shows (none without category rows)."""
+    if not data.categories:
+        return
+    previous, latest = ([None] + list(data.weeks))[-2:]
+    yield ('<section id="categories"><h2>Course categories</h2><p>Distinct learners a week over each category\'s '
+           "courses and those of the categories in it: a learner in several of its courses counts once, so a "
+           "category's figure is not the sum of its courses'.</p><div class=\"scroll\"><table id=\"categories-table\">"
+           f'<thead><tr><th scope="col">Category</th><th scope="col">{text(previous or "–")}</th>'
+           f'<th scope="col">{text(latest)}</th></tr></thead><tbody>')
+    for category in data.categories:
+        shown = label(category.label)
+        yield (f'<tr data-category="{category.category}"><th scope="row" title="{shown}" '
+               f'style="padding-left:{min(category.depth, 10) - 1}em">{shown}</th>'
+               f"<td>{text(cell(category.previous))}</td><td>{text(cell(category.latest))}</td></tr>")
+    yield (f'</tbody></table></div><p class="csv"><a href="{text(_csv_link(files, "categories"))}" download>CSV of '
+           "this table</a></p></section>")
+
+
 def render(data, freshness, files="report-files"):
     """Given a ReportData and the freshness ({"last_success", "watermark", "stale", "written"} as stored instants,
     and "timezone", the configured zone: UTC if absent), return the overview page as text; `files` is the name of
@@ -210,6 +230,7 @@ def _pieces(data, freshness, files="report-files"):
     yield (f"{HEAD}{VIEWPORT}<style>{STYLE}</style></head><body><h1>LMS activity report</h1>"
            f"{_as_of(freshness, timezone)}{_banner(freshness)}{_headlines(data, files)}{_privacy(data)}")
     yield from _weekly(data, files)
+    yield from _categories(data, files)
     yield from _outcomes(data, files)
     yield f'<footer><section id="freshness"><h2>Freshness</h2>{_freshness(freshness, timezone)}</section></footer>'
     yield "</body></html>\n"
@@ -247,6 +268,7 @@ def overview_tables(data):
     def value(entry):
         return None if entry == WITHHELD else entry
 
+    previous, latest = ([None, None] + list(data.weeks))[-2:]  # the categories' two weeks, headed by their labels
     # Generators: each row is made as it is written, never all of them at once.
     return {
         "headlines": (["figure", "period", "from", "to", "complete", "value", "previous_period", "previous_value"],
@@ -257,6 +279,8 @@ def overview_tables(data):
         "outcomes": (["course", "name", *LEARNER_OUTCOMES],
                      ([o.course or "", o.label, value(o.completed), value(o.passed), value(o.failed)]
                       for o in data.outcomes)),
+        "categories": (["category_id", "name", "depth", previous or "previous_week", latest or "latest_week"],
+                       ([c.category, c.label, c.depth, value(c.previous), value(c.latest)] for c in data.categories)),
     }
 
 

@@ -160,6 +160,11 @@ class BaseSource:
         too, so a rename reaches the publication. Most sources have none: their records carry their names."""
         return {}
 
+    def standing_categories(self):
+        """Return the course categories the source holds apart from its records (a records.CategoryTree), read by
+        every run after its records as the names are, or None where it has none to say (the store keeps its own)."""
+        return None
+
     def close(self):
         """Release connections; the base holds none."""
 

@@ -224,6 +224,10 @@ class MoodleSource(BaseSource):
         """The courses' names, from Moodle's course tables: a rename is published without a new log row."""
         return moodle_courses.names_batch(self).names
 
+    def standing_categories(self):
+        """The course categories, from Moodle's course tables: a course moved counts in its new category from then."""
+        return moodle_courses.category_tree(self)
+
     def _read_grade_ranges(self, rows):
         """Learn the range of every grade item the page's user_graded rows name and the mapper lacks.
 

@@ -15,6 +15,7 @@ import zoneinfo
 from lms_refresh.disclosure.names import clean_name
 from lms_refresh.errors import ConfigError, UnavailableError
 from lms_refresh.sources import WARNING, Batch, Finding
+from lms_refresh.sources.records import CategoryTree
 from lms_refresh.sources.xapi import name_id
 
 logger = logging.getLogger(__name__)
@@ -56,6 +57,32 @@ def names_batch(source):
             None, clean_name(fullname, language=language), clean_name(shortname, language=language),
             clean_name(category, language=language), local_date(start, timezone), local_date(end, timezone))
     return Batch(names=names)
+
+
+# Each category's parent and path of ids ("/1/4/7"), and each course's category (0: none): the courses counted in it.
+_CATEGORIES = "SELECT id, name, parent, path FROM {table} ORDER BY id"
+_MEMBERS = "SELECT id, category FROM {table} WHERE id <> %s ORDER BY id"
+
+
+def category_tree(source):
+    """Return the site's course categories as a records.CategoryTree keyed by Moodle's ids (None, with a warning,
+    if the course tables cannot be read: the store keeps the categories it had)."""
+    course, categories = _tables(source)
+    try:
+        rows = source.query(_CATEGORIES, (), table=categories)
+        members = source.query(_MEMBERS, (source.site_course_id,), table=course)
+    except (ConfigError, UnavailableError) as error:
+        logger.warning("Course categories were not read (%s); the courses count in the categories they did. GRANT "
+                       "SELECT ON %s, %s to source.url's user.", error, course, categories)
+        return None
+    tree = {}
+    for number, name, parent, path in rows:
+        if type(number) is int and number > 0:
+            tree[number] = (clean_name(name, language=source.language), parent if type(parent) is int else None,
+                            path if isinstance(path, str) else None)
+    courses = {name_id(f"{source.site}/course/view.php?id={number}"): category for number, category in members
+               if type(category) is int and category in tree}
+    return CategoryTree(tree, courses)
 
 
 def preflight(source):

@@ -137,6 +137,15 @@ def cleaned(titles):
             for stored, key, texts, actor, language in titles]
 
 
+class CategoryTree(collections.namedtuple("CategoryTree", "categories courses")):
+    """A source's course categories (sources.BaseSource.standing_categories): {category id: (name or None, parent id
+    or None, path text: the ids from the top down, "/1/4/7")}, and {course id: the id of the course's own category}.
+    Each name is already safe to publish (lms_refresh.disclosure.names); the store checks the paths, and takes each
+    category's parent from its path (store/categories.py)."""
+
+    __slots__ = ()
+
+
 def title_of(name):
     """Return a batch's name of a course as the store keeps it, (named_at or None, name, short name, category,
     start, end): a source's own as it is; of an xAPI course's naming statements (newest first), the newest one's

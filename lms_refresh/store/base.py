@@ -15,6 +15,7 @@ import typing
 
 from lms_refresh.errors import StateError
 from lms_refresh.store import periods
+from lms_refresh.store.categories import Categories
 from lms_refresh.store.course_names import CourseNames
 from lms_refresh.store.enrolled import Enrolled
 from lms_refresh.store.erasure import Erasure
@@ -43,9 +44,10 @@ class Recomputed(typing.NamedTuple):
     period_labels: dict = None
     whole: tuple = ()
     calendar: periods.Calendar = None  # the periods counted: the configured terms but those not counted
+    categories: dict = None  # {grain ("day" among them): the category ids to publish again} (store/categories.py)
 
 
-class SqlStore(Staging, Erasure, Grains, Published, Enrolled, RebuildCheck, RunLog, CourseNames):
+class SqlStore(Staging, Erasure, Grains, Categories, Published, Enrolled, RebuildCheck, RunLog, CourseNames):
     """A metrics store in SQL written once; a subclass is a `driver.Driver` (sqlite.py, postgres.py)."""
 
     dialect = None  # a store.dialect.Dialect
@@ -184,7 +186,7 @@ class SqlStore(Staging, Erasure, Grains, Published, Enrolled, RebuildCheck, RunL
         self.execute("DELETE FROM source_state")
         self.reset_periods(horizon)
         self.reset_enrolled(horizon)
-        for table in ("published_metrics", "daily_metrics"):
+        for table in ("published_metrics", "daily_metrics", "category_day_cells", "published_category_days"):
             self.execute(f"DELETE FROM {table} WHERE day >= ?", (horizon or "",))
         if horizon is None:
             self.execute("DELETE FROM courses")
@@ -192,6 +194,8 @@ class SqlStore(Staging, Erasure, Grains, Published, Enrolled, RebuildCheck, RunL
             self.execute("DELETE FROM courses WHERE course_id NOT IN (SELECT course_id FROM daily_metrics)")
         self.execute("DELETE FROM course_names WHERE course_id NOT IN (SELECT course_id FROM courses)")  # with them
         self.execute("DELETE FROM course_labels WHERE course_id NOT IN (SELECT course_id FROM courses)")
+        for table in ("course_categories", "category_courses"):
+            self.execute(f"DELETE FROM {table} WHERE course_id NOT IN (SELECT course_id FROM courses)")
         self.execute("DELETE FROM meta WHERE key IN ('watermark', 'cursor_kind', 'timezone', 'key_fingerprint') "
                      "OR substr(key, 1, 9) = 'identity.'")
         self.forget_transaction()
@@ -315,8 +319,10 @@ class SqlStore(Staging, Erasure, Grains, Published, Enrolled, RebuildCheck, RunL
                 if horizon is None or bounds[1] >= horizon}
         also.update(recounted or {})
         period_courses, labels = self.rebuild_periods(days, calendar, everything=grains, also=also, touched=touched)
+        whole = ("day",) + grains if everything else grains
+        categories = self.rebuild_category_cells(*self.category_days(days, labels), whole)
         return Recomputed(written, days, self._courses_to_publish(set().union(*touched.values())), period_courses,
-                          tuple(uncounted), labels, ("day",) + grains if everything else grains, calendar)
+                          tuple(uncounted), labels, whole, calendar, categories)
 
     def forget_transaction(self):
         """Voids learned inside a rolled-back transaction are gone with it."""

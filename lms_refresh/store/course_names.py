@@ -46,6 +46,10 @@ class CourseNames:
                 self.executemany(f"INSERT INTO {table} VALUES (?, ?) ON CONFLICT DO NOTHING", rows)
         self.record_titles(titles)  # after the courses they name
 
+    def course_iris(self):
+        """Return {course id: IRI} of every course the store knows."""
+        return dict(self.execute("SELECT course_id, iri FROM courses").fetchall())
+
     def label_courses(self, label_of):
         """Give every course that has none its label, `label_of` its IRI (the disclosure rule's, which the caller
         hands in: disclosure.names.iri_label), so that a course with no name is never shown blank. Once a run

@@ -149,6 +149,9 @@ class Dialect:
             elif kind == "site view":
                 statements += self.replace_view(self.serving_of(tables.SITE_TABLES[item]),
                                                 tables.site_view(self, item, version))
+            elif kind == "category view":
+                name = item if item == "categories" else tables.CATEGORY_TABLES[item]
+                statements += self.replace_view(self.serving_of(name), tables.category_view(self, item))
             elif kind == "freshness view":
                 statements += self.replace_view(self.serving_of("freshness"), tables.freshness_view(self))
             elif kind == "by-name view":

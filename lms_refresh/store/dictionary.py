@@ -136,6 +136,22 @@ _BY_NAME_NOTE = ("The rows of `{table}` with `course_name` from `courses` after 
                  "which come last (a view: its columns are always those of `{table}`).")
 
 
+_CATEGORY_NOTE = ("One row per {what} and course category from a category's first to its last {what} with at least "
+                  "min_cell_size learners (gap-filled, withheld and perturbed as a course's row is), counted over the "
+                  "courses of the category and of every category in it (Moodle's course_categories.path): each "
+                  "learner once, however many of its courses they were in, so a category's row is not the sum of its "
+                  "courses' or sub-categories' rows. A category's rows of a day or period are counted with the "
+                  "courses it holds when a run counts that day or period: a course moved to another category counts "
+                  "in the new one in the days and periods counted from then on (and in the periods a late statement "
+                  "counts again), while the rows already counted, closed periods among them, stay as they are; a "
+                  "rebuild counts every day and period again with the categories as they are then.")
+_CATEGORY_ID = Column("category_id", "INTEGER", "bigint", "—", "The category's id: Moodle's course_categories.id; "
+                      "for xAPI, a 64-bit id of its configured name. A row of `categories`.", NEITHER, False, False,
+                      "never NULL")
+_CATEGORY_NAME = Column("category_name", "TEXT", "text", "—", "The category's `name` in `categories`, else "
+                        "\"Category <category_id>\" (never blank).", NEITHER, False, False, "never NULL")
+
+
 class Table(collections.namedtuple("Table", "name grain key description columns")):
     """One published table (SQLite publication) or view (PostgreSQL `<schema>_serving`)."""
 
@@ -188,6 +204,25 @@ TABLES = [
                   NEITHER, False, False, "none set in Moodle (always NULL for xAPI)"),
            Column("end_date", "TEXT", "date", "local day", "Moodle: course.enddate as a local date.",
                   NEITHER, False, False, "none set in Moodle (always NULL for xAPI)"), _COURSE_NAME]),
+    *(Table(f"category_{name}", f"{grain}, course category", f"{columns[0].name}, category_id",
+            _CATEGORY_NOTE.format(what=what) + extra,
+            [*columns[:columns.index(_COURSE)], _CATEGORY_ID, _CATEGORY_NAME,
+             *(column for column in columns[columns.index(_COURSE) + 1:] if column not in _ENROLMENT)])
+      for name, grain, what, extra, columns in _GRAINS),  # a category has no enrolments: they are a course's
+    Table("categories", "course category", "category_id",
+          "One row per course category that has a row in any category table (a category above one always has): "
+          "Moodle's course categories, or those `[[categories]]` maps xAPI courses to. Join on `category_id`.",
+          [_CATEGORY_ID,
+           Column("name", "TEXT", "text", "—", "Moodle: course_categories.name in publication.language; xAPI: the "
+                  "configured name. People's identifiers found in it are removed.", NEITHER, False, False,
+                  "the source gives no name"),
+           Column("parent", "INTEGER", "bigint", "—", "The category it is in (`category_id`).", NEITHER, False,
+                  False, "a top-level category"),
+           Column("path", "TEXT", "text", "—", "The ids of the categories from the top down to this one, "
+                  "\"/1/4/7\" (Moodle's course_categories.path): a category counts the courses of every category "
+                  "whose path begins with its own.", NEITHER, False, False, "never NULL"),
+           Column("depth", "INTEGER", "integer", "—", "1 for a top-level category (a faculty, say), 2 for one in it, "
+                  "and so on.", NEITHER, False, False, "never NULL")]),
     Table("freshness", "one row", "—",
           "How fresh the published rows are, and the protection they were published with: one row (none before the "
           "first run). Times are ISO 8601 to the second.",
@@ -298,6 +333,14 @@ QUERIES = [
           "FROM daily_metrics AS m\n"
           "JOIN courses AS c ON c.course = m.course\n"
           "ORDER BY m.day, c.course_name\n"),
+    Query("Monthly active learners per faculty", "The top-level course categories (a Moodle site's faculties), "
+          "each counting the learners of all the courses below it once; a category with fewer than min_cell_size "
+          "learners in every month has no row.", "tests/sources/test_moodle_categories.py",
+          "SELECT m.period, m.category_name AS faculty, m.active_learners\n"
+          "FROM category_monthly_metrics AS m\n"
+          "JOIN categories AS c ON c.category_id = m.category_id\n"
+          "WHERE c.depth = 1\n"
+          "ORDER BY m.period, faculty;\n"),
     Query("How fresh the data is", "", "tests/store/test_site_apart.py",
           "SELECT data_as_of, timezone, data_as_of_utc, last_success, min_cell_size, method, max_noise\n"
           "FROM freshness;\n"),

@@ -256,10 +256,13 @@ class Grains:
         else:
             self.move_presence({row[0] for row in self.execute(
                 "SELECT DISTINCT day FROM learner_days WHERE day >= ?", (horizon,)).fetchall()}, self.stored_calendar())
-        for table, day in (("learner_days", "day"), ("published_periods", "period_end")):
+        for table, day in (("learner_days", "day"), ("published_periods", "period_end"),
+                           ("published_category_periods", "period_end")):
             self.execute(f"DELETE FROM {table} WHERE {day} >= ?", (horizon or "",))
         self.execute("DELETE FROM period_metrics" + (" WHERE period NOT IN (SELECT period FROM published_periods)"
                                                      if horizon else ""))
+        self.execute("DELETE FROM category_period_cells" + (
+            " WHERE period NOT IN (SELECT period FROM published_category_periods)" if horizon else ""))
 
     def move_presence(self, days, calendar, statement=presence.SUBTRACT):
         """Subtract from (or, with presence.ADD, add to) the learners of each period of `calendar` the presence
@@ -352,8 +355,9 @@ class Grains:
     def close_periods(self, cutoff):
         """Mark complete the published periods that ended (closes_at) at or before the instant `cutoff` and that
         were counted whole: none that begins before `counted_from`."""
-        self.execute("UPDATE published_periods SET complete = 1 WHERE complete = 0 AND closes_at <= ? "
-                     "AND period_start >= ?", (instants.to_cursor(cutoff), self.counted_from()))
+        for table in ("published_periods", "published_category_periods"):
+            self.execute(f"UPDATE {table} SET complete = 1 WHERE complete = 0 AND closes_at <= ? "
+                         "AND period_start >= ?", (instants.to_cursor(cutoff), self.counted_from()))
 
     def counted_from(self):
         """The first local day the store counts periods from ('' if any): a period that begins before it is not

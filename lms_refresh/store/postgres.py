@@ -31,10 +31,13 @@ from lms_refresh.store.pg_staging import PgStaging
 from lms_refresh.store.postgres_schema import MIGRATIONS, POSTGRESQL, SCHEMA_VERSION
 from lms_refresh.store.tables import (
     BY_NAME,
+    CATEGORY_TABLES,
+    CATEGORY_VIEWS,
     PERIOD_VIEWS,
     SITE_TABLES,
     TABLES,
     by_name_of,
+    category_view,
     courses_view,
     freshness_view,
     period_view,
@@ -286,6 +289,8 @@ class PostgresStore(PgStaging, PgBulk, SqlStore):
         views.update((self.serving_period_view(table), site_view(POSTGRESQL, grain))
                      for grain, table in SITE_TABLES.items())
         views[self.serving_period_view("freshness")] = freshness_view(POSTGRESQL)
+        views.update((self.serving_period_view(name if name == "categories" else CATEGORY_TABLES[name]),
+                      category_view(POSTGRESQL, name)) for name in CATEGORY_VIEWS)
         views.update((self.serving_period_view(by_name), by_name_of(POSTGRESQL, table))
                      for table, by_name in BY_NAME.items())
         return views

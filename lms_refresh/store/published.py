@@ -27,6 +27,7 @@ _CHUNK = 5000  # courses (or ranges) per statement
 
 
 class _Tables(typing.NamedTuple):
+    owner: str  # the column naming whose cell a row is: a course's (course_id) or a category's (category_id)
     cells: str
     published: str
     label: str
@@ -35,17 +36,24 @@ class _Tables(typing.NamedTuple):
     by_course: str  # the index of `cells` by course, then label
 
 
-_DAYS = _Tables("daily_metrics", "published_metrics", "day", CELL_FIELDS, column_names("published_metrics"),
-                "daily_metrics_by_course")
-_PERIODS = _Tables("period_metrics", "published_periods", "period", PERIOD_CELL_FIELDS,
+_DAYS = _Tables("course_id", "daily_metrics", "published_metrics", "day", CELL_FIELDS,
+                column_names("published_metrics"), "daily_metrics_by_course")
+_PERIODS = _Tables("course_id", "period_metrics", "published_periods", "period", PERIOD_CELL_FIELDS,
                    column_names("published_periods"), "period_metrics_by_course")
+# A category's cells and published rows (lms_refresh.store.categories): the same fields, under its own id.
+_CATEGORY_DAYS = _Tables("category_id", "category_day_cells", "published_category_days", "day", CELL_FIELDS,
+                         column_names("published_category_days"), "category_day_cells_by_category")
+_CATEGORY_PERIODS = _Tables("category_id", "category_period_cells", "published_category_periods", "period",
+                            PERIOD_CELL_FIELDS, column_names("published_category_periods"),
+                            "category_period_cells_by_category")
 
 
-def _of(grain):
-    """Return (the grain's tables, the condition selecting its rows before the course's, its parameters)."""
+def _of(grain, kind="course"):
+    """Return (the grain's tables of `kind`'s cells, "course" or "category", the condition selecting its rows before
+    the owner's, its parameters)."""
     if grain == "day":
-        return _DAYS, "", ()
-    return _PERIODS, "grain = ? AND ", (grain,)
+        return (_DAYS if kind == "course" else _CATEGORY_DAYS), "", ()
+    return (_PERIODS if kind == "course" else _CATEGORY_PERIODS), "grain = ? AND ", (grain,)
 
 
 def _parts(values):
@@ -56,25 +64,26 @@ def _parts(values):
 class Published:
     """A mixin of SqlStore: `execute`, `executemany` and `dialect` come from it."""
 
-    def cells(self, grain, courses):
+    def cells(self, grain, courses, kind="course"):
         """Return the aggregates and record keys of all `grain` cells of `courses`: {course: {label: {field:
         value}}} (CELL_FIELDS, PERIOD_CELL_FIELDS); a course without one is not in it."""
-        tables, where, parameters = _of(grain)
+        tables, where, parameters = _of(grain, kind)
         found = {}
         for part in _parts(courses):
             self._collect(found, tables, f"SELECT c.value, {self._fields(tables)} FROM {self.dialect.courses_table} "
-                                         f"CROSS JOIN {self._by_course(tables)} WHERE {where}m.course_id = c.value",
+                                         f"CROSS JOIN {self._by_course(tables)} "
+                                         f"WHERE {where}m.{tables.owner} = c.value",
                           (self.dialect.id_set(part),) + parameters)
         return found
 
-    def cells_in(self, grain, ranges):
+    def cells_in(self, grain, ranges, kind="course"):
         """Return the `grain` cells within `ranges` [(course, first label, last label)], as `cells` does."""
-        tables, where, parameters = _of(grain)
+        tables, where, parameters = _of(grain, kind)
         found = {}
         for part in _parts(ranges):
             self._collect(found, tables, f"SELECT r.course, {self._fields(tables)} FROM {self.dialect.ranges_table} "
                                          f"CROSS JOIN {self._by_course(tables)} WHERE {where}"
-                                         f"m.course_id = r.course AND m.{tables.label} BETWEEN r.lo AND r.hi",
+                                         f"m.{tables.owner} = r.course AND m.{tables.label} BETWEEN r.lo AND r.hi",
                           self.dialect.range_set(part) + parameters)
         return found
 
@@ -89,12 +98,12 @@ class Published:
         for course, *row in self.execute(select, parameters).fetchall():
             found.setdefault(course, {})[row[0]] = dict(zip(tables.fields, row, strict=True))
 
-    def visible_spans(self, grain, courses, min_cell_size):
+    def visible_spans(self, grain, courses, min_cell_size, kind="course"):
         """Return {course: (first, last)} labels of each of `courses`' `grain` cells with at least `min_cell_size`
         learners (days: within instants' range, which policy.course_rows publishes); a course with none is not
         in it."""
-        tables, where, parameters = _of(grain)
-        where += "course_id = c.value AND learners >= ?"
+        tables, where, parameters = _of(grain, kind)
+        where += f"{tables.owner} = c.value AND learners >= ?"
         parameters += (min_cell_size,)
         if grain == "day":
             where += " AND day BETWEEN ? AND ?"
@@ -102,11 +111,11 @@ class Published:
         return self._ends(courses, tables.cells + self.dialect.indexed_by(tables.by_course), tables.label, where,
                           parameters)
 
-    def published_spans(self, grain, courses):
+    def published_spans(self, grain, courses, kind="course"):
         """Return {course: (first, last)} labels of each of `courses`' published `grain` rows; a course with none is
         not in it."""
-        tables, where, parameters = _of(grain)
-        return self._ends(courses, tables.published, tables.label, where + "course_id = c.value", parameters)
+        tables, where, parameters = _of(grain, kind)
+        return self._ends(courses, tables.published, tables.label, where + f"{tables.owner} = c.value", parameters)
 
     def _ends(self, courses, table, label, where, parameters):
         # One ordered look-up per end and course (an index's first and last entry in range), never MIN and MAX
@@ -120,16 +129,17 @@ class Published:
                 parameters + parameters + (self.dialect.id_set(part),)).fetchall() if first is not None)
         return found
 
-    def write_published(self, grain, rows, *, courses=(), keep=None):
+    def write_published(self, grain, rows, *, courses=(), keep=None, kind="course"):
         """Write published `grain` rows [(course, (label, values...))]: those of `courses` go first (rewritten
         whole), then of each course in `keep` ({course: (first, last)}) those outside that span; `rows` replace
         those at their labels."""
-        tables, where, parameters = _of(grain)
+        tables, where, parameters = _of(grain, kind)
         for part in _parts(courses):
-            self.execute(f"DELETE FROM {tables.published} WHERE {where}{self.dialect.courses_in}",
+            owned = self.dialect.courses_in.replace("course_id", tables.owner)
+            self.execute(f"DELETE FROM {tables.published} WHERE {where}{owned}",
                          parameters + (self.dialect.id_set(part),))
         if keep:
-            self.executemany(f"DELETE FROM {tables.published} WHERE {where}course_id = ? AND "
+            self.executemany(f"DELETE FROM {tables.published} WHERE {where}{tables.owner} = ? AND "
                              f"({tables.label} < ? OR {tables.label} > ?)",
                              [parameters + (course, first, last) for course, (first, last) in sorted(keep.items())])
         if rows:

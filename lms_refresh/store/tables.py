@@ -208,6 +208,35 @@ TABLES = (
 
 
 
+# Course categories (a Moodle site's, or those the configuration maps xAPI course IRIs to:
+# lms_refresh.store.categories), as the source has them now: each category's name (cleaned by
+# lms_refresh.disclosure.names), parent (NULL at the top), path of ids from the top down ("/1/4/7") and depth; each
+# course's own category; and every category each course counts in (its own and each one above it), the courses a
+# category's cells are counted over.
+CATEGORIES_SINCE = 13
+_CATEGORY_TABLES = (
+    Table("categories", (Column("category_id", BIGINT), Column("name", TEXT, null=True),
+                         Column("parent", BIGINT, null=True), Column("path", TEXT), Column("depth", INTEGER)),
+          key=("category_id",), since=CATEGORIES_SINCE),
+    Table("course_categories", (Column("course_id", BIGINT), Column("category_id", BIGINT)), key=("course_id",),
+          since=CATEGORIES_SINCE),
+    Table("category_courses", (Column("course_id", BIGINT), Column("category_id", BIGINT)),
+          key=("course_id", "category_id"), clustered=True, since=CATEGORIES_SINCE),
+    # A category's cells, counted from its courses' learners' presence (each learner once) and their cells' sums.
+    Table("category_day_cells", (Column("day", TEXT), Column("category_id", BIGINT), *_CELL),
+          key=("day", "category_id"), clustered=True, since=CATEGORIES_SINCE),
+    Table("category_period_cells", (*_columns(TEXT, "grain", "period"), Column("category_id", BIGINT), *_CELL),
+          key=("grain", "period", "category_id"), clustered=True, since=CATEGORIES_SINCE),
+    Table("published_category_days", (Column("category_id", BIGINT), Column("day", TEXT), *_PUBLISHED),
+          key=("category_id", "day"), clustered=True, since=CATEGORIES_SINCE),
+    Table("published_category_periods", (
+        Column("grain", TEXT), Column("category_id", BIGINT), *_columns(TEXT, "period", "period_start", "period_end"),
+        *_PUBLISHED, Column("closes_at", TEXT), Column("complete", SMALL, check="complete IN (0, 1)"),
+    ), key=("grain", "category_id", "period"), clustered=True, since=CATEGORIES_SINCE),
+)
+TABLES += _CATEGORY_TABLES
+
+
 # The whole site, as one more course of the cells and published rows of every grain (each of its learners once,
 # all statements; lms_refresh.store.grains): no row in `courses`, so the serving views show it with course NULL.
 # An IRI whose 64-bit BLAKE2b id is 0 would share the site's rows: finding one is a search of 2**64 hashes.
@@ -228,6 +257,10 @@ INDEXES = (
     Index("period_metrics_by_course", "period_metrics", ("grain", "course_id", "period"), since=5),
     # A course's enrolled cells are published with its rows: one range away too.
     Index("enrolled_cells_by_course", "enrolled_cells", ("grain", "course_id", "period"), since=12),
+    # A category's rows are published as a course's are: each of its grains one range away.
+    Index("category_day_cells_by_category", "category_day_cells", ("category_id", "day"), since=CATEGORIES_SINCE),
+    Index("category_period_cells_by_category", "category_period_cells", ("grain", "category_id", "period"),
+          since=CATEGORIES_SINCE),
 )
 
 SERVING_COLUMNS = (
@@ -432,6 +465,46 @@ WHERE c.course_id IN (SELECT course_id FROM {dialect.name("published_metrics")}
   UNION SELECT course_id FROM {dialect.name("published_periods")})
 """
 
+# The categories' serving views (and the publication's tables of the same names): `categories`, each category with
+# published rows (and every category above one, which has rows whenever it does), and each grain's rows, the course
+# tables' columns with the category's id and name for `course`.
+CATEGORY_COLUMNS = ("category_id", "name", "parent", "path", "depth")
+# A category has no enrolled learners (the source's enrolments are a course's): no enrolment columns.
+CATEGORY_SERVING_COLUMNS = ("day", "category_id", "category_name",
+                            *SITE_SERVING_COLUMNS[1:-len(ENROLMENT_COLUMNS)])
+CATEGORY_PERIOD_SERVING_COLUMNS = (*PERIOD_SERVING_COLUMNS[:3], "category_id", "category_name",
+                                   *PERIOD_SERVING_COLUMNS[4:-len(ENROLMENT_COLUMNS)])
+CATEGORY_TABLES = {"day": "category_daily_metrics", **{grain: f"category_{table}" for grain, table in TABLE_OF.items()}}
+CATEGORY_VIEWS = ("categories", *CATEGORY_TABLES)
+
+
+def category_view(dialect, item):
+    """Return the SELECT of the serving view `item`: "categories", or a grain's ("day" or a period's) category rows."""
+    name = "COALESCE(c.name, 'Category ' || CAST(p.category_id AS TEXT)) AS category_name"
+    if item == "categories":
+        return f"""
+SELECT c.category_id, c.name, c.parent, c.path, c.depth
+FROM {dialect.name("categories")} AS c
+WHERE c.category_id IN (SELECT category_id FROM {dialect.name("published_category_days")}
+  UNION SELECT category_id FROM {dialect.name("published_category_periods")})
+"""
+    if item == "day":
+        columns = ", ".join(f"p.{column}" for column in CATEGORY_SERVING_COLUMNS[3:])
+        return f"""
+SELECT {dialect.date("p.day")} AS day, p.category_id, {name}, {columns}
+FROM {dialect.name("published_category_days")} AS p
+LEFT JOIN {dialect.name("categories")} AS c USING (category_id)
+"""
+    columns = ", ".join(f"p.{column}" for column in CATEGORY_PERIOD_SERVING_COLUMNS[5:])
+    return f"""
+SELECT p.period, {dialect.date("p.period_start")} AS period_start, {dialect.date("p.period_end")} AS period_end,
+  p.category_id, {name}, {columns}
+FROM {dialect.name("published_category_periods")} AS p
+LEFT JOIN {dialect.name("categories")} AS c USING (category_id)
+WHERE p.grain = '{item}'
+"""
+
+
 # What a migration does besides creating tables, columns and indexes; `{name}` is a table's (or
 # index's) name as the dialect writes it. Run after the new tables and columns, before the new indexes.
 DATA_STEPS = {
@@ -466,9 +539,15 @@ DATA_STEPS = {
     OUTCOMES_SINCE: [
         "INSERT INTO {pending_days} SELECT DISTINCT day FROM {staged_events} WHERE true ON CONFLICT DO NOTHING",
         "INSERT INTO {meta} (key, value) VALUES ('republish', '10') ON CONFLICT (key) DO NOTHING"],
+    # The categories' cells of every day and period whose learners' presence the store keeps are counted by the
+    # next run, once it has read the categories (store/categories.py, meta `count_categories`); a closed day
+    # whose presence retention dropped gets no category cell.
+    CATEGORIES_SINCE: [
+        "INSERT INTO {meta} (key, value) SELECT 'count_categories', '13' WHERE EXISTS (SELECT 1 FROM {learner_days}) "
+        "ON CONFLICT (key) DO NOTHING"],
 }
 
-SCHEMA_VERSION = 12  # the version this description is at: a new migration raises it
+SCHEMA_VERSION = 13  # the version this description is at: a new migration raises it
 
 
 def migration(version):
@@ -486,6 +565,8 @@ def migration(version):
         steps += [("period view", grain) for grain in PERIOD_VIEWS]
     if version in COURSES_VIEW_CHANGES:
         steps.append(("courses view", version))
+    if version == CATEGORIES_SINCE:
+        steps += [("category view", name) for name in CATEGORY_VIEWS]
     if version in (SITE_APART_SINCE, ENROLMENTS_SINCE):  # 12: their columns added at their end
         steps += [("site view", grain) for grain in SITE_TABLES]
     if version == SITE_APART_SINCE:

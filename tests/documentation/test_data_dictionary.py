@@ -42,11 +42,13 @@ def published_columns(project):
 
 def a_published_store(project, now):
     """Refresh `project` with three courses' activity over the weeks before `now` (one course named, a term
-    around `now`); return the statements written and the term."""
+    around `now`, two courses in a category); return the statements written and the term."""
     configure(project)
     today = now.date()
     term = ("This term", (today - dt.timedelta(days=40)).isoformat(), (today + dt.timedelta(days=40)).isoformat())
     add_terms(project, [term])
+    project.config.write_text(project.config.read_text() + '\n[[categories]]\nname = "Sciences"\n'
+                                                           'courses = ["*/course/BIO101", "*/course/CHEM1"]\n')
     written = activity(11, today - dt.timedelta(days=24), 22)
     written += named("BIO101", {"en": "Biology"}, learners=2, stored=stamp(now - dt.timedelta(days=3)))
     project.write("a.ndjson", written)
@@ -86,7 +88,7 @@ def test_every_query_of_the_page_runs_on_both_stores(project):
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)
     a_published_store(project, now)
     found = queries()
-    assert len(found) == 8, sorted(found)
+    assert len(found) == 9, sorted(found)
     for title, sql in found.items():
         assert dashboard(project, sql), title  # each gives rows on a store with weeks, months and a term
 

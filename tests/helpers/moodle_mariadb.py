@@ -216,8 +216,10 @@ class MariaDBMoodle(Enrolments):
         values = log_values(kind, user, course, at, related, other, anonymous, realuser, id)
         return self._insert("mdl_logstore_standard_log", values, " RETURNING id")[0][0]
 
-    def category(self, number, name):
-        self._insert("mdl_course_categories", {"id": number, "name": name, "path": f"/{number}", "depth": 1})
+    def category(self, number, name, parent=0, path=None):
+        path = path or f"/{number}"
+        self._insert("mdl_course_categories", {"id": number, "name": name, "parent": parent, "path": path,
+                                               "depth": path.count("/")})
 
     def course(self, number, fullname, shortname, category=0, startdate=0, enddate=0):
         self._insert("mdl_course", {"id": number, "category": category, "fullname": fullname,

@@ -328,9 +328,11 @@ class MoodleDatabase(Enrolments):
                  f"'{days}')")
         self.grant("SELECT", "mdl_config_plugins")
 
-    def category(self, number, name):
-        self.server.admin(f"INSERT INTO mdl_course_categories (id, name, path, depth) VALUES ({number}, "
-                          f"{_literal(name)}, '/{number}', 1)", self.name)
+    def category(self, number, name, parent=0, path=None):
+        """Insert a category as Moodle does: its path the ids from the top down ("/1/4/7"), a top one's "/N"."""
+        path = path or f"/{number}"
+        self.server.admin(f"INSERT INTO mdl_course_categories (id, name, parent, path, depth) VALUES ({number}, "
+                          f"{_literal(name)}, {parent}, {_literal(path)}, {path.count('/')})", self.name)
 
     def course(self, number, fullname, shortname, category=0, startdate=0, enddate=0):
         """Insert a course as Moodle's course creation does (the columns the source reads, and the rest's defaults)."""

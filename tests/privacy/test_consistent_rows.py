@@ -10,13 +10,19 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from helpers.category_reference import TABLES as CATEGORY_TABLES, read
 from helpers.period_reference import expected_periods
 from helpers.reference import LEARNER_OUTCOMES, expected_serving
 from lms_refresh.demo.sample import generate
 from lms_refresh.disclosure.cell_key import noise_bounds
 from lms_refresh.disclosure.policy import PrivacySettings, consistent, published_row, table_of
 from lms_refresh.store import periods
-from lms_refresh.store.tables import PERIOD_SERVING_COLUMNS, SERVING_COLUMNS
+from lms_refresh.store.tables import (
+    CATEGORY_PERIOD_SERVING_COLUMNS,
+    CATEGORY_SERVING_COLUMNS,
+    PERIOD_SERVING_COLUMNS,
+    SERVING_COLUMNS,
+)
 
 D = 3
 COUNTS = ("active_learners", "statements", "attempts", "completions", "passed", "failed", "completed_learners",
@@ -202,3 +208,20 @@ def test_a_demo_sized_publication_has_consistent_rows_and_true_learner_outcomes(
             assert rows == expected, grain
     assert broken == []
     assert published > 100  # most rows publish their learner outcomes
+
+
+def test_a_demo_sized_publications_category_rows_are_consistent_too(project, demo):
+    project.configure(privacy='method = "cell-key"', bootstrap_days=30)
+    project.config.write_text(project.config.read_text() + '\n[[categories]]\nname = "Sciences"\n'
+                              'courses = ["*/course/CHEM*", "*/course/PHYS*"]\n'
+                              '\n[[categories]]\nname = "Biology"\nparent = "Sciences"\ncourses = ["*/course/BIO*"]\n')
+    project.write("a.ndjson", demo)
+    project.invoke("run", now=NOW, check=0)
+    broken, rows = [], 0
+    for grain, table in CATEGORY_TABLES.items():
+        columns = CATEGORY_SERVING_COLUMNS if grain == "day" else CATEGORY_PERIOD_SERVING_COLUMNS
+        for row in read(project, f"SELECT {', '.join(columns)} FROM {table}"):
+            values = dict(zip(columns, row, strict=True))
+            broken += [(grain, row[:5], relation) for relation in broken_relations(values)]
+            rows += values["active_learners"] is not None
+    assert broken == [] and rows > 40

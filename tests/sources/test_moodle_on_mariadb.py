@@ -7,23 +7,13 @@ import sqlite3
 
 import pytest
 
-from helpers.moodle_mariadb import MariaDBMoodle, create_reader
-from helpers.moodledb import EXPECTED_TWO_DAYS, READER_PASSWORD, course_iri, load_two_days, moodle_project, unix
+from helpers.moodle_mariadb import MariaDBMoodle
+from helpers.moodledb import EXPECTED_TWO_DAYS, course_iri, load_two_days, moodle_project, unix
 from helpers.ports import unused_port
 from helpers.publication import publication
 from lms_refresh.store import tables
 
 NOW = "2026-11-25T04:15:00+01:00"
-
-
-@pytest.fixture(scope="session")
-def mariadb_reader(mariadb_server, tmp_path_factory):
-    """The reader account on the MariaDB server; returns the file holding its password."""
-    create_reader(mariadb_server)
-    path = tmp_path_factory.mktemp("mariadb") / "moodle-password"
-    path.write_text(READER_PASSWORD + "\n")
-    path.chmod(0o644)
-    return str(path)
 
 
 def _moodle(request, kind, **options):

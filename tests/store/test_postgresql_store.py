@@ -189,7 +189,10 @@ def test_a_dashboard_role_reads_the_serving_view_and_nothing_else(server, pg_pro
                              "lms_refresh_serving.term_metrics, lms_refresh_serving.courses, "
                              "lms_refresh_serving.site_daily_metrics, lms_refresh_serving.site_weekly_metrics, "
                              "lms_refresh_serving.site_monthly_metrics, lms_refresh_serving.site_term_metrics, "
-                             "lms_refresh_serving.freshness, lms_refresh_serving.daily_metrics_by_name, "
+                             "lms_refresh_serving.freshness, lms_refresh_serving.categories, "
+                             "lms_refresh_serving.category_daily_metrics, lms_refresh_serving.category_weekly_metrics, "
+                             "lms_refresh_serving.category_monthly_metrics, lms_refresh_serving.category_term_metrics, "
+                             "lms_refresh_serving.daily_metrics_by_name, "
                              "lms_refresh_serving.weekly_metrics_by_name, lms_refresh_serving.monthly_metrics_by_name "
                              "and lms_refresh_serving.term_metrics_by_name\n")
     url = f"host=127.0.0.1 port={server.port} dbname={pg_project.database} user=dashboard password=dash"

@@ -47,7 +47,8 @@ def test_the_publication_holds_the_published_rows_and_nothing_else(sqlite_projec
     tables, rows, about = read_publication(path)
     assert tables == {"daily_metrics", "weekly_metrics", "monthly_metrics", "term_metrics", "courses", "publication",
                       "site_daily_metrics", "site_weekly_metrics", "site_monthly_metrics", "site_term_metrics",
-                      "freshness"}
+                      "freshness", "categories", "category_daily_metrics", "category_weekly_metrics",
+                      "category_monthly_metrics", "category_term_metrics"}
     assert rows == sqlite_project.serving() and len(rows) == 1 and rows[0][7] is None  # 3 failed: withheld
     with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
         for table in ("weekly_metrics", "monthly_metrics"):  # the store's serving views, copied

@@ -148,9 +148,9 @@ def test_the_packaged_config_shows_every_key_in_its_table_with_its_declared_defa
     import re
     import tomllib
 
-    from lms_refresh.config.schema import REQUIRED, SCHEMA, TERM_KEYS
+    from lms_refresh.config.schema import CATEGORY_KEYS, REQUIRED, SCHEMA, TERM_KEYS
 
-    tables = {**SCHEMA, "terms": TERM_KEYS}  # [[terms]]: an array of tables
+    tables = {**SCHEMA, "terms": TERM_KEYS, "categories": CATEGORY_KEYS}  # [[terms]], [[categories]]: arrays of tables
     root = REPO
     shown = {}
     section = ""
@@ -410,3 +410,41 @@ def test_localtime_fails_check_with_78(sqlite_project):
     assert result.returncode == 78
     assert "key 'timezone' is invalid: 'localtime' is not a time zone name" in result.stderr
     assert "name the zone explicitly" in result.stderr
+
+
+_SCIENCE = '[[categories]]\nname = "Science"\ncourses = ["https://lms.example.edu/course/BIO*"]\n'
+
+
+def test_categories_are_read_in_order_with_their_parents(tmp_path):
+    config = load(tmp_path, MINIMAL + _SCIENCE + '[[categories]]\nname = "Genetics"\nparent = "Science"\n'
+                                              'courses = ["*/course/GEN?", "*/course/[XY]*"]\n')
+    assert [(c.name, c.courses, c.parent) for c in config.categories] == [
+        ("Science", ("https://lms.example.edu/course/BIO*",), None),
+        ("Genetics", ("*/course/GEN?", "*/course/[XY]*"), "Science")]
+    assert load(tmp_path, MINIMAL).categories == ()
+
+
+@pytest.mark.parametrize("text, message", [
+    ('[[categories]]\nname = "A"\nparent = "B"\n', "category 1 ('A'): key 'categories.parent' ('B') names no "
+                                                    "[[categories]] table."),
+    ('[[categories]]\nname = "A"\nparent = "B"\n[[categories]]\nname = "B"\nparent = "A"\n',
+     "category 1 ('A') is inside itself through its parents"),
+    (_SCIENCE + '[[categories]]\nname = "SCIENCE"\n', "key 'categories.name' is the name of category 1 too"),
+    ('[[categories]]\ncourses = ["x"]\n', "category 1: key 'categories.name' is required."),
+    ('[[categories]]\nname = "A"\ncourses = "x*"\n', "key 'categories.courses' must be a list of patterns"),
+    ('[[categories]]\nname = "A"\ncourses = ["a\\u0007"]\n', "without control or format characters"),
+    ('[[categories]]\nname = "A"\ncolour = 1\n', "unknown key 'categories.colour'"),
+    ('categories = 3\n', "'categories' must be an array of tables"),
+])
+def test_a_wrong_category_is_refused_naming_it(tmp_path, text, message):
+    with pytest.raises(ConfigError) as caught:
+        load(tmp_path, MINIMAL + text if not text.startswith("categories") else text + MINIMAL)
+    assert message in str(caught.value)
+
+
+def test_a_moodle_source_takes_its_own_categories_not_the_configurations(tmp_path):
+    moodle = ('[source]\ntype = "moodle"\nurl = "postgresql://u@db/moodle"\nsite_url = "https://m.example.edu"\n'
+              'password_file = "/p"\n')
+    with pytest.raises(ConfigError) as caught:
+        load(tmp_path, moodle + _SCIENCE)
+    assert "[[categories]] applies to xAPI sources only" in str(caught.value)

@@ -16,7 +16,7 @@ from helpers.paths import REPO
 from lms_refresh import logs
 from lms_refresh.cli import cli
 from lms_refresh.cli.manpage import format_default, format_duration, read_units, render, render_configuration
-from lms_refresh.config.schema import SCHEMA, TERM_KEYS, Key, _check_schema
+from lms_refresh.config.schema import CATEGORY_KEYS, SCHEMA, TERM_KEYS, Key, _check_schema
 from lms_refresh.config.validators import typed
 from lms_refresh.errors import MEANINGS
 
@@ -114,7 +114,7 @@ def test_the_page_documents_every_command_and_option(page):
 
 def test_the_page_documents_every_key_with_its_default_and_description(page):
     configuration = page.split("\n.SH CONFIGURATION\n")[1].split("\n.SH ")[0]
-    for name, keys in [*SCHEMA.items(), ("[terms]", TERM_KEYS)]:
+    for name, keys in [*SCHEMA.items(), ("[terms]", TERM_KEYS), ("[categories]", CATEGORY_KEYS)]:
         heading = f".SS [{name}]\n" if name else ".SS Top level\n"
         table = configuration.split(heading)[1].split("\n.SS ")[0]
         for key, spec in keys.items():
@@ -168,7 +168,7 @@ def test_the_configuration_page_renders_cleanly_and_names_every_key(tmp_path):
     path.write_text(page)
     assert groff_warnings(path) == (0, "")
     assert page.startswith('.TH LMS\\-REFRESH.TOML 5 "2026-11-30"') and "\n.SH SEE ALSO\nlms\\-refresh(8)" in page
-    for name, keys in [*SCHEMA.items(), ("[terms]", TERM_KEYS)]:
+    for name, keys in [*SCHEMA.items(), ("[terms]", TERM_KEYS), ("[categories]", CATEGORY_KEYS)]:
         for key, spec in keys.items():
             assert f"\\fB{key} = {format_default(spec)}\\fR".replace("-", "\\-") in page, (name, key)
 
@@ -250,7 +250,8 @@ def readme_toml_keys():
 
 def test_the_documentation_shows_only_real_keys_and_the_reference_has_every_key():
     written = readme_toml_keys()
-    known = {(name, key) for name, keys in [*SCHEMA.items(), ("terms", TERM_KEYS)] for key in keys}
+    known = {(name, key) for name, keys in [*SCHEMA.items(), ("terms", TERM_KEYS), ("categories", CATEGORY_KEYS)]
+             for key in keys}
     assert written - known == set(), "the documentation shows keys the program refuses"
     reference = docs.page("docs/reference/configuration.md")
     listed = set()
