@@ -1,3 +1,3 @@
 """lms-refresh: keep an LMS metrics store fresh, safely and unattended."""
 
-__version__ = "0.5.0"
+__version__ = "0.6.0"

@@ -25,11 +25,11 @@ NOW = "2026-11-03T04:15:00+01:00"
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 576 KiB tmpfs of our own (as root), unmounted afterwards: room for a new store (144 KiB since schema
-    version 12) and its write-ahead log while it is built, and little more."""
+    """A 768 KiB tmpfs of our own (as root), unmounted afterwards: room for a new store (188 KiB since schema
+    version 13) and its write-ahead log while it is built, and little more."""
     mountpoint = tmp_path / "disk"
     mountpoint.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=576k,mode=0755", "tmpfs", str(mountpoint)],
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=768k,mode=0755", "tmpfs", str(mountpoint)],
                              capture_output=True, text=True)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN): {mounted.stderr.strip()}")
