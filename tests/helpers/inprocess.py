@@ -17,6 +17,8 @@ import logging
 import os
 import signal
 import subprocess
+import sys
+import threading
 
 from click.testing import CliRunner
 
@@ -44,6 +46,14 @@ def invoke(argv, environment):
     fault = environment.get(faults.ENVIRONMENT_VARIABLE, "")
     if fault.rpartition(":")[2] in SIGNALLING_ACTIONS:
         raise ValueError(f"{faults.ENVIRONMENT_VARIABLE}={fault} signals the process: run it as a subprocess")
+    if threading.current_thread() is not threading.main_thread():
+        # execnet can hand a pytest-xdist worker's tests to a thread other than the main one (seen once, on every
+        # test of one worker), and only the main thread may install the signal handlers the entry point installs:
+        # there the CLI runs as the subprocess it stands for.
+        result = subprocess.run([sys.executable, "-m", "lms_refresh", *argv], capture_output=True, text=True,
+                                env=environment, timeout=300)
+        return subprocess.CompletedProcess(["lms-refresh"] + list(argv), result.returncode, result.stdout,
+                                           result.stderr)
     changes = {key: None for key in os.environ if key not in environment}
     changes.update(environment)
     root = logging.getLogger()
