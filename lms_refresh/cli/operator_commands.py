@@ -99,6 +99,19 @@ def alert(settings, unit, exit_status, *, result, invocation):
     return errors.FAILURE if attempted and not delivered else errors.OK
 
 
+def _state_directory_key(path):
+    """The `state_directory` a configuration that does not validate still names (an absolute path), or None: the
+    owner of that directory, not of the default one, is who its alerts run as."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as handle:
+            value = tomllib.load(handle).get("state_directory")
+    except (OSError, ValueError):  # unreadable, or not TOML (tomllib's error is a ValueError)
+        return None
+    return value if isinstance(value, str) and os.path.isabs(value) and "\0" not in value else None
+
+
 @click.command("alert-test")
 @click.pass_obj
 def alert_test(settings):
@@ -120,7 +133,8 @@ def alert_test(settings):
     try:  # the alert unit runs as the state directory's owner: the credentials are read, and mail sent, as it
         directory = load_config(settings.config_path, os.environ).state_directory
     except errors.ConfigError:  # a configuration broken outside [alerts] still alerts, so it is tested too
-        directory = os.environ.get("STATE_DIRECTORY", DEFAULT_STATE_DIRECTORY)
+        directory = os.environ.get("STATE_DIRECTORY") or _state_directory_key(settings.config_path) \
+            or DEFAULT_STATE_DIRECTORY
     become_owner(directory, os.geteuid())
     results = send_test_alert(settings.config_path, os.environ)
     for channel, delivered, note in results:
