@@ -59,7 +59,7 @@ def _learners(values):
 
 
 def _row(key, values, *complete):
-    return (*key, *values, *complete, *_learners(values))
+    return (*key, *values, *complete, *_learners(values), None, None)  # no enrolments (an xAPI site)
 
 
 def build(path, courses, weeks, seed=7, hostile=False, changed=0):
