@@ -239,28 +239,38 @@ def validate(document, origin, environ):
     return config
 
 
-def _terms(tables, origin):
-    """Validate the [[terms]] tables; return them as Terms. An error names the term by its place and name."""
+def _array_of_tables(tables, origin, section, noun, keys, most):
+    """Yield (number, how an error names it, its values checked by `keys`) for each table of the array of tables
+    `section` ([[terms]], [[categories]]): an error names the table by its place and its name."""
     if not isinstance(tables, list) or not all(isinstance(table, dict) for table in tables):
-        raise ConfigError(f"{origin}: 'terms' must be an array of tables, one [[terms]] header per term.")
-    if len(tables) > MAX_TERMS:
-        raise ConfigError(f"{origin}: {len(tables)} [[terms]] tables, more than the {MAX_TERMS} allowed.")
-    terms, names = [], {}
+        raise ConfigError(f"{origin}: '{section}' must be an array of tables, one [[{section}]] header per {noun}.")
+    if len(tables) > most:
+        raise ConfigError(f"{origin}: {len(tables)} [[{section}]] tables, more than the {most} allowed.")
     for number, table in enumerate(tables, 1):
         shown = table.get("name")
-        which = f"term {number}" + (f" ({str(shown)[:100]!r})" if isinstance(shown, str) else "")
+        which = f"{noun} {number}" + (f" ({str(shown)[:100]!r})" if isinstance(shown, str) else "")
         for key in table:
-            if key not in TERM_KEYS:
-                raise ConfigError(f"{origin}: {which}: unknown key 'terms.{key}' (known in [[terms]]: "
-                                  f"{', '.join(sorted(TERM_KEYS))}).")
+            if key not in keys:
+                raise ConfigError(f"{origin}: {which}: unknown key '{section}.{key}' (known in [[{section}]]: "
+                                  f"{', '.join(sorted(keys))}).")
         values = {}
-        for key, spec in TERM_KEYS.items():
+        for key, spec in keys.items():
             if key not in table:
-                raise ConfigError(f"{origin}: {which}: key 'terms.{key}' is required.")
+                if spec.default is REQUIRED:
+                    raise ConfigError(f"{origin}: {which}: key '{section}.{key}' is required.")
+                values[key] = spec.default
+                continue
             try:
                 values[key] = spec.check(table[key])
             except ValueError as error:
-                raise ConfigError(f"{origin}: {which}: key 'terms.{key}' {_phrase(error)}.") from None
+                raise ConfigError(f"{origin}: {which}: key '{section}.{key}' {_phrase(error)}.") from None
+        yield number, which, values
+
+
+def _terms(tables, origin):
+    """Validate the [[terms]] tables; return them as Terms. An error names the term by its place and name."""
+    terms, names = [], {}
+    for number, which, values in _array_of_tables(tables, origin, "terms", "term", TERM_KEYS, MAX_TERMS):
         term = Term(**values)
         length = (dt.date.fromisoformat(term.last_day) - dt.date.fromisoformat(term.first_day)).days
         if length < 0:
@@ -283,33 +293,12 @@ def _terms(tables, origin):
 def _categories(tables, origin, source_type):
     """Validate the [[categories]] tables; return them as Categories. An error names the category by its place and
     name."""
-    if not isinstance(tables, list) or not all(isinstance(table, dict) for table in tables):
-        raise ConfigError(f"{origin}: 'categories' must be an array of tables, one [[categories]] header per "
-                          "category.")
-    if tables and source_type == "moodle":
+    if tables and source_type == "moodle" and isinstance(tables, list):
         raise ConfigError(f"{origin}: [[categories]] applies to xAPI sources only: a Moodle source's categories are "
                           "its own course categories (course_categories); remove the [[categories]] tables.")
-    if len(tables) > MAX_CATEGORIES:
-        raise ConfigError(f"{origin}: {len(tables)} [[categories]] tables, more than the {MAX_CATEGORIES} allowed.")
     categories, names = [], {}
-    for number, table in enumerate(tables, 1):
-        shown = table.get("name")
-        which = f"category {number}" + (f" ({str(shown)[:100]!r})" if isinstance(shown, str) else "")
-        for key in table:
-            if key not in CATEGORY_KEYS:
-                raise ConfigError(f"{origin}: {which}: unknown key 'categories.{key}' (known in [[categories]]: "
-                                  f"{', '.join(sorted(CATEGORY_KEYS))}).")
-        values = {}
-        for key, spec in CATEGORY_KEYS.items():
-            if key not in table:
-                if spec.default is REQUIRED:
-                    raise ConfigError(f"{origin}: {which}: key 'categories.{key}' is required.")
-                values[key] = spec.default
-                continue
-            try:
-                values[key] = spec.check(table[key])
-            except ValueError as error:
-                raise ConfigError(f"{origin}: {which}: key 'categories.{key}' {_phrase(error)}.") from None
+    for number, which, values in _array_of_tables(tables, origin, "categories", "category", CATEGORY_KEYS,
+                                                  MAX_CATEGORIES):
         seen = folding.looks_like(values["name"])  # two categories that look the same are refused
         if seen in names:
             raise ConfigError(f"{origin}: {which}: key 'categories.name' is the name of category {names[seen]} too; "
